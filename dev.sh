@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# One entry point for set-up, the demo and the tests. Creates .venv and installs what is missing.
+#   ./dev.sh demo   set up, then run the main job on the embedded local store
+#   ./dev.sh test   set up, then run the whole test suite
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PY=${PYTHON:-python3}
+VENV=.venv
+
+setup_python() {
+    if [ ! -x "$VENV/bin/python" ]; then
+        "$PY" -m venv "$VENV"
+    fi
+    # Reinstall only when the declared dependencies change.
+    local stamp="$VENV/.kop-installed" want
+    want=$(cat pyproject.toml | cksum)
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        "$VENV/bin/python" -m pip install --quiet --upgrade pip
+        "$VENV/bin/python" -m pip install --quiet -e ".[test]"
+        echo "$want" > "$stamp"
+    fi
+}
+
+setup_java() {
+    # Spark 4 runs on Java 17 or 21.
+    if command -v java >/dev/null 2>&1 && java -version 2>&1 | grep -Eq 'version "(17|21)'; then
+        return
+    fi
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "Installing Java 17 for Spark (apt-get openjdk-17-jre-headless)..." >&2
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+    else
+        echo "Spark needs Java 17 or 21 on PATH (or JAVA_HOME). Install it, e.g." >&2
+        echo "  sudo apt-get install openjdk-17-jre-headless   # Debian/Ubuntu" >&2
+        echo "  brew install openjdk@17                        # macOS" >&2
+        exit 1
+    fi
+}
+
+export PYSPARK_PYTHON="$PWD/$VENV/bin/python"
+export PYSPARK_DRIVER_PYTHON="$PWD/$VENV/bin/python"
+
+case "${1:-}" in
+    demo)
+        setup_python; setup_java; shift
+        exec "$VENV/bin/python" -m kop_spark.demo "$@" ;;
+    test)
+        setup_python; setup_java; shift
+        exec "$VENV/bin/python" -m pytest -q "$@" ;;
+    setup)
+        setup_python; setup_java ;;
+    *)
+        echo "usage: ./dev.sh demo|test|setup" >&2; exit 2 ;;
+esac

@@ -1,0 +1,86 @@
+"""Exceptions, one class per meaning.
+
+The names follow Kafka's error codes where one exists (``OffsetOutOfRange``,
+``CorruptRecord``, ``UnknownTopicOrPartition``, ``InvalidTopic``...), so that a
+user who knows Kafka knows what went wrong. Every message names the offending
+topic, partition, offset, option or file.
+"""
+
+from __future__ import annotations
+
+
+class KopError(Exception):
+    """Base class of every error raised by kop-spark."""
+
+
+class ConfigError(KopError, ValueError):
+    """An unknown setting, or a setting whose value is malformed."""
+
+
+class StorageError(KopError, OSError):
+    """The store root (or a file under it) cannot be read or written."""
+
+
+class InvalidTopicError(KopError, ValueError):
+    """A topic name that breaks Kafka's naming rules (Kafka: INVALID_TOPIC_EXCEPTION)."""
+
+
+class TopicAlreadyExistsError(KopError):
+    """Kafka: TOPIC_ALREADY_EXISTS."""
+
+
+class UnknownTopicOrPartitionError(KopError, LookupError):
+    """Kafka: UNKNOWN_TOPIC_OR_PARTITION."""
+
+
+class TopicNotFoundError(UnknownTopicOrPartitionError):
+    """The topic does not exist."""
+
+
+class PartitionNotFoundError(UnknownTopicOrPartitionError):
+    """The topic exists but has no such partition."""
+
+
+class InvalidPartitionsError(KopError, ValueError):
+    """A partition count that is not allowed (Kafka: INVALID_PARTITIONS)."""
+
+
+class OffsetOutOfRangeError(KopError, IndexError):
+    """An offset outside ``[log_start_offset, log_end_offset]`` (Kafka: OFFSET_OUT_OF_RANGE).
+
+    Never answered by silently jumping to a valid offset: the caller decides.
+    """
+
+    def __init__(self, topic: str, partition: int, offset: int, log_start_offset: int, log_end_offset: int):
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+        super().__init__(
+            f"offset {offset} is out of range for {topic}-{partition}: "
+            f"valid offsets are {log_start_offset} (log start) to {log_end_offset} (log end)"
+        )
+
+
+class CorruptRecordError(KopError):
+    """Bytes that fail their checksum or cannot be parsed (Kafka: CORRUPT_MESSAGE).
+
+    Raised instead of returning data: corrupt bytes are never handed out.
+    """
+
+
+class InvalidRecordError(KopError, ValueError):
+    """A well-formed batch that Kafka would refuse (Kafka: INVALID_RECORD)."""
+
+
+class RecordTooLargeError(KopError, ValueError):
+    """A batch larger than the topic's ``max.message.bytes`` (Kafka: MESSAGE_TOO_LARGE)."""
+
+
+class DuplicateSequenceError(KopError):
+    """An idempotent append whose sequence is older than the last one applied for its writer."""
+
+
+class BadVersionError(KopError):
+    """A metadata compare-and-set lost against a concurrent update."""

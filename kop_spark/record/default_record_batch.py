@@ -1,0 +1,333 @@
+"""Kafka's record batch format v2 (magic 2), as ``DefaultRecordBatch`` defines it.
+
+Layout (big-endian), 61 bytes of header then the records::
+
+    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 |
+    crc uint32 | attributes int16 | lastOffsetDelta int32 | baseTimestamp int64 |
+    maxTimestamp int64 | producerId int64 | producerEpoch int16 | baseSequence int32 |
+    recordCount int32 | records...
+
+The CRC-32C covers ``attributes`` to the end, so ``baseOffset`` and ``partitionLeaderEpoch`` can
+be rewritten without touching it: that is how a broker assigns offsets without rewriting data.
+Each record is ``length varint | attributes int8 | timestampDelta varlong | offsetDelta varint |
+key (varint length, -1 = null) | value (likewise) | header count varint | headers``.
+Compression (attribute bits 0-2) applies to the records section only.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from typing import Iterable, List, Optional, Sequence
+
+import crc32c
+
+from ..errors import CorruptRecordError, InvalidRecordError
+from .compression import CompressionType, compress, decompress
+from .record import BatchRecord, Header, Record, TimestampType
+from .varint import read_varint, size_of_varint, write_varint
+
+MAGIC = 2
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+LENGTH_OFFSET = 8  # batchLength counts the bytes after itself
+LOG_OVERHEAD = 12  # baseOffset + batchLength
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+MAX_TIMESTAMP_OFFSET = 35
+RECORDS_COUNT_OFFSET = 57
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40
+
+NO_PARTITION_LEADER_EPOCH = -1
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+NO_TIMESTAMP = -1
+
+_BASE_OFFSET = struct.Struct(">q")
+_CRC = struct.Struct(">I")
+_I32 = struct.Struct(">i")
+
+
+class RecordBatch:
+    """A read-only view of one record batch. Construction checks the framing; ``validate()`` the CRC."""
+
+    __slots__ = (
+        "buffer",
+        "base_offset",
+        "batch_length",
+        "partition_leader_epoch",
+        "magic",
+        "crc",
+        "attributes",
+        "last_offset_delta",
+        "base_timestamp",
+        "max_timestamp",
+        "producer_id",
+        "producer_epoch",
+        "base_sequence",
+        "record_count",
+    )
+
+    def __init__(self, buffer: bytes | bytearray | memoryview):
+        if len(buffer) < HEADER_SIZE:
+            raise CorruptRecordError(f"record batch of {len(buffer)} bytes is shorter than its {HEADER_SIZE}-byte header")
+        (
+            self.base_offset,
+            self.batch_length,
+            self.partition_leader_epoch,
+            self.magic,
+            self.crc,
+            self.attributes,
+            self.last_offset_delta,
+            self.base_timestamp,
+            self.max_timestamp,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+            self.record_count,
+        ) = HEADER.unpack_from(buffer, 0)
+        if self.magic != MAGIC:
+            raise CorruptRecordError(f"record batch has magic {self.magic}; only magic {MAGIC} (Kafka 0.11+) is supported")
+        if self.batch_length + LOG_OVERHEAD != len(buffer):
+            raise CorruptRecordError(
+                f"record batch says it is {self.batch_length + LOG_OVERHEAD} bytes long but {len(buffer)} bytes were given"
+            )
+        self.buffer = buffer
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def compression(self) -> CompressionType:
+        return CompressionType(self.attributes & COMPRESSION_MASK)
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        return TimestampType.LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else TimestampType.CREATE_TIME
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        """Control batches (transaction markers) take offsets but are never returned as data."""
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    def compute_crc(self) -> int:
+        return crc32c.crc32c(memoryview(self.buffer)[ATTRIBUTES_OFFSET:])
+
+    def is_valid(self) -> bool:
+        return self.compute_crc() == self.crc
+
+    def validate(self) -> None:
+        actual = self.compute_crc()
+        if actual != self.crc:
+            raise CorruptRecordError(
+                f"record batch at base offset {self.base_offset} fails its CRC-32C: "
+                f"stored {self.crc:#010x}, computed {actual:#010x}"
+            )
+
+    def records(self) -> List[BatchRecord]:
+        """Decode every record (control records included), with absolute offsets and timestamps."""
+        payload = memoryview(self.buffer)[HEADER_SIZE:]
+        codec = self.attributes & COMPRESSION_MASK
+        if codec:
+            payload = memoryview(decompress(codec, bytes(payload)))
+        log_append = self.attributes & TIMESTAMP_TYPE_MASK
+        out: List[BatchRecord] = []
+        pos = 0
+        base_offset, base_ts, max_ts = self.base_offset, self.base_timestamp, self.max_timestamp
+        try:
+            for _ in range(self.record_count):
+                length, pos = read_varint(payload, pos)
+                end = pos + length
+                if length < 0 or end > len(payload):
+                    raise CorruptRecordError(f"record of {length} bytes overruns its batch at base offset {base_offset}")
+                pos += 1  # record attributes: unused by Kafka
+                ts_delta, pos = read_varint(payload, pos)
+                offset_delta, pos = read_varint(payload, pos)
+                key, pos = _read_bytes(payload, pos)
+                value, pos = _read_bytes(payload, pos)
+                n_headers, pos = read_varint(payload, pos)
+                if n_headers < 0:
+                    raise CorruptRecordError(f"negative header count {n_headers}")
+                headers: list[Header] = []
+                for _ in range(n_headers):
+                    hkey, pos = _read_bytes(payload, pos)
+                    if hkey is None:
+                        raise CorruptRecordError("record header with a null key")
+                    hvalue, pos = _read_bytes(payload, pos)
+                    headers.append((hkey.decode("utf-8"), hvalue))
+                if pos != end:
+                    raise CorruptRecordError(f"record length {length} does not match its contents at base offset {base_offset}")
+                out.append(
+                    BatchRecord(
+                        base_offset + offset_delta,
+                        max_ts if log_append else base_ts + ts_delta,
+                        key,
+                        value,
+                        tuple(headers),
+                    )
+                )
+        except UnicodeDecodeError as e:
+            raise CorruptRecordError(f"record header key is not UTF-8 at base offset {base_offset}") from e
+        if pos != len(payload):
+            raise CorruptRecordError(
+                f"record batch at base offset {base_offset} has {len(payload) - pos} bytes after its {self.record_count} records"
+            )
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"RecordBatch(base_offset={self.base_offset}, records={self.record_count}, "
+            f"size={self.size_in_bytes}, compression={self.compression.name}, control={self.is_control})"
+        )
+
+
+def _read_bytes(buf, pos: int):
+    n, pos = read_varint(buf, pos)
+    if n < 0:
+        return None, pos
+    end = pos + n
+    if end > len(buf):
+        raise CorruptRecordError(f"a {n}-byte field runs past the end of its record")
+    return bytes(buf[pos:end]), end
+
+
+def _encode_record(out: bytearray, offset_delta: int, ts_delta: int, key, value, headers: Sequence[Header]) -> None:
+    body = bytearray(b"\x00")  # attributes
+    write_varint(ts_delta, body)
+    write_varint(offset_delta, body)
+    for field in (key, value):
+        if field is None:
+            write_varint(-1, body)
+        else:
+            write_varint(len(field), body)
+            body += field
+    write_varint(len(headers), body)
+    for hkey, hvalue in headers:
+        hk = hkey.encode("utf-8")
+        write_varint(len(hk), body)
+        body += hk
+        if hvalue is None:
+            write_varint(-1, body)
+        else:
+            write_varint(len(hvalue), body)
+            body += hvalue
+    write_varint(len(body), out)
+    out += body
+
+
+def build_record_batch(
+    records: Iterable[Record],
+    *,
+    compression: CompressionType = CompressionType.NONE,
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    log_append_time_ms: Optional[int] = None,
+) -> bytes:
+    """Encode records into one batch, as a Kafka producer (``MemoryRecordsBuilder``) would.
+
+    A record without a timestamp gets the current time, as in Kafka's producer.
+    """
+    now: Optional[int] = None
+    body = bytearray()
+    count = 0
+    first_ts = max_ts = NO_TIMESTAMP
+    for count, rec in enumerate(records, 1):
+        ts = rec.timestamp_ms
+        if ts is None:
+            if now is None:
+                now = int(time.time() * 1000)
+            ts = now
+        if count == 1:
+            first_ts = max_ts = ts
+        elif ts > max_ts:
+            max_ts = ts
+        _encode_record(body, count - 1, ts - first_ts, rec.key, rec.value, rec.headers)
+    if count == 0:
+        raise InvalidRecordError("a record batch needs at least one record")
+    attributes = int(compression) & COMPRESSION_MASK
+    if timestamp_type == TimestampType.LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_MASK
+        if log_append_time_ms is not None:
+            max_ts = log_append_time_ms
+    if is_transactional:
+        attributes |= TRANSACTIONAL_MASK
+    if is_control:
+        attributes |= CONTROL_MASK
+    payload = compress(compression, bytes(body)) if compression else body
+    buf = bytearray(HEADER_SIZE)
+    buf += payload
+    HEADER.pack_into(
+        buf,
+        0,
+        base_offset,
+        len(buf) - LOG_OVERHEAD,
+        partition_leader_epoch,
+        MAGIC,
+        0,
+        attributes,
+        count - 1,
+        first_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+    _CRC.pack_into(buf, CRC_OFFSET, crc32c.crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)
+
+
+def with_base_offset(batch: bytes | bytearray | memoryview, base_offset: int) -> bytes:
+    """Return the batch with ``baseOffset`` replaced; the CRC does not cover it, so it stays valid."""
+    out = bytearray(batch)
+    _BASE_OFFSET.pack_into(out, 0, base_offset)
+    return bytes(out)
+
+
+def with_log_append_time(batch: bytes | bytearray | memoryview, timestamp_ms: int) -> bytes:
+    """Stamp a batch with the broker's append time, as a Kafka broker does for
+    ``message.timestamp.type=LogAppendTime``: set the attribute bit and ``maxTimestamp``, re-sign."""
+    out = bytearray(batch)
+    (attributes,) = struct.unpack_from(">h", out, ATTRIBUTES_OFFSET)
+    struct.pack_into(">h", out, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+    struct.pack_into(">q", out, MAX_TIMESTAMP_OFFSET, timestamp_ms)
+    _CRC.pack_into(out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
+
+
+def split_batches(data: bytes | memoryview) -> List[memoryview]:
+    """Split concatenated batches (a PRODUCE request's or a FETCH response's record set)."""
+    view = memoryview(data)
+    out = []
+    pos = 0
+    while pos < len(view):
+        if pos + LOG_OVERHEAD > len(view):
+            raise CorruptRecordError(f"{len(view) - pos} trailing bytes are too short for a record batch header")
+        (length,) = _I32.unpack_from(view, pos + LENGTH_OFFSET)
+        end = pos + LOG_OVERHEAD + length
+        if length < HEADER_SIZE - LOG_OVERHEAD or end > len(view):
+            raise CorruptRecordError(f"record batch at byte {pos} claims {length} bytes, beyond the data given")
+        out.append(view[pos:end])
+        pos = end
+    return out

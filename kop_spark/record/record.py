@@ -1,0 +1,49 @@
+"""The records users produce and consume."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import NamedTuple, Optional, Sequence, Tuple
+
+Header = Tuple[str, Optional[bytes]]
+
+
+class TimestampType(enum.IntEnum):
+    """Kafka's timestamp types; the numbers are those of Spark's ``timestampType`` column."""
+
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+@dataclass(frozen=True)
+class Record:
+    """A record to produce. ``timestamp_ms=None`` means now, as in a Kafka producer."""
+
+    value: Optional[bytes]
+    key: Optional[bytes] = None
+    timestamp_ms: Optional[int] = None
+    headers: Sequence[Header] = field(default_factory=tuple)
+
+
+class BatchRecord(NamedTuple):
+    """One record as decoded from a batch, with its absolute offset and effective timestamp."""
+
+    offset: int
+    timestamp_ms: int
+    key: Optional[bytes]
+    value: Optional[bytes]
+    headers: Tuple[Header, ...]
+
+
+class ConsumerRecord(NamedTuple):
+    """A record as fetched from a partition."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    timestamp_type: TimestampType
+    key: Optional[bytes]
+    value: Optional[bytes]
+    headers: Tuple[Header, ...]
