@@ -1,0 +1,431 @@
+"""The Broker: Kafka request semantics over managed ledgers.
+
+This is the one place that knows what PRODUCE, FETCH and LIST_OFFSETS mean (and, with the group
+coordinator, OFFSET_COMMIT and OFFSET_FETCH). Spark, the CLI and any future protocol front-end are
+thin adapters over it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from .config import Config, parse_topic_config
+from .errors import (
+    BadVersionError,
+    CorruptRecordError,
+    InvalidPartitionsError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    PartitionNotFoundError,
+    RecordTooLargeError,
+    StorageError,
+    TopicAlreadyExistsError,
+    TopicNotFoundError,
+)
+from .partitioner import partition_for_key
+from .record import ConsumerRecord, Record, RecordBatch, TimestampType, build_record_batch, split_batches
+from .record.compression import CompressionType
+from .record.default_record_batch import with_base_offset, with_log_append_time
+from .storage.fileio import FileIO, optional_local_dir
+from .storage.ledger import IOStats
+from .storage.managed_ledger import (
+    ManagedLedger,
+    ManagedLedgerConfig,
+    ManagedLedgerDeletedError,
+    ReadEntry,
+    Snapshot,
+    now_ms,
+)
+from .storage.metadata_store import FileMetadataStore
+from .topic_name import TopicName
+
+EARLIEST_TIMESTAMP = -2  # ListOffsets' special timestamps
+LATEST_TIMESTAMP = -1
+OffsetSpec = Union[str, int]
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    ledgers: int
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    full_name: str
+    partitions: Tuple[PartitionInfo, ...]
+    config: Dict[str, Any]
+
+
+class Broker:
+    """Kafka-style topics with continuous offsets, stored as ledgers under one root.
+
+    ``Broker()`` takes its root from conf/kop.conf (``storageRoot``, default ``./kop-data``);
+    ``conf`` overrides any setting of conf/kop.conf by name.
+    """
+
+    def __init__(self, root: Optional[str] = None, conf: Optional[Mapping[str, Any]] = None):
+        self.config = Config(conf)
+        self.root = str(root if root is not None else self.config["storageRoot"])
+        self.fileio = FileIO(self.root, sync=self.config["journalSyncData"])
+        metadata_dir = self.config["metadataStoreUrl"] or None
+        if metadata_dir is None:
+            local = optional_local_dir(self.root)
+            if local is None:
+                raise StorageError(
+                    f"store root {self.root!r} is not on a local filesystem: set metadataStoreUrl to a "
+                    f"local or mounted directory for the metadata store"
+                )
+            metadata_dir = os.path.join(local, "_metadata")
+        self._check_root()
+        self.store = FileMetadataStore(metadata_dir, sync=self.config["journalSyncData"])
+        self.writer_id = uuid.uuid4().hex
+        self.stats = IOStats()
+        self._ledgers: Dict[Tuple[str, int], ManagedLedger] = {}
+        self._lock = threading.Lock()
+        self._round_robin = 0
+
+    def _check_root(self) -> None:
+        local = optional_local_dir(self.root)
+        if local is None:
+            return
+        if os.path.exists(local) and not os.path.isdir(local):
+            raise StorageError(f"store root {local} is not a directory")
+        if os.path.isdir(local) and not os.access(local, os.R_OK | os.X_OK):
+            raise StorageError(f"cannot read store root {local}: permission denied")
+
+    def close(self) -> None:
+        """Seal this broker's open ledgers, so readers get entry tables and no one must fence them."""
+        with self._lock:
+            ledgers, self._ledgers = list(self._ledgers.values()), {}
+        for ml in ledgers:
+            ml.close()
+
+    def __enter__(self) -> "Broker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- names and metadata ----------------------------------------------------------------
+
+    def topic_name(self, topic: str) -> TopicName:
+        return TopicName.parse(topic, self.config["kafkaTenant"], self.config["kafkaNamespace"])
+
+    def _kafka_name(self, name: TopicName) -> str:
+        return name.kafka_name(self.config["kafkaTenant"], self.config["kafkaNamespace"])
+
+    def _topic_metadata(self, topic: str) -> Tuple[TopicName, dict]:
+        name = self.topic_name(topic)
+        meta = self.store.get(name.metadata_key).value
+        if meta is None:
+            raise TopicNotFoundError(f"topic {topic!r} does not exist (as {name.full_name})")
+        return name, meta
+
+    def _managed_ledger(self, topic: str, partition: int, meta: Optional[dict] = None) -> ManagedLedger:
+        name = self.topic_name(topic)
+        key = (name.full_name, partition)
+        ml = self._ledgers.get(key)
+        if ml is not None:
+            return ml
+        if meta is None:
+            name, meta = self._topic_metadata(topic)
+        self._check_partition(topic, partition, meta)
+        cfg = self.config.topic_config(meta.get("config"))
+        ml = ManagedLedger(
+            name=f"{topic}-{partition}",
+            key=name.managed_ledger_key(partition),
+            data_dir=name.data_dir(partition),
+            store=self.store,
+            fileio=self.fileio,
+            config=ManagedLedgerConfig(
+                max_entries_per_ledger=self.config["managedLedgerMaxEntriesPerLedger"],
+                max_bytes_per_ledger=self.config["managedLedgerMaxSizePerLedgerMbytes"] << 20,
+                max_ledger_age_ms=self.config["managedLedgerMaxLedgerRolloverTimeMinutes"] * 60_000,
+                producer_expiration_ms=self.config["producer.id.expiration.ms"],
+                retention_ms=cfg["retention.ms"],
+                retention_bytes=cfg["retention.bytes"],
+                file_delete_delay_ms=cfg["file.delete.delay.ms"],
+            ),
+            writer_id=self.writer_id,
+            stats=self.stats,
+        )
+        with self._lock:
+            return self._ledgers.setdefault(key, ml)
+
+    @staticmethod
+    def _check_partition(topic: str, partition: int, meta: dict) -> None:
+        if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < meta["partitions"]:
+            raise PartitionNotFoundError(
+                f"topic {topic!r} has no partition {partition!r}: it has partitions 0 to {meta['partitions'] - 1}"
+            )
+
+    def _snapshot(self, topic: str, partition: int) -> Tuple[ManagedLedger, Snapshot]:
+        ml = self._managed_ledger(topic, partition)
+        try:
+            return ml, ml.snapshot()
+        except ManagedLedgerDeletedError:
+            self._forget(topic)
+            self._topic_metadata(topic)  # raises TopicNotFoundError if the topic went away
+            raise PartitionNotFoundError(f"partition {partition} of topic {topic!r} has no log") from None
+
+    def _forget(self, topic: str) -> None:
+        full = self.topic_name(topic).full_name
+        with self._lock:
+            for key in [k for k in self._ledgers if k[0] == full]:
+                del self._ledgers[key]
+
+    # -- topic administration --------------------------------------------------------------
+
+    def create_topic(self, topic: str, partitions: Optional[int] = None, config: Optional[Mapping[str, Any]] = None) -> None:
+        """Create a topic of ``partitions`` partitions (default ``defaultNumPartitions``)."""
+        name = self.topic_name(topic)
+        n = self.config["defaultNumPartitions"] if partitions is None else partitions
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise InvalidPartitionsError(f"topic {topic!r}: number of partitions must be at least 1, got {partitions!r}")
+        overrides = parse_topic_config(config)
+        self.fileio.ensure_writable_root()
+        try:
+            self.store.create(name.metadata_key, {"partitions": n, "config": overrides, "created_ms": now_ms()})
+        except BadVersionError:
+            raise TopicAlreadyExistsError(f"topic {topic!r} already exists") from None
+        self._create_logs(name, range(n))
+
+    def _create_logs(self, name: TopicName, partitions: Iterable[int]) -> None:
+        for p in partitions:
+            try:
+                ManagedLedger.create(self.store, name.managed_ledger_key(p))
+            except BadVersionError:
+                pass  # left by an earlier create that crashed half way: empty, so reuse it
+
+    def create_partitions(self, topic: str, total: int) -> None:
+        """Grow a topic to ``total`` partitions (Kafka's CreatePartitions: never shrinks)."""
+        name = self.topic_name(topic)
+        while True:
+            current = self.store.get(name.metadata_key)
+            if current.value is None:
+                raise TopicNotFoundError(f"topic {topic!r} does not exist")
+            old = current.value["partitions"]
+            if not isinstance(total, int) or total <= old:
+                raise InvalidPartitionsError(f"topic {topic!r} has {old} partitions; the new count must be larger, got {total!r}")
+            self._create_logs(name, range(old, total))
+            try:
+                self.store.put(name.metadata_key, {**current.value, "partitions": total}, current.version)
+                return
+            except BadVersionError:
+                continue
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete a topic. Its files are removed after ``file.delete.delay.ms``."""
+        name, meta = self._topic_metadata(topic)
+        for p in range(meta["partitions"]):
+            try:
+                self._managed_ledger(topic, p, meta).delete()
+            except ManagedLedgerDeletedError:
+                pass
+        self._forget(topic)
+        while True:
+            current = self.store.get(name.metadata_key)
+            if current.value is None:
+                return
+            try:
+                self.store.put(name.metadata_key, None, current.version)
+                return
+            except BadVersionError:
+                continue
+
+    def list_topics(self, include_internal: bool = False) -> List[str]:
+        """Kafka names of all topics, sorted."""
+        out = []
+        for key in self.store.list_keys("topics"):
+            _, tenant, namespace, local = key.split("/")
+            if self.store.get(key).value is None:
+                continue
+            name = TopicName(tenant, namespace, local)
+            if not include_internal and local.startswith("__"):
+                continue
+            out.append(self._kafka_name(name))
+        return sorted(out)
+
+    def partitions_for(self, topic: str) -> int:
+        return self._topic_metadata(topic)[1]["partitions"]
+
+    def describe_topic(self, topic: str) -> TopicDescription:
+        name, meta = self._topic_metadata(topic)
+        parts = []
+        for p in range(meta["partitions"]):
+            _, snap = self._snapshot(topic, p)
+            parts.append(PartitionInfo(p, snap.log_start_offset, snap.next_offset, len(snap.ledgers), snap.size_bytes))
+        return TopicDescription(self._kafka_name(name), name.full_name, tuple(parts), self.config.topic_config(meta.get("config")))
+
+    def topic_config(self, topic: str) -> Dict[str, Any]:
+        return self.config.topic_config(self._topic_metadata(topic)[1].get("config"))
+
+    # -- produce ---------------------------------------------------------------------------
+
+    def produce(
+        self,
+        topic: str,
+        records: Iterable[Record],
+        partition: Optional[int] = None,
+        *,
+        compression: Union[str, CompressionType] = CompressionType.NONE,
+        idempotence_key: Optional[Tuple[str, int]] = None,
+    ) -> List[Tuple[int, int, int]]:
+        """Produce records; return ``(partition, base_offset, count)`` per partition written.
+
+        With ``partition=None`` a keyed record goes where Kafka's default partitioner puts it
+        (murmur2 of the key) and records without a key share one partition, round robin across calls.
+        """
+        name, meta = self._topic_metadata(topic)
+        n = meta["partitions"]
+        codec = CompressionType.from_name(compression) if isinstance(compression, str) else compression
+        by_partition: Dict[int, List[Record]] = {}
+        if partition is not None:
+            self._check_partition(topic, partition, meta)
+            by_partition[partition] = list(records)
+        else:
+            sticky = self._round_robin % n
+            self._round_robin += 1
+            for r in records:
+                p = partition_for_key(r.key, n) if r.key is not None else sticky
+                by_partition.setdefault(p, []).append(r)
+        out = []
+        for p, recs in sorted(by_partition.items()):
+            if not recs:
+                continue
+            batch = build_record_batch(recs, compression=codec)
+            base = self.produce_batches(topic, p, [batch], idempotence_key=idempotence_key, _meta=meta)
+            out.append((p, base, len(recs)))
+        return out
+
+    def produce_batches(
+        self,
+        topic: str,
+        partition: int,
+        batches: Sequence[bytes],
+        *,
+        idempotence_key: Optional[Tuple[str, int]] = None,
+        _meta: Optional[dict] = None,
+    ) -> int:
+        """Append raw Kafka v2 batches (as in a PRODUCE request) atomically; return the base offset.
+
+        Batches are checked as a Kafka broker checks them (magic, CRC, offset deltas, size) and
+        refused whole if any fails. With ``idempotence_key=(writer, sequence)`` a repeated append is
+        applied once and answered with the offsets of the first.
+        """
+        if _meta is None:
+            _, _meta = self._topic_metadata(topic)
+        self._check_partition(topic, partition, _meta)
+        cfg = self.config.topic_config(_meta.get("config"))
+        flat = [b for item in batches for b in split_batches(item)]
+        if not flat:
+            raise InvalidRecordError(f"produce to {topic}-{partition}: no record batches given")
+        log_append = cfg["message.timestamp.type"] == "LogAppendTime"
+        now = now_ms()
+        checked = []
+        for i, b in enumerate(flat):
+            _validate_produced(topic, partition, i, b, cfg["max.message.bytes"])
+            checked.append(with_log_append_time(b, now) if log_append else bytes(b))
+        ml = self._managed_ledger(topic, partition, _meta)
+        try:
+            return ml.append(checked, idempotence_key=idempotence_key, broker_timestamp=now).base_offset
+        except ManagedLedgerDeletedError:
+            self._forget(topic)
+            raise TopicNotFoundError(f"topic {topic!r} was deleted") from None
+
+    # -- fetch -----------------------------------------------------------------------------
+
+    def _check_offset(self, topic: str, partition: int, snap: Snapshot, offset: int) -> None:
+        if not isinstance(offset, int) or not snap.log_start_offset <= offset <= snap.next_offset:
+            raise OffsetOutOfRangeError(topic, partition, offset, snap.log_start_offset, snap.next_offset)
+
+    def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20) -> List[bytes]:
+        """Raw batches from the one holding ``offset`` on, with absolute ``baseOffset``, as in a
+        FETCH response: at least one batch, then more while they fit in ``max_bytes``."""
+        ml, snap = self._snapshot(topic, partition)
+        self._check_offset(topic, partition, snap, offset)
+        if offset == snap.next_offset:
+            return []
+        return [with_base_offset(r.entry.batch, r.base_offset) for r in ml.read(snap, offset, max_bytes)]
+
+    def fetch(
+        self, topic: str, partition: int, offset: int, max_records: int = 500, max_bytes: int = 50 << 20
+    ) -> List[ConsumerRecord]:
+        """Records from ``offset`` on (at most ``max_records``); empty at the log end.
+        Control records take offsets but are never returned."""
+        ml, snap = self._snapshot(topic, partition)
+        self._check_offset(topic, partition, snap, offset)
+        kafka_topic = self._kafka_name(self.topic_name(topic))
+        out: List[ConsumerRecord] = []
+        position = offset
+        budget = max_bytes
+        while len(out) < max_records and position < snap.next_offset and budget > 0:
+            for read in ml.read(snap, position, min(budget, 1 << 20)):
+                budget -= read.entry.size
+                batch = RecordBatch(with_base_offset(read.entry.batch, read.base_offset))
+                position = batch.last_offset + 1
+                if batch.is_control:
+                    continue
+                ts_type = batch.timestamp_type
+                for r in batch.records():
+                    if r.offset >= offset and len(out) < max_records:
+                        out.append(ConsumerRecord(kafka_topic, partition, r.offset, r.timestamp_ms, ts_type, r.key, r.value, r.headers))
+                if len(out) >= max_records:
+                    break
+        return out
+
+    def list_offsets(self, topic: str, partition: int, spec: OffsetSpec) -> int:
+        """``"earliest"`` (-2): the log start offset; ``"latest"`` (-1): the next offset to be
+        written; a timestamp in ms: the first offset whose timestamp is at or after it, or -1."""
+        ml, snap = self._snapshot(topic, partition)
+        if spec in ("earliest", EARLIEST_TIMESTAMP):
+            return snap.log_start_offset
+        if spec in ("latest", LATEST_TIMESTAMP):
+            return snap.next_offset
+        if not isinstance(spec, int) or isinstance(spec, bool) or spec < 0:
+            raise ValueError(f"list_offsets for {topic}-{partition}: expected 'earliest', 'latest' or a timestamp in ms, got {spec!r}")
+        found = ml.entry_for_timestamp(snap, spec)
+        if found is None:
+            return -1
+        batch = RecordBatch(with_base_offset(found.entry.batch, found.base_offset))
+        for r in batch.records():
+            if r.timestamp_ms >= spec:
+                return r.offset
+        raise CorruptRecordError(f"{topic}-{partition}: entry at offset {found.base_offset} has no record at timestamp {spec}")
+
+    # -- housekeeping ----------------------------------------------------------------------
+
+    def enforce_retention(self, topic: Optional[str] = None) -> None:
+        """Apply retention.ms / retention.bytes now and delete files past their grace period."""
+        topics = [topic] if topic is not None else self.list_topics(include_internal=True)
+        for t in topics:
+            for p in range(self.partitions_for(t)):
+                self._managed_ledger(t, p).enforce_retention()
+
+
+def _validate_produced(topic: str, partition: int, index: int, b, max_bytes: int) -> None:
+    """What Kafka's LogValidator checks of a produced v2 batch."""
+    where = f"produce to {topic}-{partition}, batch {index}"
+    batch = RecordBatch(b)
+    if len(b) > max_bytes:
+        raise RecordTooLargeError(f"{where}: batch of {len(b)} bytes is larger than max.message.bytes={max_bytes}")
+    if not batch.is_valid():
+        raise CorruptRecordError(f"{where}: record batch fails its CRC-32C")
+    if batch.is_control:
+        raise InvalidRecordError(f"{where}: clients may not produce control batches")
+    if batch.record_count < 1 or batch.last_offset_delta != batch.record_count - 1:
+        raise InvalidRecordError(
+            f"{where}: {batch.record_count} records but lastOffsetDelta {batch.last_offset_delta}"
+        )
+    for i, r in enumerate(batch.records()):
+        if r.offset - batch.base_offset != i:
+            raise InvalidRecordError(f"{where}: record {i} has offset delta {r.offset - batch.base_offset}, expected {i}")

@@ -1,0 +1,168 @@
+"""Settings: their names, defaults and meanings, and how they are loaded.
+
+Names follow Pulsar/KoP where Pulsar has the setting, and Kafka's dotted names for per-topic
+settings (which ``create_topic(config=...)`` may override per topic). ``conf/kop.conf`` is
+rendered from the table below (``python -m kop_spark.config``) and a test keeps the two equal.
+
+Precedence, lowest first: the defaults here; the conf file (``$KOP_CONF``, else ``./conf/kop.conf``
+when present); the ``conf`` mapping given in code.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Optional
+
+from .errors import ConfigError
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "yes", "1"):
+        return True
+    if lowered in ("false", "no", "0"):
+        return False
+    raise ValueError("expected true or false")
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        for c in choices:
+            if text.strip().lower() == c.lower():
+                return c
+        raise ValueError(f"expected one of {', '.join(choices)}")
+
+    return parse
+
+
+def _int_at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(str(text).strip())
+        if value < low:
+            raise ValueError(f"must be at least {low}")
+        return value
+
+    return parse
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any
+    parse: Callable[[str], Any]
+    doc: str
+    topic_level: bool = False
+
+
+_SETTINGS = [
+    Setting("storageRoot", "./kop-data", str, "Root URI of the store (local path, or any pyarrow filesystem URI)"),
+    Setting("metadataStoreUrl", "", str, "Directory of the metadata store; empty means <storageRoot>/_metadata"),
+    Setting("kafkaTenant", "public", str, "Pulsar tenant of Kafka topics given by short name"),
+    Setting("kafkaNamespace", "default", str, "Pulsar namespace of Kafka topics given by short name"),
+    Setting("kafkaMetadataTenant", "public", str, "Tenant of the offsets topic"),
+    Setting("kafkaMetadataNamespace", "__kafka", str, "Namespace of the offsets topic"),
+    Setting("defaultNumPartitions", 1, _int_at_least(1), "Partitions of a topic created without a count"),
+    Setting("managedLedgerMaxEntriesPerLedger", 50000, _int_at_least(1), "Seal a ledger and start a new one after this many entries"),
+    Setting("managedLedgerMaxSizePerLedgerMbytes", 2048, _int_at_least(1), "... or once the ledger holds this many MiB"),
+    Setting("managedLedgerMaxLedgerRolloverTimeMinutes", 240, _int_at_least(1), "... or once the ledger is this old"),
+    Setting("journalSyncData", True, _bool, "fsync ledger and metadata writes before confirming them (false survives process crashes only)"),
+    Setting("producer.id.expiration.ms", 86400000, _int_at_least(1), "Forget an idempotent writer's last sequence after this long unused"),
+    Setting("offsetsTopicNumPartitions", 50, _int_at_least(1), "Partitions of the offsets topic __consumer_offsets"),
+    Setting("offsetsRetentionMinutes", 4320, _int_at_least(1), "Expire a group's committed offsets this long after it became empty"),
+    Setting("offsetsRetentionCheckIntervalMs", 600000, _int_at_least(1), "How often expired offsets are looked for"),
+    Setting("offsetMetadataMaxSize", 4096, _int_at_least(0), "Largest metadata string accepted with a committed offset"),
+    Setting("retention.ms", 604800000, _int_at_least(-1), "Drop ledgers whose newest record is older than this (-1: keep forever)", True),
+    Setting("retention.bytes", -1, _int_at_least(-1), "Drop the oldest ledgers while a partition is larger than this (-1: no limit)", True),
+    Setting("cleanup.policy", "delete", _choice("delete", "compact", "compact,delete"), "delete (retention), compact (latest value per key), or both", True),
+    Setting("delete.retention.ms", 86400000, _int_at_least(0), "How long compaction keeps tombstones", True),
+    Setting("message.timestamp.type", "CreateTime", _choice("CreateTime", "LogAppendTime"), "Keep the producer's timestamps, or stamp the broker's append time", True),
+    Setting("max.message.bytes", 1048588, _int_at_least(0), "Largest record batch accepted", True),
+    Setting("file.delete.delay.ms", 60000, _int_at_least(0), "Grace period before an unreferenced ledger file is deleted", True),
+]
+
+SETTINGS: Mapping[str, Setting] = {s.name: s for s in _SETTINGS}
+TOPIC_SETTINGS = tuple(s.name for s in _SETTINGS if s.topic_level)
+
+
+def parse_value(name: str, value: Any, where: str = "") -> Any:
+    """Parse and check one setting's value; the error names the setting, the value and where it came from."""
+    setting = SETTINGS.get(name)
+    if setting is None:
+        raise ConfigError(f"unknown setting {name!r}{where}; see conf/kop.conf for the settings there are")
+    if isinstance(value, bool) and setting.parse is not _bool:
+        value = str(value).lower()
+    try:
+        return setting.parse(value if isinstance(value, str) else str(value))
+    except ValueError as e:
+        raise ConfigError(f"invalid value {value!r} for setting {name!r}{where}: {e}") from None
+
+
+def parse_topic_config(config: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+    """Check per-topic overrides (Kafka's topic settings only)."""
+    out = {}
+    for name, value in (config or {}).items():
+        if name not in TOPIC_SETTINGS:
+            raise ConfigError(f"{name!r} is not a topic setting; topic settings are {', '.join(TOPIC_SETTINGS)}")
+        out[name] = parse_value(name, value)
+    return out
+
+
+def read_conf_file(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a ``key=value`` file (``#`` comments), as Pulsar's broker.conf."""
+    values: dict[str, Any] = {}
+    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "=" not in line:
+            raise ConfigError(f"{path}:{lineno}: expected key=value, got {line!r}")
+        key, value = (part.strip() for part in line.split("=", 1))
+        values[key] = parse_value(key, value, f" ({path}:{lineno})")
+    return values
+
+
+class Config(Mapping[str, Any]):
+    """Effective settings of a broker."""
+
+    def __init__(self, overrides: Optional[Mapping[str, Any]] = None, conf_file: Optional[str] = None):
+        values = {s.name: s.default for s in _SETTINGS}
+        path = conf_file or os.environ.get("KOP_CONF") or ("conf/kop.conf" if Path("conf/kop.conf").is_file() else None)
+        if path:
+            if not Path(path).is_file():
+                raise ConfigError(f"configuration file {path} does not exist")
+            values.update(read_conf_file(path))
+        for name, value in (overrides or {}).items():
+            values[name] = parse_value(name, value, " (in conf)")
+        self._values = values
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def topic_config(self, overrides: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+        """A topic's effective settings: the broker-wide defaults, then the topic's own overrides."""
+        out = {name: self._values[name] for name in TOPIC_SETTINGS}
+        out.update(overrides or {})
+        return out
+
+
+def render_conf_file() -> str:
+    """The text of conf/kop.conf: every setting with its default and what it does."""
+    lines = ["# kop-spark settings. Every setting, with its default.", "# Any of them can also be given in code: Broker(root, conf={...}).", ""]
+    for s in _SETTINGS:
+        if s.name == "retention.ms":
+            lines += ["# Per-topic settings (Kafka's names): defaults for every topic; create_topic(config=...) overrides.", ""]
+        default = str(s.default).lower() if isinstance(s.default, bool) else s.default
+        lines += [f"# {s.doc}", f"{s.name}={default}", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(render_conf_file(), end="")

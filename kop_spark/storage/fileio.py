@@ -1,0 +1,201 @@
+"""The store's filesystem: reads through pyarrow (local, s3://, gs://, hdfs://...), appends on POSIX.
+
+Readers, including Spark executors on other machines, only need ``read_at``; they work on any
+filesystem pyarrow knows. Writers need what object stores lack (append, fsync, truncate), so they
+need the root on a local or mounted POSIX filesystem. Every OSError leaves here as a
+``StorageError`` that names the file and what was being done to it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import List, Optional
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from ..errors import StorageError
+
+
+def _storage_error(action: str, path: str, e: BaseException) -> StorageError:
+    reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+    return StorageError(f"cannot {action} {path}: {reason}")
+
+
+class AppendFile:
+    """A file that one writer appends to: write, sync, truncate back to a known-good length."""
+
+    def __init__(self, path: str, fd: int, position: int, sync: bool):
+        self.path = path
+        self._fd = fd
+        self.position = position
+        self._sync = sync
+
+    def write(self, data: bytes) -> int:
+        """Append ``data``; return the position it was written at."""
+        at = self.position
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.pwrite(self._fd, view, self.position)
+                self.position += n
+                view = view[n:]
+        except OSError as e:
+            raise _storage_error("write to", self.path, e) from e
+        return at
+
+    def sync(self) -> None:
+        if self._sync:
+            try:
+                os.fsync(self._fd)
+            except OSError as e:
+                raise _storage_error("sync", self.path, e) from e
+
+    def truncate(self, length: int) -> None:
+        try:
+            os.ftruncate(self._fd, length)
+        except OSError as e:
+            raise _storage_error("truncate", self.path, e) from e
+        self.position = length
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class FileIO:
+    """Files under one root URI. Paths given to the methods are relative to the root."""
+
+    def __init__(self, uri: str, *, sync: bool = True):
+        self.uri = uri
+        self.sync = sync
+        try:
+            if "://" in uri:
+                self.fs, root = pafs.FileSystem.from_uri(uri)
+            else:
+                self.fs, root = pafs.LocalFileSystem(), os.path.abspath(uri)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise StorageError(f"cannot open store root {uri!r}: {e}") from e
+        self.root = root.rstrip("/")
+        self.is_local = isinstance(self.fs, pafs.LocalFileSystem)
+
+    def full_path(self, path: str) -> str:
+        return f"{self.root}/{path}" if path else self.root
+
+    # -- reads (any filesystem) -------------------------------------------------------------
+
+    def open_input(self, path: str) -> pa.NativeFile:
+        full = self.full_path(path)
+        try:
+            return self.fs.open_input_file(full)
+        except (OSError, pa.ArrowException) as e:
+            raise _storage_error("open", full, e) from e
+
+    def read_at(self, path: str, offset: int, length: int) -> bytes:
+        with self.open_input(path) as f:
+            try:
+                return f.read_at(length, offset)
+            except (OSError, pa.ArrowException) as e:
+                raise _storage_error("read", self.full_path(path), e) from e
+
+    def size(self, path: str) -> int:
+        full = self.full_path(path)
+        info = self.fs.get_file_info(full)
+        if info.type != pafs.FileType.File:
+            raise StorageError(f"cannot read {full}: no such file")
+        return info.size
+
+    def list_dir(self, path: str) -> List[str]:
+        """Names in a directory; empty if it does not exist."""
+        full = self.full_path(path)
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(full, allow_not_found=True))
+        except (OSError, pa.ArrowException) as e:
+            raise _storage_error("list", full, e) from e
+        return sorted(i.base_name for i in infos)
+
+    # -- writes (POSIX) --------------------------------------------------------------------
+
+    def _require_local(self, action: str, path: str) -> str:
+        if not self.is_local:
+            raise StorageError(
+                f"cannot {action} {self.full_path(path)}: writing needs the store root on a local or mounted "
+                f"POSIX filesystem; {self.uri!r} is {self.fs.type_name}"
+            )
+        return self.full_path(path)
+
+    def create(self, path: str) -> AppendFile:
+        """Create a new file (never an existing one) for appending."""
+        full = self._require_local("create", path)
+        try:
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as e:
+            raise _storage_error("create", full, e) from e
+        if self.sync:
+            self.sync_dir(os.path.dirname(full))
+        return AppendFile(full, fd, 0, self.sync)
+
+    def reopen(self, path: str, length: int) -> AppendFile:
+        """Reopen a file this writer created, dropping anything after ``length``."""
+        full = self._require_local("reopen", path)
+        try:
+            fd = os.open(full, os.O_WRONLY)
+        except OSError as e:
+            raise _storage_error("reopen", full, e) from e
+        f = AppendFile(full, fd, length, self.sync)
+        f.truncate(length)
+        return f
+
+    def delete(self, path: str) -> None:
+        full = self.full_path(path)
+        try:
+            self.fs.delete_file(full)
+        except FileNotFoundError:
+            pass
+        except (OSError, pa.ArrowException) as e:
+            if self.fs.get_file_info(full).type == pafs.FileType.NotFound:
+                return
+            raise _storage_error("delete", full, e) from e
+
+    def delete_dir_if_empty(self, path: str) -> None:
+        if self.is_local:
+            try:
+                os.rmdir(self.full_path(path))
+            except OSError:
+                pass
+
+    def sync_dir(self, full_dir: str) -> None:
+        """Make a directory's new entries durable (POSIX needs the directory itself fsynced)."""
+        if not self.sync:
+            return
+        try:
+            fd = os.open(full_dir, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def ensure_writable_root(self) -> None:
+        """Fail early, naming the root, when it cannot be created or written."""
+        full = self._require_local("write to", "")
+        try:
+            os.makedirs(full, exist_ok=True)
+        except OSError as e:
+            raise _storage_error("create store root", full, e) from e
+        if not os.access(full, os.W_OK | os.X_OK):
+            raise StorageError(f"cannot write to store root {full}: permission denied")
+
+
+def optional_local_dir(uri: str) -> Optional[str]:
+    """The local directory a URI names, or None when it is not on the local filesystem."""
+    if "://" not in uri:
+        return os.path.abspath(uri)
+    if uri.startswith("file://"):
+        return uri[len("file://") :]
+    return None

@@ -1,0 +1,414 @@
+"""Ledgers: append-only files of entries, written by one writer and then sealed.
+
+A ledger is BookKeeper's unit of storage. Here it is one file (format in docs/ledger-format.md)::
+
+    file header | entry | entry | ... | [entry table | trailer]      (table and trailer once sealed)
+
+An entry is broker entry metadata followed by one Kafka v2 record batch. The metadata carries the
+entry's index relative to its ledger, the broker's timestamp and the record count, and a CRC-32C
+that covers itself and the batch's first 21 bytes; the batch's own CRC covers the rest. So every
+byte of an entry is checked, and corrupt bytes are never handed out as data.
+
+The absolute offset of a record is ``ledger base offset + entry relative index + i``; the base
+offset lives in the managed ledger, not here, so committing a ledger to a partition never rewrites
+it (KIP-31's relative offsets, one level up). On disk a batch's ``baseOffset`` holds the relative
+index; readers patch in the absolute one.
+
+A sealed ledger ends with an entry table (position, relative index, max timestamp per entry) so
+an offset or a timestamp is found by binary search. Ledgers not sealed (still open, or closed by
+another writer's fencing) are indexed by scanning their entry headers up to the confirmed length;
+the result is cached and extended incrementally.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
+
+import crc32c
+
+from ..errors import CorruptRecordError
+from ..record.default_record_batch import (
+    ATTRIBUTES_OFFSET,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    MAGIC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    RecordBatch,
+)
+from .fileio import AppendFile, FileIO
+
+FILE_MAGIC = b"KOPL"
+FORMAT_VERSION = 1
+FILE_HEADER = struct.Struct(">4sHHqI")  # magic, version, flags, ledger id, crc
+ENTRY_MAGIC = 0x4B45  # "KE": lets dump-ledger tell an entry boundary from garbage
+ENTRY_METADATA = struct.Struct(">HiqqiI")  # magic, batch size, relative index, broker ts, records, crc
+_METADATA_CRC_SPAN = ENTRY_METADATA.size - 4
+TABLE_ROW = struct.Struct(">qqq")  # position, relative index, max timestamp
+TRAILER = struct.Struct(">qiqII4s")  # table position, entries, records, table crc, trailer crc, magic
+TRAILER_MAGIC = b"KOPE"
+_BATCH_PREFIX = ATTRIBUTES_OFFSET  # batch bytes the metadata CRC covers
+_MAX_TS = struct.Struct(">q")
+_BASE_OFFSET = struct.Struct(">q")
+_SCAN_CHUNK = 8 << 20
+
+
+class EntryInfo(NamedTuple):
+    """One row of a ledger's entry table."""
+
+    position: int
+    relative_index: int
+    max_timestamp: int
+
+
+class EntryTable:
+    """A ledger's entry rows with their search keys: relative indexes, and the running maximum of
+    timestamps (timestamps need not grow, so that is what Kafka's time index searches too)."""
+
+    __slots__ = ("rows", "relative_indexes", "running_max_ts")
+
+    def __init__(self, rows: List[EntryInfo]):
+        self.rows = rows
+        self.relative_indexes = [r.relative_index for r in rows]
+        running, top = [], -(1 << 63)
+        for r in rows:
+            top = r.max_timestamp if r.max_timestamp > top else top
+            running.append(top)
+        self.running_max_ts = running
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def find_entry(self, relative_index: int) -> int:
+        """Index of the row whose entry holds ``relative_index``."""
+        return bisect.bisect_right(self.relative_indexes, relative_index) - 1
+
+    def find_timestamp(self, timestamp: int) -> int:
+        """Index of the first row whose entry reaches ``timestamp``; ``len(self)`` if none does."""
+        return bisect.bisect_left(self.running_max_ts, timestamp)
+
+    def extended(self, more: List[EntryInfo]) -> "EntryTable":
+        return EntryTable(self.rows + more) if more else self
+
+
+class Entry(NamedTuple):
+    """An entry read back and verified. ``batch`` has ``baseOffset`` = relative index."""
+
+    position: int
+    relative_index: int
+    broker_timestamp: int
+    record_count: int
+    batch: bytes
+
+    @property
+    def size(self) -> int:
+        return ENTRY_METADATA.size + len(self.batch)
+
+
+@dataclass
+class IOStats:
+    """Counters of what reads cost; tests assert on them instead of on time."""
+
+    entries_read: int = 0
+    bytes_read: int = 0
+    tables_loaded: int = 0
+    entries_scanned: int = 0
+
+
+def ledger_file_header(ledger_id: int) -> bytes:
+    head = struct.pack(">4sHHq", FILE_MAGIC, FORMAT_VERSION, 0, ledger_id)
+    return head + struct.pack(">I", crc32c.crc32c(head))
+
+
+def encode_entry(batch: bytes | memoryview, relative_index: int, broker_timestamp: int) -> Tuple[bytes, int]:
+    """Frame a batch as an entry; return the bytes and the batch's max timestamp."""
+    header = RecordBatch(batch)  # checks framing and magic
+    body = bytearray(batch)
+    _BASE_OFFSET.pack_into(body, 0, relative_index)
+    meta = ENTRY_METADATA.pack(ENTRY_MAGIC, len(body), relative_index, broker_timestamp, header.record_count, 0)
+    crc = crc32c.crc32c(body[:_BATCH_PREFIX], crc32c.crc32c(meta[:_METADATA_CRC_SPAN]))
+    return meta[:_METADATA_CRC_SPAN] + struct.pack(">I", crc) + bytes(body), header.max_timestamp
+
+
+def _parse_entry(buf, pos: int, path: str, *, verify_batch: bool) -> Tuple[Entry, int]:
+    """Parse and check the entry at ``buf[pos:]``; return it and the max timestamp of its batch."""
+    end_meta = pos + ENTRY_METADATA.size
+    if end_meta > len(buf):
+        raise CorruptRecordError(f"{path}: entry at byte {pos} is cut short in its metadata")
+    magic, size, rel, broker_ts, count, crc = ENTRY_METADATA.unpack_from(buf, pos)
+    if magic != ENTRY_MAGIC:
+        raise CorruptRecordError(f"{path}: no entry starts at byte {pos} (bad entry magic {magic:#06x})")
+    if size < HEADER_SIZE or end_meta + size > len(buf):
+        raise CorruptRecordError(f"{path}: entry at byte {pos} claims {size} bytes, beyond the data")
+    view = memoryview(buf)
+    actual = crc32c.crc32c(view[end_meta : end_meta + _BATCH_PREFIX], crc32c.crc32c(view[pos : pos + _METADATA_CRC_SPAN]))
+    if actual != crc:
+        raise CorruptRecordError(f"{path}: entry at byte {pos} fails its metadata checksum")
+    batch = bytes(view[end_meta : end_meta + size])
+    if batch[MAGIC_OFFSET] != MAGIC or struct.unpack_from(">i", batch, 8)[0] + LOG_OVERHEAD != size:
+        raise CorruptRecordError(f"{path}: entry at byte {pos} holds a malformed record batch")
+    if verify_batch:
+        rb = RecordBatch(batch)
+        if not rb.is_valid():
+            raise CorruptRecordError(f"{path}: record batch of the entry at byte {pos} fails its CRC-32C")
+        if rb.record_count != count:
+            raise CorruptRecordError(f"{path}: entry at byte {pos} says {count} records, its batch {rb.record_count}")
+    (max_ts,) = _MAX_TS.unpack_from(batch, MAX_TIMESTAMP_OFFSET)
+    return Entry(pos, rel, broker_ts, count, batch), max_ts
+
+
+class LedgerWriter:
+    """The one writer of a ledger file."""
+
+    def __init__(self, fileio: FileIO, path: str, ledger_id: int, file: AppendFile):
+        self.fileio = fileio
+        self.path = path
+        self.ledger_id = ledger_id
+        self._file = file
+
+    @classmethod
+    def create(cls, fileio: FileIO, path: str, ledger_id: int) -> "LedgerWriter":
+        f = fileio.create(path)
+        f.write(ledger_file_header(ledger_id))
+        return cls(fileio, path, ledger_id, f)
+
+    @classmethod
+    def reopen(cls, fileio: FileIO, path: str, ledger_id: int, length: int) -> "LedgerWriter":
+        """Resume a ledger this writer owns, dropping anything after its confirmed ``length``."""
+        return cls(fileio, path, ledger_id, fileio.reopen(path, length))
+
+    @property
+    def position(self) -> int:
+        return self._file.position
+
+    def append(self, batches: Sequence[bytes | memoryview], first_relative_index: int, broker_timestamp: int) -> List[EntryInfo]:
+        """Write batches as consecutive entries (not yet durable: call ``sync``)."""
+        out = bytearray()
+        rows = []
+        rel = first_relative_index
+        start = self._file.position
+        for batch in batches:
+            data, max_ts = encode_entry(batch, rel, broker_timestamp)
+            rows.append(EntryInfo(start + len(out), rel, max_ts))
+            out += data
+            rel += struct.unpack_from(">i", batch, HEADER_SIZE - 4)[0]
+        self._file.write(bytes(out))
+        return rows
+
+    def sync(self) -> None:
+        self._file.sync()
+
+    def truncate(self, length: int) -> None:
+        self._file.truncate(length)
+
+    def seal(self, rows: Sequence[EntryInfo], record_count: int) -> int:
+        """Append the entry table and trailer and sync; return the sealed file's length."""
+        table = b"".join(TABLE_ROW.pack(*r) for r in rows)
+        table_position = self._file.position
+        head = struct.pack(">qiqI", table_position, len(rows), record_count, crc32c.crc32c(table))
+        trailer = head + struct.pack(">I", crc32c.crc32c(head)) + TRAILER_MAGIC
+        self._file.write(table + trailer)
+        self._file.sync()
+        return self._file.position
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class _TableCache:
+    """Entry tables by ledger file: a sealed one is immutable; an open one is extended as it grows.
+
+    Sealed and scanned tables are kept under different keys: a scan covers a length, not a table."""
+
+    def __init__(self, capacity: int = 4096):
+        self._capacity = capacity
+        self._lock = threading.Lock()
+        self._items: "OrderedDict[tuple, Tuple[int, EntryTable]]" = OrderedDict()
+
+    def get(self, key) -> Optional[Tuple[int, EntryTable]]:
+        with self._lock:
+            item = self._items.get(key)
+            if item is not None:
+                self._items.move_to_end(key)
+            return item
+
+    def put(self, key, covered_length: int, table: EntryTable) -> None:
+        with self._lock:
+            self._items[key] = (covered_length, table)
+            self._items.move_to_end(key)
+            while len(self._items) > self._capacity:
+                self._items.popitem(last=False)
+
+
+_TABLES = _TableCache()
+
+
+@dataclass
+class LedgerReader:
+    """Reads the confirmed part of one ledger: ``length`` bytes, with or without a sealed table."""
+
+    fileio: FileIO
+    path: str
+    length: int
+    sealed: bool
+    stats: IOStats = field(default_factory=IOStats)
+    _data_end: int = field(default=0, init=False)
+
+    def _full(self) -> str:
+        return self.fileio.full_path(self.path)
+
+    def table(self) -> EntryTable:
+        """The entry table; also fixes where entry data ends (the table's position once sealed)."""
+        if self.sealed:
+            key = ("sealed", self.fileio.uri, self.path)
+            cached = _TABLES.get(key)
+            if cached is None:
+                table_position, rows = self._load_sealed_table()
+                cached = (table_position, EntryTable(rows))
+                _TABLES.put(key, *cached)
+            self._data_end = cached[0]
+            return cached[1]
+        self._data_end = self.length
+        key = ("open", self.fileio.uri, self.path)
+        cached = _TABLES.get(key)
+        if cached is None or cached[0] > self.length:
+            # Nothing cached, or cached from a longer view than this (older) snapshot confirms.
+            covered, table = FILE_HEADER.size, EntryTable([])
+        else:
+            covered, table = cached
+        if covered < self.length:
+            table = table.extended(self._scan_rows(covered, self.length))
+            _TABLES.put(key, self.length, table)
+        return table
+
+    def _load_sealed_table(self) -> Tuple[int, List[EntryInfo]]:
+        self.stats.tables_loaded += 1
+        if self.length < FILE_HEADER.size + TRAILER.size:
+            raise CorruptRecordError(f"{self._full()}: sealed ledger of {self.length} bytes is too short for its trailer")
+        with self.fileio.open_input(self.path) as f:
+            trailer = f.read_at(TRAILER.size, self.length - TRAILER.size)
+            table_pos, n, _records, table_crc, trailer_crc, magic = TRAILER.unpack(trailer)
+            if magic != TRAILER_MAGIC or crc32c.crc32c(trailer[:24]) != trailer_crc:
+                raise CorruptRecordError(f"{self._full()}: sealed ledger trailer is corrupt")
+            if table_pos + n * TABLE_ROW.size + TRAILER.size != self.length:
+                raise CorruptRecordError(f"{self._full()}: entry table does not fit the sealed ledger")
+            table = f.read_at(n * TABLE_ROW.size, table_pos)
+        self.stats.bytes_read += len(trailer) + len(table)
+        if crc32c.crc32c(table) != table_crc:
+            raise CorruptRecordError(f"{self._full()}: entry table fails its checksum")
+        return table_pos, [EntryInfo(*r) for r in TABLE_ROW.iter_unpack(table)]
+
+    def _scan_rows(self, start: int, end: int) -> List[EntryInfo]:
+        rows = []
+        for entry, max_ts in _scan(self.fileio, self.path, start, end, verify_batch=False):
+            rows.append(EntryInfo(entry.position, entry.relative_index, max_ts))
+        self.stats.entries_scanned += len(rows)
+        self.stats.bytes_read += end - start
+        return rows
+
+    def read(self, first_entry: int, table: EntryTable, max_bytes: int) -> List[Entry]:
+        """Read and verify entries from table row ``first_entry`` on: at least one, then more
+        while their total size stays within ``max_bytes``."""
+        data_end = self._data_end
+        rows = table.rows
+
+        def entry_end(k: int) -> int:
+            return rows[k + 1].position if k + 1 < len(rows) else data_end
+
+        start = rows[first_entry].position
+        last = first_entry + 1
+        while last < len(rows) and entry_end(last) - start <= max_bytes:
+            last += 1
+        stop = entry_end(last - 1)
+        data = self.fileio.read_at(self.path, start, stop - start)
+        self.stats.bytes_read += len(data)
+        if len(data) != stop - start:
+            raise CorruptRecordError(f"{self._full()}: ledger ends before its confirmed length {data_end}")
+        entries = []
+        for row in rows[first_entry:last]:
+            entry, _ = _parse_entry(data, row.position - start, self._full(), verify_batch=True)
+            if entry.relative_index != row.relative_index:
+                raise CorruptRecordError(
+                    f"{self._full()}: entry at byte {row.position} has relative index {entry.relative_index}, "
+                    f"its table says {row.relative_index}"
+                )
+            entries.append(entry._replace(position=row.position))
+        self.stats.entries_read += len(entries)
+        return entries
+
+
+def _scan(fileio: FileIO, path: str, start: int, end: int, *, verify_batch: bool) -> Iterator[Tuple[Entry, int]]:
+    """Entries in ``[start, end)``; raises CorruptRecordError at the first bad one."""
+    full = fileio.full_path(path)
+    with fileio.open_input(path) as f:
+        buf = b""
+        buf_start = start
+        pos = start
+        while pos < end:
+            if pos + ENTRY_METADATA.size > buf_start + len(buf):
+                buf = f.read_at(min(max(_SCAN_CHUNK, ENTRY_METADATA.size), end - pos), pos)
+                buf_start = pos
+            if len(buf) < ENTRY_METADATA.size:
+                raise CorruptRecordError(f"{full}: entry at byte {pos} is cut short (file ends at {pos + len(buf)})")
+            (size,) = struct.unpack_from(">i", buf, pos - buf_start + 2)
+            need = ENTRY_METADATA.size + max(size, 0)
+            if pos - buf_start + need > len(buf) and 0 <= size and pos + need <= end:
+                buf = f.read_at(max(_SCAN_CHUNK, need), pos)
+                buf_start = pos
+            entry, max_ts = _parse_entry(buf[: end - buf_start], pos - buf_start, full, verify_batch=verify_batch)
+            yield entry._replace(position=pos), max_ts
+            pos += entry.size
+
+
+@dataclass
+class Recovered:
+    """What a scan of a ledger file found: its valid entries and where validity ended."""
+
+    ledger_id: int
+    rows: List[EntryInfo]
+    entries: List[Entry]
+    valid_length: int
+    file_length: int
+    sealed: bool
+    error: Optional[str]
+
+
+def recover(fileio: FileIO, path: str, *, limit: Optional[int] = None) -> Recovered:
+    """Scan a ledger from its header and stop at the first torn or corrupt entry (or at ``limit``,
+    a confirmed length). A sealed ledger is recognised by its trailer."""
+    full = fileio.full_path(path)
+    size = fileio.size(path)
+    head = fileio.read_at(path, 0, FILE_HEADER.size)
+    if len(head) < FILE_HEADER.size:
+        raise CorruptRecordError(f"{full}: file of {size} bytes is too short for a ledger header")
+    magic, version, _flags, ledger_id, crc = FILE_HEADER.unpack(head)
+    if magic != FILE_MAGIC or crc32c.crc32c(head[:-4]) != crc:
+        raise CorruptRecordError(f"{full}: not a kop ledger (bad header)")
+    if version != FORMAT_VERSION:
+        raise CorruptRecordError(f"{full}: ledger format version {version} is not supported (this is {FORMAT_VERSION})")
+    end = size if limit is None else min(limit, size)
+    sealed = False
+    if limit is None:
+        try:
+            end = LedgerReader(fileio, path, size, sealed=True)._load_sealed_table()[0]
+            sealed = True
+        except CorruptRecordError:
+            pass
+    rows: List[EntryInfo] = []
+    entries: List[Entry] = []
+    error = None
+    valid = FILE_HEADER.size
+    try:
+        for entry, max_ts in _scan(fileio, path, FILE_HEADER.size, end, verify_batch=True):
+            rows.append(EntryInfo(entry.position, entry.relative_index, max_ts))
+            entries.append(entry)
+            valid = entry.position + entry.size
+    except CorruptRecordError as e:
+        error = str(e)
+        sealed = False
+    return Recovered(ledger_id, rows, entries, valid, size, sealed, error)

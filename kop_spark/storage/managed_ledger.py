@@ -1,0 +1,448 @@
+"""A partition's log: the ordered ledgers of one topic partition, kept in the metadata store.
+
+The managed ledger's metadata (one key) lists its ledgers with their base offsets, record counts,
+lengths and timestamp ranges, plus ``next_offset`` (the log end offset; KoP's "index" property)
+and ``log_start_offset``. It changes only by compare-and-set on its version, which is what makes
+every guarantee here hold across threads, processes and crashes:
+
+- An append writes entries to a ledger this writer owns, syncs them, then CASes the metadata to
+  confirm them (more records, a longer confirmed length, a larger ``next_offset``). Readers read
+  only confirmed lengths, so nothing unconfirmed is visible and a torn tail is never read.
+- A writer that finds another writer's open ledger at the tail closes it ("fences" it, as
+  BookKeeper does) at its confirmed length in the same CAS that adds its own new ledger. The
+  fenced writer's next CAS fails; it re-reads, sees its ledger closed, and writes to a new one.
+- Offsets are assigned by the CAS: a new ledger's base offset is the ``next_offset`` it was added
+  at, and its entries carry relative indexes. Whoever loses a CAS re-reads and retries, so offsets
+  stay exactly ``log_start_offset .. next_offset-1`` with no gap and no duplicate.
+- An append with an idempotence key (writer id, sequence) records the sequence in the same CAS,
+  so a retried append is applied at most once.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from ..errors import BadVersionError, CorruptRecordError, StorageError
+from ..record.default_record_batch import HEADER_SIZE, RecordBatch
+from .fileio import FileIO
+from .ledger import FILE_HEADER, Entry, EntryInfo, EntryTable, IOStats, LedgerReader, LedgerWriter
+from .metadata_store import MetadataStore, Versioned
+
+OPEN, CLOSED, SEALED = "open", "closed", "sealed"
+_MAX_ATTEMPTS = 10_000
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class ManagedLedgerConfig:
+    max_entries_per_ledger: int = 50000
+    max_bytes_per_ledger: int = 2048 << 20
+    max_ledger_age_ms: int = 240 * 60_000
+    producer_expiration_ms: int = 86_400_000
+    retention_ms: int = 604_800_000
+    retention_bytes: int = -1
+    file_delete_delay_ms: int = 60_000
+
+
+class LedgerInfo(NamedTuple):
+    """One ledger as the managed ledger records it."""
+
+    id: int
+    file: str
+    base_offset: int
+    entries: int
+    records: int
+    length: int  # confirmed bytes; for a sealed ledger, the whole file with its table
+    max_timestamp: int
+    created_ms: int
+    state: str
+    owner: Optional[str]
+
+    @property
+    def end_offset(self) -> int:
+        return self.base_offset + self.records
+
+
+class AppendResult(NamedTuple):
+    base_offset: int  # -1 for a duplicate whose original offsets are no longer known
+    record_count: int
+    duplicate: bool = False
+
+
+class ReadEntry(NamedTuple):
+    """An entry read from a partition, with the absolute offset of its first record."""
+
+    base_offset: int
+    entry: Entry
+
+
+class ManagedLedgerDeletedError(Exception):
+    """The managed ledger does not exist (never created, or deleted)."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An immutable view of a managed ledger at one metadata version."""
+
+    version: int
+    log_start_offset: int
+    next_offset: int
+    ledgers: Tuple[LedgerInfo, ...]
+    _bases: Tuple[int, ...] = field(repr=False, default=())
+    _running_max_ts: Tuple[int, ...] = field(repr=False, default=())
+
+    @classmethod
+    def of(cls, meta: dict, version: int) -> "Snapshot":
+        ledgers = tuple(LedgerInfo(**l) for l in meta["ledgers"])
+        running, top = [], -(1 << 63)
+        for l in ledgers:
+            top = max(top, l.max_timestamp)
+            running.append(top)
+        return cls(version, meta["log_start_offset"], meta["next_offset"], ledgers,
+                   tuple(l.base_offset for l in ledgers), tuple(running))
+
+    def ledger_for_offset(self, offset: int) -> int:
+        return bisect.bisect_right(self._bases, offset) - 1
+
+    def ledger_for_timestamp(self, timestamp: int) -> int:
+        return bisect.bisect_left(self._running_max_ts, timestamp)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(l.length for l in self.ledgers)
+
+
+def _empty_metadata(log_start_offset: int = 0) -> dict:
+    return {"log_start_offset": log_start_offset, "next_offset": log_start_offset, "ledgers": [], "producers": {}, "trash": []}
+
+
+class ManagedLedger:
+    """One partition's log. Safe to use from several processes at once; one instance per writer."""
+
+    def __init__(
+        self,
+        name: str,
+        key: str,
+        data_dir: str,
+        store: MetadataStore,
+        fileio: FileIO,
+        config: ManagedLedgerConfig = ManagedLedgerConfig(),
+        writer_id: Optional[str] = None,
+        stats: Optional[IOStats] = None,
+    ):
+        self.name = name  # for messages, e.g. "orders-0"
+        self.key = key
+        self.data_dir = data_dir
+        self.store = store
+        self.fileio = fileio
+        self.config = config
+        self.writer_id = writer_id or uuid.uuid4().hex
+        self.stats = stats if stats is not None else IOStats()
+        self._state: Optional[Versioned] = None
+        self._writer: Optional[LedgerWriter] = None
+        self._rows: List[EntryInfo] = []  # every row written to our open ledger, confirmed or not
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @staticmethod
+    def create(store: MetadataStore, key: str) -> None:
+        """Create an empty managed ledger, carrying over the trash of a deleted one of that name."""
+        current = store.get(key)
+        meta = _empty_metadata()
+        if current.value is not None:
+            if not current.value.get("deleted"):
+                raise BadVersionError(f"managed ledger {key} already exists")
+            meta["trash"] = current.value.get("trash", [])
+        store.put(key, meta, current.version)
+
+    def delete(self) -> None:
+        """Drop every ledger; files go to the trash and are deleted after the grace period."""
+
+        def change(meta: dict, now: int) -> dict:
+            trash = meta.get("trash", []) + [
+                {"file": l["file"], "delete_after_ms": now + self.config.file_delete_delay_ms} for l in meta["ledgers"]
+            ]
+            return {"deleted": True, "trash": trash}
+
+        self._retry(change)
+        self._drop_writer()
+
+    def close(self) -> None:
+        """Seal this writer's open ledger so readers get its entry table and nobody must fence it."""
+        if self._writer is None:
+            return
+        try:
+            self._retry(self._seal_own_tail)
+        except ManagedLedgerDeletedError:
+            pass
+        finally:
+            self._drop_writer()
+
+    def purge(self) -> bool:
+        """Delete trashed files past their grace period, also of a deleted managed ledger.
+        Returns True once a deleted managed ledger has nothing left, so its key can go."""
+        self._retry(lambda meta, now: meta, allow_deleted=True)
+        value = self._state.value if self._state else None
+        return bool(value and value.get("deleted") and not value.get("trash"))
+
+    def _retry(self, change, *, allow_deleted: bool = False) -> None:
+        for _ in range(_MAX_ATTEMPTS):
+            try:
+                return self._update(change, allow_deleted=allow_deleted)
+            except BadVersionError:
+                continue
+        raise StorageError(f"{self.name}: gave up after {_MAX_ATTEMPTS} lost compare-and-sets")
+
+    def _drop_writer(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._writer = None
+        self._rows = []
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def _load(self, allow_deleted: bool = False) -> Versioned:
+        state = self.store.get(self.key)
+        self._state = state
+        if state.value is None or (state.value.get("deleted") and not allow_deleted):
+            raise ManagedLedgerDeletedError(self.key)
+        return state
+
+    def snapshot(self) -> Snapshot:
+        """The current state, read fresh from the metadata store."""
+        state = self._load()
+        return Snapshot.of(state.value, state.version)
+
+    def reader(self, ledger: LedgerInfo) -> LedgerReader:
+        return LedgerReader(self.fileio, ledger.file, ledger.length, ledger.state == SEALED, self.stats)
+
+    def read(self, snapshot: Snapshot, offset: int, max_bytes: int) -> List[ReadEntry]:
+        """Entries from the one holding ``offset`` on, within one ledger, about ``max_bytes`` (at
+        least one entry). ``offset`` must be in ``[log_start_offset, next_offset)``."""
+        i = snapshot.ledger_for_offset(offset)
+        ledger = snapshot.ledgers[i]
+        reader = self.reader(ledger)
+        table = reader.table()
+        k = table.find_entry(offset - ledger.base_offset)
+        return [ReadEntry(ledger.base_offset + e.relative_index, e) for e in reader.read(k, table, max_bytes)]
+
+    def entry_for_timestamp(self, snapshot: Snapshot, timestamp: int) -> Optional[ReadEntry]:
+        """The first entry whose batch, or one before it, reaches ``timestamp``; None if none does."""
+        i = snapshot.ledger_for_timestamp(timestamp)
+        if i >= len(snapshot.ledgers):
+            return None
+        ledger = snapshot.ledgers[i]
+        reader = self.reader(ledger)
+        table = reader.table()
+        k = table.find_timestamp(timestamp)
+        if k >= len(table):
+            raise CorruptRecordError(
+                f"{self.fileio.full_path(ledger.file)}: no entry reaches timestamp {timestamp} "
+                f"although the managed ledger records {ledger.max_timestamp} for this ledger"
+            )
+        entry = reader.read(k, table, 0)[0]
+        return ReadEntry(ledger.base_offset + entry.relative_index, entry)
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def append(
+        self,
+        batches: Sequence[bytes],
+        *,
+        idempotence_key: Optional[Tuple[str, int]] = None,
+        broker_timestamp: Optional[int] = None,
+    ) -> AppendResult:
+        """Append record batches as consecutive entries, atomically; return the first offset."""
+        if not batches:
+            raise ValueError("nothing to append")
+        count = sum(RecordBatch(b).record_count for b in batches)
+        result: List[AppendResult] = []
+
+        def change(meta: dict, now: int) -> Optional[dict]:
+            if idempotence_key is not None:
+                seen = meta["producers"].get(idempotence_key[0])
+                if seen is not None and idempotence_key[1] <= seen["seq"]:
+                    if idempotence_key[1] == seen["seq"]:
+                        result.append(AppendResult(seen["base_offset"], seen["count"], True))
+                    else:
+                        result.append(AppendResult(-1, count, True))
+                    return None
+            ledger = self._writable_tail(meta, now)
+            base = meta["next_offset"]
+            rel = ledger["records"]
+            rows = self._writer.append(batches, rel, broker_timestamp if broker_timestamp is not None else now)
+            self._writer.sync()
+            self._rows.extend(rows)
+            ledger["entries"] += len(rows)
+            ledger["records"] += count
+            ledger["length"] = self._writer.position
+            ledger["max_timestamp"] = max([ledger["max_timestamp"]] + [r.max_timestamp for r in rows])
+            meta["next_offset"] = base + count
+            if idempotence_key is not None:
+                meta["producers"][idempotence_key[0]] = {"seq": idempotence_key[1], "base_offset": base, "count": count, "ts": now}
+            result.append(AppendResult(base, count))
+            return meta
+
+        def attempt(meta: dict, now: int) -> Optional[dict]:
+            result.clear()
+            return change(meta, now)
+
+        self._retry(attempt)
+        return result[-1]
+
+    def _writable_tail(self, meta: dict, now: int) -> dict:
+        """Make sure the tail ledger is our own open one, with room, positioned at its confirmed end."""
+        ledgers = meta["ledgers"]
+        tail = ledgers[-1] if ledgers else None
+        mine = (
+            tail is not None
+            and tail["state"] == OPEN
+            and tail["owner"] == self.writer_id
+            and self._writer is not None
+            and self._writer.ledger_id == tail["id"]
+        )
+        if mine:
+            del self._rows[tail["entries"] :]  # forget rows of appends that were never confirmed
+            if self._writer.position != tail["length"]:
+                self._writer.truncate(tail["length"])
+            cfg = self.config
+            if (
+                tail["entries"] >= cfg.max_entries_per_ledger
+                or tail["length"] >= cfg.max_bytes_per_ledger
+                or now - tail["created_ms"] >= cfg.max_ledger_age_ms
+            ):
+                self._seal_own_tail(meta, now)
+            else:
+                return tail
+        else:
+            self._finish_fenced(meta)
+            if tail is not None and tail["state"] == OPEN:
+                tail["state"] = CLOSED  # fence the other writer at its confirmed length
+        return self._new_ledger(meta, now)
+
+    def _finish_fenced(self, meta: dict) -> None:
+        """We own a ledger that another writer closed: seal its file at the closed length, so
+        readers get a table instead of scanning, or forget it if it never got confirmed."""
+        if self._writer is None:
+            return
+        own = next((l for l in meta["ledgers"] if l["id"] == self._writer.ledger_id), None)
+        if own is not None and own["state"] == CLOSED:
+            self._writer.truncate(own["length"])
+            own["length"] = self._writer.seal(self._rows[: own["entries"]], own["records"])
+            own["state"], own["owner"] = SEALED, None
+            self._drop_writer()
+        elif own is None and not any(t["file"] == self._writer.path for t in meta.get("trash", [])):
+            path = self._writer.path
+            self._drop_writer()
+            self.fileio.delete(path)  # created by an attempt whose CAS lost: nobody refers to it
+        else:
+            self._drop_writer()
+
+    def _seal_own_tail(self, meta: dict, now: int) -> dict:
+        tail = meta["ledgers"][-1] if meta["ledgers"] else None
+        if self._writer is None or tail is None or tail["id"] != self._writer.ledger_id or tail["state"] != OPEN:
+            self._finish_fenced(meta)
+            return meta
+        self._writer.truncate(tail["length"])
+        tail["length"] = self._writer.seal(self._rows[: tail["entries"]], tail["records"])
+        tail["state"], tail["owner"] = SEALED, None
+        self._drop_writer()
+        return meta
+
+    def _new_ledger(self, meta: dict, now: int) -> dict:
+        ledger_id = uuid.uuid4().int >> 65
+        path = f"{self.data_dir}/{ledger_id:016x}.ledger"
+        self._writer = LedgerWriter.create(self.fileio, path, ledger_id)
+        self._rows = []
+        ledger = {
+            "id": ledger_id,
+            "file": path,
+            "base_offset": meta["next_offset"],
+            "entries": 0,
+            "records": 0,
+            "length": FILE_HEADER.size,
+            "max_timestamp": -1,
+            "created_ms": now,
+            "state": OPEN,
+            "owner": self.writer_id,
+        }
+        meta["ledgers"].append(ledger)
+        return ledger
+
+    def enforce_retention(self) -> None:
+        """Apply retention and delete trashed files past their grace period, now."""
+        self._update(lambda meta, now: meta)
+
+    def _update(self, change, *, allow_deleted: bool = False) -> None:
+        """Read-modify-CAS once, with retention and trash handling folded into the same CAS.
+
+        ``change(meta, now)`` edits a copy of the metadata and returns it (or None for no change).
+        Raises BadVersionError when another writer got there first; the caller decides to retry.
+        """
+        state = self._state if self._state is not None else self._load(allow_deleted)
+        if state.value is None or (state.value.get("deleted") and not allow_deleted):
+            raise ManagedLedgerDeletedError(self.key)
+        now = now_ms()
+        meta = copy.deepcopy(state.value)
+        try:
+            new = change(meta, now)
+            if new is None:
+                return
+            if not new.get("deleted"):
+                self._apply_retention(new, now)
+                self._expire_producers(new, now)
+            self._purge_trash(new, now)
+            if new == state.value:
+                return
+            version = self.store.put(self.key, new, state.version)
+        except BadVersionError:
+            self._state = None  # re-read on the next attempt
+            raise
+        self._state = Versioned(new, version)
+
+    def _apply_retention(self, meta: dict, now: int) -> None:
+        cfg = self.config
+        ledgers = meta["ledgers"]
+        size = sum(l["length"] for l in ledgers)
+        dropped = 0
+        for l in ledgers:
+            if l["state"] == OPEN:
+                break
+            too_old = cfg.retention_ms >= 0 and l["max_timestamp"] < now - cfg.retention_ms
+            # Kafka drops a segment only while the log stays at or above retention.bytes without it.
+            too_big = cfg.retention_bytes >= 0 and size - l["length"] >= cfg.retention_bytes
+            if not (too_old or too_big):
+                break
+            size -= l["length"]
+            dropped += 1
+        if dropped:
+            meta["trash"] = meta.get("trash", []) + [
+                {"file": l["file"], "delete_after_ms": now + cfg.file_delete_delay_ms} for l in ledgers[:dropped]
+            ]
+            del ledgers[:dropped]
+            meta["log_start_offset"] = ledgers[0]["base_offset"] if ledgers else meta["next_offset"]
+
+    def _expire_producers(self, meta: dict, now: int) -> None:
+        horizon = now - self.config.producer_expiration_ms
+        producers = meta["producers"]
+        for writer in [w for w, p in producers.items() if p["ts"] < horizon]:
+            del producers[writer]
+
+    def _purge_trash(self, meta: dict, now: int) -> None:
+        trash = meta.get("trash", [])
+        due = [t for t in trash if t["delete_after_ms"] <= now]
+        # Files go before their trash records: a crash in between leaves a record of a missing
+        # file (harmless), never an unrecorded file.
+        for t in due:
+            self.fileio.delete(t["file"])
+        if due:
+            meta["trash"] = [t for t in trash if t["delete_after_ms"] > now]

@@ -1,0 +1,213 @@
+"""Key -> (value, version) with compare-and-set: the one place shared state changes.
+
+Pulsar keeps this in ZooKeeper; the default backend here is a directory (under the store root
+unless ``metadataStoreUrl`` says otherwise). Each key is a directory of immutable version files
+``<version>.json``. A compare-and-set writes the new value to a temporary file, then hard-links it
+to the name of the next version: ``link`` fails if that name exists, so of several writers that
+read the same version exactly one wins, and a reader never sees a half-written value. This holds on
+local disks and on POSIX shared filesystems (NFSv3+ makes link atomic). Old versions are pruned;
+see ``put`` for why that stays safe. A distributed backend can come later behind the same interface.
+"""
+
+from __future__ import annotations
+
+import abc
+import fcntl
+import json
+import os
+import re
+import uuid
+from typing import List, NamedTuple, Optional
+
+from ..errors import BadVersionError, StorageError
+
+_SEGMENT = re.compile(r"^[A-Za-z0-9._\-]+$")
+_KEEP_VERSIONS = 4  # older versions are pruned; readers that listed them retry
+
+
+class Versioned(NamedTuple):
+    """A key's value (None when absent or deleted) and its version (0 when it never existed)."""
+
+    value: Optional[dict]
+    version: int
+
+
+class MetadataStore(abc.ABC):
+    @abc.abstractmethod
+    def get(self, key: str) -> Versioned: ...
+
+    @abc.abstractmethod
+    def put(self, key: str, value: Optional[dict], expected_version: int) -> int:
+        """Set ``key`` to ``value`` (None deletes) if its version is still ``expected_version``.
+
+        Returns the new version; raises ``BadVersionError`` if another writer got there first.
+        """
+
+    @abc.abstractmethod
+    def list_keys(self, prefix: str) -> List[str]:
+        """Keys under ``prefix`` that were ever written (some may since have been deleted)."""
+
+    def create(self, key: str, value: dict) -> int:
+        """Create ``key``; ``BadVersionError`` if it already exists."""
+        current = self.get(key)
+        if current.value is not None:
+            raise BadVersionError(f"metadata key {key} already exists")
+        return self.put(key, value, current.version)
+
+
+def _check_key(key: str) -> List[str]:
+    parts = key.split("/")
+    for p in parts:
+        if not _SEGMENT.match(p) or p in (".", ".."):
+            raise ValueError(f"illegal metadata key {key!r}")
+    return parts
+
+
+class FileMetadataStore(MetadataStore):
+    def __init__(self, directory: str, *, sync: bool = True):
+        self.directory = os.path.abspath(directory)
+        self._sync = sync
+
+    def _dir(self, key: str) -> str:
+        return os.path.join(self.directory, *_check_key(key))
+
+    @staticmethod
+    def _versions(d: str) -> List[int]:
+        try:
+            names = os.listdir(d)
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise StorageError(f"cannot list metadata {d}: {e.strerror}") from e
+        return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+
+    def get(self, key: str) -> Versioned:
+        d = self._dir(key)
+        for _ in range(100):
+            versions = self._versions(d)
+            if not versions:
+                return Versioned(None, 0)
+            path = os.path.join(d, f"{versions[-1]:020d}.json")
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                continue  # pruned under us by a newer write: look again
+            except OSError as e:
+                raise StorageError(f"cannot read metadata {path}: {e.strerror}") from e
+            try:
+                return Versioned(json.loads(data), versions[-1])
+            except ValueError as e:
+                raise StorageError(f"metadata file {path} is not valid JSON: {e}") from e
+        raise StorageError(f"metadata {d} keeps changing under the reader")
+
+    def put(self, key: str, value: Optional[dict], expected_version: int) -> int:
+        d = self._dir(key)
+        new_version = expected_version + 1
+        target = os.path.join(d, f"{new_version:020d}.json")
+        data = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+        try:
+            os.makedirs(d, exist_ok=True)
+            tmp = os.path.join(d, f".tmp.{uuid.uuid4().hex}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                os.write(fd, data)
+                if self._sync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                with _KeyLock(d, exclusive=False):
+                    # Pruning frees old names, so linking is only an exact compare-and-set while the
+                    # expected version still exists: pruning (under the exclusive lock) deletes
+                    # versions oldest first and always keeps the newest, so if ours is there, no
+                    # newer one can have been pruned.
+                    if expected_version > 0:
+                        if not os.path.exists(os.path.join(d, f"{expected_version:020d}.json")):
+                            raise BadVersionError(f"metadata {key} is past version {expected_version}")
+                    elif self._versions(d):
+                        raise BadVersionError(f"metadata {key} already exists")
+                    try:
+                        os.link(tmp, target)
+                    except FileExistsError:
+                        raise BadVersionError(
+                            f"metadata {key} was changed concurrently (version {new_version} exists)"
+                        ) from None
+            finally:
+                os.unlink(tmp)
+        except BadVersionError:
+            raise
+        except OSError as e:
+            raise StorageError(f"cannot write metadata {target}: {e.strerror}") from e
+        if self._sync:
+            _fsync_dir(d)
+        self._prune(d, new_version)
+        return new_version
+
+    def _prune(self, d: str, latest: int) -> None:
+        if latest <= _KEEP_VERSIONS:
+            return
+        lock = _KeyLock(d, exclusive=True, blocking=False)
+        if not lock.acquire():
+            return  # a writer is mid-CAS; the next write prunes
+        try:
+            for old in self._versions(d):
+                if old > latest - _KEEP_VERSIONS:
+                    break
+                try:
+                    os.unlink(os.path.join(d, f"{old:020d}.json"))
+                except FileNotFoundError:
+                    pass
+        finally:
+            lock.release()
+
+    def list_keys(self, prefix: str) -> List[str]:
+        base = self._dir(prefix) if prefix else self.directory
+        out = []
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames.sort()
+            if any(n.endswith(".json") for n in filenames):
+                out.append(os.path.relpath(dirpath, self.directory).replace(os.sep, "/"))
+        return sorted(out)
+
+    def __repr__(self) -> str:
+        return f"FileMetadataStore({self.directory!r})"
+
+
+class _KeyLock:
+    """An flock on a key's lock file: the kernel drops it when its holder dies, even by kill -9."""
+
+    def __init__(self, d: str, *, exclusive: bool, blocking: bool = True):
+        self._path = os.path.join(d, ".lock")
+        self._mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if blocking else fcntl.LOCK_NB)
+        self._fd = -1
+
+    def acquire(self) -> bool:
+        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._fd, self._mode)
+        except BlockingIOError:
+            os.close(self._fd)
+            self._fd = -1
+            return False
+        return True
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = -1
+
+    def __enter__(self) -> "_KeyLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _fsync_dir(d: str) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,87 @@
+"""Kafka topic names mapped to Pulsar full names, exactly as KoP maps them.
+
+``orders`` -> ``persistent://<kafkaTenant>/<kafkaNamespace>/orders``; ``tenant/ns/orders`` and
+``persistent://tenant/ns/orders`` are taken as given. Partition N is ``<full name>-partition-N``.
+Every part must pass Kafka's rules (letters, digits, ``.``, ``_``, ``-``; at most 249 characters;
+not ``.`` or ``..``), so a name can never reach outside the store root.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import InvalidTopicError
+
+MAX_NAME_LENGTH = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._\-]+$")
+_PARTITION_SUFFIX = re.compile(r"-partition-\d+$")
+PERSISTENT = "persistent://"
+
+
+def _check_part(part: str, what: str, original: str) -> None:
+    if not part:
+        raise InvalidTopicError(f"topic {original!r}: {what} is empty")
+    if part in (".", ".."):
+        raise InvalidTopicError(f"topic {original!r}: {what} cannot be {part!r}")
+    if len(part) > MAX_NAME_LENGTH:
+        raise InvalidTopicError(f"topic {original!r}: {what} is longer than {MAX_NAME_LENGTH} characters")
+    if not _LEGAL.match(part):
+        raise InvalidTopicError(
+            f"topic {original!r}: {what} {part!r} contains characters other than ASCII letters, digits, '.', '_' and '-'"
+        )
+
+
+@dataclass(frozen=True)
+class TopicName:
+    tenant: str
+    namespace: str
+    local_name: str
+
+    @classmethod
+    def parse(cls, name: str, default_tenant: str = "public", default_namespace: str = "default") -> "TopicName":
+        if not isinstance(name, str):
+            raise InvalidTopicError(f"topic name must be a string, not {type(name).__name__}")
+        rest = name
+        if "://" in name:
+            if not name.startswith(PERSISTENT):
+                raise InvalidTopicError(f"topic {name!r}: only persistent:// topics are supported")
+            rest = name[len(PERSISTENT) :]
+            parts = rest.split("/")
+            if len(parts) != 3:
+                raise InvalidTopicError(f"topic {name!r}: expected persistent://tenant/namespace/topic")
+        else:
+            parts = rest.split("/")
+            if len(parts) == 1:
+                parts = [default_tenant, default_namespace, parts[0]]
+            elif len(parts) != 3:
+                raise InvalidTopicError(f"topic {name!r}: expected topic, tenant/namespace/topic or persistent://tenant/namespace/topic")
+        for part, what in zip(parts, ("tenant", "namespace", "topic name")):
+            _check_part(part, what, name)
+        if _PARTITION_SUFFIX.search(parts[2]):
+            raise InvalidTopicError(f"topic {name!r}: names ending in -partition-N are reserved for partitions")
+        return cls(*parts)
+
+    @property
+    def full_name(self) -> str:
+        return f"{PERSISTENT}{self.tenant}/{self.namespace}/{self.local_name}"
+
+    def partition_name(self, partition: int) -> str:
+        return f"{self.full_name}-partition-{partition}"
+
+    def kafka_name(self, default_tenant: str, default_namespace: str) -> str:
+        """The name a Kafka client uses: short in the default namespace, tenant/ns/topic elsewhere."""
+        if (self.tenant, self.namespace) == (default_tenant, default_namespace):
+            return self.local_name
+        return f"{self.tenant}/{self.namespace}/{self.local_name}"
+
+    # Where things live; Pulsar's managed ledger names are tenant/namespace/persistent/topic.
+    @property
+    def metadata_key(self) -> str:
+        return f"topics/{self.tenant}/{self.namespace}/{self.local_name}"
+
+    def managed_ledger_key(self, partition: int) -> str:
+        return f"managed-ledgers/{self.tenant}/{self.namespace}/persistent/{self.local_name}-partition-{partition}"
+
+    def data_dir(self, partition: int) -> str:
+        return f"ledgers/{self.tenant}/{self.namespace}/{self.local_name}-partition-{partition}"
