@@ -311,11 +311,11 @@ class LedgerReader:
         self.stats.bytes_read += end - start
         return rows
 
-    def read(self, first_entry: int, table: EntryTable, max_bytes: int) -> List[Entry]:
+    def read(self, first_entry: int, max_bytes: int) -> List[Entry]:
         """Read and verify entries from table row ``first_entry`` on: at least one, then more
         while their total size stays within ``max_bytes``."""
+        rows = self.table().rows
         data_end = self._data_end
-        rows = table.rows
 
         def entry_end(k: int) -> int:
             return rows[k + 1].position if k + 1 < len(rows) else data_end

@@ -233,7 +233,7 @@ class ManagedLedger:
         reader = self.reader(ledger)
         table = reader.table()
         k = table.find_entry(offset - ledger.base_offset)
-        return [ReadEntry(ledger.base_offset + e.relative_index, e) for e in reader.read(k, table, max_bytes)]
+        return [ReadEntry(ledger.base_offset + e.relative_index, e) for e in reader.read(k, max_bytes)]
 
     def entry_for_timestamp(self, snapshot: Snapshot, timestamp: int) -> Optional[ReadEntry]:
         """The first entry whose batch, or one before it, reaches ``timestamp``; None if none does."""
@@ -249,7 +249,7 @@ class ManagedLedger:
                 f"{self.fileio.full_path(ledger.file)}: no entry reaches timestamp {timestamp} "
                 f"although the managed ledger records {ledger.max_timestamp} for this ledger"
             )
-        entry = reader.read(k, table, 0)[0]
+        entry = reader.read(k, 0)[0]
         return ReadEntry(ledger.base_offset + entry.relative_index, entry)
 
     # -- writes ----------------------------------------------------------------------------

@@ -1,0 +1,307 @@
+"""``kop``: the command line, shaped after Kafka's own tools.
+
+    kop [--root R] [--conf k=v ...] topics create|list|describe|alter|delete ...
+    kop produce TOPIC            lines from stdin (kafka-console-producer)
+    kop consume TOPIC            records to stdout (kafka-console-consumer)
+    kop dump-ledger FILE         every entry of a ledger file (kafka-dump-log)
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+from typing import Iterator, List, Optional, Sequence
+
+from .broker import Broker
+from .errors import KopError
+from .record import ConsumerRecord, Record, RecordBatch
+from .record.default_record_batch import with_base_offset
+from .storage.fileio import FileIO
+from .storage.ledger import recover
+
+_PRODUCE_BATCH = 1000
+
+
+def _key_values(pairs: Sequence[str], what: str) -> dict:
+    out = {}
+    for p in pairs or ():
+        if "=" not in p:
+            raise SystemExit(f"kop: {what} {p!r} must be key=value")
+        k, v = p.split("=", 1)
+        out[k] = v
+    return out
+
+
+def _broker(args) -> Broker:
+    return Broker(args.root, conf=_key_values(args.conf, "--conf"))
+
+
+# -- topics ---------------------------------------------------------------------------------
+
+
+def _topics(args) -> int:
+    with _broker(args) as b:
+        if args.action == "create":
+            b.create_topic(args.topic, args.partitions, _key_values(args.config, "--config"))
+            print(f"Created topic {args.topic}.")
+        elif args.action == "list":
+            for t in b.list_topics(include_internal=args.include_internal):
+                print(t)
+        elif args.action == "delete":
+            b.delete_topic(args.topic)
+            print(f"Deleted topic {args.topic}.")
+        elif args.action == "alter":
+            b.create_partitions(args.topic, args.partitions)
+            print(f"Topic {args.topic} now has {args.partitions} partitions.")
+        elif args.action == "describe":
+            names = [args.topic] if args.topic else b.list_topics(include_internal=args.include_internal)
+            for t in names:
+                d = b.describe_topic(t)
+                configs = ",".join(f"{k}={v}" for k, v in d.config.items())
+                print(f"Topic: {d.name}\tFullName: {d.full_name}\tPartitionCount: {len(d.partitions)}\tConfigs: {configs}")
+                for p in d.partitions:
+                    print(
+                        f"\tTopic: {d.name}\tPartition: {p.partition}\tLogStartOffset: {p.log_start_offset}"
+                        f"\tLogEndOffset: {p.log_end_offset}\tLedgers: {p.ledgers}\tSize: {p.size_bytes}"
+                    )
+    return 0
+
+
+# -- produce --------------------------------------------------------------------------------
+
+
+def _produce(args) -> int:
+    headers = [(k, v.encode()) for k, v in _key_values(args.header, "--header").items()]
+    total = 0
+    with _broker(args) as b:
+        b.partitions_for(args.topic)  # fail before reading stdin if the topic is missing
+        batch: List[Record] = []
+        for line in sys.stdin.buffer:
+            line = line.rstrip(b"\r\n")
+            key = None
+            if args.key_separator is not None:
+                sep = args.key_separator.encode()
+                if sep not in line:
+                    raise KopError(f"line {total + len(batch) + 1} has no key separator {args.key_separator!r}: {line[:80]!r}")
+                key, line = line.split(sep, 1)
+            batch.append(Record(value=line, key=key, headers=headers))
+            if len(batch) >= _PRODUCE_BATCH:
+                b.produce(args.topic, batch, args.partition, compression=args.compression_type)
+                total += len(batch)
+                batch = []
+        if batch:
+            b.produce(args.topic, batch, args.partition, compression=args.compression_type)
+            total += len(batch)
+    print(f"Produced {total} records to {args.topic}.", file=sys.stderr)
+    return 0
+
+
+# -- consume --------------------------------------------------------------------------------
+
+
+def _text(data: Optional[bytes]) -> Optional[str]:
+    return None if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
+def _json_bytes(data: Optional[bytes]):
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode()}
+
+
+def _records(b: Broker, args) -> Iterator[ConsumerRecord]:
+    partitions = [args.partition] if args.partition is not None else range(b.partitions_for(args.topic))
+    for p in partitions:
+        if args.from_timestamp is not None:
+            start = b.list_offsets(args.topic, p, args.from_timestamp)
+            if start < 0:
+                continue
+        elif args.from_beginning or args.offset == "earliest":
+            start = b.list_offsets(args.topic, p, "earliest")
+        elif args.offset in (None, "latest"):
+            start = b.list_offsets(args.topic, p, "latest")
+        else:
+            start = int(args.offset)
+        end = b.list_offsets(args.topic, p, "latest")
+        while start < end:
+            records = b.fetch(args.topic, p, start, max_records=min(500, end - start))
+            if not records:
+                break
+            yield from records
+            start = records[-1].offset + 1
+
+
+def _consume(args) -> int:
+    if args.offset not in (None, "earliest", "latest"):
+        try:
+            int(args.offset)
+        except ValueError:
+            raise KopError(f"--offset must be earliest, latest or a number, got {args.offset!r}") from None
+        if args.partition is None:
+            raise KopError("--offset N needs --partition, as in kafka-console-consumer")
+    out = sys.stdout
+    n = 0
+    with _broker(args) as b:
+        for r in _records(b, args):
+            if args.max_messages is not None and n >= args.max_messages:
+                break
+            if args.format == "json":
+                out.write(json.dumps({
+                    "topic": r.topic, "partition": r.partition, "offset": r.offset,
+                    "timestamp": r.timestamp_ms, "timestampType": int(r.timestamp_type),
+                    "key": _json_bytes(r.key), "value": _json_bytes(r.value),
+                    "headers": [{"key": k, "value": _json_bytes(v)} for k, v in r.headers],
+                }) + "\n")
+            else:
+                parts = []
+                if args.print_offset:
+                    parts.append(f"{r.partition}:{r.offset}")
+                if args.print_timestamp:
+                    parts.append(f"{'CreateTime' if r.timestamp_type == 0 else 'LogAppendTime'}:{r.timestamp_ms}")
+                if args.print_key:
+                    parts.append(_text(r.key) if r.key is not None else "null")
+                parts.append(_text(r.value) if r.value is not None else "null")
+                out.write("\t".join(parts) + "\n")
+            n += 1
+    print(f"Processed a total of {n} messages", file=sys.stderr)
+    return 0
+
+
+# -- dump-ledger ----------------------------------------------------------------------------
+
+
+def _find_ledger(root: Optional[str], path: str) -> Optional[dict]:
+    """The managed ledger's record of this file, if a store root around it refers to it."""
+    if root is None:
+        return None
+    try:
+        b = Broker(root)
+    except KopError:
+        return None
+    rel = os.path.relpath(path, os.path.abspath(root))
+    for key in b.store.list_keys("managed-ledgers"):
+        meta = b.store.get(key).value or {}
+        for l in meta.get("ledgers", []):
+            if l["file"] == rel:
+                return {**l, "managed_ledger": key}
+    return None
+
+
+def _dump_ledger(args) -> int:
+    path = os.path.abspath(args.file)
+    if not os.path.isfile(path):
+        raise KopError(f"ledger file {path} does not exist")
+    fio = FileIO(os.path.dirname(path))
+    found = _find_ledger(args.root or _guess_root(path), path)
+    rec = recover(fio, os.path.basename(path))
+    print(f"Dumping {path}")
+    print(f"Ledger id: {rec.ledger_id:016x}  FileSize: {rec.file_length}  Sealed: {str(rec.sealed).lower()}")
+    base = None
+    if found:
+        base = found["base_offset"]
+        print(
+            f"ManagedLedger: {found['managed_ledger']}  BaseOffset: {base}  State: {found['state']}  "
+            f"ConfirmedEntries: {found['entries']}  ConfirmedLength: {found['length']}"
+        )
+    else:
+        print("ManagedLedger: none refers to this file (base offset unknown; offsets shown are relative)")
+    base_shown = base if base is not None else 0
+    for i, e in enumerate(rec.entries):
+        batch = RecordBatch(with_base_offset(e.batch, base_shown + e.relative_index))
+        confirmed = found is None or i < found["entries"]
+        print(
+            f"position: {e.position} relativeIndex: {e.relative_index} baseOffset: {batch.base_offset} "
+            f"lastOffset: {batch.last_offset} count: {e.record_count} brokerTimestamp: {e.broker_timestamp} "
+            f"maxTimestamp: {batch.max_timestamp} size: {e.size} compression: {batch.compression.name.lower()} "
+            f"isControl: {str(batch.is_control).lower()} crcValid: true"
+            + ("" if confirmed else " unconfirmed: true")
+        )
+        if args.print_data_log:
+            for r in batch.records():
+                hdrs = ",".join(f"{k}:{_text(v)}" for k, v in r.headers)
+                print(f"| offset: {r.offset} CreateTime: {r.timestamp_ms} key: {_text(r.key)} value: {_text(r.value)} headers: [{hdrs}]")
+    if rec.error:
+        print(f"corrupt or torn entry at byte {rec.valid_length}: {rec.error}")
+        print(f"{rec.file_length - rec.valid_length} bytes from byte {rec.valid_length} are not valid entries")
+        return 1 if found is None or rec.valid_length < found["length"] and found["state"] != "sealed" else 0
+    return 0
+
+
+def _guess_root(path: str) -> Optional[str]:
+    """Ledgers live at <root>/ledgers/<tenant>/<namespace>/<partition dir>/<file>."""
+    parts = path.split(os.sep)
+    if len(parts) > 5 and parts[-5] == "ledgers":
+        return os.sep.join(parts[:-5])
+    return None
+
+
+# -- entry point ----------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kop", description="Kafka-style topics on ledgers")
+    p.add_argument("--root", help="store root (default: storageRoot of conf/kop.conf, else ./kop-data)")
+    p.add_argument("--conf", action="append", metavar="KEY=VALUE", help="override a setting of conf/kop.conf")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("topics", help="create, list, describe, alter or delete topics")
+    t.add_argument("action", choices=["create", "list", "describe", "alter", "delete"])
+    t.add_argument("topic", nargs="?")
+    t.add_argument("--partitions", type=int)
+    t.add_argument("--config", action="append", metavar="KEY=VALUE", help="topic setting, e.g. retention.ms=3600000")
+    t.add_argument("--include-internal", action="store_true", help="also internal topics such as __consumer_offsets")
+    t.set_defaults(run=_topics)
+
+    pr = sub.add_parser("produce", help="produce lines from stdin, one record each")
+    pr.add_argument("topic")
+    pr.add_argument("--partition", type=int)
+    pr.add_argument("--key-separator", help="split each line into key and value at the first SEP")
+    pr.add_argument("--header", action="append", metavar="KEY=VALUE", help="header added to every record")
+    pr.add_argument("--compression-type", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
+    pr.set_defaults(run=_produce)
+
+    c = sub.add_parser("consume", help="print records, then stop at the log end")
+    c.add_argument("topic")
+    c.add_argument("--partition", type=int)
+    c.add_argument("--from-beginning", action="store_true")
+    c.add_argument("--offset", help="earliest, latest (the default) or an offset (needs --partition)")
+    c.add_argument("--from-timestamp", type=int, metavar="MS", help="start at the first record at or after this time")
+    c.add_argument("--max-messages", type=int)
+    c.add_argument("--format", choices=["text", "json"], default="text")
+    c.add_argument("--print-key", action="store_true")
+    c.add_argument("--print-offset", action="store_true")
+    c.add_argument("--print-timestamp", action="store_true")
+    c.set_defaults(run=_consume)
+
+    d = sub.add_parser("dump-ledger", help="print every entry of a ledger file")
+    d.add_argument("file")
+    d.add_argument("--print-data-log", action="store_true", help="also print each record")
+    d.set_defaults(run=_dump_ledger)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "topics" and args.action in ("create", "delete", "alter") and not args.topic:
+        print(f"kop topics {args.action}: a topic name is required", file=sys.stderr)
+        return 2
+    if args.command == "topics" and args.action == "alter" and args.partitions is None:
+        print("kop topics alter: --partitions is required", file=sys.stderr)
+        return 2
+    try:
+        return args.run(args)
+    except KopError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
