@@ -1,0 +1,371 @@
+"""Kafka semantics of the Broker: offsets, lookups, rollover, retention, idempotence, admin."""
+
+import os
+import time
+
+import pytest
+from kafka.record.default_records import DefaultRecordBatch as KBatch
+
+import kop_spark
+from kop_spark import Broker, Record
+from kop_spark.errors import (
+    CorruptRecordError,
+    InvalidPartitionsError,
+    InvalidRecordError,
+    InvalidTopicError,
+    OffsetOutOfRangeError,
+    PartitionNotFoundError,
+    RecordTooLargeError,
+    StorageError,
+    TopicAlreadyExistsError,
+    TopicNotFoundError,
+)
+from kop_spark.partitioner import partition_for_key
+from kop_spark.record import CompressionType, RecordBatch, TimestampType, build_record_batch
+from kop_spark.record.default_record_batch import with_base_offset
+
+NOW = int(time.time() * 1000)
+
+
+def recs(n, start=0, ts=None):
+    return [Record(value=f"v{i}".encode(), key=f"k{i}".encode(), timestamp_ms=(ts if ts is not None else NOW) + i) for i in range(start, start + n)]
+
+
+def all_records(b, topic, p):
+    out, off = [], b.list_offsets(topic, p, "earliest")
+    end = b.list_offsets(topic, p, "latest")
+    while off < end:
+        got = b.fetch(topic, p, off, max_records=1000)
+        out += got
+        off = got[-1].offset + 1
+    return out
+
+
+def test_offsets_are_continuous_across_rollovers_and_restart(root):
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 3})
+    b.create_topic("t", 1)
+    expected = []
+    for i in range(20):
+        batch = recs(i % 4 + 1, start=len(expected))
+        p, base, n = b.produce("t", batch, partition=0)[0]
+        assert base == len(expected) and n == len(batch)
+        expected += batch
+    assert b.describe_topic("t").partitions[0].ledgers == 7
+    b.close()
+    b2 = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 3})
+    got = all_records(b2, "t", 0)
+    assert [r.offset for r in got] == list(range(len(expected)))
+    assert [(r.key, r.value, r.timestamp_ms) for r in got] == [(r.key, r.value, r.timestamp_ms) for r in expected]
+    b2.produce("t", recs(1, start=999), partition=0)
+    assert b2.list_offsets("t", 0, "latest") == len(expected) + 1
+
+
+def test_fetch_from_every_offset_returns_exactly_that_offset_on(broker):
+    broker.create_topic("t", 1)
+    for i in range(6):
+        broker.produce("t", recs(3, start=3 * i), partition=0)
+    for off in range(18):
+        got = broker.fetch("t", 0, off, max_records=4)
+        assert [r.offset for r in got] == list(range(off, min(off + 4, 18)))
+        assert got[0].value == f"v{off}".encode()
+    assert broker.fetch("t", 0, 18) == []  # the log end is a valid position with nothing yet
+
+
+def test_offset_out_of_range_names_both_bounds(root):
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1})
+    b.create_topic("t", 1, config={"retention.bytes": 0, "file.delete.delay.ms": 0})
+    for i in range(4):
+        b.produce("t", recs(2, start=2 * i), partition=0)
+    b.enforce_retention("t")
+    start, end = b.list_offsets("t", 0, "earliest"), b.list_offsets("t", 0, "latest")
+    assert start == 6 and end == 8
+    for bad in (start - 1, 0, end + 1):
+        with pytest.raises(OffsetOutOfRangeError) as e:
+            b.fetch("t", 0, bad)
+        assert (e.value.log_start_offset, e.value.log_end_offset) == (6, 8)
+        assert f"offset {bad}" in str(e.value) and "6" in str(e.value) and "8" in str(e.value) and "t-0" in str(e.value)
+    with pytest.raises(OffsetOutOfRangeError):
+        b.fetch_batches("t", 0, 5)
+
+
+def test_list_offsets_by_timestamp(broker):
+    broker.create_topic("t", 1)
+    # Timestamps need not grow: lookups use the running maximum, like Kafka's time index.
+    stamps = [100, 300, 200, 400, 400, 500]
+    broker.produce("t", [Record(b"a", timestamp_ms=NOW + s) for s in stamps[:3]], partition=0)
+    broker.produce("t", [Record(b"b", timestamp_ms=NOW + s) for s in stamps[3:]], partition=0)
+    assert broker.list_offsets("t", 0, NOW) == 0
+    assert broker.list_offsets("t", 0, NOW + 150) == 1
+    assert broker.list_offsets("t", 0, NOW + 300) == 1
+    assert broker.list_offsets("t", 0, NOW + 301) == 3
+    assert broker.list_offsets("t", 0, NOW + 500) == 5
+    assert broker.list_offsets("t", 0, NOW + 501) == -1
+    assert broker.list_offsets("t", 0, -2) == 0 and broker.list_offsets("t", 0, -1) == 6
+
+
+def test_list_offsets_on_empty_partition(broker):
+    broker.create_topic("t", 2)
+    assert [broker.list_offsets("t", 1, s) for s in ("earliest", "latest", 0)] == [0, 0, -1]
+
+
+def test_rollover_by_bytes_and_by_age(root):
+    from kop_spark.storage.managed_ledger import ManagedLedger, ManagedLedgerConfig
+
+    b = Broker(root, conf={"managedLedgerMaxSizePerLedgerMbytes": 1})
+    b.create_topic("t", 1)
+    big = [Record(value=os.urandom(400_000), timestamp_ms=NOW)]
+    for _ in range(5):
+        b.produce("t", big, partition=0)
+    assert b.describe_topic("t").partitions[0].ledgers == 2  # 3 x 400 kB pass 1 MiB, then a new ledger
+
+    name = b.topic_name("t")
+    ml = ManagedLedger("t-0", name.managed_ledger_key(0), name.data_dir(0), b.store, b.fileio, ManagedLedgerConfig(max_ledger_age_ms=0))
+    batch = build_record_batch(recs(1))
+    before = len(ml.snapshot().ledgers)
+    ml.append([batch])
+    ml.append([batch])
+    assert len(ml.snapshot().ledgers) == before + 2  # every append finds its ledger too old
+
+
+def test_retention_by_time_and_size_with_grace_period(root):
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1})
+    b.create_topic("old", 1, config={"retention.ms": 60_000, "file.delete.delay.ms": 3_600_000})
+    b.produce("old", recs(2, ts=NOW - 120_000), partition=0)  # expired
+    b.produce("old", recs(2, ts=NOW), partition=0)
+    b.produce("old", recs(2, ts=NOW), partition=0)
+    b.enforce_retention()
+    assert b.list_offsets("old", 0, "earliest") == 2
+    ledger_dir = os.path.join(root, b.topic_name("old").data_dir(0))
+    # The dropped ledger's file stays for readers that planned on it, until the grace period ends.
+    assert len(os.listdir(ledger_dir)) == 3
+    b.close()
+
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1})
+    b.create_topic("big", 1, config={"retention.bytes": 1, "file.delete.delay.ms": 0})
+    for i in range(4):
+        b.produce("big", recs(1, start=i), partition=0)
+    b.enforce_retention("big")
+    # Kafka keeps deleting the oldest while the log stays >= retention.bytes without it.
+    d = b.describe_topic("big").partitions[0]
+    assert d.log_start_offset == 3 and d.log_end_offset == 4 and d.ledgers == 1
+    assert len(os.listdir(os.path.join(root, b.topic_name("big").data_dir(0)))) == 1
+    assert [r.value for r in b.fetch("big", 0, 3)] == [b"v3"]
+
+
+def test_everything_expired_keeps_next_offset(root):
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1})
+    b.create_topic("t", 1, config={"retention.ms": 1000})
+    b.produce("t", recs(3, ts=NOW - 10_000), partition=0)
+    b.close()  # seals the tail, so it may expire too
+    b = Broker(root)
+    b.enforce_retention("t")
+    assert (b.list_offsets("t", 0, "earliest"), b.list_offsets("t", 0, "latest")) == (3, 3)
+    assert b.produce("t", recs(1), partition=0) == [(0, 3, 1)]
+
+
+def test_idempotent_produce_applies_once(broker):
+    broker.create_topic("t", 1)
+    first = broker.produce("t", recs(3), partition=0, idempotence_key=("query-1", 7))
+    again = broker.produce("t", recs(3), partition=0, idempotence_key=("query-1", 7))
+    assert first == again == [(0, 0, 3)]
+    older = broker.produce_batches("t", 0, [build_record_batch(recs(1))], idempotence_key=("query-1", 3))
+    assert older == -1  # a duplicate whose offsets are not remembered, as Kafka answers it
+    assert broker.produce("t", recs(2), partition=0, idempotence_key=("query-1", 8)) == [(0, 3, 2)]
+    assert broker.produce("t", recs(1), partition=0, idempotence_key=("query-2", 7)) == [(0, 5, 1)]
+    assert broker.list_offsets("t", 0, "latest") == 6
+
+
+def test_default_partitioner(broker):
+    broker.create_topic("t", 5)
+    keys = [f"key-{i}".encode() for i in range(40)]
+    result = broker.produce("t", [Record(b"v", key=k) for k in keys])
+    by_partition = {p: n for p, _, n in result}
+    for p in range(5):
+        expected = sum(1 for k in keys if partition_for_key(k, 5) == p)
+        assert by_partition.get(p, 0) == expected
+    # Records without a key go together to one partition per call, spreading across calls.
+    used = {broker.produce("t", [Record(b"x"), Record(b"y")])[0][0] for _ in range(5)}
+    assert len(used) == 5
+
+
+def test_produce_batches_and_fetch_batches_are_kafka_bytes(broker):
+    broker.create_topic("t", 1)
+    broker.produce("t", recs(2), partition=0)
+    for codec in CompressionType:
+        broker.produce_batches("t", 0, [build_record_batch(recs(3, ts=NOW), compression=codec)])
+    batches = broker.fetch_batches("t", 0, 3)
+    assert [KBatch(b).base_offset for b in batches] == [2, 5, 8, 11, 14]  # from the batch holding 3
+    seen = []
+    for raw in batches:
+        kb = KBatch(raw)
+        assert kb.validate_crc()
+        seen += [(m.offset, m.value) for m in kb]
+    assert seen == [(i, f"v{(i - 2) % 3}".encode()) for i in range(2, 17)]
+    assert len(broker.fetch_batches("t", 0, 0, max_bytes=1)) == 1  # at least one batch
+
+
+def test_produce_batches_validated_like_kafka(broker):
+    broker.create_topic("t", 1, config={"max.message.bytes": 2000})
+    good = build_record_batch(recs(2))
+    bad_crc = bytearray(good)
+    bad_crc[-1] ^= 1
+    with pytest.raises(CorruptRecordError, match="t-0"):
+        broker.produce_batches("t", 0, [good, bytes(bad_crc)])
+    with pytest.raises(InvalidRecordError, match="control"):
+        broker.produce_batches("t", 0, [build_record_batch(recs(1), is_control=True)])
+    with pytest.raises(RecordTooLargeError, match="max.message.bytes"):
+        broker.produce_batches("t", 0, [build_record_batch([Record(os.urandom(3000))])])
+    assert broker.list_offsets("t", 0, "latest") == 0  # refused whole: nothing written
+    # Several batches in one call are one atomic append, like one PRODUCE request.
+    assert broker.produce_batches("t", 0, [good + good]) == 0
+    assert broker.list_offsets("t", 0, "latest") == 4
+
+
+def test_log_append_time_topic(broker):
+    broker.create_topic("t", 1, config={"message.timestamp.type": "LogAppendTime"})
+    before = int(time.time() * 1000)
+    broker.produce("t", [Record(b"a", timestamp_ms=5)], partition=0)
+    r = broker.fetch("t", 0, 0)[0]
+    assert r.timestamp_type == TimestampType.LOG_APPEND_TIME and r.timestamp_ms >= before
+
+
+def test_control_batches_take_offsets_but_are_not_data(broker):
+    broker.create_topic("t", 1)
+    broker.produce("t", recs(2), partition=0)
+    name = broker.topic_name("t")
+    marker = build_record_batch([Record(b"\x00" * 6, key=b"\x00\x00\x00\x01")], is_control=True, is_transactional=True, producer_id=1, producer_epoch=0)
+    broker._managed_ledger("t", 0).append([marker])  # as a transaction coordinator would write it
+    broker.produce("t", recs(1, start=2), partition=0)
+    assert [r.offset for r in broker.fetch("t", 0, 0)] == [0, 1, 3]
+    assert broker.list_offsets("t", 0, "latest") == 4
+
+
+def test_headers_and_null_keys_and_values(broker):
+    broker.create_topic("t", 1)
+    broker.produce("t", [Record(None, None, NOW, [("a", b"1"), ("b", None)])], partition=0)
+    r = broker.fetch("t", 0, 0)[0]
+    assert (r.key, r.value, r.headers) == (None, None, (("a", b"1"), ("b", None)))
+
+
+def test_topic_administration(root):
+    b = Broker(root)
+    b.create_topic("a", 2)
+    b.create_topic("tenant1/ns1/b", 1)
+    b.create_topic("persistent://public/default/c")
+    assert b.list_topics() == ["a", "c", "tenant1/ns1/b"]
+    with pytest.raises(TopicAlreadyExistsError):
+        b.create_topic("persistent://public/default/a", 3)
+    with pytest.raises(InvalidPartitionsError):
+        b.create_topic("z", 0)
+    b.produce("a", recs(2), partition=1)
+    b.create_partitions("a", 4)
+    assert b.partitions_for("a") == 4
+    b.produce("a", recs(1), partition=3)
+    with pytest.raises(InvalidPartitionsError):
+        b.create_partitions("a", 2)
+    b.delete_topic("a")
+    assert b.list_topics() == ["c", "tenant1/ns1/b"]
+    with pytest.raises(TopicNotFoundError):
+        b.fetch("a", 0, 0)
+    b.create_topic("a", 1)  # recreated: empty, offsets from 0
+    assert b.list_offsets("a", 0, "latest") == 0
+    assert b.produce("a", recs(1)) == [(0, 0, 1)]
+
+
+def test_deleted_topic_files_removed_after_grace(root):
+    b = Broker(root)
+    b.create_topic("gone", 1, config={"file.delete.delay.ms": 0})
+    b.produce("gone", recs(3), partition=0)
+    ledger_dir = os.path.join(root, b.topic_name("gone").data_dir(0))
+    assert os.listdir(ledger_dir)
+    b.delete_topic("gone")
+    assert not os.listdir(ledger_dir)
+
+
+def test_writer_of_deleted_topic_gets_topic_not_found(root):
+    writer, admin = Broker(root), Broker(root)
+    writer.create_topic("t", 1)
+    writer.produce("t", recs(1), partition=0)
+    admin.delete_topic("t")
+    with pytest.raises(TopicNotFoundError):
+        writer.produce("t", recs(1), partition=0)
+
+
+def test_unknown_topic_partition_and_illegal_names(broker):
+    broker.create_topic("t", 2)
+    with pytest.raises(TopicNotFoundError, match="'nope'"):
+        broker.fetch("nope", 0, 0)
+    with pytest.raises(TopicNotFoundError, match="'nope'"):
+        broker.produce("nope", recs(1))
+    with pytest.raises(PartitionNotFoundError, match="partition 2"):
+        broker.fetch("t", 2, 0)
+    with pytest.raises(PartitionNotFoundError):
+        broker.produce("t", recs(1), partition=-1)
+    with pytest.raises(InvalidTopicError):
+        broker.create_topic("../../escape", 1)
+    assert not os.path.exists(os.path.join(os.path.dirname(broker.root), "escape"))
+
+
+def test_corrupt_ledger_is_reported_with_its_file(root):
+    b = Broker(root)
+    b.create_topic("t", 1)
+    b.produce("t", recs(5), partition=0)
+    b.close()
+    (ledger,) = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".ledger")]
+    raw = bytearray(open(ledger, "rb").read())
+    raw[60] ^= 0x40
+    open(ledger, "wb").write(bytes(raw))
+    with pytest.raises(CorruptRecordError, match=os.path.basename(ledger)):
+        Broker(root).fetch("t", 0, 0)
+
+
+def test_root_that_is_a_file(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(StorageError, match="not a directory"):
+        Broker(str(f))
+
+
+READ_ONLY_WRITER = r"""
+import sys, kop_spark
+try:
+    b = kop_spark.Broker(sys.argv[1])
+    b.produce("t", [kop_spark.Record(b"v")], partition=0)
+except kop_spark.StorageError as e:
+    print("StorageError:", e)
+"""
+
+
+def _without_root_powers():
+    """Run a child as this user but without the capabilities that let root ignore permissions."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return []
+    if not shutil.which("setpriv"):
+        pytest.skip("running as root without setpriv (util-linux): cannot drop CAP_DAC_OVERRIDE")
+    return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--"]
+
+
+def test_read_only_and_unreadable_root(tmp_path):
+    """Without write (or read) permission on the root, a StorageError names the path."""
+    import subprocess
+
+    from .conftest import PYTHON, python_subprocess_env
+
+    store = tmp_path / "store"
+    Broker(str(store)).create_topic("t", 1)
+    prefix = _without_root_powers()
+    for d, _, _ in os.walk(store):
+        os.chmod(d, 0o555)
+    try:
+        out = subprocess.run(prefix + [PYTHON, "-c", READ_ONLY_WRITER, str(store)], capture_output=True, text=True, env=python_subprocess_env())
+        assert "StorageError: cannot" in out.stdout, out.stdout + out.stderr
+        assert str(store) in out.stdout
+        os.chmod(store, 0o000)
+        out = subprocess.run(prefix + [PYTHON, "-c", READ_ONLY_WRITER, str(store)], capture_output=True, text=True, env=python_subprocess_env())
+        assert f"cannot read store root {store}" in out.stdout, out.stdout + out.stderr
+    finally:
+        for d, _, _ in os.walk(store):
+            os.chmod(d, 0o755)
+        os.chmod(store, 0o755)
