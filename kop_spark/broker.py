@@ -369,7 +369,7 @@ class Broker:
         position = offset
         budget = max_bytes
         while len(out) < max_records and position < snap.next_offset and budget > 0:
-            for read in ml.read(snap, position, min(budget, 1 << 20)):
+            for read in ml.read(snap, position, min(budget, 1 << 20), max_records - len(out)):
                 budget -= read.entry.size
                 batch = RecordBatch(with_base_offset(read.entry.batch, read.base_offset))
                 position = batch.last_offset + 1

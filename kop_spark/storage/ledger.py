@@ -311,18 +311,19 @@ class LedgerReader:
         self.stats.bytes_read += end - start
         return rows
 
-    def read(self, first_entry: int, max_bytes: int) -> List[Entry]:
-        """Read and verify entries from table row ``first_entry`` on: at least one, then more
-        while their total size stays within ``max_bytes``."""
+    def read(self, first_entry: int, max_bytes: int, last_entry: Optional[int] = None) -> List[Entry]:
+        """Read and verify entries from table row ``first_entry`` on (to ``last_entry`` at most):
+        at least one, then more while their total size stays within ``max_bytes``."""
         rows = self.table().rows
         data_end = self._data_end
+        stop_row = len(rows) if last_entry is None else min(len(rows), last_entry + 1)
 
         def entry_end(k: int) -> int:
             return rows[k + 1].position if k + 1 < len(rows) else data_end
 
         start = rows[first_entry].position
         last = first_entry + 1
-        while last < len(rows) and entry_end(last) - start <= max_bytes:
+        while last < stop_row and entry_end(last) - start <= max_bytes:
             last += 1
         stop = entry_end(last - 1)
         data = self.fileio.read_at(self.path, start, stop - start)

@@ -225,15 +225,18 @@ class ManagedLedger:
     def reader(self, ledger: LedgerInfo) -> LedgerReader:
         return LedgerReader(self.fileio, ledger.file, ledger.length, ledger.state == SEALED, self.stats)
 
-    def read(self, snapshot: Snapshot, offset: int, max_bytes: int) -> List[ReadEntry]:
-        """Entries from the one holding ``offset`` on, within one ledger, about ``max_bytes`` (at
-        least one entry). ``offset`` must be in ``[log_start_offset, next_offset)``."""
+    def read(self, snapshot: Snapshot, offset: int, max_bytes: int, max_records: Optional[int] = None) -> List[ReadEntry]:
+        """Entries from the one holding ``offset`` on, within one ledger: at least one, then more
+        within ``max_bytes``, and no more than needed to cover ``max_records`` records.
+        ``offset`` must be in ``[log_start_offset, next_offset)``."""
         i = snapshot.ledger_for_offset(offset)
         ledger = snapshot.ledgers[i]
         reader = self.reader(ledger)
         table = reader.table()
-        k = table.find_entry(offset - ledger.base_offset)
-        return [ReadEntry(ledger.base_offset + e.relative_index, e) for e in reader.read(k, max_bytes)]
+        rel = offset - ledger.base_offset
+        k = table.find_entry(rel)
+        last = None if max_records is None else table.find_entry(rel + max_records - 1)
+        return [ReadEntry(ledger.base_offset + e.relative_index, e) for e in reader.read(k, max_bytes, last)]
 
     def entry_for_timestamp(self, snapshot: Snapshot, timestamp: int) -> Optional[ReadEntry]:
         """The first entry whose batch, or one before it, reaches ``timestamp``; None if none does."""
