@@ -27,7 +27,7 @@ from .errors import (
     TopicNotFoundError,
 )
 from .partitioner import partition_for_key
-from .record import ConsumerRecord, Record, RecordBatch, TimestampType, build_record_batch, split_batches
+from .record import ConsumerRecord, Record, RecordBatch, build_record_batch, split_batches
 from .record.compression import CompressionType
 from .record.default_record_batch import with_base_offset, with_log_append_time
 from .storage.fileio import FileIO, optional_local_dir
@@ -36,7 +36,6 @@ from .storage.managed_ledger import (
     ManagedLedger,
     ManagedLedgerConfig,
     ManagedLedgerDeletedError,
-    ReadEntry,
     Snapshot,
     now_ms,
 )

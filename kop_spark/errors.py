@@ -78,9 +78,5 @@ class RecordTooLargeError(KopError, ValueError):
     """A batch larger than the topic's ``max.message.bytes`` (Kafka: MESSAGE_TOO_LARGE)."""
 
 
-class DuplicateSequenceError(KopError):
-    """An idempotent append whose sequence is older than the last one applied for its writer."""
-
-
 class BadVersionError(KopError):
     """A metadata compare-and-set lost against a concurrent update."""

@@ -6,7 +6,6 @@ import time
 import pytest
 from kafka.record.default_records import DefaultRecordBatch as KBatch
 
-import kop_spark
 from kop_spark import Broker, Record
 from kop_spark.errors import (
     CorruptRecordError,
@@ -21,8 +20,7 @@ from kop_spark.errors import (
     TopicNotFoundError,
 )
 from kop_spark.partitioner import partition_for_key
-from kop_spark.record import CompressionType, RecordBatch, TimestampType, build_record_batch
-from kop_spark.record.default_record_batch import with_base_offset
+from kop_spark.record import CompressionType, TimestampType, build_record_batch
 
 NOW = int(time.time() * 1000)
 
@@ -232,7 +230,6 @@ def test_log_append_time_topic(broker):
 def test_control_batches_take_offsets_but_are_not_data(broker):
     broker.create_topic("t", 1)
     broker.produce("t", recs(2), partition=0)
-    name = broker.topic_name("t")
     marker = build_record_batch([Record(b"\x00" * 6, key=b"\x00\x00\x00\x01")], is_control=True, is_transactional=True, producer_id=1, producer_epoch=0)
     broker._managed_ledger("t", 0).append([marker])  # as a transaction coordinator would write it
     broker.produce("t", recs(1, start=2), partition=0)

@@ -77,7 +77,7 @@ def test_kill_9_writers_at_random_points(tmp_path):
         target = rng.randint(1, 40)
         while len(lines[victim]) < target:
             lines[victim].append(procs[victim].stdout.readline())
-        for n, p in procs.items():
+        for p in procs.values():
             p.send_signal(signal.SIGKILL)
         for n, p in procs.items():
             p.wait()

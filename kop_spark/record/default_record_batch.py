@@ -25,7 +25,7 @@ import crc32c
 from ..errors import CorruptRecordError, InvalidRecordError
 from .compression import CompressionType, compress, decompress
 from .record import BatchRecord, Header, Record, TimestampType
-from .varint import read_varint, size_of_varint, write_varint
+from .varint import read_varint, write_varint
 
 MAGIC = 2
 HEADER = struct.Struct(">qiibIhiqqqhii")

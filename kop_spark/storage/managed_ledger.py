@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import bisect
 import copy
-import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import BadVersionError, CorruptRecordError, StorageError
-from ..record.default_record_batch import HEADER_SIZE, RecordBatch
+from ..record.default_record_batch import RecordBatch
 from .fileio import FileIO
-from .ledger import FILE_HEADER, Entry, EntryInfo, EntryTable, IOStats, LedgerReader, LedgerWriter
+from .ledger import FILE_HEADER, Entry, EntryInfo, IOStats, LedgerReader, LedgerWriter
 from .metadata_store import MetadataStore, Versioned
 
 OPEN, CLOSED, SEALED = "open", "closed", "sealed"
