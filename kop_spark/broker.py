@@ -16,7 +16,9 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from .config import Config, parse_topic_config
 from .errors import (
     BadVersionError,
+    ConfigError,
     CorruptRecordError,
+    GroupIdNotFoundError,
     InvalidPartitionsError,
     InvalidRecordError,
     OffsetOutOfRangeError,
@@ -26,6 +28,7 @@ from .errors import (
     TopicAlreadyExistsError,
     TopicNotFoundError,
 )
+from .group.coordinator import GroupCoordinator, OffsetAndMetadata
 from .partitioner import partition_for_key
 from .record import ConsumerRecord, Record, RecordBatch, build_record_batch, split_batches
 from .record.compression import CompressionType
@@ -91,6 +94,7 @@ class Broker:
         self._ledgers: Dict[Tuple[str, int], ManagedLedger] = {}
         self._lock = threading.Lock()
         self._round_robin = 0
+        self._groups: Optional[GroupCoordinator] = None
 
     def _check_root(self) -> None:
         local = optional_local_dir(self.root)
@@ -153,6 +157,8 @@ class Broker:
                 retention_ms=cfg["retention.ms"],
                 retention_bytes=cfg["retention.bytes"],
                 file_delete_delay_ms=cfg["file.delete.delay.ms"],
+                delete_policy="delete" in cfg["cleanup.policy"],
+                delete_retention_ms=cfg["delete.retention.ms"],
             ),
             writer_id=self.writer_id,
             stats=self.stats,
@@ -368,7 +374,10 @@ class Broker:
         position = offset
         budget = max_bytes
         while len(out) < max_records and position < snap.next_offset and budget > 0:
-            for read in ml.read(snap, position, min(budget, 1 << 20), max_records - len(out)):
+            reads = ml.read(snap, position, min(budget, 1 << 20), max_records - len(out))
+            if not reads:
+                break
+            for read in reads:
                 budget -= read.entry.size
                 batch = RecordBatch(with_base_offset(read.entry.batch, read.base_offset))
                 position = batch.last_offset + 1
@@ -402,6 +411,85 @@ class Broker:
         raise CorruptRecordError(f"{topic}-{partition}: entry at offset {found.base_offset} has no record at timestamp {spec}")
 
     # -- housekeeping ----------------------------------------------------------------------
+
+    def compact(self, topic: str) -> None:
+        """Compact every partition of a topic whose ``cleanup.policy`` includes compact: keep the
+        latest record per key, drop tombstones older than ``delete.retention.ms``; offsets stay."""
+        for p in range(self.partitions_for(topic)):
+            self.compact_partition(topic, p)
+
+    def compact_partition(self, topic: str, partition: int) -> Optional[int]:
+        policy = self.topic_config(topic)["cleanup.policy"]
+        if "compact" not in policy:
+            raise ConfigError(f"topic {topic!r} has cleanup.policy={policy}; compaction needs compact")
+        return self._managed_ledger(topic, partition).compact()
+
+    # -- consumer groups (OFFSET_COMMIT, OFFSET_FETCH and group administration) -------------
+
+    @property
+    def groups(self) -> GroupCoordinator:
+        if self._groups is None:
+            c = self.config
+            offsets_topic = f"{c['kafkaMetadataTenant']}/{c['kafkaMetadataNamespace']}/__consumer_offsets"
+            self._groups = GroupCoordinator(
+                self,
+                offsets_topic,
+                c["offsetsTopicNumPartitions"],
+                retention_ms=c["offsetsRetentionMinutes"] * 60_000,
+                metadata_max_size=c["offsetMetadataMaxSize"],
+                check_interval_ms=c["offsetsRetentionCheckIntervalMs"],
+            )
+        return self._groups
+
+    def _check_topic_partitions(self, partitions: Iterable[Tuple[str, int]]) -> Dict[Tuple[str, int], Tuple[str, int]]:
+        """Map (topic, partition) as given to (Kafka name, partition), refusing unknown ones."""
+        out = {}
+        metas: Dict[str, dict] = {}
+        for topic, p in partitions:
+            if topic not in metas:
+                metas[topic] = self._topic_metadata(topic)[1]
+            self._check_partition(topic, p, metas[topic])
+            out[(topic, p)] = (self._kafka_name(self.topic_name(topic)), p)
+        return out
+
+    def commit_offsets(
+        self,
+        group: str,
+        offsets: Mapping[Tuple[str, int], Union[int, OffsetAndMetadata]],
+        *,
+        expire_timestamp_ms: Optional[int] = None,
+    ) -> None:
+        """Commit a group's offsets, all in one entry: all or nothing. The topics and partitions
+        must exist; metadata longer than ``offsetMetadataMaxSize`` is refused."""
+        names = self._check_topic_partitions(offsets)
+        self.groups.commit(group, {names[tp]: o for tp, o in offsets.items()}, expire_timestamp_ms=expire_timestamp_ms)
+
+    def fetch_offsets(
+        self, group: str, partitions: Optional[Iterable[Tuple[str, int]]] = None
+    ) -> Dict[Tuple[str, int], OffsetAndMetadata]:
+        """A group's committed offsets; offset -1 for a partition asked for that has none."""
+        if partitions is None:
+            return self.groups.fetch(group)
+        names = {(self._kafka_name(self.topic_name(t)), p): (t, p) for t, p in partitions}
+        return {names[tp]: o for tp, o in self.groups.fetch(group, names).items()}
+
+    def list_groups(self) -> List[str]:
+        return self.groups.list_groups()
+
+    def delete_group(self, group: str) -> None:
+        if not self.groups.delete_group(group):
+            raise GroupIdNotFoundError(f"group {group!r} does not exist")
+
+    def delete_offsets(self, group: str, partitions: Iterable[Tuple[str, int]]) -> List[Tuple[str, int]]:
+        """Delete some of a group's offsets; returns the partitions that had one."""
+        names = {(self._kafka_name(self.topic_name(t)), p): (t, p) for t, p in partitions}
+        if group not in self.groups.list_groups():
+            raise GroupIdNotFoundError(f"group {group!r} does not exist")
+        return [names[tp] for tp in self.groups.delete_offsets(group, names)]
+
+    def expire_offsets(self) -> int:
+        """Expire offsets past ``offsetsRetentionMinutes`` now, instead of on the next check."""
+        return self.groups.expire()
 
     def enforce_retention(self, topic: Optional[str] = None) -> None:
         """Apply retention.ms / retention.bytes now and delete files past their grace period."""

@@ -78,5 +78,9 @@ class RecordTooLargeError(KopError, ValueError):
     """A batch larger than the topic's ``max.message.bytes`` (Kafka: MESSAGE_TOO_LARGE)."""
 
 
+class GroupIdNotFoundError(KopError, LookupError):
+    """Kafka: GROUP_ID_NOT_FOUND."""
+
+
 class BadVersionError(KopError):
     """A metadata compare-and-set lost against a concurrent update."""

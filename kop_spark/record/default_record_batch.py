@@ -36,6 +36,7 @@ MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 MAX_TIMESTAMP_OFFSET = 35
+LAST_OFFSET_DELTA_OFFSET = 23
 RECORDS_COUNT_OFFSET = 57
 
 COMPRESSION_MASK = 0x07
@@ -120,6 +121,11 @@ class RecordBatch:
     def is_control(self) -> bool:
         """Control batches (transaction markers) take offsets but are never returned as data."""
         return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def offset_span(self) -> int:
+        """Offsets the batch takes: ``lastOffsetDelta + 1``, more than its records after compaction."""
+        return self.last_offset_delta + 1
 
     @property
     def last_offset(self) -> int:
@@ -243,10 +249,14 @@ def build_record_batch(
     is_control: bool = False,
     timestamp_type: TimestampType = TimestampType.CREATE_TIME,
     log_append_time_ms: Optional[int] = None,
+    offset_deltas: Optional[Sequence[int]] = None,
+    last_offset_delta: Optional[int] = None,
 ) -> bytes:
     """Encode records into one batch, as a Kafka producer (``MemoryRecordsBuilder``) would.
 
-    A record without a timestamp gets the current time, as in Kafka's producer.
+    A record without a timestamp gets the current time, as in Kafka's producer. ``offset_deltas``
+    and ``last_offset_delta`` rebuild a batch that compaction thinned out: the survivors keep their
+    offsets, and the batch still spans the offsets of the original.
     """
     now: Optional[int] = None
     body = bytearray()
@@ -262,7 +272,8 @@ def build_record_batch(
             first_ts = max_ts = ts
         elif ts > max_ts:
             max_ts = ts
-        _encode_record(body, count - 1, ts - first_ts, rec.key, rec.value, rec.headers)
+        delta = count - 1 if offset_deltas is None else offset_deltas[count - 1]
+        _encode_record(body, delta, ts - first_ts, rec.key, rec.value, rec.headers)
     if count == 0:
         raise InvalidRecordError("a record batch needs at least one record")
     attributes = int(compression) & COMPRESSION_MASK
@@ -286,7 +297,7 @@ def build_record_batch(
         MAGIC,
         0,
         attributes,
-        count - 1,
+        count - 1 if last_offset_delta is None else last_offset_delta,
         first_ts,
         max_ts,
         producer_id,

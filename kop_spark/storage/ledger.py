@@ -35,6 +35,7 @@ from ..errors import CorruptRecordError
 from ..record.default_record_batch import (
     ATTRIBUTES_OFFSET,
     HEADER_SIZE,
+    LAST_OFFSET_DELTA_OFFSET,
     LOG_OVERHEAD,
     MAGIC,
     MAGIC_OFFSET,
@@ -108,6 +109,10 @@ class Entry(NamedTuple):
     @property
     def size(self) -> int:
         return ENTRY_METADATA.size + len(self.batch)
+
+    @property
+    def offset_span(self) -> int:
+        return struct.unpack_from(">i", self.batch, LAST_OFFSET_DELTA_OFFSET)[0] + 1
 
 
 @dataclass
@@ -196,7 +201,7 @@ class LedgerWriter:
             data, max_ts = encode_entry(batch, rel, broker_timestamp)
             rows.append(EntryInfo(start + len(out), rel, max_ts))
             out += data
-            rel += struct.unpack_from(">i", batch, HEADER_SIZE - 4)[0]
+            rel += struct.unpack_from(">i", batch, LAST_OFFSET_DELTA_OFFSET)[0] + 1
         self._file.write(bytes(out))
         return rows
 

@@ -25,10 +25,11 @@ import copy
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import BadVersionError, CorruptRecordError, StorageError
-from ..record.default_record_batch import RecordBatch
+from ..record import Record, RecordBatch, build_record_batch
+from ..record.default_record_batch import with_base_offset
 from .fileio import FileIO
 from .ledger import FILE_HEADER, Entry, EntryInfo, IOStats, LedgerReader, LedgerWriter
 from .metadata_store import MetadataStore, Versioned
@@ -50,6 +51,8 @@ class ManagedLedgerConfig:
     retention_ms: int = 604_800_000
     retention_bytes: int = -1
     file_delete_delay_ms: int = 60_000
+    delete_policy: bool = True  # cleanup.policy has "delete": retention applies
+    delete_retention_ms: int = 86_400_000  # compaction keeps tombstones this long
 
 
 class LedgerInfo(NamedTuple):
@@ -59,7 +62,7 @@ class LedgerInfo(NamedTuple):
     file: str
     base_offset: int
     entries: int
-    records: int
+    records: int  # offsets the ledger spans (more than the records in it, once compacted)
     length: int  # confirmed bytes; for a sealed ledger, the whole file with its table
     max_timestamp: int
     created_ms: int
@@ -226,16 +229,23 @@ class ManagedLedger:
 
     def read(self, snapshot: Snapshot, offset: int, max_bytes: int, max_records: Optional[int] = None) -> List[ReadEntry]:
         """Entries from the one holding ``offset`` on, within one ledger: at least one, then more
-        within ``max_bytes``, and no more than needed to cover ``max_records`` records.
-        ``offset`` must be in ``[log_start_offset, next_offset)``."""
-        i = snapshot.ledger_for_offset(offset)
-        ledger = snapshot.ledgers[i]
-        reader = self.reader(ledger)
-        table = reader.table()
-        rel = offset - ledger.base_offset
-        k = table.find_entry(rel)
-        last = None if max_records is None else table.find_entry(rel + max_records - 1)
-        return [ReadEntry(ledger.base_offset + e.relative_index, e) for e in reader.read(k, max_bytes, last)]
+        within ``max_bytes``, and no more than needed to cover ``max_records`` records. Offsets
+        that compaction emptied are stepped over. Empty only when nothing is left at or after
+        ``offset``, which must be in ``[log_start_offset, next_offset)``."""
+        for i in range(snapshot.ledger_for_offset(offset), len(snapshot.ledgers)):
+            ledger = snapshot.ledgers[i]
+            reader = self.reader(ledger)
+            table = reader.table()
+            rel = max(offset - ledger.base_offset, 0)
+            last = None if max_records is None else table.find_entry(rel + max_records - 1)
+            k = max(table.find_entry(rel), 0)
+            while k < len(table):
+                entries = reader.read(k, max_bytes, None if last is None else max(last, k))
+                wanted = [e for e in entries if e.relative_index + e.offset_span > rel]
+                if wanted:
+                    return [ReadEntry(ledger.base_offset + e.relative_index, e) for e in wanted]
+                k += len(entries)
+        return []
 
     def entry_for_timestamp(self, snapshot: Snapshot, timestamp: int) -> Optional[ReadEntry]:
         """The first entry whose batch, or one before it, reaches ``timestamp``; None if none does."""
@@ -266,7 +276,7 @@ class ManagedLedger:
         """Append record batches as consecutive entries, atomically; return the first offset."""
         if not batches:
             raise ValueError("nothing to append")
-        count = sum(RecordBatch(b).record_count for b in batches)
+        count = sum(RecordBatch(b).offset_span for b in batches)
         result: List[AppendResult] = []
 
         def change(meta: dict, now: int) -> Optional[dict]:
@@ -380,6 +390,100 @@ class ManagedLedger:
         meta["ledgers"].append(ledger)
         return ledger
 
+    def compact(self) -> Optional[int]:
+        """Keep only the latest record of each key (and tombstones younger than
+        ``delete_retention_ms``), as Kafka's log cleaner does, without changing any offset.
+
+        The whole log is rewritten into one sealed ledger that keeps the offsets of the records it
+        keeps; the offsets in between simply hold nothing any more. The open tail is sealed (or
+        fenced) first so that it is compacted too. Returns the records kept, or None when the log
+        changed under the compaction (another compaction or retention won; nothing is lost).
+        """
+
+        def close_tail(meta: dict, now: int) -> Optional[dict]:
+            tail = meta["ledgers"][-1] if meta["ledgers"] else None
+            if tail is None or tail["state"] != OPEN:
+                return None
+            if self._writer is not None and tail["id"] == self._writer.ledger_id:
+                return self._seal_own_tail(meta, now)
+            tail["state"] = CLOSED
+            return meta
+
+        self._retry(close_tail)
+        snap = self.snapshot()
+        if not snap.ledgers:
+            return 0
+        contents = []
+        latest: Dict[bytes, int] = {}
+        for ledger in snap.ledgers:
+            reader = self.reader(ledger)
+            entries = reader.read(0, 1 << 62) if len(reader.table()) else []
+            for e in entries:
+                batch = RecordBatch(with_base_offset(e.batch, ledger.base_offset + e.relative_index))
+                records = [] if batch.is_control else batch.records()
+                contents.append((e, batch, records))
+                for r in records:
+                    if r.key is not None:
+                        latest[r.key] = r.offset
+        now = now_ms()
+        base = snap.ledgers[0].base_offset
+        end = snap.ledgers[-1].end_offset
+        ledger_id = uuid.uuid4().int >> 65
+        path = f"{self.data_dir}/{ledger_id:016x}.ledger"
+        writer = LedgerWriter.create(self.fileio, path, ledger_id)
+        rows: List[EntryInfo] = []
+        kept = 0
+        for e, batch, records in contents:
+            survivors = [
+                r for r in records
+                if r.key is not None and latest[r.key] == r.offset
+                and (r.value is not None or r.timestamp_ms >= now - self.config.delete_retention_ms)
+            ]
+            if not survivors:
+                continue
+            rebuilt = build_record_batch(
+                [Record(r.value, r.key, r.timestamp_ms, r.headers) for r in survivors],
+                compression=batch.compression,
+                timestamp_type=batch.timestamp_type,
+                log_append_time_ms=batch.max_timestamp,
+                offset_deltas=[r.offset - batch.base_offset for r in survivors],
+                last_offset_delta=batch.last_offset_delta,
+            )
+            rows += writer.append([rebuilt], batch.base_offset - base, e.broker_timestamp)
+            kept += len(survivors)
+        writer.sync()
+        new = {
+            "id": ledger_id, "file": path, "base_offset": base, "entries": len(rows), "records": end - base,
+            "length": writer.seal(rows, end - base), "max_timestamp": max((r.max_timestamp for r in rows), default=-1),
+            "created_ms": now, "state": SEALED, "owner": None,
+        }
+        writer.close()
+        replaced = [(l.id, l.length, l.state) for l in snap.ledgers]
+
+        class Stale(Exception):
+            pass
+
+        def swap(meta: dict, now: int) -> dict:
+            head = meta["ledgers"][: len(replaced)]
+            if [(l["id"], l["length"], l["state"]) for l in head] != replaced:
+                raise Stale()
+            meta["trash"] = meta.get("trash", []) + [
+                {"file": l["file"], "delete_after_ms": now + self.config.file_delete_delay_ms} for l in head
+            ]
+            meta["ledgers"][: len(replaced)] = [new] if rows else []
+            if not rows:  # nothing left of these offsets at all
+                meta["log_start_offset"] = end
+            return meta
+
+        try:
+            self._retry(swap)
+        except Stale:
+            self.fileio.delete(path)
+            return None
+        if not rows:
+            self.fileio.delete(path)
+        return kept
+
     def enforce_retention(self) -> None:
         """Apply retention and delete trashed files past their grace period, now."""
         self._update(lambda meta, now: meta)
@@ -413,6 +517,8 @@ class ManagedLedger:
 
     def _apply_retention(self, meta: dict, now: int) -> None:
         cfg = self.config
+        if not cfg.delete_policy:
+            return
         ledgers = meta["ledgers"]
         size = sum(l["length"] for l in ledgers)
         dropped = 0

@@ -1,0 +1,301 @@
+"""The group coordinator: consumer offsets kept in the offsets topic, served from memory.
+
+As in Kafka (KAFKA-1000 and the offset management API), a group's offsets live in one partition
+of a compacted topic, ``abs(hash(group)) % partitions``, keyed by (group, topic, partition). The
+coordinator keeps an in-memory table per offsets partition, loaded from it and kept current by
+reading its tail before every request, so a commit in one process is seen by a fetch in another.
+All offsets of one commit are one record batch, hence one entry: all or nothing.
+
+The coordinator sits below the Broker and reaches the offsets topic through the narrow
+``OffsetsLog`` interface, which the Broker implements.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Protocol, Tuple
+
+from ..errors import CorruptRecordError, KopError, TopicAlreadyExistsError
+from ..record import Record, RecordBatch, build_record_batch
+from .offsets_topic import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    encode_group_value,
+    encode_key,
+    encode_offset_value,
+    partition_for_group,
+)
+
+TopicPartition = Tuple[str, int]
+
+
+class OffsetMetadataTooLargeError(KopError, ValueError):
+    """Kafka: OFFSET_METADATA_TOO_LARGE."""
+
+
+class OffsetAndMetadata(NamedTuple):
+    offset: int
+    metadata: str = ""
+    commit_timestamp_ms: int = -1
+    expire_timestamp_ms: int = -1
+
+
+NO_OFFSET = OffsetAndMetadata(-1, "", -1)
+
+
+class OffsetsLog(Protocol):
+    def create_topic(self, topic: str, partitions: Optional[int] = None, config: Optional[Mapping] = None) -> None: ...
+    def partitions_for(self, topic: str) -> int: ...
+    def produce_batches(self, topic: str, partition: int, batches, **kwargs) -> int: ...
+    def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int = ...) -> List[bytes]: ...
+    def list_offsets(self, topic: str, partition: int, spec) -> int: ...
+    def compact_partition(self, topic: str, partition: int) -> Optional[int]: ...
+
+
+@dataclass
+class GroupStats:
+    """What loading cost; tests assert on it."""
+
+    records_loaded: int = 0
+    compactions: int = 0
+
+
+@dataclass
+class _Group:
+    offsets: Dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
+    metadata: Optional[GroupMetadataValue] = None
+
+    @property
+    def last_commit_ms(self) -> int:
+        return max((o.commit_timestamp_ms for o in self.offsets.values()), default=-1)
+
+
+@dataclass
+class _Partition:
+    next_offset: int = 0
+    groups: Dict[str, _Group] = field(default_factory=dict)
+    dirty: int = 0  # records read since the table was last compacted
+
+    def live_keys(self) -> int:
+        return sum(len(g.offsets) + (g.metadata is not None) for g in self.groups.values())
+
+
+def _now() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        log: OffsetsLog,
+        topic: str,
+        num_partitions: int,
+        *,
+        retention_ms: int,
+        metadata_max_size: int,
+        check_interval_ms: int,
+        compaction_threshold: int = 10_000,
+    ):
+        self._log = log
+        self.topic = topic
+        self._configured_partitions = num_partitions
+        self._num_partitions: Optional[int] = None
+        self.retention_ms = retention_ms
+        self.metadata_max_size = metadata_max_size
+        self.check_interval_ms = check_interval_ms
+        self.compaction_threshold = compaction_threshold
+        self.stats = GroupStats()
+        self._partitions: Dict[int, _Partition] = {}
+        self._last_expiry_check = _now()
+
+    # -- the offsets topic ------------------------------------------------------------------
+
+    @property
+    def num_partitions(self) -> int:
+        """Partitions of the offsets topic, which is created on first use."""
+        if self._num_partitions is None:
+            try:
+                self._log.create_topic(self.topic, self._configured_partitions, {"cleanup.policy": "compact"})
+            except TopicAlreadyExistsError:
+                pass
+            self._num_partitions = self._log.partitions_for(self.topic)
+        return self._num_partitions
+
+    def partition_for(self, group: str) -> int:
+        return partition_for_group(group, self.num_partitions)
+
+    def _load(self, p: int) -> _Partition:
+        """The partition's table, brought up to the log end."""
+        state = self._partitions.setdefault(p, _Partition())
+        start = self._log.list_offsets(self.topic, p, "earliest")
+        end = self._log.list_offsets(self.topic, p, "latest")
+        if state.next_offset < start:
+            state.next_offset = start
+        while state.next_offset < end:
+            batches = self._log.fetch_batches(self.topic, p, state.next_offset, 4 << 20)
+            if not batches:
+                break
+            for raw in batches:
+                batch = RecordBatch(raw)
+                if not batch.is_control:
+                    for r in batch.records():
+                        if r.offset >= state.next_offset:
+                            self._apply(state, r.key, r.value)
+                            self.stats.records_loaded += 1
+                            state.dirty += 1
+                state.next_offset = max(state.next_offset, batch.last_offset + 1)
+        return state
+
+    @staticmethod
+    def _apply(state: _Partition, key: Optional[bytes], value: Optional[bytes]) -> None:
+        if key is None:
+            raise CorruptRecordError("offsets topic record without a key")
+        k = decode_key(key)
+        group = state.groups.get(k.group)
+        if isinstance(k, OffsetCommitKey):
+            if value is None:
+                if group is not None:
+                    group.offsets.pop((k.topic, k.partition), None)
+            else:
+                v = decode_offset_value(value)
+                group = state.groups.setdefault(k.group, _Group())
+                group.offsets[(k.topic, k.partition)] = OffsetAndMetadata(v.offset, v.metadata, v.commit_timestamp, v.expire_timestamp)
+        else:
+            if value is None:
+                state.groups.pop(k.group, None)
+            else:
+                state.groups.setdefault(k.group, _Group()).metadata = decode_group_value(value)
+        if group is not None and not group.offsets and group.metadata is None:
+            state.groups.pop(k.group, None)
+
+    def _write(self, p: int, records: List[Record]) -> None:
+        """One batch, so one entry: the records are applied all together or not at all."""
+        if records:
+            self._log.produce_batches(self.topic, p, [build_record_batch(records)])
+
+    def _group(self, group: str) -> Tuple[int, _Partition]:
+        if not isinstance(group, str) or not group:
+            raise KopError(f"invalid group id {group!r}: a non-empty string is needed")
+        p = self.partition_for(group)
+        state = self._load(p)
+        self._maybe_maintain(p, state)
+        return p, state
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def commit(
+        self,
+        group: str,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+        *,
+        expire_timestamp_ms: Optional[int] = None,
+    ) -> None:
+        """OffsetCommit: every offset in one entry, applied all together or not at all."""
+        now = _now()
+        values: Dict[TopicPartition, OffsetCommitValue] = {}
+        for tp, o in offsets.items():
+            offset, metadata = (o, "") if isinstance(o, int) else (o.offset, o.metadata or "")
+            if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+                raise KopError(f"group {group!r}: offset {offset!r} for {tp[0]}-{tp[1]} is not a valid offset")
+            if len(metadata.encode("utf-8")) > self.metadata_max_size:
+                raise OffsetMetadataTooLargeError(
+                    f"group {group!r}: metadata for {tp[0]}-{tp[1]} is {len(metadata.encode())} bytes, "
+                    f"more than offsetMetadataMaxSize={self.metadata_max_size}"
+                )
+            values[tp] = OffsetCommitValue(offset, metadata, now, -1 if expire_timestamp_ms is None else expire_timestamp_ms)
+        p, state = self._group(group)
+        records = []
+        if group not in state.groups or state.groups[group].metadata is None:
+            value = GroupMetadataValue(protocol_type="consumer", current_state_timestamp=now)
+            records.append(Record(encode_group_value(value), encode_key(GroupMetadataKey(group)), now))
+        for (topic, partition), v in sorted(values.items()):
+            records.append(Record(encode_offset_value(v), encode_key(OffsetCommitKey(group, topic, partition)), now))
+        self._write(p, records)
+        self._load(p)
+
+    def fetch(self, group: str, partitions: Optional[Iterable[TopicPartition]] = None) -> Dict[TopicPartition, OffsetAndMetadata]:
+        """OffsetFetch: the group's committed offsets; -1 for asked-for partitions with none."""
+        _, state = self._group(group)
+        committed = dict(state.groups[group].offsets) if group in state.groups else {}
+        if partitions is None:
+            return committed
+        return {tp: committed.get(tp, NO_OFFSET) for tp in partitions}
+
+    def list_groups(self) -> List[str]:
+        groups = set()
+        for p in range(self.num_partitions):
+            groups.update(self._load(p).groups)
+        return sorted(groups)
+
+    def delete_group(self, group: str) -> bool:
+        """Tombstone the group and all its offsets; False if it had none."""
+        p, state = self._group(group)
+        g = state.groups.get(group)
+        if g is None:
+            return False
+        self._write(p, self._tombstones(group, g, g.offsets, whole=True))
+        self._load(p)
+        return True
+
+    def delete_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> List[TopicPartition]:
+        """Tombstone some of a group's offsets; returns those that existed."""
+        p, state = self._group(group)
+        g = state.groups.get(group)
+        present = [tp for tp in partitions if g is not None and tp in g.offsets]
+        if present:
+            self._write(p, self._tombstones(group, g, present, whole=len(present) == len(g.offsets)))
+            self._load(p)
+        return present
+
+    @staticmethod
+    def _tombstones(group: str, g: _Group, partitions: Iterable[TopicPartition], whole: bool) -> List[Record]:
+        now = _now()
+        records = [Record(None, encode_key(OffsetCommitKey(group, t, p)), now) for t, p in sorted(partitions)]
+        if whole and g.metadata is not None:
+            records.append(Record(None, encode_key(GroupMetadataKey(group)), now))
+        return records
+
+    # -- expiry and compaction --------------------------------------------------------------
+
+    def expire(self, now: Optional[int] = None, partitions: Optional[Iterable[int]] = None) -> int:
+        """Drop offsets past retention: a whole group once ``offsetsRetentionMinutes`` have passed
+        since its last commit (it has no active consumer: KIP-211's empty group), or one offset
+        whose explicit expire timestamp passed. Returns the number of offsets dropped."""
+        now = _now() if now is None else now
+        dropped = 0
+        for p in range(self.num_partitions) if partitions is None else partitions:
+            state = self._load(p)
+            records: List[Record] = []
+            for name, g in list(state.groups.items()):
+                if g.offsets and now - g.last_commit_ms >= self.retention_ms:
+                    records += self._tombstones(name, g, g.offsets, whole=True)
+                    dropped += len(g.offsets)
+                else:
+                    old = [tp for tp, o in g.offsets.items() if 0 <= o.expire_timestamp_ms <= now]
+                    records += self._tombstones(name, g, old, whole=len(old) == len(g.offsets))
+                    dropped += len(old)
+            self._write(p, records)
+            self._load(p)
+        return dropped
+
+    def compact(self, partitions: Optional[Iterable[int]] = None) -> None:
+        for p in range(self.num_partitions) if partitions is None else partitions:
+            if self._log.compact_partition(self.topic, p) is not None:
+                self.stats.compactions += 1
+                self._partitions.setdefault(p, _Partition()).dirty = 0
+
+    def _maybe_maintain(self, p: int, state: _Partition) -> None:
+        """The log cleaner's job, done in passing: expire on schedule, and compact a partition
+        whose dirty records far outnumber its live keys, so loading it stays fast."""
+        now = _now()
+        if now - self._last_expiry_check >= self.check_interval_ms:
+            self._last_expiry_check = now
+            self.expire(now)
+        if state.dirty > max(self.compaction_threshold, 4 * state.live_keys()):
+            self.compact([p])
