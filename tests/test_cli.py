@@ -88,3 +88,52 @@ def test_demo_runs_end_to_end(tmp_path):
     assert out.returncode == 0, out.stderr
     consumed = [l for l in out.stdout.splitlines() if "\tuser-" in l]
     assert len(consumed) == 12 and {l.split("\t")[2] for l in consumed} == {f"clicked item {i}" for i in range(12)}
+
+
+def test_groups_tools(root):
+    from kop_spark import Broker, Record
+
+    b = Broker(root)
+    b.create_topic("orders", 2)
+    for p in range(2):
+        b.produce("orders", [Record(f"{p}-{i}".encode(), timestamp_ms=1_800_000_000_000 + i) for i in range(10)], partition=p)
+    b.commit_offsets("my-group", {("orders", 0): 4, ("orders", 1): 10})
+    b.close()
+
+    assert kop(root, "groups", "list").stdout.split() == ["my-group"]
+    out = kop(root, "groups", "describe", "my-group").stdout.splitlines()
+    assert out[1] == "Consumer group 'my-group' has no active members."
+    assert out[3].split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]
+    assert out[4].split() == ["my-group", "orders", "0", "4", "10", "6", "-", "-", "-"]
+    assert out[5].split() == ["my-group", "orders", "1", "10", "10", "0", "-", "-", "-"]
+    assert out[3].index("TOPIC") == out[4].index("orders")  # columns line up
+
+    def reset(*args):
+        got = kop(root, "groups", "reset-offsets", "my-group", *args, "--output", "json")
+        assert got.returncode == 0, got.stderr
+        return {(r["topic"], r["partition"]): r["new_offset"] for r in json.loads(got.stdout)}
+
+    assert reset("--all-topics", "--to-earliest") == {("orders", 0): 0, ("orders", 1): 0}
+    assert reset("--topic", "orders:1", "--shift-by", "5") == {("orders", 1): 10}  # clamped to the log end
+    assert reset("--topic", "orders", "--shift-by", "-7") == {("orders", 0): 0, ("orders", 1): 3}  # clamped to the start
+    assert reset("--topic", "orders:0", "--to-offset", "99") == {("orders", 0): 10}
+    assert reset("--topic", "orders:0", "--to-current") == {("orders", 0): 4}
+    assert reset("--topic", "orders:0", "--to-datetime", "2027-01-15T08:00:00.003Z") == {("orders", 0): 3}
+    assert reset("--topic", "orders:0", "--by-duration", "PT1H") == {("orders", 0): 0}  # all records are newer than an hour ago
+    assert json.loads(kop(root, "groups", "describe", "my-group", "--output", "json").stdout)[0]["current_offset"] == 4  # dry run
+    text = kop(root, "groups", "reset-offsets", "my-group", "--topic", "orders:0", "--to-latest", "--execute").stdout.splitlines()
+    assert text[1].split() == ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"] and text[2].split() == ["my-group", "orders", "0", "10"]
+    assert json.loads(kop(root, "groups", "describe", "my-group", "--output", "json").stdout)[0]["lag"] == 0
+
+    bad = kop(root, "groups", "reset-offsets", "my-group", "--all-topics")
+    assert bad.returncode == 1 and "exactly one of --to-earliest" in bad.stderr
+    bad = kop(root, "groups", "reset-offsets", "my-group", "--to-latest")
+    assert bad.returncode == 1 and "--topic or --all-topics" in bad.stderr
+    bad = kop(root, "groups", "reset-offsets", "my-group", "--all-topics", "--by-duration", "1h")
+    assert bad.returncode == 1 and "PnDTnHnMnS" in bad.stderr
+
+    out = kop(root, "groups", "delete-offsets", "my-group", "--topic", "orders:1").stdout.splitlines()
+    assert out[-1].split() == ["orders", "1", "Successful"]
+    assert kop(root, "groups", "delete", "my-group").stdout.strip() == "Deletion of requested consumer groups ('my-group') was successful."
+    missing = kop(root, "groups", "describe", "my-group")
+    assert missing.returncode == 1 and "Consumer group 'my-group' does not exist." in missing.stderr
