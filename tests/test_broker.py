@@ -8,6 +8,7 @@ from kafka.record.default_records import DefaultRecordBatch as KBatch
 
 from kop_spark import Broker, Record
 from kop_spark.errors import (
+    ConfigError,
     CorruptRecordError,
     InvalidPartitionsError,
     InvalidRecordError,
@@ -366,3 +367,23 @@ def test_read_only_and_unreadable_root(tmp_path):
         for d, _, _ in os.walk(store):
             os.chmod(d, 0o755)
         os.chmod(store, 0o755)
+
+
+def test_compaction_keeps_offsets_latest_values_and_young_tombstones(root):
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 2})
+    b.create_topic("c", 1, config={"cleanup.policy": "compact", "retention.ms": 1, "delete.retention.ms": 60_000})
+    for i in range(12):
+        b.produce("c", [Record(f"v{i}".encode(), key=f"k{i % 3}".encode(), timestamp_ms=NOW)], partition=0)
+    b.produce("c", [Record(None, key=b"k0", timestamp_ms=NOW)], partition=0)  # young tombstone: kept
+    b.produce("c", [Record(None, key=b"k1", timestamp_ms=NOW - 120_000)], partition=0)  # old tombstone: dropped
+    b.compact("c")
+    got = [(r.offset, r.key, r.value) for r in b.fetch("c", 0, 0)]
+    assert got == [(11, b"k2", b"v11"), (12, b"k0", None)]
+    assert (b.list_offsets("c", 0, "earliest"), b.list_offsets("c", 0, "latest")) == (0, 14)
+    assert [r.offset for r in b.fetch("c", 0, 5)] == [11, 12]  # reads step over emptied offsets
+    assert b.fetch("c", 0, 13) == []
+    b.enforce_retention("c")  # compact-only: retention.ms does not delete
+    assert b.list_offsets("c", 0, "earliest") == 0
+    assert b.produce("c", [Record(b"new", key=b"k1")], partition=0) == [(0, 14, 1)]
+    with pytest.raises(ConfigError, match="cleanup.policy=delete"):
+        b.create_topic("d", 1) or b.compact("d")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from kop_spark import Broker, Record
+from kop_spark import Broker
 from kop_spark.errors import GroupIdNotFoundError, PartitionNotFoundError, TopicNotFoundError
 from kop_spark.group.coordinator import OffsetAndMetadata, OffsetMetadataTooLargeError
 
