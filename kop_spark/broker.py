@@ -483,7 +483,7 @@ class Broker:
     def delete_offsets(self, group: str, partitions: Iterable[Tuple[str, int]]) -> List[Tuple[str, int]]:
         """Delete some of a group's offsets; returns the partitions that had one."""
         names = {(self._kafka_name(self.topic_name(t)), p): (t, p) for t, p in partitions}
-        if group not in self.groups.list_groups():
+        if not self.groups.fetch(group):
             raise GroupIdNotFoundError(f"group {group!r} does not exist")
         return [names[tp] for tp in self.groups.delete_offsets(group, names)]
 

@@ -242,7 +242,7 @@ def _groups(args) -> int:
         if not args.group:
             raise KopError(f"kop groups {args.action}: a group id is required")
         group = args.group
-        if args.action != "delete" and group not in b.list_groups() and args.action != "reset-offsets":
+        if args.action in ("describe", "delete-offsets") and not b.fetch_offsets(group):
             raise KopError(f"Consumer group '{group}' does not exist.")
         if args.action == "describe":
             rows = []

@@ -348,10 +348,7 @@ class ManagedLedger:
             return
         own = next((l for l in meta["ledgers"] if l["id"] == self._writer.ledger_id), None)
         if own is not None and own["state"] == CLOSED:
-            self._writer.truncate(own["length"])
-            own["length"] = self._writer.seal(self._rows[: own["entries"]], own["records"])
-            own["state"], own["owner"] = SEALED, None
-            self._drop_writer()
+            self._seal(own)
         elif own is None and not any(t["file"] == self._writer.path for t in meta.get("trash", [])):
             path = self._writer.path
             self._drop_writer()
@@ -364,11 +361,15 @@ class ManagedLedger:
         if self._writer is None or tail is None or tail["id"] != self._writer.ledger_id or tail["state"] != OPEN:
             self._finish_fenced(meta)
             return meta
-        self._writer.truncate(tail["length"])
-        tail["length"] = self._writer.seal(self._rows[: tail["entries"]], tail["records"])
-        tail["state"], tail["owner"] = SEALED, None
-        self._drop_writer()
+        self._seal(tail)
         return meta
+
+    def _seal(self, ledger: dict) -> None:
+        """Seal our ledger file at its confirmed length (dropping any unconfirmed tail)."""
+        self._writer.truncate(ledger["length"])
+        ledger["length"] = self._writer.seal(self._rows[: ledger["entries"]], ledger["records"])
+        ledger["state"], ledger["owner"] = SEALED, None
+        self._drop_writer()
 
     def _new_ledger(self, meta: dict, now: int) -> dict:
         ledger_id = uuid.uuid4().int >> 65
