@@ -4,6 +4,7 @@ import os
 import random
 import signal
 import subprocess
+import time
 from collections import Counter
 
 import pytest
@@ -77,6 +78,8 @@ def test_kill_9_writers_at_random_points(tmp_path):
         target = rng.randint(1, 40)
         while len(lines[victim]) < target:
             lines[victim].append(procs[victim].stdout.readline())
+        # Not synchronisation: a random delay puts the kill anywhere in the next append.
+        time.sleep(rng.uniform(0, 0.005))
         for p in procs.values():
             p.send_signal(signal.SIGKILL)
         for n, p in procs.items():
