@@ -4,10 +4,12 @@ from .broker import Broker, PartitionInfo, TopicDescription
 from .errors import (
     ConfigError,
     CorruptRecordError,
+    GroupIdNotFoundError,
     InvalidPartitionsError,
     InvalidRecordError,
     InvalidTopicError,
     KopError,
+    OffsetMetadataTooLargeError,
     OffsetOutOfRangeError,
     PartitionNotFoundError,
     RecordTooLargeError,
@@ -16,6 +18,7 @@ from .errors import (
     TopicNotFoundError,
     UnknownTopicOrPartitionError,
 )
+from .group.coordinator import OffsetAndMetadata
 from .record import CompressionType, ConsumerRecord, Record, TimestampType
 
 __version__ = "0.1.0"
@@ -26,10 +29,13 @@ __all__ = [
     "ConfigError",
     "ConsumerRecord",
     "CorruptRecordError",
+    "GroupIdNotFoundError",
     "InvalidPartitionsError",
     "InvalidRecordError",
     "InvalidTopicError",
     "KopError",
+    "OffsetAndMetadata",
+    "OffsetMetadataTooLargeError",
     "OffsetOutOfRangeError",
     "PartitionInfo",
     "PartitionNotFoundError",

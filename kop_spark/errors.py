@@ -78,6 +78,10 @@ class RecordTooLargeError(KopError, ValueError):
     """A batch larger than the topic's ``max.message.bytes`` (Kafka: MESSAGE_TOO_LARGE)."""
 
 
+class OffsetMetadataTooLargeError(KopError, ValueError):
+    """Metadata of a committed offset longer than ``offsetMetadataMaxSize`` (Kafka: OFFSET_METADATA_TOO_LARGE)."""
+
+
 class GroupIdNotFoundError(KopError, LookupError):
     """Kafka: GROUP_ID_NOT_FOUND."""
 

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from kop_spark import Broker
-from kop_spark.errors import GroupIdNotFoundError, PartitionNotFoundError, TopicNotFoundError
-from kop_spark.group.coordinator import OffsetAndMetadata, OffsetMetadataTooLargeError
+from kop_spark import OffsetAndMetadata
+from kop_spark.errors import GroupIdNotFoundError, OffsetMetadataTooLargeError, PartitionNotFoundError, TopicNotFoundError
 
 from .conftest import PYTHON, python_subprocess_env
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Protocol, Tuple
 
-from ..errors import CorruptRecordError, KopError, TopicAlreadyExistsError
+from ..errors import CorruptRecordError, KopError, OffsetMetadataTooLargeError, TopicAlreadyExistsError
 from ..record import Record, RecordBatch, build_record_batch
 from .offsets_topic import (
     GroupMetadataKey,
@@ -33,10 +33,6 @@ from .offsets_topic import (
 )
 
 TopicPartition = Tuple[str, int]
-
-
-class OffsetMetadataTooLargeError(KopError, ValueError):
-    """Kafka: OFFSET_METADATA_TOO_LARGE."""
 
 
 class OffsetAndMetadata(NamedTuple):
