@@ -32,7 +32,7 @@ from .group.coordinator import GroupCoordinator, OffsetAndMetadata
 from .partitioner import partition_for_key
 from .record import ConsumerRecord, Record, RecordBatch, build_record_batch, split_batches
 from .record.compression import CompressionType
-from .record.default_record_batch import with_base_offset, with_log_append_time
+from .record.default_record_batch import with_log_append_time
 from .storage.fileio import FileIO, optional_local_dir
 from .storage.ledger import IOStats
 from .storage.managed_ledger import (
@@ -360,7 +360,7 @@ class Broker:
         self._check_offset(topic, partition, snap, offset)
         if offset == snap.next_offset:
             return []
-        return [with_base_offset(r.entry.batch, r.base_offset) for r in ml.read(snap, offset, max_bytes)]
+        return [r.batch_bytes() for r in ml.read(snap, offset, max_bytes)]
 
     def fetch(
         self, topic: str, partition: int, offset: int, max_records: int = 500, max_bytes: int = 50 << 20
@@ -379,7 +379,7 @@ class Broker:
                 break
             for read in reads:
                 budget -= read.entry.size
-                batch = RecordBatch(with_base_offset(read.entry.batch, read.base_offset))
+                batch = read.record_batch()
                 position = batch.last_offset + 1
                 if batch.is_control:
                     continue
@@ -404,8 +404,7 @@ class Broker:
         found = ml.entry_for_timestamp(snap, spec)
         if found is None:
             return -1
-        batch = RecordBatch(with_base_offset(found.entry.batch, found.base_offset))
-        for r in batch.records():
+        for r in found.record_batch().records():
             if r.timestamp_ms >= spec:
                 return r.offset
         raise CorruptRecordError(f"{topic}-{partition}: entry at offset {found.base_offset} has no record at timestamp {spec}")

@@ -21,10 +21,10 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 from .broker import Broker
 from .errors import KopError
-from .record import ConsumerRecord, Record, RecordBatch
-from .record.default_record_batch import with_base_offset
+from .record import ConsumerRecord, Record
 from .storage.fileio import FileIO
 from .storage.ledger import recover
+from .storage.managed_ledger import ReadEntry
 
 _PRODUCE_BATCH = 1000
 
@@ -354,7 +354,7 @@ def _dump_ledger(args) -> int:
         print("ManagedLedger: none refers to this file (base offset unknown; offsets shown are relative)")
     base_shown = base if base is not None else 0
     for i, e in enumerate(rec.entries):
-        batch = RecordBatch(with_base_offset(e.batch, base_shown + e.relative_index))
+        batch = ReadEntry(base_shown + e.relative_index, e).record_batch()
         confirmed = found is None or i < found["entries"]
         print(
             f"position: {e.position} relativeIndex: {e.relative_index} baseOffset: {batch.base_offset} "

@@ -352,21 +352,24 @@ def _scan(fileio: FileIO, path: str, start: int, end: int, *, verify_batch: bool
     """Entries in ``[start, end)``; raises CorruptRecordError at the first bad one."""
     full = fileio.full_path(path)
     with fileio.open_input(path) as f:
-        buf = b""
+
+        def fill(at: int, n: int) -> memoryview:
+            # Never past ``end``: bytes after the confirmed length are not entries.
+            return memoryview(f.read_at(min(n, end - at), at))
+
+        buf = memoryview(b"")
         buf_start = start
         pos = start
         while pos < end:
             if pos + ENTRY_METADATA.size > buf_start + len(buf):
-                buf = f.read_at(min(max(_SCAN_CHUNK, ENTRY_METADATA.size), end - pos), pos)
-                buf_start = pos
+                buf, buf_start = fill(pos, _SCAN_CHUNK), pos
             if len(buf) < ENTRY_METADATA.size:
                 raise CorruptRecordError(f"{full}: entry at byte {pos} is cut short (file ends at {pos + len(buf)})")
             (size,) = struct.unpack_from(">i", buf, pos - buf_start + 2)
             need = ENTRY_METADATA.size + max(size, 0)
             if pos - buf_start + need > len(buf) and 0 <= size and pos + need <= end:
-                buf = f.read_at(max(_SCAN_CHUNK, need), pos)
-                buf_start = pos
-            entry, max_ts = _parse_entry(buf[: end - buf_start], pos - buf_start, full, verify_batch=verify_batch)
+                buf, buf_start = fill(pos, max(_SCAN_CHUNK, need)), pos
+            entry, max_ts = _parse_entry(buf, pos - buf_start, full, verify_batch=verify_batch)
             yield entry._replace(position=pos), max_ts
             pos += entry.size
 
@@ -384,9 +387,9 @@ class Recovered:
     error: Optional[str]
 
 
-def recover(fileio: FileIO, path: str, *, limit: Optional[int] = None) -> Recovered:
-    """Scan a ledger from its header and stop at the first torn or corrupt entry (or at ``limit``,
-    a confirmed length). A sealed ledger is recognised by its trailer."""
+def recover(fileio: FileIO, path: str) -> Recovered:
+    """Scan a ledger from its header and stop at the first torn or corrupt entry.
+    A sealed ledger is recognised by its trailer."""
     full = fileio.full_path(path)
     size = fileio.size(path)
     head = fileio.read_at(path, 0, FILE_HEADER.size)
@@ -397,14 +400,12 @@ def recover(fileio: FileIO, path: str, *, limit: Optional[int] = None) -> Recove
         raise CorruptRecordError(f"{full}: not a kop ledger (bad header)")
     if version != FORMAT_VERSION:
         raise CorruptRecordError(f"{full}: ledger format version {version} is not supported (this is {FORMAT_VERSION})")
-    end = size if limit is None else min(limit, size)
-    sealed = False
-    if limit is None:
-        try:
-            end = LedgerReader(fileio, path, size, sealed=True)._load_sealed_table()[0]
-            sealed = True
-        except CorruptRecordError:
-            pass
+    end, sealed = size, False
+    try:
+        end = LedgerReader(fileio, path, size, sealed=True)._load_sealed_table()[0]
+        sealed = True
+    except CorruptRecordError:
+        pass
     rows: List[EntryInfo] = []
     entries: List[Entry] = []
     error = None

@@ -86,6 +86,13 @@ class ReadEntry(NamedTuple):
     base_offset: int
     entry: Entry
 
+    def batch_bytes(self) -> bytes:
+        """The entry's batch as a FETCH hands it out: ``baseOffset`` patched to the absolute offset."""
+        return with_base_offset(self.entry.batch, self.base_offset)
+
+    def record_batch(self) -> RecordBatch:
+        return RecordBatch(self.batch_bytes())
+
 
 class ManagedLedgerDeletedError(Exception):
     """The managed ledger does not exist (never created, or deleted)."""
@@ -280,6 +287,7 @@ class ManagedLedger:
         result: List[AppendResult] = []
 
         def change(meta: dict, now: int) -> Optional[dict]:
+            result.clear()  # from an attempt whose CAS lost
             if idempotence_key is not None:
                 seen = meta["producers"].get(idempotence_key[0])
                 if seen is not None and idempotence_key[1] <= seen["seq"]:
@@ -304,11 +312,7 @@ class ManagedLedger:
             result.append(AppendResult(base, count))
             return meta
 
-        def attempt(meta: dict, now: int) -> Optional[dict]:
-            result.clear()
-            return change(meta, now)
-
-        self._retry(attempt)
+        self._retry(change)
         return result[-1]
 
     def _writable_tail(self, meta: dict, now: int) -> dict:
@@ -371,14 +375,16 @@ class ManagedLedger:
         ledger["state"], ledger["owner"] = SEALED, None
         self._drop_writer()
 
-    def _new_ledger(self, meta: dict, now: int) -> dict:
+    def _create_ledger_file(self) -> LedgerWriter:
         ledger_id = uuid.uuid4().int >> 65
-        path = f"{self.data_dir}/{ledger_id:016x}.ledger"
-        self._writer = LedgerWriter.create(self.fileio, path, ledger_id)
+        return LedgerWriter.create(self.fileio, f"{self.data_dir}/{ledger_id:016x}.ledger", ledger_id)
+
+    def _new_ledger(self, meta: dict, now: int) -> dict:
+        self._writer = self._create_ledger_file()
         self._rows = []
         ledger = {
-            "id": ledger_id,
-            "file": path,
+            "id": self._writer.ledger_id,
+            "file": self._writer.path,
             "base_offset": meta["next_offset"],
             "entries": 0,
             "records": 0,
@@ -420,7 +426,7 @@ class ManagedLedger:
             reader = self.reader(ledger)
             entries = reader.read(0, 1 << 62) if len(reader.table()) else []
             for e in entries:
-                batch = RecordBatch(with_base_offset(e.batch, ledger.base_offset + e.relative_index))
+                batch = ReadEntry(ledger.base_offset + e.relative_index, e).record_batch()
                 records = [] if batch.is_control else batch.records()
                 contents.append((e, batch, records))
                 for r in records:
@@ -429,9 +435,8 @@ class ManagedLedger:
         now = now_ms()
         base = snap.ledgers[0].base_offset
         end = snap.ledgers[-1].end_offset
-        ledger_id = uuid.uuid4().int >> 65
-        path = f"{self.data_dir}/{ledger_id:016x}.ledger"
-        writer = LedgerWriter.create(self.fileio, path, ledger_id)
+        writer = self._create_ledger_file()
+        path = writer.path
         rows: List[EntryInfo] = []
         kept = 0
         for e, batch, records in contents:
@@ -454,7 +459,7 @@ class ManagedLedger:
             kept += len(survivors)
         writer.sync()
         new = {
-            "id": ledger_id, "file": path, "base_offset": base, "entries": len(rows), "records": end - base,
+            "id": writer.ledger_id, "file": path, "base_offset": base, "entries": len(rows), "records": end - base,
             "length": writer.seal(rows, end - base), "max_timestamp": max((r.max_timestamp for r in rows), default=-1),
             "created_ms": now, "state": SEALED, "owner": None,
         }
