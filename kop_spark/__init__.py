@@ -4,6 +4,7 @@ from .broker import Broker, PartitionInfo, TopicDescription
 from .errors import (
     ConfigError,
     CorruptRecordError,
+    DataLossError,
     GroupIdNotFoundError,
     InvalidPartitionsError,
     InvalidRecordError,
@@ -23,12 +24,22 @@ from .record import CompressionType, ConsumerRecord, Record, TimestampType
 
 __version__ = "0.1.0"
 
+
+def register(spark) -> None:
+    """Make ``format("kop")`` available in a Spark session. Spark also finds it on its own (through
+    the ``pyspark_kop`` package); this is for sessions that cannot look it up, and is harmless twice."""
+    from .spark import register as _register  # pyspark is imported only by those who use Spark
+
+    _register(spark)
+
+
 __all__ = [
     "Broker",
     "CompressionType",
     "ConfigError",
     "ConsumerRecord",
     "CorruptRecordError",
+    "DataLossError",
     "GroupIdNotFoundError",
     "InvalidPartitionsError",
     "InvalidRecordError",
@@ -47,4 +58,5 @@ __all__ = [
     "TopicDescription",
     "TopicNotFoundError",
     "UnknownTopicOrPartitionError",
+    "register",
 ]

@@ -182,6 +182,12 @@ class Broker:
             self._topic_metadata(topic)  # raises TopicNotFoundError if the topic went away
             raise PartitionNotFoundError(f"partition {partition} of topic {topic!r} has no log") from None
 
+    def snapshot(self, topic: str, partition: int) -> Snapshot:
+        """The partition's log as it stands: log start and end offsets and the ledgers holding them.
+        Reads planned from it can run anywhere the root is mounted, with no metadata store
+        (``Snapshot.slices`` and ``storage.managed_ledger.read_slice``)."""
+        return self._snapshot(topic, partition)[1]
+
     def _forget(self, topic: str) -> None:
         full = self.topic_name(topic).full_name
         with self._lock:

@@ -63,6 +63,11 @@ class OffsetOutOfRangeError(KopError, IndexError):
         )
 
 
+class DataLossError(KopError):
+    """Offsets a reader was to read are gone: trimmed by retention, or their topic deleted.
+    Spark's ``failOnDataLoss=false`` skips them instead of raising this."""
+
+
 class CorruptRecordError(KopError):
     """Bytes that fail their checksum or cannot be parsed (Kafka: CORRUPT_MESSAGE).
 

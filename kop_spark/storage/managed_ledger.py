@@ -25,7 +25,7 @@ import copy
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import BadVersionError, CorruptRecordError, StorageError
 from ..record import Record, RecordBatch, build_record_batch
@@ -94,6 +94,31 @@ class ReadEntry(NamedTuple):
         return RecordBatch(self.batch_bytes())
 
 
+class LedgerSlice(NamedTuple):
+    """What a reader needs to read one ledger with no metadata store: the file, its confirmed
+    length, whether it is sealed, and the offsets it holds. Spark ships these to executors."""
+
+    file: str
+    length: int
+    sealed: bool
+    base_offset: int
+    end_offset: int
+
+
+def read_slice(fileio: FileIO, ledger: LedgerSlice, start: int, end: int, max_bytes: int = 8 << 20,
+               stats: Optional[IOStats] = None) -> Iterator[ReadEntry]:
+    """The entries of ``ledger`` holding offsets in ``[start, end)``, read ``max_bytes`` at a time."""
+    reader = LedgerReader(fileio, ledger.file, ledger.length, ledger.sealed, stats or IOStats())
+    table = reader.table()
+    k = max(table.find_entry(start - ledger.base_offset), 0)
+    last = table.find_entry(end - 1 - ledger.base_offset)
+    while k <= last:
+        entries = reader.read(k, max_bytes, last)
+        for e in entries:
+            yield ReadEntry(ledger.base_offset + e.relative_index, e)
+        k += len(entries)
+
+
 class ManagedLedgerDeletedError(Exception):
     """The managed ledger does not exist (never created, or deleted)."""
 
@@ -124,6 +149,16 @@ class Snapshot:
 
     def ledger_for_timestamp(self, timestamp: int) -> int:
         return bisect.bisect_left(self._running_max_ts, timestamp)
+
+    def slices(self, start: int, end: int) -> List[LedgerSlice]:
+        """The ledgers holding offsets in ``[start, end)``."""
+        out = []
+        for ledger in self.ledgers[max(self.ledger_for_offset(start), 0):]:
+            if ledger.base_offset >= end:
+                break
+            if ledger.end_offset > start and ledger.entries:
+                out.append(LedgerSlice(ledger.file, ledger.length, ledger.state == SEALED, ledger.base_offset, ledger.end_offset))
+        return out
 
     @property
     def size_bytes(self) -> int:

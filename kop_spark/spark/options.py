@@ -1,0 +1,329 @@
+"""The options of ``format("kop")`` reads: Kafka source names, meanings, defaults and precedence.
+
+Parsing happens once on the driver; every malformed value is a ``ConfigError`` naming its option.
+Options Spark's Kafka source refuses are refused here with the same explanation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Tuple, Union
+
+from ..config import SETTINGS, Config
+from ..errors import ConfigError
+
+TopicPartition = Tuple[str, int]
+PartitionOffsets = Dict[TopicPartition, int]
+
+EARLIEST_OFFSET = -2  # in startingOffsets / endingOffsets JSON, as in Spark's Kafka source
+LATEST_OFFSET = -1
+
+# Kafka consumer settings Spark's Kafka source refuses, and why (its own wording).
+_UNSUPPORTED_KAFKA = {
+    "auto.offset.reset": (
+        "Kafka option 'auto.offset.reset' is not supported. Instead set the source option 'startingOffsets' to "
+        "'earliest' or 'latest' to specify where to start. Structured Streaming manages which offsets are consumed "
+        "internally, rather than relying on the kafkaConsumer to do it. Note that 'startingOffsets' only applies "
+        "when a new streaming query is started, and that resuming will always pick up from where the query left off."
+    ),
+    "key.deserializer": (
+        "Kafka option 'key.deserializer' is not supported, as keys are deserialized as byte arrays with "
+        "ByteArrayDeserializer. Use DataFrame operations to explicitly deserialize the keys."
+    ),
+    "value.deserializer": (
+        "Kafka option 'value.deserializer' is not supported, as values are deserialized as byte arrays with "
+        "ByteArrayDeserializer. Use DataFrame operations to explicitly deserialize the values."
+    ),
+    "enable.auto.commit": (
+        "Kafka option 'enable.auto.commit' is not supported. The source commits a consumer group's offsets "
+        "itself when option 'group.id' is set."
+    ),
+    "interceptor.classes": (
+        "Kafka option 'interceptor.classes' is not supported as user-specified consumer interceptors are not supported."
+    ),
+}
+_STREAM_ONLY_ENDINGS = {
+    "endingoffsets": "ending offset not valid in streaming queries",
+    "endingtimestamp": "ending timestamp not valid in streaming queries",
+    "endingoffsetsbytimestamp": "ending timestamp not valid in streaming queries",
+}
+_DURATION = re.compile(r"(-?[0-9]+)\s*(us|ms|s|m|min|h|d)?")
+_DURATION_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+@dataclass(frozen=True)
+class Earliest:
+    pass
+
+
+@dataclass(frozen=True)
+class Latest:
+    pass
+
+
+@dataclass(frozen=True)
+class GroupOffsets:
+    """``startingOffsets=group``: the consumer group's committed offsets, earliest where none."""
+
+
+@dataclass(frozen=True)
+class SpecificOffsets:
+    offsets: PartitionOffsets  # -2 earliest, -1 latest
+
+
+@dataclass(frozen=True)
+class GlobalTimestamp:
+    timestamp: int
+    no_match_latest: bool  # startingOffsetsByTimestampStrategy=latest
+
+
+@dataclass(frozen=True)
+class SpecificTimestamps:
+    timestamps: PartitionOffsets
+    no_match_latest: bool
+
+
+OffsetLimit = Union[Earliest, Latest, GroupOffsets, SpecificOffsets, GlobalTimestamp, SpecificTimestamps]
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Which topic partitions to read: exactly one of subscribe, subscribePattern, assign."""
+
+    topics: Tuple[str, ...] = ()
+    pattern: Optional[str] = None
+    assigned: Tuple[TopicPartition, ...] = ()
+
+    @property
+    def is_assign(self) -> bool:
+        return bool(self.assigned)
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    root: str
+    conf: Dict[str, str]
+    subscription: Subscription
+    starting: OffsetLimit
+    ending: OffsetLimit
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    group_id: Optional[str] = None
+    max_offsets_per_trigger: Optional[int] = None
+    min_offsets_per_trigger: Optional[int] = None
+    max_trigger_delay_ms: int = 15 * 60_000
+    max_bytes_per_trigger: Optional[int] = None
+    min_partitions: Optional[int] = None
+    max_records_per_partition: Optional[int] = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], *, streaming: bool) -> "SourceOptions":
+        opts = {k.lower(): str(v) for k, v in options.items()}
+        for name in opts:
+            if name.startswith("kafka.") and name[6:] in _UNSUPPORTED_KAFKA:
+                raise ConfigError(_UNSUPPORTED_KAFKA[name[6:]])
+        if streaming:
+            for name, message in _STREAM_ONLY_ENDINGS.items():
+                if name in opts:
+                    raise ConfigError(message)
+        starting = _offset_limit(opts, "startingTimestamp", "startingOffsetsByTimestamp", "startingOffsets",
+                                 Latest() if streaming else Earliest())
+        ending = _offset_limit(opts, "endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets", Latest())
+        group_id = _group_id(opts)
+        if not streaming:
+            _check_batch_limits(starting, ending)
+        if isinstance(starting, GroupOffsets) and group_id is None:
+            raise ConfigError("option 'startingOffsets' is 'group' but no consumer group is named: set option 'group.id'")
+        if isinstance(ending, GroupOffsets):
+            raise ConfigError("option 'endingOffsets' cannot be 'group'; use 'latest' or offsets")
+        root, conf = _store(opts)
+        return cls(
+            root=root,
+            conf=conf,
+            subscription=_subscription(opts),
+            starting=starting,
+            ending=ending,
+            fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+            include_headers=_bool(opts, "includeHeaders", False),
+            group_id=group_id,
+            max_offsets_per_trigger=_positive(opts, "maxOffsetsPerTrigger"),
+            min_offsets_per_trigger=_positive(opts, "minOffsetsPerTrigger"),
+            max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", "15m"),
+            max_bytes_per_trigger=_positive(opts, "maxBytesPerTrigger"),
+            min_partitions=_positive(opts, "minPartitions"),
+            max_records_per_partition=_positive(opts, "maxRecordsPerPartition"),
+        )
+
+
+def _store(opts: Dict[str, str]) -> Tuple[str, Dict[str, str]]:
+    """The store root (``kop.root``, else ``path``, else conf/kop.conf's storageRoot) and the
+    ``kop.<setting>`` overrides of conf/kop.conf."""
+    conf = {k[4:]: v for k, v in opts.items() if k.startswith("kop.") and k != "kop.root"}
+    names = {n.lower(): n for n in SETTINGS}
+    overrides = {}
+    for key, value in conf.items():
+        if key not in names:
+            raise ConfigError(f"option 'kop.{key}': unknown setting (settings are those of conf/kop.conf)")
+        overrides[names[key]] = value
+    try:
+        config = Config(overrides)
+    except ConfigError as e:
+        raise ConfigError(f"option 'kop.*': {e}") from None
+    root = opts.get("kop.root") or opts.get("path") or str(config["storageRoot"])
+    if "://" not in root:
+        root = os.path.abspath(root)  # executors may run elsewhere: never ship a relative path
+    return root, overrides
+
+
+def _group_id(opts: Dict[str, str]) -> Optional[str]:
+    named = {opts[k] for k in ("group.id", "kafka.group.id") if k in opts}
+    if len(named) > 1:
+        raise ConfigError(f"options 'group.id' and 'kafka.group.id' name different groups: {sorted(named)}")
+    group = named.pop() if named else None
+    if group is not None and not group.strip():
+        raise ConfigError("option 'group.id' is empty")
+    return group
+
+
+def _subscription(opts: Dict[str, str]) -> Subscription:
+    given = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
+    if not given:
+        raise ConfigError(
+            "One of the following options must be specified for the kop source: subscribe, subscribePattern, assign."
+        )
+    if len(given) > 1:
+        raise ConfigError("Only one of the following options can be specified for the kop source: subscribe, subscribePattern, assign.")
+    kind = given[0]
+    value = opts[kind].strip()
+    if kind == "subscribe":
+        topics = tuple(t.strip() for t in value.split(",") if t.strip())
+        if not topics:
+            raise ConfigError(f"No topics to subscribe to as specified value for option 'subscribe' is '{value}'")
+        return Subscription(topics=topics)
+    if kind == "subscribepattern":
+        if not value:
+            raise ConfigError(f"Pattern to subscribe is empty as specified value for option 'subscribePattern' is '{value}'")
+        try:
+            re.compile(value)
+        except re.error as e:
+            raise ConfigError(f"option 'subscribePattern': {value!r} is not a valid regular expression: {e}") from None
+        return Subscription(pattern=value)
+    assigned = _json_assign(value)
+    if not assigned:
+        raise ConfigError(f"No topicpartitions to assign as specified value for option 'assign' is '{value}'")
+    return Subscription(assigned=tuple(sorted(set(assigned))))
+
+
+def _offset_limit(opts: Dict[str, str], global_ts: str, by_ts: str, offsets: str, default: OffsetLimit) -> OffsetLimit:
+    # Precedence as in Spark: a global timestamp, then per-partition timestamps, then offsets.
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise ConfigError(f"option 'startingOffsetsByTimestampStrategy': expected 'error' or 'latest', got {strategy!r}")
+    latest_if_none = strategy == "latest" or offsets == "endingOffsets"
+    if global_ts.lower() in opts:
+        text = opts[global_ts.lower()].strip()
+        try:
+            return GlobalTimestamp(int(text), latest_if_none)
+        except ValueError:
+            raise ConfigError(f"option '{global_ts}': expected a single long value, got {text!r}") from None
+    if by_ts.lower() in opts:
+        example = '{"topicA": {"0": 1700000000000, "1": 1700000000000}}'
+        return SpecificTimestamps(_json_partition_values(opts[by_ts.lower()], by_ts, example), latest_if_none)
+    text = opts.get(offsets.lower())
+    if text is None:
+        return default
+    text = text.strip()
+    word = text.lower()
+    if word == "earliest":
+        return Earliest()
+    if word == "latest":
+        return Latest()
+    if word == "group" and offsets == "startingOffsets":
+        return GroupOffsets()
+    if not text.startswith("{"):
+        words = "'earliest', 'latest', 'group'" if offsets == "startingOffsets" else "'earliest', 'latest'"
+        raise ConfigError(f"option '{offsets}': expected {words} or a JSON object, got {text!r}")
+    values = _json_partition_values(text, offsets, '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}')
+    for tp, off in values.items():
+        if off < EARLIEST_OFFSET:
+            raise ConfigError(f"option '{offsets}': offset {off} for {tp[0]}-{tp[1]} is not an offset, -1 (latest) or -2 (earliest)")
+    return SpecificOffsets(values)
+
+
+def _check_batch_limits(starting: OffsetLimit, ending: OffsetLimit) -> None:
+    if isinstance(starting, Latest):
+        raise ConfigError("starting offset can't be latest for batch queries on kop")
+    if isinstance(starting, SpecificOffsets):
+        for (topic, p), off in starting.offsets.items():
+            if off == LATEST_OFFSET:
+                raise ConfigError(f"startingOffsets for {topic}-{p} can't be latest for batch queries on kop")
+    if isinstance(starting, GroupOffsets):
+        return
+    if isinstance(ending, Earliest):
+        raise ConfigError("ending offset can't be earliest for batch queries on kop")
+    if isinstance(ending, SpecificOffsets):
+        for (topic, p), off in ending.offsets.items():
+            if off == EARLIEST_OFFSET:
+                raise ConfigError(f"endingOffsets for {topic}-{p} can't be earliest for batch queries on kop")
+
+
+def _json_partition_values(text: str, option: str, example: str) -> PartitionOffsets:
+    try:
+        parsed = json.loads(text)
+        out = {}
+        for topic, partitions in parsed.items():
+            for p, v in partitions.items():
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise ValueError
+                out[(str(topic), int(p))] = v
+        return out
+    except (ValueError, AttributeError, TypeError):
+        raise ConfigError(f"option '{option}': expected e.g. {example}, got {text}") from None
+
+
+def _json_assign(text: str) -> List[TopicPartition]:
+    try:
+        parsed = json.loads(text)
+        out = []
+        for topic, partitions in parsed.items():
+            for p in partitions:
+                if isinstance(p, bool) or not isinstance(p, int):
+                    raise ValueError
+                out.append((str(topic), p))
+        return out
+    except (ValueError, AttributeError, TypeError):
+        raise ConfigError(f'option \'assign\': expected e.g. {{"topicA":[0,1],"topicB":[0,1]}}, got {text}') from None
+
+
+def _bool(opts: Dict[str, str], name: str, default: bool) -> bool:
+    text = opts.get(name.lower())
+    if text is None:
+        return default
+    word = text.strip().lower()
+    if word not in ("true", "false"):
+        raise ConfigError(f"option '{name}': expected 'true' or 'false', got {text!r}")
+    return word == "true"
+
+
+def _positive(opts: Dict[str, str], name: str) -> Optional[int]:
+    text = opts.get(name.lower())
+    if text is None:
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ConfigError(f"Invalid value '{text}' for option '{name}', must be a positive integer")
+    return value
+
+
+def _duration_ms(opts: Dict[str, str], name: str, default: str) -> int:
+    text = opts.get(name.lower(), default).strip().lower()
+    m = _DURATION.fullmatch(text)
+    if m is None or int(m.group(1)) < 0:
+        raise ConfigError(f"option '{name}': expected a duration such as '15m', '30s' or '500ms', got {text!r}")
+    return int(int(m.group(1)) * _DURATION_MS[m.group(2)])
