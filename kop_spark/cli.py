@@ -430,6 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("groups", help="consumer groups: list, describe, reset-offsets, delete, delete-offsets")
     g.add_argument("action", choices=["list", "describe", "reset-offsets", "delete", "delete-offsets"])
     g.add_argument("group", nargs="?")
+    g.add_argument("--group", dest="group_option", metavar="GROUP", help="the group (as kafka-consumer-groups.sh)")
     g.add_argument("--topic", action="append", metavar="TOPIC[:P,...]", help="topic, optionally with partitions")
     g.add_argument("--all-topics", action="store_true", help="every topic the group has offsets for")
     g.add_argument("--to-earliest", action="store_true")
@@ -453,6 +454,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "group_option", None):
+        args.group = args.group_option
     if args.command == "topics" and args.action in ("create", "delete", "alter") and not args.topic:
         print(f"kop topics {args.action}: a topic name is required", file=sys.stderr)
         return 2

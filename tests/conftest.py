@@ -27,3 +27,25 @@ def python_subprocess_env():
 
 
 PYTHON = sys.executable
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session for the Spark tests. ``format("kop")`` is found without a register
+    call, through the installed ``pyspark_kop`` package, as it would be for a user."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("kop-spark-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", "-Dlog4j.rootLogger=ERROR")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

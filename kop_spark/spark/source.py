@@ -14,14 +14,6 @@ from typing import Dict, Iterator, List, Optional, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxBytes,
-    ReadMaxRows,
-    ReadMinRows,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -34,6 +26,14 @@ from pyspark.sql.types import (
 )
 
 from ..errors import ConfigError
+from ._compat import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 from .offset_range import OffsetRange, rate_limit, split_ranges
 from .offset_reader import KopOffsetReader, tp_name
 from .options import PartitionOffsets, SourceOptions
@@ -149,6 +149,7 @@ class KopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now: Optional[PartitionOffsets] = None
         self._last_trigger_ms = 0
         self._committed: Optional[PartitionOffsets] = None
+        self._last_end: Optional[dict] = None
 
     @property
     def _reader(self) -> KopOffsetReader:
@@ -191,7 +192,13 @@ class KopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> Optional[dict]:
         return offsets_to_json(self._reader.latest(self._reader.topic_partitions()))
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: Optional[dict] = None, limit: Optional[ReadLimit] = None) -> dict:
+        if start is None:  # PySpark < 4.2 passes neither and cannot limit batches: read all there is
+            start, limit = self._last_end or {}, ReadAllAvailable()
+        self._last_end = self._latest_offset(start, limit)
+        return self._last_end
+
+    def _latest_offset(self, start: dict, limit: ReadLimit) -> dict:
         # Spark asks for the next batch only once the batch ending at ``start`` is complete, so this
         # is when the group learns of it; ``commit(end)`` alone would come one batch late (or never,
         # for the last batch of a run).
@@ -237,7 +244,7 @@ class KopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if total <= max_bytes:
             return end
         out = dict(end)
-        for tp, size in sizes.items():
+        for tp in sizes:
             records = end[tp] - begin[tp]
             if records > 0:
                 out[tp] = begin[tp] + max(1, records * max_bytes // total)
@@ -248,7 +255,7 @@ class KopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _commit_group(self, offsets: PartitionOffsets) -> None:
         group = self.options.group_id
-        if group is None or offsets == self._committed:
+        if group is None or not offsets or offsets == self._committed:
             return
         self._reader.commit(group, offsets)
         self._committed = offsets
