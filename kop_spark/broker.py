@@ -36,10 +36,13 @@ from .record.default_record_batch import with_log_append_time
 from .storage.fileio import FileIO, optional_local_dir
 from .storage.ledger import IOStats
 from .storage.managed_ledger import (
+    AppendResult,
+    LedgerStager,
     ManagedLedger,
     ManagedLedgerConfig,
     ManagedLedgerDeletedError,
     Snapshot,
+    StagedLedger,
     now_ms,
 )
 from .storage.metadata_store import FileMetadataStore
@@ -353,6 +356,27 @@ class Broker:
             self._forget(topic)
             raise TopicNotFoundError(f"topic {topic!r} was deleted") from None
 
+    # -- staged appends: exactly-once sinks ------------------------------------------------
+
+    def stage(self, topic: str, partition: int, path: str) -> "StagedPartition":
+        """Start a ledger for one partition at ``path`` (under the root) that no reader sees until
+        ``append_staged`` appends it. A Spark task stages its output this way."""
+        _, meta = self._topic_metadata(topic)
+        self._check_partition(topic, partition, meta)
+        cfg = self.config.topic_config(meta.get("config"))
+        return StagedPartition(topic, partition, LedgerStager(self.fileio, path), cfg["max.message.bytes"],
+                               cfg["message.timestamp.type"] == "LogAppendTime")
+
+    def append_staged(self, topic: str, partition: int, staged: Sequence[StagedLedger], sink_key: Tuple[str, int]) -> AppendResult:
+        """Append staged ledgers to a partition in one atomic step that assigns their offsets.
+        Idempotent per ``sink_key`` = (writer, batch): a batch already appended is not appended again."""
+        ml = self._managed_ledger(topic, partition)
+        try:
+            return ml.append_ledgers(staged, sink_key)
+        except ManagedLedgerDeletedError:
+            self._forget(topic)
+            raise TopicNotFoundError(f"topic {topic!r} was deleted") from None
+
     # -- fetch -----------------------------------------------------------------------------
 
     def _check_offset(self, topic: str, partition: int, snap: Snapshot, offset: int) -> None:
@@ -502,6 +526,31 @@ class Broker:
         for t in topics:
             for p in range(self.partitions_for(t)):
                 self._managed_ledger(t, p).enforce_retention()
+
+
+class StagedPartition:
+    """A partition's share of a task's output, written to a staged ledger (see ``Broker.stage``)."""
+
+    def __init__(self, topic: str, partition: int, stager: LedgerStager, max_bytes: int, log_append_time: bool):
+        self.topic = topic
+        self.partition = partition
+        self._stager = stager
+        self._max_bytes = max_bytes
+        self._log_append_time = log_append_time
+
+    def append(self, batch: bytes) -> None:
+        if len(batch) > self._max_bytes:
+            raise RecordTooLargeError(
+                f"{self.topic}-{self.partition}: batch of {len(batch)} bytes is larger than max.message.bytes={self._max_bytes}"
+            )
+        now = now_ms()
+        self._stager.append(with_log_append_time(batch, now) if self._log_append_time else batch, now)
+
+    def finish(self) -> StagedLedger:
+        return self._stager.finish()
+
+    def discard(self) -> None:
+        self._stager.discard()
 
 
 def _validate_produced(topic: str, partition: int, index: int, b, max_bytes: int) -> None:

@@ -139,26 +139,26 @@ class SourceOptions:
             raise ConfigError("option 'startingOffsets' is 'group' but no consumer group is named: set option 'group.id'")
         if isinstance(ending, GroupOffsets):
             raise ConfigError("option 'endingOffsets' cannot be 'group'; use 'latest' or offsets")
-        root, conf = _store(opts)
+        root, conf = store_options(opts)
         return cls(
             root=root,
             conf=conf,
             subscription=_subscription(opts),
             starting=starting,
             ending=ending,
-            fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
-            include_headers=_bool(opts, "includeHeaders", False),
+            fail_on_data_loss=bool_option(opts, "failOnDataLoss", True),
+            include_headers=bool_option(opts, "includeHeaders", False),
             group_id=group_id,
-            max_offsets_per_trigger=_positive(opts, "maxOffsetsPerTrigger"),
-            min_offsets_per_trigger=_positive(opts, "minOffsetsPerTrigger"),
+            max_offsets_per_trigger=positive_option(opts, "maxOffsetsPerTrigger"),
+            min_offsets_per_trigger=positive_option(opts, "minOffsetsPerTrigger"),
             max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", "15m"),
-            max_bytes_per_trigger=_positive(opts, "maxBytesPerTrigger"),
-            min_partitions=_positive(opts, "minPartitions"),
-            max_records_per_partition=_positive(opts, "maxRecordsPerPartition"),
+            max_bytes_per_trigger=positive_option(opts, "maxBytesPerTrigger"),
+            min_partitions=positive_option(opts, "minPartitions"),
+            max_records_per_partition=positive_option(opts, "maxRecordsPerPartition"),
         )
 
 
-def _store(opts: Dict[str, str]) -> Tuple[str, Dict[str, str]]:
+def store_options(opts: Dict[str, str]) -> Tuple[str, Dict[str, str]]:
     """The store root (``kop.root``, else ``path``, else conf/kop.conf's storageRoot) and the
     ``kop.<setting>`` overrides of conf/kop.conf."""
     conf = {k[4:]: v for k, v in opts.items() if k.startswith("kop.") and k != "kop.root"}
@@ -298,7 +298,7 @@ def _json_assign(text: str) -> List[TopicPartition]:
         raise ConfigError(f'option \'assign\': expected e.g. {{"topicA":[0,1],"topicB":[0,1]}}, got {text}') from None
 
 
-def _bool(opts: Dict[str, str], name: str, default: bool) -> bool:
+def bool_option(opts: Dict[str, str], name: str, default: bool) -> bool:
     text = opts.get(name.lower())
     if text is None:
         return default
@@ -308,7 +308,7 @@ def _bool(opts: Dict[str, str], name: str, default: bool) -> bool:
     return word == "true"
 
 
-def _positive(opts: Dict[str, str], name: str) -> Optional[int]:
+def positive_option(opts: Dict[str, str], name: str) -> Optional[int]:
     text = opts.get(name.lower())
     if text is None:
         return None

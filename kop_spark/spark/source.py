@@ -13,7 +13,14 @@ import time
 from typing import Dict, Iterator, List, Optional, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -38,6 +45,7 @@ from .offset_range import OffsetRange, rate_limit, split_ranges
 from .offset_reader import KopOffsetReader, tp_name
 from .options import PartitionOffsets, SourceOptions
 from .partition_reader import KopInputPartition, read_partition, report_data_loss
+from .sink import KopBatchWriter, KopStreamWriter, prepare
 
 
 def source_schema(include_headers: bool) -> StructType:
@@ -70,7 +78,7 @@ def offsets_from_json(value: dict) -> PartitionOffsets:
 
 
 class KopDataSource(DataSource):
-    """``spark.read.format("kop")`` / ``readStream.format("kop")`` (writes: issue #5)."""
+    """``format("kop")``: batch and streaming reads and writes of kop topics."""
 
     @classmethod
     def name(cls) -> str:
@@ -93,6 +101,14 @@ class KopDataSource(DataSource):
         options = SourceOptions.parse(self.options, streaming=True)
         self._check_schema(schema, options)
         return KopStreamReader(options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise ConfigError("kop topics are append-only: save mode Overwrite is not supported; use mode('append')")
+        return KopBatchWriter(prepare(self.options, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return KopStreamWriter(prepare(self.options, schema))
 
 
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:

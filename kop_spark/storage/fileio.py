@@ -9,7 +9,8 @@ need the root on a local or mounted POSIX filesystem. Every OSError leaves here 
 from __future__ import annotations
 
 import os
-from typing import List, Optional
+import shutil
+from typing import List, Optional, Tuple
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -165,6 +166,36 @@ class FileIO:
                 os.rmdir(self.full_path(path))
             except OSError:
                 pass
+
+    def rename(self, src: str, dst: str) -> None:
+        """Move a file within the root (atomic on POSIX), creating the target's directory."""
+        full_src, full_dst = self._require_local("move", src), self._require_local("move", dst)
+        try:
+            os.makedirs(os.path.dirname(full_dst), exist_ok=True)
+            os.rename(full_src, full_dst)
+        except OSError as e:
+            raise _storage_error(f"move {full_src} to", full_dst, e) from e
+        if self.sync:
+            self.sync_dir(os.path.dirname(full_dst))
+
+    def delete_tree(self, path: str) -> None:
+        """Delete a directory and everything in it; nothing if it does not exist."""
+        full = self._require_local("delete", path)
+        try:
+            shutil.rmtree(full)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise _storage_error("delete", full, e) from e
+
+    def walk_files(self, path: str) -> List[Tuple[str, float]]:
+        """``(path relative to the root, modification time in seconds)`` of every file under ``path``."""
+        full = self.full_path(path)
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(full, recursive=True, allow_not_found=True))
+        except (OSError, pa.ArrowException) as e:
+            raise _storage_error("list", full, e) from e
+        return [(i.path[len(self.root) + 1:], i.mtime.timestamp()) for i in infos if i.type == pafs.FileType.File]
 
     def sync_dir(self, full_dir: str) -> None:
         """Make a directory's new entries durable (POSIX needs the directory itself fsynced)."""

@@ -35,6 +35,7 @@ from .ledger import FILE_HEADER, Entry, EntryInfo, IOStats, LedgerReader, Ledger
 from .metadata_store import MetadataStore, Versioned
 
 OPEN, CLOSED, SEALED = "open", "closed", "sealed"
+_MAX_SINKS = 1000  # exactly-once writers whose last batch a partition remembers
 _MAX_ATTEMPTS = 10_000
 
 
@@ -117,6 +118,43 @@ def read_slice(fileio: FileIO, ledger: LedgerSlice, start: int, end: int, max_by
         for e in entries:
             yield ReadEntry(ledger.base_offset + e.relative_index, e)
         k += len(entries)
+
+
+class StagedLedger(NamedTuple):
+    """A sealed ledger written outside any managed ledger (by a Spark task), waiting to be appended."""
+
+    file: str
+    ledger_id: int
+    entries: int
+    records: int
+    length: int
+    max_timestamp: int
+
+
+class LedgerStager:
+    """Writes one ledger that is not yet part of a partition: entries get relative indexes from 0,
+    and ``finish`` seals it. ``ManagedLedger.append_ledgers`` later gives it offsets in one CAS."""
+
+    def __init__(self, fileio: FileIO, path: str):
+        self.path = path
+        self._fileio = fileio
+        self._writer = LedgerWriter.create(fileio, path, uuid.uuid4().int >> 65)
+        self._rows: List[EntryInfo] = []
+        self._records = 0
+
+    def append(self, batch: bytes, broker_timestamp: int) -> None:
+        self._rows += self._writer.append([batch], self._records, broker_timestamp)
+        self._records += RecordBatch(batch).offset_span
+
+    def finish(self) -> StagedLedger:
+        length = self._writer.seal(self._rows, self._records)
+        self._writer.close()
+        max_ts = max((r.max_timestamp for r in self._rows), default=-1)
+        return StagedLedger(self.path, self._writer.ledger_id, len(self._rows), self._records, length, max_ts)
+
+    def discard(self) -> None:
+        self._writer.close()
+        self._fileio.delete(self.path)
 
 
 class ManagedLedgerDeletedError(Exception):
@@ -348,6 +386,54 @@ class ManagedLedger:
             return meta
 
         self._retry(change)
+        return result[-1]
+
+    def append_ledgers(self, staged: Sequence[StagedLedger], sink_key: Tuple[str, int]) -> AppendResult:
+        """Append staged ledgers whole, as the partition's next ledgers, in one CAS that gives them
+        offsets: an exactly-once sink's commit. ``sink_key`` = (writer, batch): a batch the writer
+        already appended (or an older one) is not appended again."""
+        staged = [s for s in staged if s.records]
+        moved = [(s, f"{self.data_dir}/{s.ledger_id:016x}.ledger") for s in staged]
+        for s, path in moved:
+            self.fileio.rename(s.file, path)
+        result: List[AppendResult] = []
+
+        def change(meta: dict, now: int) -> Optional[dict]:
+            result.clear()
+            sinks = meta.setdefault("sinks", {})
+            seen = sinks.get(sink_key[0])
+            if seen is not None and sink_key[1] <= seen["batch"]:
+                result.append(AppendResult(seen["base_offset"] if sink_key[1] == seen["batch"] else -1, seen["count"], True))
+                return None
+            if not moved:
+                result.append(AppendResult(meta["next_offset"], 0))
+                return None
+            self._seal_own_tail(meta, now)
+            self._finish_fenced(meta)
+            ledgers = meta["ledgers"]
+            if ledgers and ledgers[-1]["state"] == OPEN:
+                ledgers[-1]["state"] = CLOSED  # fence its writer at its confirmed length
+            base = offset = meta["next_offset"]
+            for s, path in moved:
+                ledgers.append({
+                    "id": s.ledger_id, "file": path, "base_offset": offset, "entries": s.entries, "records": s.records,
+                    "length": s.length, "max_timestamp": s.max_timestamp, "created_ms": now, "state": SEALED, "owner": None,
+                })
+                offset += s.records
+            meta["next_offset"] = offset
+            sinks[sink_key[0]] = {"batch": sink_key[1], "base_offset": base, "count": offset - base, "ts": now}
+            if len(sinks) > _MAX_SINKS:  # bounded; a running query refreshes its own entry every batch
+                for writer in sorted(sinks, key=lambda w: sinks[w]["ts"])[: len(sinks) - _MAX_SINKS]:
+                    del sinks[writer]
+            result.append(AppendResult(base, offset - base))
+            return meta
+
+        # Should the CAS fail, the moved files stay unreferenced until maintenance removes them:
+        # deleting them here could race a CAS that did go through.
+        self._retry(change)
+        if result[-1].duplicate:
+            for _, path in moved:
+                self.fileio.delete(path)
         return result[-1]
 
     def _writable_tail(self, meta: dict, now: int) -> dict:

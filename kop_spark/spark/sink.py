@@ -1,0 +1,323 @@
+"""``df.write.format("kop")`` and ``writeStream.format("kop")``: Spark's Kafka sink, exactly-once.
+
+Each task attempt stages one ledger per partition it writes to, under ``_staging/`` where no reader
+looks. The driver's commit appends a batch's staged ledgers to their partitions, one CAS per
+partition that also records (writer, batch id); a batch Spark runs again after a crash finds itself
+recorded and is not appended twice. Records land in partitions deterministically (the partition
+column, else murmur2 of the key, else round robin from the task's partition id), so a re-run
+sends every record where the first run did.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from ..broker import Broker, StagedPartition
+from ..errors import ConfigError, InvalidRecordError, PartitionNotFoundError, TopicAlreadyExistsError, TopicNotFoundError
+from ..partitioner import partition_for_key
+from ..record import CompressionType, Record, build_record_batch
+from ..storage.managed_ledger import StagedLedger
+from .options import bool_option, positive_option, store_options
+
+STAGING_DIR = "_staging"
+_HEADERS_TYPE = "array<struct<key:string,value:binary>>"
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    root: str
+    conf: Dict[str, str]
+    topic: Optional[str]
+    compression: CompressionType
+    batch_size: int
+    auto_create: bool
+    num_partitions: Optional[int]
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
+        opts = {k.lower(): str(v) for k, v in options.items()}
+        root, conf = store_options(opts)
+        codec_name = opts.get("compression.type", opts.get("kafka.compression.type", "none"))
+        try:
+            codec = CompressionType.from_name(codec_name.strip().lower())
+        except (ValueError, KeyError, ConfigError):
+            raise ConfigError(f"option 'compression.type': expected none, gzip, snappy, lz4 or zstd, got {codec_name!r}") from None
+        batch_size = positive_option(opts, "batch.size") or positive_option(opts, "kafka.batch.size") or 16384
+        topic = opts.get("topic")
+        if topic is not None and not topic.strip():
+            raise ConfigError("option 'topic' is empty")
+        return cls(root, conf, topic, codec, batch_size, bool_option(opts, "auto.create.topics.enable", False),
+                   positive_option(opts, "num.partitions"))
+
+
+def check_schema(schema: StructType, topic_option: Optional[str]) -> None:
+    """Refuse a DataFrame the Kafka sink would refuse, with its messages, before anything is written."""
+    fields = {f.name.lower(): f.dataType for f in schema.fields}
+
+    def check(name: str, allowed: Tuple[type, ...], expected: str) -> None:
+        t = fields.get(name)
+        if t is not None and not isinstance(t, allowed):
+            raise ConfigError(f"{name} attribute type must be {expected}, not {t.simpleString()}")
+
+    if "value" not in fields:
+        raise ConfigError("Required attribute 'value' not found")
+    check("value", (StringType, BinaryType), "a string or binary")
+    check("key", (StringType, BinaryType), "a string or binary")
+    if topic_option is None:
+        if "topic" not in fields:
+            raise ConfigError(
+                "topic option required when no 'topic' attribute is present. Use the topic option for setting a topic."
+            )
+        check("topic", (StringType,), "a string")
+    check("partition", (IntegerType,), "an int")
+    check("timestamp", (TimestampType, TimestampNTZType), "a timestamp")
+    headers = fields.get("headers")
+    if headers is not None and not _is_headers_type(headers):
+        raise ConfigError(f"headers attribute type must be an {_HEADERS_TYPE}, not {headers.simpleString()}")
+
+
+def _is_headers_type(t: DataType) -> bool:
+    if not isinstance(t, ArrayType) or not isinstance(t.elementType, StructType):
+        return False
+    fields = t.elementType.fields
+    return (len(fields) == 2 and fields[0].name == "key" and isinstance(fields[0].dataType, StringType)
+            and fields[1].name == "value" and isinstance(fields[1].dataType, BinaryType))
+
+
+@dataclass(frozen=True)
+class KopCommitMessage(WriterCommitMessage):
+    """What a task staged: ``(topic, partition, ledger)`` per partition it wrote to."""
+
+    writer: str
+    batch_id: int
+    task: int
+    staged: Tuple[Tuple[str, int, StagedLedger], ...]
+
+
+def staging_dir(writer: str, batch_id: int) -> str:
+    return f"{STAGING_DIR}/{writer}/{batch_id}"
+
+
+class _TaskOutput:
+    """One task attempt's records, batched and staged per target partition."""
+
+    def __init__(self, options: SinkOptions, writer: str, batch_id: int):
+        ctx = TaskContext.get()
+        self.task = ctx.partitionId() if ctx else 0
+        attempt = ctx.attemptNumber() if ctx else 0
+        self.options = options
+        self.writer = writer
+        self.batch_id = batch_id
+        self._dir = f"{staging_dir(writer, batch_id)}/{self.task}-{attempt}-{uuid.uuid4().hex[:8]}"
+        self._broker = Broker(options.root, options.conf)
+        self._partitions: Dict[str, int] = {}
+        self._staged: Dict[Tuple[str, int], StagedPartition] = {}
+        self._pending: Dict[Tuple[str, int], List[Record]] = defaultdict(list)
+        self._pending_bytes: Dict[Tuple[str, int], int] = defaultdict(int)
+        self._round_robin = self.task
+
+    def partitions_of(self, topic: str) -> int:
+        n = self._partitions.get(topic)
+        if n is None:
+            n = self._partitions[topic] = _ensure_topic(self._broker, topic, self.options)
+        return n
+
+    def add_arrow(self, rb: pa.RecordBatch) -> None:
+        names = {name.lower(): i for i, name in enumerate(rb.schema.names)}
+
+        def column(name: str) -> Optional[list]:
+            i = names.get(name)
+            if i is None:
+                return None
+            col = rb.column(i)
+            if name in ("key", "value") and not pa.types.is_binary(col.type):
+                col = pc.cast(col, pa.binary())
+            elif name == "timestamp":
+                col = pc.divide(pc.cast(col, pa.int64()), 1000)  # microseconds to milliseconds
+            return col.to_pylist()
+
+        n = rb.num_rows
+        values = column("value")
+        keys = column("key") or [None] * n
+        topics = [self.options.topic] * n if self.options.topic is not None else column("topic")
+        partitions = column("partition") or [None] * n
+        timestamps = column("timestamp") or [None] * n
+        headers = column("headers") or [None] * n
+        for i in range(n):
+            topic = topics[i]
+            if topic is None:
+                raise InvalidRecordError("null topic present in the data. Use the topic option for setting a topic.")
+            count = self.partitions_of(topic)
+            p = partitions[i]
+            if p is None:
+                key = keys[i]
+                if key is not None:
+                    p = partition_for_key(key, count)
+                else:
+                    p = self._round_robin % count
+                    self._round_robin += 1
+            elif not 0 <= p < count:
+                raise PartitionNotFoundError(f"topic {topic!r} has no partition {p}: it has partitions 0 to {count - 1}")
+            hs = tuple((h["key"], h["value"]) for h in headers[i]) if headers[i] else ()
+            record = Record(value=values[i], key=keys[i], timestamp_ms=timestamps[i], headers=hs)
+            self._add((topic, p), record)
+
+    def _add(self, tp: Tuple[str, int], record: Record) -> None:
+        self._pending[tp].append(record)
+        size = 24 + len(record.value or b"") + len(record.key or b"") + sum(len(k) + len(v or b"") for k, v in record.headers)
+        self._pending_bytes[tp] += size
+        if self._pending_bytes[tp] >= self.options.batch_size:
+            self._flush(tp)
+
+    def _flush(self, tp: Tuple[str, int]) -> None:
+        records = self._pending.pop(tp, None)
+        self._pending_bytes.pop(tp, None)
+        if not records:
+            return
+        staged = self._staged.get(tp)
+        if staged is None:
+            staged = self._staged[tp] = self._broker.stage(tp[0], tp[1], f"{self._dir}/{uuid.uuid4().hex}.ledger")
+        staged.append(build_record_batch(records, compression=self.options.compression))
+
+    def finish(self) -> KopCommitMessage:
+        for tp in list(self._pending):
+            self._flush(tp)
+        staged = tuple((tp[0], tp[1], s.finish()) for tp, s in sorted(self._staged.items()))
+        self._broker.close()
+        return KopCommitMessage(self.writer, self.batch_id, self.task, staged)
+
+    def discard(self) -> None:
+        for s in self._staged.values():
+            s.discard()
+        self._broker.fileio.delete_tree(self._dir)
+        self._broker.close()
+
+
+def _ensure_topic(broker: Broker, topic: str, options: SinkOptions) -> int:
+    try:
+        return broker.partitions_for(topic)
+    except TopicNotFoundError:
+        if not options.auto_create:
+            raise TopicNotFoundError(
+                f"topic {topic!r} does not exist: create it first (kop topics create {topic}) "
+                f"or set option auto.create.topics.enable=true"
+            ) from None
+    try:
+        broker.create_topic(topic, options.num_partitions)
+    except TopicAlreadyExistsError:
+        pass  # another task got there first
+    return broker.partitions_for(topic)
+
+
+def _write(options: SinkOptions, writer: str, batch_id: int, batches: Iterator[pa.RecordBatch]) -> KopCommitMessage:
+    out = _TaskOutput(options, writer, batch_id)
+    try:
+        for rb in batches:
+            out.add_arrow(rb)
+        return out.finish()
+    except BaseException:
+        out.discard()  # a failed attempt leaves nothing behind
+        raise
+
+
+def _commit(options: SinkOptions, messages: Sequence[Optional[WriterCommitMessage]], batch_id: int) -> None:
+    ours = sorted((m for m in messages if isinstance(m, KopCommitMessage)), key=lambda m: m.task)
+    if not ours:
+        return
+    writer = ours[0].writer
+    by_partition: Dict[Tuple[str, int], List[StagedLedger]] = defaultdict(list)
+    for m in ours:
+        for topic, p, ledger in m.staged:
+            by_partition[(topic, p)].append(ledger)
+    with Broker(options.root, options.conf) as broker:
+        for (topic, p), ledgers in sorted(by_partition.items()):
+            broker.append_staged(topic, p, ledgers, (f"spark:{writer}", batch_id))
+        _remove_staging(broker, writer, batch_id)
+
+
+def _abort(options: SinkOptions, messages: Sequence[Optional[WriterCommitMessage]], writer: Optional[str], batch_id: int) -> None:
+    writers = {m.writer for m in messages if isinstance(m, KopCommitMessage)} | ({writer} if writer else set())
+    with Broker(options.root, options.conf) as broker:
+        for w in writers:
+            _remove_staging(broker, w, batch_id)
+
+
+def _remove_staging(broker: Broker, writer: str, batch_id: int) -> None:
+    # Files of attempts Spark did not pick (speculative, retried) go with the batch's directory.
+    broker.fileio.delete_tree(staging_dir(writer, batch_id))
+    broker.fileio.delete_dir_if_empty(f"{STAGING_DIR}/{writer}")
+
+
+class KopBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("kop").mode("append")``: one job, appended when all its tasks succeed."""
+
+    def __init__(self, options: SinkOptions):
+        self.options = options
+        self.job = uuid.uuid4().hex
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return _write(self.options, self.job, 0, iterator)
+
+    def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        _commit(self.options, messages, 0)
+
+    def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        _abort(self.options, messages, self.job, 0)
+
+
+class KopStreamWriter(DataSourceStreamArrowWriter):
+    """``writeStream.format("kop")``: each micro-batch appended exactly once, keyed by the query id
+    (stable across restarts) and the batch id."""
+
+    def __init__(self, options: SinkOptions):
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        ctx = TaskContext.get()
+        query = ctx.getLocalProperty("sql.streaming.queryId")
+        batch = ctx.getLocalProperty("streaming.sql.batchId")
+        if not query or batch is None:
+            raise RuntimeError("kop stream writer: the task carries no streaming query id or batch id")
+        return _write(self.options, query, int(batch), iterator)
+
+    def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        _commit(self.options, messages, batchId)
+
+    def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        _abort(self.options, messages, None, batchId)
+
+
+def prepare(options: Mapping[str, str], schema: StructType) -> SinkOptions:
+    """Parse the options and check the DataFrame on the driver; create the ``topic`` option's topic
+    when auto-creation is on, or refuse a missing one before any task runs."""
+    sink = SinkOptions.parse(options)
+    check_schema(schema, sink.topic)
+    if sink.topic is not None:
+        with Broker(sink.root, sink.conf) as broker:
+            _ensure_topic(broker, sink.topic, sink)
+    return sink
+
+
+__all__ = ["KopBatchWriter", "KopStreamWriter", "SinkOptions", "check_schema", "prepare"]
