@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .config import Config, parse_topic_config
@@ -526,6 +526,40 @@ class Broker:
         for t in topics:
             for p in range(self.partitions_for(t)):
                 self._managed_ledger(t, p).enforce_retention()
+
+    def maintenance(self, topic: Optional[str] = None, *, target_ledger_bytes: int = 64 << 20,
+                    orphan_grace_ms: int = 3_600_000) -> "MaintenanceReport":
+        """Keep a long-running store tidy: merge runs of small ledgers (no offset changes), apply
+        retention, and delete files nothing refers to once older than ``orphan_grace_ms`` (staged
+        output of crashed Spark tasks, ledgers of appends whose commit never happened)."""
+        report = MaintenanceReport()
+        now = now_ms()
+
+        def orphaned(paths: Iterable[Tuple[str, float]], live: set) -> None:
+            for path, mtime in paths:
+                if path not in live and now - mtime * 1000 > orphan_grace_ms:
+                    self.fileio.delete(path)
+                    report.files_removed.append(path)
+
+        for t in [topic] if topic is not None else self.list_topics(include_internal=True):
+            name, meta = self._topic_metadata(t)
+            for p in range(meta["partitions"]):
+                ml = self._managed_ledger(t, p, meta)
+                report.ledgers_merged += ml.merge_ledgers(target_ledger_bytes)
+                ml.enforce_retention()
+                orphaned(self.fileio.walk_files(name.data_dir(p)), ml.referenced_files())
+        if topic is None:
+            orphaned(self.fileio.walk_files(STAGING_DIR), set())
+        return report
+
+
+STAGING_DIR = "_staging"  # where sinks stage ledgers that no reader sees yet
+
+
+@dataclass
+class MaintenanceReport:
+    ledgers_merged: int = 0
+    files_removed: List[str] = field(default_factory=list)
 
 
 class StagedPartition:

@@ -5,6 +5,7 @@
     kop consume TOPIC            records to stdout (kafka-console-consumer)
     kop groups list|describe|reset-offsets|delete|delete-offsets ...   (kafka-consumer-groups)
     kop dump-ledger FILE         every entry of a ledger file (kafka-dump-log)
+    kop maintenance              merge small ledgers, remove files of crashed writers
 """
 
 from __future__ import annotations
@@ -140,6 +141,16 @@ def _records(b: Broker, args) -> Iterator[ConsumerRecord]:
                 break
             yield from records
             start = records[-1].offset + 1
+
+
+def _maintenance(args) -> int:
+    with _broker(args) as b:
+        report = b.maintenance(args.topic, target_ledger_bytes=args.target_ledger_mb << 20,
+                               orphan_grace_ms=args.orphan_grace_minutes * 60_000)
+    print(f"Merged away {report.ledgers_merged} small ledgers; removed {len(report.files_removed)} orphaned files.")
+    for path in report.files_removed:
+        print(f"  removed {path}")
+    return 0
 
 
 def _consume(args) -> int:
@@ -444,6 +455,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--execute", action="store_true", help="commit the new offsets")
     g.add_argument("--output", choices=["text", "json"], default="text")
     g.set_defaults(run=_groups)
+
+    m = sub.add_parser("maintenance", help="merge small ledgers and remove orphaned files (offsets never change)")
+    m.add_argument("--topic", help="only this topic (default: every topic, and staged files of crashed jobs)")
+    m.add_argument("--target-ledger-mb", type=int, default=64, help="merge small ledgers into ledgers up to this size")
+    m.add_argument("--orphan-grace-minutes", type=int, default=60,
+                   help="remove unreferenced files only once they are this old")
+    m.set_defaults(run=_maintenance)
 
     d = sub.add_parser("dump-ledger", help="print every entry of a ledger file")
     d.add_argument("file")

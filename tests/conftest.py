@@ -23,6 +23,7 @@ def python_subprocess_env():
     env = dict(os.environ)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = repo + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers need kop_spark too
     return env
 
 

@@ -34,14 +34,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ..broker import Broker, StagedPartition
+from ..broker import STAGING_DIR, Broker, StagedPartition
 from ..errors import ConfigError, InvalidRecordError, PartitionNotFoundError, TopicAlreadyExistsError, TopicNotFoundError
 from ..partitioner import partition_for_key
 from ..record import CompressionType, Record, build_record_batch
 from ..storage.managed_ledger import StagedLedger
 from .options import bool_option, positive_option, store_options
 
-STAGING_DIR = "_staging"
 _HEADERS_TYPE = "array<struct<key:string,value:binary>>"
 
 

@@ -611,6 +611,69 @@ class ManagedLedger:
             self.fileio.delete(path)
         return kept
 
+    def merge_ledgers(self, target_bytes: int) -> int:
+        """Rewrite runs of adjacent small ledgers as one ledger per run of up to ``target_bytes``,
+        without changing any offset: entries keep their batches byte for byte, only their relative
+        indexes move to the new ledger's base. Ledgers of ``target_bytes / 2`` or more are left as
+        they are, so a ledger is rewritten a few times at most. Closed ledgers that were never
+        sealed (their writer died) come out sealed. Returns how many ledgers went away."""
+        runs: List[List[LedgerInfo]] = [[]]
+        for ledger in self.snapshot().ledgers:
+            small = ledger.state != OPEN and ledger.length < target_bytes // 2
+            if not small or sum(l.length for l in runs[-1]) + ledger.length > target_bytes:
+                runs.append([])
+            if small:
+                runs[-1].append(ledger)
+        return sum(len(run) - 1 for run in runs if len(run) > 1 and self._merge(run))
+
+    def _merge(self, run: List[LedgerInfo]) -> bool:
+        base = run[0].base_offset
+        writer = self._create_ledger_file()
+        rows: List[EntryInfo] = []
+        for ledger in run:
+            reader = self.reader(ledger)
+            k, n = 0, len(reader.table())
+            while k < n:
+                entries = reader.read(k, 8 << 20)
+                for e in entries:
+                    rows += writer.append([e.batch], ledger.base_offset - base + e.relative_index, e.broker_timestamp)
+                k += len(entries)
+        records = run[-1].end_offset - base
+        new = {
+            "id": writer.ledger_id, "file": writer.path, "base_offset": base, "entries": len(rows), "records": records,
+            "length": writer.seal(rows, records), "max_timestamp": max(l.max_timestamp for l in run),
+            "created_ms": now_ms(), "state": SEALED, "owner": None,
+        }
+        writer.close()
+        replaced = [(l.id, l.length, l.state) for l in run]
+
+        class Stale(Exception):
+            pass
+
+        def swap(meta: dict, now: int) -> dict:
+            ids = [l["id"] for l in meta["ledgers"]]
+            at = ids.index(run[0].id) if run[0].id in ids else -1
+            current = meta["ledgers"][at : at + len(run)] if at >= 0 else []
+            if [(l["id"], l["length"], l["state"]) for l in current] != replaced:
+                raise Stale()  # retention, compaction or a fenced writer's seal got there first
+            meta["trash"] = meta.get("trash", []) + [
+                {"file": l["file"], "delete_after_ms": now + self.config.file_delete_delay_ms} for l in current
+            ]
+            meta["ledgers"][at : at + len(run)] = [new]
+            return meta
+
+        try:
+            self._retry(swap)
+        except Stale:
+            self.fileio.delete(new["file"])
+            return False
+        return True
+
+    def referenced_files(self) -> set:
+        """Files this managed ledger refers to: its ledgers and its trash."""
+        meta = self._load().value or {}
+        return {l["file"] for l in meta.get("ledgers", [])} | {t["file"] for t in meta.get("trash", [])}
+
     def enforce_retention(self) -> None:
         """Apply retention and delete trashed files past their grace period, now."""
         self._update(lambda meta, now: meta)

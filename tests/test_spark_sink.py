@@ -1,0 +1,286 @@
+"""format("kop") writes on a real local Spark session: Kafka-sink parity, exactly-once, clean-up."""
+
+import datetime
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+from kafka.partitioner.default import murmur2 as kafka_murmur2
+from kafka.record.default_records import DefaultRecordBatch as KafkaBatch
+from pyspark.sql import Row
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructField, StructType, TimestampType
+
+from kop_spark import Broker, Record
+from kop_spark.record import build_record_batch
+from kop_spark.storage.managed_ledger import LedgerStager
+
+from .conftest import PYTHON, python_subprocess_env
+
+HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+SCHEMA = StructType([
+    StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
+    StructField("partition", IntegerType()), StructField("headers", HEADERS), StructField("timestamp", TimestampType()),
+])
+
+
+def write(df, root, **options):
+    w = df.write.format("kop").mode("append").option("kop.root", root)
+    for k, v in options.items():
+        w = w.option(k, v)
+    w.save()
+
+
+def all_records(b, topic):
+    out = []
+    for p in range(b.partitions_for(topic)):
+        out += b.fetch(topic, p, offset=b.list_offsets(topic, p, "earliest"), max_records=1 << 30)
+    return out
+
+
+class _Decoded:
+    def __init__(self, batch_offset, r):
+        self.batch_offset, self.offset, self.key, self.value = batch_offset, r.offset, r.key, r.value
+        self.headers, self.timestamp = r.headers, r.timestamp
+
+
+def kafka_decoded(b, topic):
+    """Every record of ``topic`` as kafka-python decodes the batches FETCH hands out."""
+    out = []
+    for p in range(b.partitions_for(topic)):
+        offset, end = 0, b.list_offsets(topic, p, "latest")
+        while offset < end:
+            for raw in b.fetch_batches(topic, p, offset):
+                batch = KafkaBatch(raw)
+                assert batch.validate_crc()
+                for r in batch:
+                    out.append(_Decoded(batch.base_offset, r))
+                offset = batch.base_offset + batch.last_offset_delta + 1
+    return out
+
+
+def staged_files(root):
+    return [os.path.join(d, f) for d, _, files in os.walk(os.path.join(root, "_staging")) for f in files]
+
+
+NOW = int(time.time() * 1000)
+
+
+def ts(ms):
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+
+
+def test_written_records_read_back_by_broker_and_a_kafka_client(spark, root, broker):
+    broker.create_topic("out", partitions=3)
+    rng = random.Random(3)
+    rows = [
+        (None if i % 4 == 0 else f"key-{rng.randrange(50)}".encode(), f"value-{i}".encode(), "out", None,
+         [Row(key="h", value=str(i).encode()), Row(key="n", value=None)], ts(NOW - 1000 * i))
+        for i in range(200)
+    ]
+    write(spark.createDataFrame(rows, SCHEMA).repartition(3), root, **{"compression.type": "zstd"})
+    got = all_records(broker, "out")
+    assert sorted(r.value for r in got) == sorted(r[1] for r in rows)
+    by_value = {r[1]: r for r in rows}
+    for rec in got:
+        key, _, _, _, headers, when = by_value[rec.value]
+        assert rec.key == key
+        assert rec.headers == tuple((h.key, h.value) for h in headers)
+        assert rec.timestamp_ms == int(when.timestamp() * 1000)
+        if key is not None:  # where a Kafka client's default partitioner puts it
+            assert rec.partition == (kafka_murmur2(key) & 0x7FFFFFFF) % 3
+    keyless = [r.partition for r in got if r.key is None]
+    assert len(set(keyless)) == 3  # records without a key spread across partitions
+    for p in range(3):  # offsets continuous from 0
+        assert [r.offset for r in got if r.partition == p] == list(range(broker.list_offsets("out", p, "latest")))
+    # The raw batches decode with kafka-python to the same records.
+    decoded = [(r.offset, r.key, r.value, tuple(r.headers), r.timestamp) for r in kafka_decoded(broker, "out")]
+    assert sorted(d[2] for d in decoded) == sorted(r.value for r in got)
+    assert {d[2]: (d[1], d[3], d[4]) for d in decoded} == {r.value: (r.key, r.headers, r.timestamp_ms) for r in got}
+
+
+def test_string_columns_topic_column_and_partition_column(spark, root, broker):
+    broker.create_topic("a", partitions=2)
+    broker.create_topic("b", partitions=4)
+    df = spark.createDataFrame([("k1", "v1", "a", 1), ("k2", "v2", "b", 3), (None, "v3", "b", None)],
+                               "key string, value string, topic string, partition int")
+    write(df, root)
+    assert [(r.key, r.value) for r in broker.fetch("a", 1, 0)] == [(b"k1", b"v1")]
+    assert [(r.key, r.value) for r in broker.fetch("b", 3, 0)][0] == (b"k2", b"v2")
+    # The topic option overrides the column.
+    before = broker.list_offsets("b", 1, "latest")
+    write(df.where("partition = 1"), root, topic="b")
+    assert [(r.key, r.value) for r in broker.fetch("b", 1, before)] == [(b"k1", b"v1")]
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_compression_types_decode_with_a_kafka_client(spark, root, broker, codec):
+    broker.create_topic("c", partitions=1)
+    df = spark.createDataFrame([(f"v{i}" * 20,) for i in range(300)], "value string")
+    write(df, root, topic="c", **{"compression.type": codec, "batch.size": "4096"})
+    records = kafka_decoded(broker, "c")
+    assert len({r.batch_offset for r in records}) > 1  # batch.size splits the output into several batches
+    values = [r.value for r in records]
+    assert sorted(values) == sorted(f"v{i}".encode() * 20 for i in range(300))
+
+
+@pytest.mark.parametrize("ddl, options, message", [
+    ("key string", {"topic": "t"}, "Required attribute 'value' not found"),
+    ("value int", {"topic": "t"}, "value attribute type must be a string or binary"),
+    ("value string, key array<int>", {"topic": "t"}, "key attribute type must be a string or binary"),
+    ("value string", {}, "topic option required when no 'topic' attribute is present"),
+    ("value string, topic int", {}, "topic attribute type must be a string"),
+    ("value string, partition string", {"topic": "t"}, "partition attribute type must be an int"),
+    ("value string, headers string", {"topic": "t"}, "headers attribute type must be an array<struct<key:string,value:binary>>"),
+    ("value string", {"topic": "missing"}, "topic 'missing' does not exist"),
+    ("value string", {"topic": "t", "compression.type": "brotli"}, "option 'compression.type'"),
+    ("value string", {"topic": "t", "batch.size": "-1"}, "option 'batch.size'"),
+])
+def test_bad_input_is_refused_before_anything_is_written(spark, root, broker, ddl, options, message):
+    broker.create_topic("t", partitions=1)
+    df = spark.createDataFrame([], ddl)
+    with pytest.raises(Exception, match=message):
+        write(df, root, **options)
+    assert broker.list_offsets("t", 0, "latest") == 0
+
+
+def test_save_modes_and_topic_auto_creation(spark, root, broker):
+    broker.create_topic("t", partitions=1)
+    df = spark.createDataFrame([("v",)], "value string")
+    with pytest.raises(Exception, match="append-only: save mode Overwrite is not supported"):
+        df.write.format("kop").mode("overwrite").option("kop.root", root).option("topic", "t").save()
+    with pytest.raises(Exception, match="ErrorIfExists"):
+        df.write.format("kop").option("kop.root", root).option("topic", "t").save()
+    write(df, root, topic="fresh", **{"auto.create.topics.enable": "true", "num.partitions": "5"})
+    assert broker.partitions_for("fresh") == 5
+    assert sum(broker.list_offsets("fresh", p, "latest") for p in range(5)) == 1
+
+
+def test_a_failed_job_leaves_nothing_visible_or_staged(spark, root, broker):
+    broker.create_topic("t", partitions=2)
+    # One task's rows are fine, the other's name a partition that does not exist.
+    df = spark.createDataFrame([("ok", 0)] * 50 + [("bad", 7)], "value string, partition int").repartition(2)
+    with pytest.raises(Exception, match="topic 't' has no partition 7"):
+        write(df, root, topic="t")
+    assert [broker.list_offsets("t", p, "latest") for p in range(2)] == [0, 0]
+    assert staged_files(root) == []
+
+
+def test_stream_write_and_a_rerun_batch_is_applied_once(spark, root, broker, tmp_path):
+    broker.create_topic("in", partitions=2)
+    broker.create_topic("out", partitions=2)
+    for i in range(60):
+        broker.produce("in", [Record(value=f"v{i}".encode(), key=f"k{i % 7}".encode())])
+    df = (spark.readStream.format("kop").option("kop.root", root).option("subscribe", "in")
+          .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "25").load())
+    q = (df.selectExpr("key", "value").writeStream.format("kop").option("kop.root", root).option("topic", "out")
+         .option("checkpointLocation", str(tmp_path / "ck")).start())
+    q.processAllAvailable()
+    q.stop()
+    assert sorted(r.value for r in all_records(broker, "out")) == sorted(f"v{i}".encode() for i in range(60))
+    # Spark re-runs a batch whose commit it did not record: drop the last commit-log entry, restart.
+    last = max(int(n) for n in os.listdir(tmp_path / "ck" / "commits") if n.isdigit())
+    for name in (str(last), f".{last}.crc"):
+        os.remove(tmp_path / "ck" / "commits" / name)
+    q = (df.selectExpr("key", "value").writeStream.format("kop").option("kop.root", root).option("topic", "out")
+         .option("checkpointLocation", str(tmp_path / "ck")).start())
+    q.processAllAvailable()
+    q.stop()
+    assert sorted(r.value for r in all_records(broker, "out")) == sorted(f"v{i}".encode() for i in range(60))
+    assert staged_files(root) == []
+
+
+def test_exactly_once_through_driver_kills(root, tmp_path):
+    """A read-transform-write query killed with SIGKILL at random moments and restarted ends with
+    every input record in the output topic exactly once, at continuous offsets."""
+    with Broker(root) as b:
+        b.create_topic("in", partitions=2)
+        b.create_topic("out", partitions=2)
+        for i in range(0, 600, 6):
+            b.produce("in", [Record(value=f"e{j}".encode(), key=f"user{j % 13}".encode(),
+                                    headers=[("seq", str(j).encode())]) for j in range(i, i + 6)])
+    rng = random.Random(os.getpid())
+    env = python_subprocess_env()
+    ck = str(tmp_path / "ck")
+    kills = 0
+    for attempt in range(8):
+        proc = subprocess.Popen([PYTHON, "-m", "tests.spark_pipeline_process", root, ck], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        if attempt < 4:
+            assert proc.stdout.readline().strip() == "started"
+            timer = threading.Timer(rng.uniform(0.2, 4.0), lambda p=proc: p.send_signal(signal.SIGKILL))
+            timer.start()
+            out = proc.stdout.read()
+            proc.wait()
+            timer.cancel()
+            kills += proc.returncode == -signal.SIGKILL
+            if "done" in out and proc.returncode == 0:
+                break
+        else:
+            out, _ = proc.communicate(timeout=300)
+            assert proc.returncode == 0 and "done" in out
+            break
+    with Broker(root) as b:
+        got = all_records(b, "out")
+        values = sorted(r.value for r in got)
+        assert values == sorted(f"out:e{j}".encode() for j in range(600)), f"after {kills} kills"
+        for p in range(2):
+            assert [r.offset for r in got if r.partition == p] == list(range(b.list_offsets("out", p, "latest")))
+        for r in got:  # keyed records keep their key, so they land where the key says
+            assert r.headers == (("seq", r.value[len("out:e"):]),)
+        assert {tp: o.offset for tp, o in b.fetch_offsets("pipeline").items()} == \
+            {("in", p): b.list_offsets("in", p, "latest") for p in range(2)}
+    assert kills >= 1
+
+
+def test_spark_write_racing_a_broker_producer(spark, root, broker):
+    broker.create_topic("t", partitions=1)
+    producer = subprocess.Popen([PYTHON, "-m", "tests.writer_process", root, "w", "400", "50"], env=python_subprocess_env(),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert producer.stdout.readline().strip() == "ready"
+    producer.stdin.write("go\n")
+    producer.stdin.flush()
+    df = spark.createDataFrame([(f"spark/{i}", 0) for i in range(3000)], "value string, partition int").repartition(4)
+    for chunk in range(3):
+        write(df.where(f"cast(substring(value, 7) as int) % 3 = {chunk}"), root, topic="t", **{"batch.size": "2048"})
+    confirmed = [line.split() for line in producer.stdout.read().splitlines()]
+    assert producer.wait() == 0
+    got = broker.fetch("t", 0, 0, max_records=1 << 30)
+    assert [r.offset for r in got] == list(range(broker.list_offsets("t", 0, "latest")))
+    values = [r.value.decode() for r in got]
+    assert len(values) == len(set(values))  # nothing twice
+    assert {v for v in values if v.startswith("spark/")} == {f"spark/{i}" for i in range(3000)}
+    produced = {v for v in values if v.startswith("w/")}
+    assert len(produced) == sum(int(c) for _, _, c in confirmed)  # nothing lost
+    for _, base, count in confirmed:  # each producer append sits where its confirmation said
+        assert all(got[int(base) + k].value.decode().startswith("w/") for k in range(int(count)))
+
+
+def test_maintenance_merges_small_ledgers_and_removes_orphans(root):
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 2})
+    b.create_topic("t", partitions=1)
+    for i in range(41):
+        b.produce("t", [Record(value=f"v{i}".encode(), key=f"k{i % 5}".encode(), timestamp_ms=int(time.time() * 1000))])
+    before = [(r.offset, r.key, r.value, r.timestamp_ms) for r in b.fetch("t", 0, 0, max_records=100)]
+    assert len(b.snapshot("t", 0).ledgers) == 21
+    orphan = LedgerStager(b.fileio, "_staging/crashed-query/3/0-0/x.ledger")
+    orphan.append(build_record_batch([Record(value=b"x", timestamp_ms=1)]), 0)
+    fresh = LedgerStager(b.fileio, "_staging/running-query/1/0-0/y.ledger")
+    old = time.time() - 7200
+    os.utime(os.path.join(root, "_staging/crashed-query/3/0-0/x.ledger"), (old, old))
+    report = b.maintenance(target_ledger_bytes=1 << 20, orphan_grace_ms=3_600_000)
+    assert report.ledgers_merged == 19  # 20 sealed ledgers into one; the open tail stays
+    assert report.files_removed == ["_staging/crashed-query/3/0-0/x.ledger"]
+    assert os.path.exists(os.path.join(root, "_staging/running-query/1/0-0/y.ledger"))  # too young to judge
+    fresh.discard()
+    b.close()
+    with Broker(root) as again:
+        assert [(r.offset, r.key, r.value, r.timestamp_ms) for r in again.fetch("t", 0, 0, max_records=100)] == before
+        assert again.list_offsets("t", 0, 17) == 0  # timestamps still index
+        snap = again.snapshot("t", 0)
+        assert [(l.base_offset, l.end_offset, l.state) for l in snap.ledgers] == [(0, 40, "sealed"), (40, 41, "sealed")]
+        for offset in (0, 13, 39, 40):
+            assert again.fetch("t", 0, offset, max_records=1)[0].value == f"v{offset}".encode()
