@@ -1,37 +1,90 @@
-"""The main job, for now: a topic created, produced to and consumed through the ``kop`` CLI on
-the embedded local store. (The Spark pipeline demo replaces it when the Spark source and sink land.)
+"""The main job: an exactly-once Spark pipeline on the embedded local store.
 
-    python -m kop_spark.demo [ROOT]        default ROOT: ./kop-data
+Produces click events to topic ``clicks``, runs a Spark structured-streaming query that reads them
+with consumer group ``click-enricher``, enriches them, and writes topic ``clicks-enriched``
+exactly-once; then prints the group's lag and the counts. Run it again: it picks up where it left
+off (new events only), and the output still holds every input record exactly once.
+
+    python -m kop_spark.demo [ROOT]        default ROOT: storageRoot of conf/kop.conf (./kop-data)
 """
 
 from __future__ import annotations
 
-import subprocess
+import json
+import os
 import sys
+import time
 
-TOPIC = "demo-events"
+from . import Broker, Record
+from .cli import main as kop
+
+SOURCE, SINK, GROUP = "clicks", "clicks-enriched", "click-enricher"
+EVENTS_PER_RUN = 2000
 
 
-def kop(root: str, *args: str, stdin: str | None = None) -> str:
-    cmd = [sys.executable, "-m", "kop_spark.cli", "--root", root, *args]
-    print("$ kop " + " ".join(args[:1] + tuple(a if " " not in a else repr(a) for a in args[1:])), flush=True)
-    done = subprocess.run(cmd, input=stdin, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"kop {' '.join(args)} failed: {done.stderr.strip()}")
-    if done.stdout:
-        print(done.stdout, end="", flush=True)
-    return done.stdout
+def produce_events(b: Broker) -> int:
+    for topic in (SOURCE, SINK):
+        if topic not in b.list_topics():
+            b.create_topic(topic, partitions=3)
+    start = sum(b.list_offsets(SOURCE, p, "latest") for p in range(3))
+    now = int(time.time() * 1000)
+    for i in range(start, start + EVENTS_PER_RUN, 100):
+        b.produce(SOURCE, [
+            Record(key=f"user-{j % 17}".encode(), value=json.dumps({"id": j, "page": f"/item/{j % 50}"}).encode(),
+                   timestamp_ms=now, headers=[("source", b"demo")])
+            for j in range(i, i + 100)
+        ])
+    return EVENTS_PER_RUN
+
+
+def run_pipeline(root: str) -> None:
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("kop-demo")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "3").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    clicks = (spark.readStream.format("kop")
+              .option("kop.root", root)
+              .option("subscribe", SOURCE)
+              .option("startingOffsets", "earliest")
+              .option("group.id", GROUP)
+              .option("maxOffsetsPerTrigger", "1000")
+              .load())
+    enriched = clicks.selectExpr(
+        "key",
+        "to_json(named_struct('id', get_json_object(cast(value as string), '$.id'),"
+        " 'user', cast(key as string), 'page', get_json_object(cast(value as string), '$.page'),"
+        " 'source_offset', concat(topic, '-', partition, '@', offset))) as value",
+    )
+    query = (enriched.writeStream.format("kop")
+             .option("kop.root", root)
+             .option("topic", SINK)
+             .option("checkpointLocation", os.path.join(root, "_checkpoints", "demo"))
+             .trigger(availableNow=True)
+             .start())
+    query.awaitTermination()
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    print(f"Spark processed {sum(p['numInputRows'] for p in batches)} records in {len(batches)} micro-batches.")
+    spark.stop()
 
 
 def main(argv: list[str]) -> None:
-    root = argv[0] if argv else "./kop-data"
-    if TOPIC not in kop(root, "topics", "list").split():
-        kop(root, "topics", "create", TOPIC, "--partitions", "3")
-    events = "".join(f"user-{i % 4}:clicked item {i}\n" for i in range(12))
-    kop(root, "produce", TOPIC, "--key-separator", ":", "--header", "source=demo", stdin=events)
-    kop(root, "consume", TOPIC, "--from-beginning", "--print-offset", "--print-key", "--max-messages", "12")
-    kop(root, "topics", "describe", TOPIC)
-    print(f"\nThe store is in {root}; run the commands above with `.venv/bin/kop --root {root} ...`.")
+    with Broker(argv[0] if argv else None) as b:
+        root = os.path.abspath(b.root)
+        print(f"Producing {produce_events(b)} click events to topic '{SOURCE}' in {root}")
+    run_pipeline(root)
+    print(f"\n$ kop groups describe --group {GROUP}")
+    kop(["--root", root, "groups", "describe", "--group", GROUP])
+    with Broker(root) as b:
+        counts = {t: sum(b.list_offsets(t, p, "latest") - b.list_offsets(t, p, "earliest") for p in range(3))
+                  for t in (SOURCE, SINK)}
+        sample = b.fetch(SINK, 0, b.list_offsets(SINK, 0, "earliest"), max_records=1)
+    print(f"\n{SOURCE}: {counts[SOURCE]} records   {SINK}: {counts[SINK]} records")
+    if sample:
+        print(f"e.g. {SINK}-0@{sample[0].offset}: {sample[0].value.decode()}")
+    if counts[SOURCE] != counts[SINK]:
+        sys.exit("the output does not hold every input record exactly once")
 
 
 if __name__ == "__main__":

@@ -83,13 +83,6 @@ def test_errors_are_clear_and_exit_1(root):
     assert out.returncode == 1 and "nope.ledger does not exist" in out.stderr
 
 
-def test_demo_runs_end_to_end(tmp_path):
-    out = subprocess.run([PYTHON, "-m", "kop_spark.demo", str(tmp_path / "demo")], capture_output=True, text=True, env=python_subprocess_env())
-    assert out.returncode == 0, out.stderr
-    consumed = [l for l in out.stdout.splitlines() if "\tuser-" in l]
-    assert len(consumed) == 12 and {l.split("\t")[2] for l in consumed} == {f"clicked item {i}" for i in range(12)}
-
-
 def test_groups_tools(root):
     from kop_spark import Broker, Record
 

@@ -115,6 +115,8 @@ def test_format_is_found_without_register_and_register_is_harmless(spark, root, 
     produce(broker, "t", 0, 3)
     kop_spark.register(spark)
     assert offsets_of(kop(spark, root, subscribe="t")) == [("t", 0, 0), ("t", 0, 1), ("t", 0, 2)]
+    # The root as the load() path, as for file sources.
+    assert spark.read.format("kop").option("subscribe", "t").load(root).count() == 3
 
 
 def test_executors_need_only_the_ledger_files(root, small_ledgers):
@@ -296,6 +298,8 @@ def test_max_offsets_per_trigger_is_shared_by_backlog(spark, root, broker, tmp_p
     ends = [end_offset(p) for p in q.recentProgress if p["numInputRows"]]
     # Backlogs 30:10 share 8 as 6:2 (Spark's proration), until partition 1 runs dry.
     assert ends[0] == {"t": {"0": 6, "1": 2}}
+    latest = q.recentProgress[0]["sources"][0]["latestOffset"]  # reportLatestOffset: the backlog shows
+    assert (json.loads(latest) if isinstance(latest, str) else latest) == {"t": {"0": 30, "1": 10}}
     assert all(n <= 8 for n in batch_sizes(q))
     assert sum(batch_sizes(q)) == 40
 
