@@ -14,10 +14,11 @@ setup_python() {
     fi
     # Reinstall only when the declared dependencies change.
     local stamp="$VENV/.kop-installed" want
-    want=$(cat pyproject.toml | cksum)
+    want=$( (cat pyproject.toml; echo editable_mode=compat) | cksum)
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         "$VENV/bin/python" -m pip install --quiet --upgrade pip
-        "$VENV/bin/python" -m pip install --quiet -e ".[test]"
+        # compat mode puts the checkout on sys.path, where Spark looks for pyspark_* data sources.
+        "$VENV/bin/python" -m pip install --quiet -e ".[test]" --config-settings editable_mode=compat
         echo "$want" > "$stamp"
     fi
 }

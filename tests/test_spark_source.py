@@ -488,3 +488,15 @@ def test_starting_offsets_group(spark, root, broker, tmp_path):
     assert sorted(tuple(r) for r in spark.table("resumed").collect()) == \
         [(0, o) for o in range(6, 10)] + [(1, o) for o in range(4)]
     assert {tp: o.offset for tp, o in broker.fetch_offsets("resume").items()} == {("t", 0): 10, ("t", 1): 4}
+
+
+def test_an_installed_kop_spark_is_found_by_spark_from_anywhere(root, broker, tmp_path):
+    """No register call, no PYTHONPATH, another working directory: what a user's job sees."""
+    broker.create_topic("t", partitions=1)
+    produce(broker, "t", 0, 4)
+    env = {k: v for k, v in python_subprocess_env().items() if k != "PYTHONPATH"}
+    script = ("from pyspark.sql import SparkSession\n"
+              "s = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
+              f"print('rows', s.read.format('kop').option('kop.root', {root!r}).option('subscribe', 't').load().count())\n")
+    out = subprocess.run([PYTHON, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert "rows 4" in out.stdout, out.stderr[-2000:]
