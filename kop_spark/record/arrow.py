@@ -16,6 +16,7 @@ import pyarrow as pa
 from ..errors import CorruptRecordError
 from .compression import decompress
 from .default_record_batch import COMPRESSION_MASK, HEADER_SIZE, TIMESTAMP_TYPE_MASK, RecordBatch
+from .varint import read_varint
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
@@ -132,6 +133,8 @@ class ArrowRecordBuilder:
                     if b < 0x80:
                         break
                     shift += 7
+                    if shift > 63:
+                        raise CorruptRecordError(f"varint longer than 10 bytes in the batch at offset {base_offset}")
                 fields[i] = (result >> 1) ^ -(result & 1)
                 if i == 0:
                     record_end = pos + fields[0]
@@ -144,7 +147,7 @@ class ArrowRecordBuilder:
             key_length = fields[3]
             key_at = pos
             pos += max(key_length, 0)
-            value_length, pos = _varint(buf, pos)
+            value_length, pos = read_varint(buf, pos)
             value_at = pos
             pos += max(value_length, 0)
             if pos > record_end:
@@ -161,16 +164,16 @@ class ArrowRecordBuilder:
             pos = record_end
 
     def _decode_headers(self, buf: memoryview, pos: int, offset: int) -> int:
-        n, pos = _varint(buf, pos)
+        n, pos = read_varint(buf, pos)
         if n < 0:
             raise CorruptRecordError(f"record at offset {offset} has a negative header count")
         for _ in range(n):
-            key_length, pos = _varint(buf, pos)
+            key_length, pos = read_varint(buf, pos)
             if key_length < 0:
                 raise CorruptRecordError(f"record at offset {offset} has a header with a null key")
             self._header_keys.append(buf, pos, key_length)
             pos += key_length
-            value_length, pos = _varint(buf, pos)
+            value_length, pos = read_varint(buf, pos)
             self._header_values.append(buf, pos, value_length)
             pos += max(value_length, 0)
         self._header_ends.append(self._header_ends[-1] + n)
@@ -201,15 +204,3 @@ class ArrowRecordBuilder:
         self._reset()
         return pa.RecordBatch.from_arrays(columns, schema=kafka_source_schema(self.include_headers))
 
-
-def _varint(buf, pos: int):
-    result = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CorruptRecordError("varint is longer than 10 bytes")
