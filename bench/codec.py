@@ -42,21 +42,17 @@ def encoders(data, codec):
     def ours():
         return build_record_batch([Record(value=v, key=k, timestamp_ms=t) for k, v, t in data], compression=CODECS[codec])
 
-    def aiokafka():
-        b = AioBuilder(magic=2, compression_type=int(CODECS[codec]), is_transactional=0, producer_id=-1,
-                       producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
-        for i, (k, v, t) in enumerate(data):
-            b.append(i, timestamp=t, key=k, value=v, headers=[])
-        return bytes(b.build())
+    def client(builder):
+        def encode():
+            b = builder(magic=2, compression_type=int(CODECS[codec]), is_transactional=0, producer_id=-1,
+                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+            for i, (k, v, t) in enumerate(data):
+                b.append(i, timestamp=t, key=k, value=v, headers=[])
+            return bytes(b.build())
 
-    def kafka_python():
-        b = KBuilder(magic=2, compression_type=int(CODECS[codec]), is_transactional=0, producer_id=-1,
-                     producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
-        for i, (k, v, t) in enumerate(data):
-            b.append(i, timestamp=t, key=k, value=v, headers=[])
-        return bytes(b.build())
+        return encode
 
-    return {"kop": ours, "aiokafka (compiled)": aiokafka, "kafka-python": kafka_python}
+    return {"kop": ours, "aiokafka (compiled)": client(AioBuilder), "kafka-python": client(KBuilder)}
 
 
 def decoders(batch: bytes):

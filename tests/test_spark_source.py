@@ -1,5 +1,6 @@
 """format("kop") reads on a real local Spark session: batch and streaming, Kafka-source parity."""
 
+import datetime
 import json
 import random
 import shutil
@@ -66,8 +67,6 @@ def expected_df(spark, b, topic, partitions, include_headers=False):
 
 
 def _ts(ms):
-    import datetime
-
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
 
 

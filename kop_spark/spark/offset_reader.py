@@ -5,7 +5,7 @@ Spark's Kafka connector calls this part the offset reader; here it is a thin lay
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, List
+from typing import Dict, List, Optional
 
 from ..broker import Broker
 from ..errors import ConfigError, PartitionNotFoundError, TopicNotFoundError, UnknownTopicOrPartitionError
@@ -25,9 +25,7 @@ from .options import (
     SpecificTimestamps,
     TopicPartition,
 )
-from .partition_reader import KopInputPartition
-
-DataLossReporter = Callable[[str], None]
+from .partition_reader import KopInputPartition, report_data_loss
 
 
 def tp_name(tp: TopicPartition) -> str:
@@ -41,6 +39,10 @@ class KopOffsetReader:
 
     def close(self) -> None:
         self.broker.close()
+
+    def report_data_loss(self, message: str) -> None:
+        """Fail or log, per ``failOnDataLoss``."""
+        report_data_loss(message, self.options.fail_on_data_loss)
 
     # -- what there is ---------------------------------------------------------------------
 
@@ -73,23 +75,25 @@ class KopOffsetReader:
                 continue
         return out
 
-    def check_assigned(self, partitions: List[TopicPartition], snapshots: Dict[TopicPartition, Snapshot]) -> None:
-        """A query that starts on ``assign`` must find every assigned partition."""
-        for tp in partitions:
+    def current(self) -> Dict[TopicPartition, Snapshot]:
+        """Snapshots of the partitions the subscription covers now."""
+        return self.snapshots(self.topic_partitions())
+
+    def starting(self) -> Dict[TopicPartition, Snapshot]:
+        """``current()`` for a read that starts now: with ``assign``, every assigned partition must exist."""
+        snapshots = self.current()
+        for tp in self.options.subscription.assigned:
             if tp not in snapshots:
                 self.broker.snapshot(*tp)  # raises TopicNotFoundError / PartitionNotFoundError naming it
                 raise PartitionNotFoundError(f"assigned partition {tp_name(tp)} does not exist")
+        return snapshots
 
-    def latest(self, partitions: List[TopicPartition]) -> PartitionOffsets:
-        return {tp: s.next_offset for tp, s in self.snapshots(partitions).items()}
-
-    def earliest(self, partitions: List[TopicPartition]) -> PartitionOffsets:
-        return {tp: s.log_start_offset for tp, s in self.snapshots(partitions).items()}
+    def latest(self) -> PartitionOffsets:
+        return {tp: s.next_offset for tp, s in self.current().items()}
 
     # -- resolving startingOffsets / endingOffsets ------------------------------------------
 
-    def resolve(self, limit: OffsetLimit, snapshots: Dict[TopicPartition, Snapshot], option: str,
-                report: DataLossReporter) -> PartitionOffsets:
+    def resolve(self, limit: OffsetLimit, snapshots: Dict[TopicPartition, Snapshot], option: str) -> PartitionOffsets:
         """Concrete offsets of ``limit`` for the partitions in ``snapshots``."""
         earliest = {tp: s.log_start_offset for tp, s in snapshots.items()}
         latest = {tp: s.next_offset for tp, s in snapshots.items()}
@@ -102,7 +106,7 @@ class KopOffsetReader:
             out = {}
             for tp in snapshots:
                 c = committed.get(tp)
-                out[tp] = earliest[tp] if c is None else self._in_range(c.offset, tp, earliest, latest, "the group's committed offset", report)
+                out[tp] = earliest[tp] if c is None else self._in_range(c.offset, tp, earliest, latest, "the group's committed offset")
             return out
         if isinstance(limit, SpecificOffsets):
             specified = set(limit.offsets)
@@ -119,7 +123,7 @@ class KopOffsetReader:
                 elif off == LATEST_OFFSET:
                     out[tp] = latest[tp]
                 else:
-                    out[tp] = self._in_range(off, tp, earliest, latest, option, report)
+                    out[tp] = self._in_range(off, tp, earliest, latest, option)
             return out
         if isinstance(limit, GlobalTimestamp):
             timestamps = {tp: limit.timestamp for tp in snapshots}
@@ -144,14 +148,13 @@ class KopOffsetReader:
             out[tp] = off
         return out
 
-    @staticmethod
-    def _in_range(off: int, tp: TopicPartition, earliest: PartitionOffsets, latest: PartitionOffsets, what: str,
-                  report: DataLossReporter) -> int:
+    def _in_range(self, off: int, tp: TopicPartition, earliest: PartitionOffsets, latest: PartitionOffsets,
+                  what: str) -> int:
         if off < earliest[tp]:
-            report(f"{what} for {tp_name(tp)} was {off} but the earliest available offset is {earliest[tp]}")
+            self.report_data_loss(f"{what} for {tp_name(tp)} was {off} but the earliest available offset is {earliest[tp]}")
             return earliest[tp]
         if off > latest[tp]:
-            report(f"{what} for {tp_name(tp)} was {off} but the latest offset is {latest[tp]}")
+            self.report_data_loss(f"{what} for {tp_name(tp)} was {off} but the latest offset is {latest[tp]}")
             return latest[tp]
         return off
 
@@ -181,8 +184,9 @@ class KopOffsetReader:
 
     # -- consumer groups ---------------------------------------------------------------------
 
-    def commit(self, group: str, offsets: PartitionOffsets) -> None:
-        live = self.snapshots(list(offsets))
+    def commit(self, group: str, offsets: PartitionOffsets, live: Optional[Dict[TopicPartition, Snapshot]] = None) -> None:
+        """Commit ``offsets`` of the partitions that still exist (``live``, else looked up)."""
+        live = self.snapshots(list(offsets)) if live is None else live
         kept = {tp: off for tp, off in offsets.items() if tp in live}
         if kept:
             self.broker.commit_offsets(group, kept)

@@ -43,8 +43,9 @@ from ._compat import (
 )
 from .offset_range import OffsetRange, rate_limit, split_ranges
 from .offset_reader import KopOffsetReader, tp_name
-from .options import PartitionOffsets, SourceOptions
-from .partition_reader import KopInputPartition, read_partition, report_data_loss
+from ..storage.managed_ledger import Snapshot
+from .options import PartitionOffsets, SourceOptions, TopicPartition, bool_option
+from .partition_reader import KopInputPartition, read_partition
 from .sink import KopBatchWriter, KopStreamWriter, prepare
 
 
@@ -85,8 +86,8 @@ class KopDataSource(DataSource):
         return "kop"
 
     def schema(self) -> StructType:
-        include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
-        return source_schema(include)
+        options = {k.lower(): str(v) for k, v in self.options.items()}
+        return source_schema(bool_option(options, "includeHeaders", False))
 
     def _check_schema(self, schema: StructType, options: SourceOptions) -> None:
         if schema != source_schema(options.include_headers):
@@ -127,16 +128,9 @@ class KopBatchReader(DataSourceReader):
         o = self.options
         reader = KopOffsetReader(o)
         try:
-            tps = reader.topic_partitions()
-            snapshots = reader.snapshots(tps)
-            if o.subscription.is_assign:
-                reader.check_assigned(tps, snapshots)
-
-            def report(message: str) -> None:
-                report_data_loss(message, o.fail_on_data_loss)
-
-            start = reader.resolve(o.starting, snapshots, "startingOffsets", report)
-            end = reader.resolve(o.ending, snapshots, "endingOffsets", report)
+            snapshots = reader.starting()
+            start = reader.resolve(o.starting, snapshots, "startingOffsets")
+            end = reader.resolve(o.ending, snapshots, "endingOffsets")
             ranges = []
             for tp in sorted(snapshots):
                 if start[tp] > end[tp]:
@@ -166,6 +160,7 @@ class KopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_trigger_ms = 0
         self._committed: Optional[PartitionOffsets] = None
         self._last_end: Optional[dict] = None
+        self._latest: Optional[PartitionOffsets] = None  # as of the last latestOffset(), for progress
 
     @property
     def _reader(self) -> KopOffsetReader:
@@ -177,18 +172,11 @@ class KopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark pickles the reader to ship ``read`` to executors, which need no broker.
         return {**self.__dict__, "_offset_reader": None}
 
-    def _report(self, message: str) -> None:
-        report_data_loss(message, self.options.fail_on_data_loss)
-
     # -- offsets -----------------------------------------------------------------------------
 
     def initialOffset(self) -> dict:
-        o = self.options
-        tps = self._reader.topic_partitions()
-        snapshots = self._reader.snapshots(tps)
-        if o.subscription.is_assign:
-            self._reader.check_assigned(tps, snapshots)
-        self._initial = offsets_to_json(self._reader.resolve(o.starting, snapshots, "startingOffsets", self._report))
+        snapshots = self._reader.starting()
+        self._initial = offsets_to_json(self._reader.resolve(self.options.starting, snapshots, "startingOffsets"))
         return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -203,10 +191,11 @@ class KopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         # The run ends at what is there now, whatever producers write meanwhile.
-        self._available_now = self._reader.latest(self._reader.topic_partitions())
+        self._available_now = self._reader.latest()
 
     def reportLatestOffset(self) -> Optional[dict]:
-        return offsets_to_json(self._reader.latest(self._reader.topic_partitions()))
+        # Spark asks right after latestOffset(); the offsets it saw are the ones to report.
+        return offsets_to_json(self._latest if self._latest is not None else self._reader.latest())
 
     def latestOffset(self, start: Optional[dict] = None, limit: Optional[ReadLimit] = None) -> dict:
         if start is None:  # PySpark < 4.2 passes neither and cannot limit batches: read all there is
@@ -218,21 +207,22 @@ class KopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark asks for the next batch only once the batch ending at ``start`` is complete, so this
         # is when the group learns of it; ``commit(end)`` alone would come one batch late (or never,
         # for the last batch of a run).
-        if self._initial is None or start != self._initial:
-            self._commit_group(offsets_from_json(start))
         begin = offsets_from_json(start)
+        snapshots = self._reader.current()  # one metadata read per partition and trigger
+        if self._initial is None or start != self._initial:
+            self._commit_group(begin, snapshots)
         if self._available_now is not None:
-            latest = dict(self._available_now)
+            latest = {tp: off for tp, off in self._available_now.items() if tp in snapshots}
         else:
-            latest = self._reader.latest(self._reader.topic_partitions())
-        # Partitions that appeared since ``start`` are read from their earliest offset.
-        new = [tp for tp in latest if tp not in begin]
-        begin.update(self._reader.earliest(new))
-        latest = {tp: off for tp, off in latest.items() if tp in begin}
-        # Partitions that are gone drop out of the offsets; partitions() reports the loss.
-        return offsets_to_json(self._admit(begin, latest, limit))
+            latest = {tp: s.next_offset for tp, s in snapshots.items()}
+        self._latest = latest
+        # Partitions that appeared since ``start`` are read from their earliest offset; partitions
+        # that are gone drop out of the offsets (partitions() reports the loss).
+        begin = {tp: begin[tp] if tp in begin else snapshots[tp].log_start_offset for tp in latest}
+        return offsets_to_json(self._admit(begin, latest, limit, snapshots))
 
-    def _admit(self, begin: PartitionOffsets, latest: PartitionOffsets, limit: ReadLimit) -> PartitionOffsets:
+    def _admit(self, begin: PartitionOffsets, latest: PartitionOffsets, limit: ReadLimit,
+               snapshots: Dict[TopicPartition, Snapshot]) -> PartitionOffsets:
         if isinstance(limit, ReadAllAvailable):
             return latest
         o = self.options
@@ -248,14 +238,14 @@ class KopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = rate_limit(max_rows, begin, end)
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else o.max_bytes_per_trigger
         if max_bytes is not None:
-            end = self._byte_limit(max_bytes, begin, end)
+            end = self._byte_limit(max_bytes, begin, end, snapshots)
         return end
 
-    def _byte_limit(self, max_bytes: int, begin: PartitionOffsets, end: PartitionOffsets) -> PartitionOffsets:
+    def _byte_limit(self, max_bytes: int, begin: PartitionOffsets, end: PartitionOffsets,
+                    snapshots: Dict[TopicPartition, Snapshot]) -> PartitionOffsets:
         """Shrink ``end`` so the batch holds about ``max_bytes``, shared in proportion to each
         partition's bytes; a soft limit, like the file sources' (at least one record per partition)."""
-        snapshots = self._reader.snapshots(list(end))
-        sizes = {tp: self._reader.estimated_bytes(snapshots[tp], begin[tp], end[tp]) for tp in end if tp in snapshots}
+        sizes = {tp: self._reader.estimated_bytes(snapshots[tp], begin[tp], end[tp]) for tp in end}
         total = sum(sizes.values())
         if total <= max_bytes:
             return end
@@ -269,11 +259,11 @@ class KopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict) -> None:
         self._commit_group(offsets_from_json(end))
 
-    def _commit_group(self, offsets: PartitionOffsets) -> None:
+    def _commit_group(self, offsets: PartitionOffsets, live: Optional[Dict[TopicPartition, Snapshot]] = None) -> None:
         group = self.options.group_id
         if group is None or not offsets or offsets == self._committed:
             return
-        self._reader.commit(group, offsets)
+        self._reader.commit(group, offsets, live)
         self._committed = offsets
 
     # -- planning and reading ----------------------------------------------------------------
@@ -283,7 +273,7 @@ class KopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         snapshots = self._reader.snapshots(list(until))
         gone = sorted((set(begin) - set(until)) | (set(until) - set(snapshots)))
         if gone:
-            self._report(f"{', '.join(tp_name(tp) for tp in gone)} are gone. Some data may have been missed")
+            self._reader.report_data_loss(f"{', '.join(tp_name(tp) for tp in gone)} are gone. Some data may have been missed")
         ranges = []
         for tp in sorted(snapshots):
             snap = snapshots[tp]
@@ -292,14 +282,14 @@ class KopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             else:
                 lo = snap.log_start_offset
                 if lo != 0:
-                    self._report(f"Added partition {tp_name(tp)} starts from {lo} instead of 0. Some data may have been missed")
+                    self._reader.report_data_loss(f"Added partition {tp_name(tp)} starts from {lo} instead of 0. Some data may have been missed")
             hi = until[tp]
             if hi < lo:
-                self._report(f"Partition {tp_name(tp)}'s offset was changed from {lo} to {hi}, some data may have been missed")
+                self._reader.report_data_loss(f"Partition {tp_name(tp)}'s offset was changed from {lo} to {hi}, some data may have been missed")
                 continue
             if lo < snap.log_start_offset:
                 trimmed_to = min(snap.log_start_offset, hi)
-                self._report(
+                self._reader.report_data_loss(
                     f"Cannot fetch offsets {lo} to {trimmed_to - 1} of {tp_name(tp)}: the earliest available "
                     f"offset is now {snap.log_start_offset}"
                 )

@@ -408,8 +408,7 @@ class ManagedLedger:
             if not moved:
                 result.append(AppendResult(meta["next_offset"], 0))
                 return None
-            self._seal_own_tail(meta, now)
-            self._finish_fenced(meta)
+            self._seal_own_tail(meta, now)  # or finish a ledger of ours that was fenced
             ledgers = meta["ledgers"]
             if ledgers and ledgers[-1]["state"] == OPEN:
                 ledgers[-1]["state"] = CLOSED  # fence its writer at its confirmed length
