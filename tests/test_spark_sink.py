@@ -164,7 +164,7 @@ def test_a_failed_job_leaves_nothing_visible_or_staged(spark, root, broker):
     # One task's rows are fine, the other's name a partition that does not exist.
     df = spark.createDataFrame([("ok", 0)] * 50 + [("bad", 7)], "value string, partition int").repartition(2)
     with pytest.raises(Exception, match="topic 't' has no partition 7"):
-        write(df, root, topic="t")
+        write(df, root, topic="t", **{"batch.size": "64"})  # both tasks stage files before one fails
     assert [broker.list_offsets("t", p, "latest") for p in range(2)] == [0, 0]
     assert staged_files(root) == []
 

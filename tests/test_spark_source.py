@@ -374,7 +374,7 @@ def test_available_now_stops_at_what_was_there(spark, root, broker, tmp_path):
 def test_new_topics_and_partitions_start_from_earliest(spark, root, broker, tmp_path):
     broker.create_topic("ev-a", partitions=1)
     produce(broker, "ev-a", 0, 2)
-    df = kop(spark, root, stream=True, subscribePattern="ev-.*", startingOffsets="latest")
+    df = kop(spark, root, stream=True, subscribePattern="ev-.*", startingOffsets="latest", maxOffsetsPerTrigger="4")
     q = start(df.select("topic", "partition", "offset"), tmp_path, query_name="grow")
     q.processAllAvailable()
     broker.create_topic("ev-b", partitions=1)
@@ -386,6 +386,7 @@ def test_new_topics_and_partitions_start_from_earliest(spark, root, broker, tmp_
     q.stop()
     assert sorted(tuple(r) for r in spark.table("grow").collect()) == [
         ("ev-a", 0, 2), ("ev-a", 1, 0), ("ev-a", 1, 1), ("ev-b", 0, 0), ("ev-b", 0, 1), ("ev-b", 0, 2)]
+    assert max(batch_sizes(q)) <= 4  # new partitions count against the limit from their earliest offset
 
 
 def _trim_under_query(spark, root, tmp_path, fail_on_data_loss, name):
