@@ -12,12 +12,13 @@ setup_python() {
     if [ ! -x "$VENV/bin/python" ]; then
         "$PY" -m venv "$VENV"
     fi
-    # Reinstall only when the declared dependencies change.
+    # Reinstall only when the declared dependencies or the compiled codec's source change.
     local stamp="$VENV/.kop-installed" want
-    want=$( (cat pyproject.toml; echo editable_mode=compat) | cksum)
+    want=$( (cat pyproject.toml setup.py kop_spark/record/_crecords.c; echo editable_mode=compat) | cksum)
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         "$VENV/bin/python" -m pip install --quiet --upgrade pip
-        # compat mode puts the checkout on sys.path, where Spark looks for pyspark_* data sources.
+        # compat mode puts the checkout on sys.path, where Spark looks for pyspark_* data sources,
+        # and builds the optional compiled codec in place (skipped, with a warning, without a C compiler).
         "$VENV/bin/python" -m pip install --quiet -e ".[test]" --config-settings editable_mode=compat
         echo "$want" > "$stamp"
     fi

@@ -18,8 +18,9 @@ from kafka.record.default_records import DefaultRecordBatch as KBatch
 from kafka.record.default_records import DefaultRecordBatchBuilder as KBuilder
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from kop_spark.record import CompressionType, Record, RecordBatch, build_record_batch  # noqa: E402
-from kop_spark.record.arrow import ArrowRecordBuilder  # noqa: E402
+from kop_spark.record import CompressionType, RecordBatch  # noqa: E402
+from kop_spark.record._speedups import compiled, reference  # noqa: E402
+from kop_spark.record.arrow import ArrowRecordBuilder, encode_arrow  # noqa: E402
 
 CODECS = {"none": CompressionType.NONE, "lz4": CompressionType.LZ4, "zstd": CompressionType.ZSTD}
 
@@ -38,9 +39,22 @@ def rows(n: int):
     return [(os.urandom(8).hex().encode(), os.urandom(50).hex().encode(), 1_700_000_000_000 + i) for i in range(n)]
 
 
+def implementations():
+    """kop's codec: the compiled twin when it is built, and the pure-Python reference."""
+    return {"kop (compiled)": compiled, "kop (pure Python)": reference} if compiled else {"kop (pure Python)": reference}
+
+
 def encoders(data, codec):
-    def ours():
-        return build_record_batch([Record(value=v, key=k, timestamp_ms=t) for k, v, t in data], compression=CODECS[codec])
+    keys = pa.array([k for k, _, _ in data], pa.binary())
+    values = pa.array([v for _, v, _ in data], pa.binary())
+    stamps = pa.array([t for _, _, t in data], pa.int64())
+
+    def ours(impl):
+        def encode():
+            (batch,) = encode_arrow(values, keys, stamps, compression=CODECS[codec], batch_bytes=1 << 30, codec=impl)
+            return batch
+
+        return encode
 
     def client(builder):
         def encode():
@@ -52,7 +66,8 @@ def encoders(data, codec):
 
         return encode
 
-    return {"kop": ours, "aiokafka (compiled)": client(AioBuilder), "kafka-python": client(KBuilder)}
+    return {**{name: ours(impl) for name, impl in implementations().items()},
+            "aiokafka (compiled)": client(AioBuilder), "kafka-python": client(KBuilder)}
 
 
 def decoders(batch: bytes):
@@ -66,13 +81,16 @@ def decoders(batch: bytes):
         return pa.record_batch([pa.array(keys, pa.binary()), pa.array(values, pa.binary()), pa.array(offsets, pa.int64()),
                                 pa.array(timestamps, pa.timestamp("us", tz="UTC"))], ["key", "value", "offset", "timestamp"])
 
-    def ours():
-        b = ArrowRecordBuilder("t", 0, False)
-        b.add(RecordBatch(batch), 0)
-        return b.build()
+    def ours(impl):
+        def decode():
+            b = ArrowRecordBuilder("t", 0, False, codec=impl)
+            b.add(RecordBatch(batch), 0)
+            return b.build()
 
-    return {"kop": ours, "aiokafka (compiled)": lambda: to_arrow(AioBatch(batch)),
-            "kafka-python": lambda: to_arrow(KBatch(batch))}
+        return decode
+
+    return {**{name: ours(impl) for name, impl in implementations().items()},
+            "aiokafka (compiled)": lambda: to_arrow(AioBatch(batch)), "kafka-python": lambda: to_arrow(KBatch(batch))}
 
 
 def run(records: int = 500, repeat: int = 200):
@@ -81,9 +99,14 @@ def run(records: int = 500, repeat: int = 200):
     out = []
     for codec in CODECS:
         enc = {name: best(fn, repeat) for name, fn in encoders(data, codec).items()}
-        batch = encoders(data, codec)["kafka-python"]()
+        batch = encoders(data, codec)["aiokafka (compiled)"]()
         dec = {name: best(fn, repeat) for name, fn in decoders(batch).items()}
-        assert decoders(batch)["kop"]().column("value").to_pylist() == [v for _, v, _ in data]
+        for name, decode in decoders(batch).items():
+            if name.startswith("kop"):
+                assert decode().column("value").to_pylist() == [v for _, v, _ in data], name
+        for name, encode in encoders(data, codec).items():
+            if name.startswith("kop") and codec == "none":
+                assert encode() == batch, f"{name} encodes other bytes than aiokafka"
         for what, times in (("encode", enc), ("decode to Arrow", dec)):
             base = times["aiokafka (compiled)"]
             for name, t in times.items():

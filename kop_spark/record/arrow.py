@@ -8,15 +8,17 @@ binary, string, int32, int64 and ``timestamp[us, tz=UTC]``.
 
 from __future__ import annotations
 
-from array import array
-from typing import List, Optional
+import struct
+import time
+from types import ModuleType
+from typing import Iterator, List, Optional
 
 import pyarrow as pa
 
 from ..errors import CorruptRecordError
-from .compression import decompress
-from .default_record_batch import COMPRESSION_MASK, HEADER_SIZE, TIMESTAMP_TYPE_MASK, RecordBatch
-from .varint import read_varint
+from .compression import CompressionType, decompress
+from .default_record_batch import COMPRESSION_MASK, HEADER_SIZE, TIMESTAMP_TYPE_MASK, RecordBatch, seal_record_batch
+from . import _speedups
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
@@ -37,65 +39,52 @@ def kafka_source_schema(include_headers: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-class _BinaryColumn:
-    """A variable-length column under construction: data, int32 end offsets and a validity byte per row."""
+def _binary_column(data: bytearray, ends: bytearray, valid: bytearray, type_: pa.DataType) -> pa.Array:
+    """An Arrow array over a builder's column: data, int32 end offsets, a 0/1 byte per row."""
+    n = len(valid)
+    if len(data) >= 1 << 31:
+        raise OverflowError("an Arrow batch column exceeds 2 GiB; flush more often")
+    nulls = n - valid.count(1)
+    validity = None
+    if nulls:
+        # The bitmap of a boolean array is exactly an Arrow validity buffer.
+        flags = pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(valid)])
+        validity = flags.cast(pa.bool_()).buffers()[1]
+    return pa.Array.from_buffers(type_, n, [validity, pa.py_buffer(ends), pa.py_buffer(data)], nulls)
 
-    __slots__ = ("data", "ends", "valid", "nulls")
 
-    def __init__(self) -> None:
-        self.data = bytearray()
-        self.ends = array("i", [0])
-        self.valid = bytearray()
-        self.nulls = 0
-
-    def append(self, view: memoryview, start: int, length: int) -> None:
-        if length < 0:
-            self.valid.append(0)
-            self.nulls += 1
-        else:
-            self.data += view[start : start + length]
-            self.valid.append(1)
-        self.ends.append(len(self.data))
-
-    def build(self, type_: pa.DataType) -> pa.Array:
-        n = len(self.valid)
-        if len(self.data) >= 1 << 31:
-            raise OverflowError("an Arrow batch column exceeds 2 GiB; flush more often")
-        validity = None
-        if self.nulls:
-            # The bitmap of a boolean array is exactly an Arrow validity buffer.
-            flags = pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(self.valid)])
-            validity = flags.cast(pa.bool_()).buffers()[1]
-        return pa.Array.from_buffers(type_, n, [validity, pa.py_buffer(self.ends), pa.py_buffer(self.data)], self.nulls)
+_ZERO = bytes(4)  # the first end offset of a variable-length column
 
 
 class ArrowRecordBuilder:
-    """Accumulates records of one topic partition and builds Arrow record batches of them."""
+    """Accumulates records of one topic partition and builds Arrow record batches of them.
 
-    def __init__(self, topic: str, partition: int, include_headers: bool):
+    The records' bytes go straight into 16 bytearray columns (offsets, timestamps, timestamp types,
+    then data, end offsets and validity of keys and values, the header list ends, then header keys'
+    and values' data, end offsets and validity)
+    that become the Arrow buffers; ``codec`` is the loop that fills them, compiled when built.
+    """
+
+    def __init__(self, topic: str, partition: int, include_headers: bool, *, codec: ModuleType = _speedups.codec):
         self.topic = topic
         self.partition = partition
         self.include_headers = include_headers
+        self._decode_records = codec.decode_records
+        self._schema = kafka_source_schema(include_headers)
         self._reset()
 
     def _reset(self) -> None:
-        self._keys = _BinaryColumn()
-        self._values = _BinaryColumn()
-        self._offsets = array("q")
-        self._timestamps = array("q")
-        self._timestamp_types = array("i")
-        self._header_ends = array("i", [0])
-        self._header_keys = _BinaryColumn()
-        self._header_values = _BinaryColumn()
+        self._columns = tuple(bytearray(_ZERO if i in (4, 7, 9, 11, 14) else b"") for i in range(16))
 
     def __len__(self) -> int:
-        return len(self._offsets)
+        return len(self._columns[0]) // 8
 
     @property
     def size_in_bytes(self) -> int:
-        return len(self._keys.data) + len(self._values.data) + len(self._header_values.data)
+        c = self._columns
+        return len(c[3]) + len(c[6]) + len(c[13])
 
-    def add(self, batch: RecordBatch, base_offset: int, start: int = 0, end: int = 1 << 63) -> None:
+    def add(self, batch: RecordBatch, base_offset: int, start: int = 0, end: int = (1 << 63) - 1) -> None:
         """Add the records of ``batch`` (whose first offset is ``base_offset``) that lie in
         ``[start, end)``. Control batches hold no data and add nothing."""
         if batch.is_control or base_offset + batch.last_offset_delta < start or base_offset >= end:
@@ -103,104 +92,97 @@ class ArrowRecordBuilder:
         payload = memoryview(batch.buffer)[HEADER_SIZE:]
         codec = batch.attributes & COMPRESSION_MASK
         if codec:
-            payload = memoryview(decompress(codec, bytes(payload)))
-        log_append = bool(batch.attributes & TIMESTAMP_TYPE_MASK)
-        try:
-            self._decode(payload, batch.record_count, base_offset, batch.base_timestamp,
-                         batch.max_timestamp if log_append else None, start, end)
-        except IndexError:
-            raise CorruptRecordError(f"record batch at offset {base_offset} ends inside a record") from None
-
-    def _decode(self, buf: memoryview, count: int, base_offset: int, base_ts: int,
-                log_append_ts: Optional[int], start: int, end: int) -> None:
-        # The varint reader is inlined: this loop runs once per record read by Spark.
-        offsets, timestamps, ts_types = self._offsets, self._timestamps, self._timestamp_types
-        keys, values = self._keys, self._values
-        headers = self.include_headers
-        ts_type = 0 if log_append_ts is None else 1
-        size = len(buf)
-        pos = 0
-        for _ in range(count):
-            fields = [0, 0, 0, 0, 0]  # length, timestampDelta, offsetDelta, keyLength, (valueLength)
-            for i in range(4):
-                if i == 1:
-                    pos += 1  # the record's attributes byte sits after its length
-                result = shift = 0
-                while True:
-                    b = buf[pos]
-                    pos += 1
-                    result |= (b & 0x7F) << shift
-                    if b < 0x80:
-                        break
-                    shift += 7
-                    if shift > 63:
-                        raise CorruptRecordError(f"varint longer than 10 bytes in the batch at offset {base_offset}")
-                fields[i] = (result >> 1) ^ -(result & 1)
-                if i == 0:
-                    record_end = pos + fields[0]
-                    if fields[0] < 0 or record_end > size:
-                        raise CorruptRecordError(f"record of {fields[0]} bytes overruns its batch at offset {base_offset}")
-            offset = base_offset + fields[2]
-            if offset < start or offset >= end:
-                pos = record_end
-                continue
-            key_length = fields[3]
-            key_at = pos
-            pos += max(key_length, 0)
-            value_length, pos = read_varint(buf, pos)
-            value_at = pos
-            pos += max(value_length, 0)
-            if pos > record_end:
-                raise CorruptRecordError(f"record at offset {offset} overruns its length")
-            keys.append(buf, key_at, key_length)
-            values.append(buf, value_at, value_length)
-            offsets.append(offset)
-            timestamps.append((base_ts + fields[1] if log_append_ts is None else log_append_ts) * 1000)
-            ts_types.append(ts_type)
-            if headers:
-                pos = self._decode_headers(buf, pos, offset)
-            if headers and pos != record_end:
-                raise CorruptRecordError(f"record at offset {offset} does not match its length")
-            pos = record_end
-
-    def _decode_headers(self, buf: memoryview, pos: int, offset: int) -> int:
-        n, pos = read_varint(buf, pos)
-        if n < 0:
-            raise CorruptRecordError(f"record at offset {offset} has a negative header count")
-        for _ in range(n):
-            key_length, pos = read_varint(buf, pos)
-            if key_length < 0:
-                raise CorruptRecordError(f"record at offset {offset} has a header with a null key")
-            self._header_keys.append(buf, pos, key_length)
-            pos += key_length
-            value_length, pos = read_varint(buf, pos)
-            self._header_values.append(buf, pos, value_length)
-            pos += max(value_length, 0)
-        self._header_ends.append(self._header_ends[-1] + n)
-        return pos
+            payload = decompress(codec, bytes(payload))
+        log_append_ts = batch.max_timestamp if batch.attributes & TIMESTAMP_TYPE_MASK else None
+        self._decode_records(payload, batch.record_count, base_offset, batch.base_timestamp, log_append_ts,
+                             start, end, self.include_headers, self._columns)
 
     def build(self) -> pa.RecordBatch:
         """The records added so far as one Arrow batch; the builder starts empty again."""
-        n = len(self._offsets)
+        (offsets, timestamps, ts_types, kdata, kends, kvalid, vdata, vends, vvalid,
+         header_ends, hkdata, hkends, hkvalid, hvdata, hvends, hvvalid) = self._columns
+        n = len(self)
         columns: List[pa.Array] = [
-            self._keys.build(pa.binary()),
-            self._values.build(pa.binary()),
-            pa.array([self.topic] * n, pa.string()),
-            pa.array([self.partition] * n, pa.int32()),
-            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self._offsets)]),
-            pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n, [None, pa.py_buffer(self._timestamps)]),
-            pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(self._timestamp_types)]),
+            _binary_column(kdata, kends, kvalid, pa.binary()),
+            _binary_column(vdata, vends, vvalid, pa.binary()),
+            pa.repeat(pa.scalar(self.topic, pa.string()), n),
+            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
+            pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n, [None, pa.py_buffer(timestamps)]),
+            pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(ts_types)]),
         ]
         if self.include_headers:
-            header_keys = self._header_keys.build(pa.string())
+            header_keys = _binary_column(hkdata, hkends, hkvalid, pa.string())
             try:
                 header_keys.validate(full=True)
             except pa.ArrowInvalid:
+                first, last = struct.unpack_from("<q", offsets)[0], struct.unpack_from("<q", offsets, len(offsets) - 8)[0]
                 raise CorruptRecordError(
-                    f"{self.topic}-{self.partition}: a record header key is not UTF-8 (offsets {self._offsets[0]} to {self._offsets[-1]})"
+                    f"{self.topic}-{self.partition}: a record header key is not UTF-8 (offsets {first} to {last})"
                 ) from None
-            entries = pa.StructArray.from_arrays([header_keys, self._header_values.build(pa.binary())], ["key", "value"])
-            columns.append(pa.ListArray.from_arrays(pa.array(self._header_ends, pa.int32()), entries, HEADERS_TYPE))
+            entries = pa.StructArray.from_arrays([header_keys, _binary_column(hvdata, hvends, hvvalid, pa.binary())],
+                                                 ["key", "value"])
+            list_ends = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(header_ends)])
+            columns.append(pa.ListArray.from_arrays(list_ends, entries, HEADERS_TYPE))
         self._reset()
-        return pa.RecordBatch.from_arrays(columns, schema=kafka_source_schema(self.include_headers))
+        return pa.RecordBatch.from_arrays(columns, schema=self._schema)
 
+
+def _binary_parts(array: Optional[pa.Array]):
+    """A binary or string array as the codec takes it: ``(validity, int32 offsets, data, offset)``."""
+    if array is None:
+        return None
+    if pa.types.is_string(array.type):
+        array = array.cast(pa.binary())  # zero-copy: same buffers
+    elif not pa.types.is_binary(array.type):
+        raise TypeError(f"expected a binary or string column, got {array.type}")
+    validity, offsets, data = array.buffers()
+    return (validity if array.null_count else None, offsets, data if data is not None else b"", array.offset)
+
+
+def encode_arrow(
+    values: Optional[pa.Array],
+    keys: Optional[pa.Array] = None,
+    timestamps_ms: Optional[pa.Array] = None,
+    headers: Optional[pa.Array] = None,
+    *,
+    compression: CompressionType = CompressionType.NONE,
+    batch_bytes: int = 16384,
+    now_ms: Optional[int] = None,
+    codec: ModuleType = _speedups.codec,
+) -> Iterator[bytes]:
+    """Encode Arrow columns as record batches of about ``batch_bytes`` each, as a Kafka producer
+    with ``batch.size`` would: a batch closes after the record that brings its records to that size.
+
+    ``values`` and ``keys`` are binary or string (null allowed); ``timestamps_ms`` int64 (null means
+    ``now_ms``, by default the time of the call); ``headers`` a list of ``struct<key: string,
+    value: binary>``. Absent columns are null in every record.
+    """
+    n = len(values) if values is not None else len(keys) if keys is not None else 0
+    for column in (keys, timestamps_ms, headers):
+        if column is not None and len(column) != n:
+            raise ValueError(f"columns of {n} and {len(column)} rows")
+    ts = None
+    if timestamps_ms is not None:
+        validity, data = timestamps_ms.cast(pa.int64()).buffers()
+        ts = (validity if timestamps_ms.null_count else None, data, timestamps_ms.offset)
+    hs = None
+    if headers is not None:
+        entries = headers.values.flatten()  # key and value children, the struct's nulls folded in
+        hs = (headers.buffers()[0] if headers.null_count else None, headers.buffers()[1], headers.offset,
+              _binary_parts(entries[0]), _binary_parts(entries[1]))
+    if now_ms is None:
+        now_ms = int(time.time() * 1000)
+    parts_k, parts_v = _binary_parts(keys), _binary_parts(values)
+    row = 0
+    while row < n:
+        records, end, first_ts, max_ts = codec.encode_records(n, parts_k, parts_v, ts, hs, row, batch_bytes, now_ms)
+        yield seal_record_batch(records, end - row, first_ts, max_ts, compression=compression)
+        row = end
+
+
+def key_partitions(keys: pa.Array, num_partitions: int, *, codec: ModuleType = _speedups.codec) -> pa.Array:
+    """Where Kafka's default partitioner sends each key (``toPositive(murmur2(key)) % n``), as an
+    int32 array with -1 for null keys."""
+    return pa.Array.from_buffers(pa.int32(), len(keys), [None, pa.py_buffer(
+        codec.key_partitions(len(keys), _binary_parts(keys), num_partitions))])

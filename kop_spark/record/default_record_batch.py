@@ -276,18 +276,46 @@ def build_record_batch(
         _encode_record(body, delta, ts - first_ts, rec.key, rec.value, rec.headers)
     if count == 0:
         raise InvalidRecordError("a record batch needs at least one record")
+    return seal_record_batch(
+        body, count, first_ts, max_ts,
+        compression=compression, base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
+        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
+        is_transactional=is_transactional, is_control=is_control, timestamp_type=timestamp_type,
+        log_append_time_ms=log_append_time_ms, last_offset_delta=last_offset_delta,
+    )
+
+
+def seal_record_batch(
+    records: bytes | bytearray,
+    count: int,
+    first_timestamp: int,
+    max_timestamp: int,
+    *,
+    compression: CompressionType = CompressionType.NONE,
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    log_append_time_ms: Optional[int] = None,
+    last_offset_delta: Optional[int] = None,
+) -> bytes:
+    """Frame an encoded records section of ``count`` records as a batch: compress it, write the
+    header, sign it with the CRC-32C."""
     attributes = int(compression) & COMPRESSION_MASK
     if timestamp_type == TimestampType.LOG_APPEND_TIME:
         attributes |= TIMESTAMP_TYPE_MASK
         if log_append_time_ms is not None:
-            max_ts = log_append_time_ms
+            max_timestamp = log_append_time_ms
     if is_transactional:
         attributes |= TRANSACTIONAL_MASK
     if is_control:
         attributes |= CONTROL_MASK
-    payload = compress(compression, bytes(body)) if compression else body
     buf = bytearray(HEADER_SIZE)
-    buf += payload
+    buf += compress(compression, bytes(records)) if compression else records
     HEADER.pack_into(
         buf,
         0,
@@ -298,8 +326,8 @@ def build_record_batch(
         0,
         attributes,
         count - 1 if last_offset_delta is None else last_offset_delta,
-        first_ts,
-        max_ts,
+        first_timestamp,
+        max_timestamp,
         producer_id,
         producer_epoch,
         base_sequence,

@@ -1,0 +1,100 @@
+"""What the Spark benchmarks share: a local session, the records, and the baselines' data sources.
+
+The records are those of the codec benchmark (16-byte keys, 100-byte values, increasing
+timestamps), generated once as Arrow and written three ways: as kop topic partitions, as Arrow IPC
+files (what the ceiling source memory-maps) and as Parquet files.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from typing import Callable, Iterator, List
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(BENCH))
+from kop_spark.record.arrow import kafka_source_schema  # noqa: E402
+
+BASE_TS_MS = 1_900_000_000_000
+PARTITIONS = 2  # one task per core
+FLUSH_ROWS = 32_768  # rows per Arrow batch handed to Spark, as kop's reader
+
+
+def session():
+    # Spark's Python workers import the baseline sources from this directory.
+    os.environ["PYTHONPATH"] = BENCH + os.pathsep + os.path.dirname(BENCH) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(f"local[{PARTITIONS}]")
+        .appName("kop-spark-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(PARTITIONS))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "4g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def records(n: int, partition: int, seed: int) -> pa.RecordBatch:
+    """``n`` records of one partition in Spark's Kafka source layout (key, value, topic, ...)."""
+    raw = random.Random(seed).randbytes(n * 116)
+
+    def binary(width: int, data: bytes) -> pa.Array:
+        ends = pa.array(range(0, width * n + 1, width), pa.int32()).buffers()[1]
+        return pa.Array.from_buffers(pa.binary(), n, [None, ends, pa.py_buffer(data)])
+
+    return pa.RecordBatch.from_arrays(
+        [binary(16, raw[: 16 * n]), binary(100, raw[16 * n :]), pa.array(["bench"] * n, pa.string()),
+         pa.array([partition] * n, pa.int32()), pa.array(range(n), pa.int64()),
+         pa.array(range(BASE_TS_MS * 1000, (BASE_TS_MS + n) * 1000, 1000), pa.timestamp("us", tz="UTC")),
+         pa.array([0] * n, pa.int32())],
+        schema=kafka_source_schema(False),
+    )
+
+
+def write_ipc(rb: pa.RecordBatch, path: str) -> None:
+    with pa.OSFile(path, "wb") as f, pa.ipc.new_file(f, rb.schema) as w:
+        for start in range(0, rb.num_rows, FLUSH_ROWS):
+            w.write_batch(rb.slice(start, FLUSH_ROWS))
+
+
+def write_parquet(rb: pa.RecordBatch, path: str) -> None:
+    pq.write_table(pa.Table.from_batches([rb]), path)
+
+
+def timed(fn: Callable[[], None], repeat: int) -> float:
+    """Best of ``repeat`` runs, in seconds."""
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def run_available_now(stream_df, sink_format: str, checkpoint: str, **options) -> None:
+    """Run a streaming query to the end of what is available, as a scheduled job would."""
+    writer = stream_df.writeStream.format(sink_format).option("checkpointLocation", checkpoint)
+    for k, v in options.items():
+        writer = writer.option(k, v)
+    q = writer.trigger(availableNow=True).start()
+    q.awaitTermination()
+    if q.exception():
+        raise RuntimeError(q.exception())
+
+
+def ipc_batches(paths: List[str]) -> Iterator[pa.RecordBatch]:
+    for path in paths:
+        reader = pa.ipc.open_file(pa.memory_map(path))
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)

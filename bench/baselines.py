@@ -1,0 +1,83 @@
+"""The baselines' Python data sources; Spark's workers import this module (bench/ is on their path).
+
+``arrow_ceiling`` yields pre-built Arrow batches memory-mapped from IPC files: nothing is decoded,
+so its time is what the Python Data Source read path itself costs, the best any Python source can do.
+``arrow_noop`` is an Arrow stream writer that takes every batch and keeps nothing: the write path's
+ceiling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+
+from _spark import ipc_batches
+from kop_spark.spark.source import source_schema
+
+
+@dataclass(frozen=True)
+class _File(InputPartition):
+    path: str
+
+
+class _CeilingReader(DataSourceStreamReader):
+    def __init__(self, paths):
+        self.paths = paths
+
+    def initialOffset(self) -> dict:
+        return {"done": 0}
+
+    def latestOffset(self, start=None, limit=None) -> dict:
+        return {"done": 1}
+
+    def partitions(self, start: dict, end: dict):
+        return [_File(p) for p in self.paths] if start != end else []
+
+    def read(self, partition: _File) -> Iterator[pa.RecordBatch]:
+        yield from ipc_batches([partition.path])
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class ArrowCeiling(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "arrow_ceiling"
+
+    def schema(self):
+        return source_schema(False)
+
+    def streamReader(self, schema):
+        return _CeilingReader(self.options["paths"].split(","))
+
+
+class _NoopWriter(DataSourceStreamArrowWriter):
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        for _ in iterator:
+            pass
+        return WriterCommitMessage()
+
+    def commit(self, messages, batchId) -> None:
+        pass
+
+    def abort(self, messages, batchId) -> None:
+        pass
+
+
+class ArrowNoop(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "arrow_noop"
+
+    def streamWriter(self, schema, overwrite):
+        return _NoopWriter()

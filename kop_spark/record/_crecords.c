@@ -1,0 +1,706 @@
+/*
+ * The compiled twin of kop_spark.record's hot loops: records of a v2 batch to Arrow column buffers,
+ * Arrow column buffers to records, and Kafka's murmur2 partitioner over a column of keys.
+ *
+ * Optional: kop_spark/record/_codec.py falls back to the pure-Python reference implementations
+ * when this module is not built, and the tests check both give identical results. Nothing here
+ * knows about pyarrow: columns come in as (validity, offsets, data, offset) tuples of objects that
+ * export the buffer protocol, and go out into bytearrays that Python wraps as Arrow buffers.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <string.h>
+
+static PyObject *CorruptRecordError;
+static PyObject *InvalidRecordError;
+
+/* ---- varints (ZigZag, as protobuf and Kafka's record format v2) ---- */
+
+/* 0 on success, -1 if the varint runs past `size`, -2 if it is longer than 10 bytes. */
+static inline int
+read_varint(const uint8_t *buf, Py_ssize_t size, Py_ssize_t *pos, int64_t *out)
+{
+    uint64_t result = 0;
+    int shift = 0;
+    for (;;) {
+        if (*pos >= size)
+            return -1;
+        uint8_t b = buf[(*pos)++];
+        result |= (uint64_t)(b & 0x7f) << shift;
+        if (b < 0x80)
+            break;
+        shift += 7;
+        if (shift > 63)
+            return -2;
+    }
+    *out = (int64_t)(result >> 1) ^ -(int64_t)(result & 1);
+    return 0;
+}
+
+static inline Py_ssize_t
+varint_size(int64_t value)
+{
+    uint64_t v = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+    Py_ssize_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline uint8_t *
+write_varint(uint8_t *p, int64_t value)
+{
+    uint64_t v = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+    while (v >= 0x80) {
+        *p++ = (uint8_t)((v & 0x7f) | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+/* ---- growing bytearray columns ---- */
+
+typedef struct {
+    PyObject *ba;
+    Py_ssize_t len; /* bytes written */
+    Py_ssize_t cap; /* the bytearray's size while we write: len plus what is reserved */
+} out_t;
+
+static int
+out_open(out_t *o, PyObject *ba)
+{
+    if (!PyByteArray_Check(ba)) {
+        PyErr_SetString(PyExc_TypeError, "output columns must be bytearrays");
+        return -1;
+    }
+    o->ba = ba;
+    o->len = o->cap = PyByteArray_GET_SIZE(ba);
+    return 0;
+}
+
+/* Room for `n` more bytes. Callers reserve a whole batch's worth up front, so the writes of a
+ * record are plain stores; out_close gives back what was not used. */
+static inline uint8_t *
+out_reserve(out_t *o, Py_ssize_t n)
+{
+    if (o->len + n > o->cap) {
+        Py_ssize_t want = o->len + n + (o->len >> 3) + 64;
+        if (PyByteArray_Resize(o->ba, want) < 0)
+            return NULL;
+        o->cap = want;
+    }
+    return (uint8_t *)PyByteArray_AS_STRING(o->ba) + o->len;
+}
+
+static inline int
+out_put(out_t *o, const void *src, Py_ssize_t n)
+{
+    uint8_t *p = out_reserve(o, n);
+    if (p == NULL)
+        return -1;
+    if (n)
+        memcpy(p, src, n);
+    o->len += n;
+    return 0;
+}
+
+static inline int
+out_int32(out_t *o, int32_t v)
+{
+    return out_put(o, &v, 4); /* Arrow buffers are little-endian, as the machines we build for */
+}
+
+static inline int
+out_int64(out_t *o, int64_t v)
+{
+    return out_put(o, &v, 8);
+}
+
+static inline int
+out_byte(out_t *o, uint8_t v)
+{
+    return out_put(o, &v, 1);
+}
+
+static int
+out_close(out_t *o)
+{
+    if (o->ba == NULL || o->cap == o->len)
+        return 0;
+    o->cap = o->len;
+    return PyByteArray_Resize(o->ba, o->len);
+}
+
+/* A variable-length column: data, int32 end offsets, a validity byte per row. */
+typedef struct {
+    out_t data, ends, valid;
+} binary_out_t;
+
+static int
+binary_open(binary_out_t *c, PyObject *data, PyObject *ends, PyObject *valid)
+{
+    return (out_open(&c->data, data) < 0 || out_open(&c->ends, ends) < 0 || out_open(&c->valid, valid) < 0) ? -1 : 0;
+}
+
+static int
+binary_put(binary_out_t *c, const uint8_t *src, int64_t length)
+{
+    if (length < 0) {
+        if (out_byte(&c->valid, 0) < 0)
+            return -1;
+    }
+    else if (out_put(&c->data, src, (Py_ssize_t)length) < 0 || out_byte(&c->valid, 1) < 0) {
+        return -1;
+    }
+    if (c->data.len >= ((Py_ssize_t)1 << 31)) {
+        PyErr_SetString(PyExc_OverflowError, "an Arrow batch column exceeds 2 GiB; flush more often");
+        return -1;
+    }
+    return out_int32(&c->ends, (int32_t)c->data.len);
+}
+
+static int
+binary_reserve(binary_out_t *c, Py_ssize_t rows, Py_ssize_t bytes)
+{
+    return (out_reserve(&c->data, bytes) == NULL || out_reserve(&c->ends, rows * 4) == NULL ||
+            out_reserve(&c->valid, rows) == NULL) ? -1 : 0;
+}
+
+static int
+binary_close(binary_out_t *c)
+{
+    return (out_close(&c->data) < 0 || out_close(&c->ends) < 0 || out_close(&c->valid) < 0) ? -1 : 0;
+}
+
+/* ---- decode ---- */
+
+static int
+corrupt(const char *format, ...)
+{
+    va_list va;
+    va_start(va, format);
+    PyErr_FormatV(CorruptRecordError, format, va);
+    va_end(va);
+    return -1;
+}
+
+static int
+varint_or_raise(const uint8_t *buf, Py_ssize_t size, Py_ssize_t *pos, int64_t *out, long long base_offset)
+{
+    int rc = read_varint(buf, size, pos, out);
+    if (rc == -2)
+        return corrupt("varint longer than 10 bytes in the batch at offset %lld", base_offset);
+    if (rc == -1)
+        return corrupt("record batch at offset %lld ends inside a record", base_offset);
+    return 0;
+}
+
+PyDoc_STRVAR(decode_records_doc,
+"decode_records(payload, count, base_offset, base_ts, log_append_ts, start, end, include_headers, columns)\n\n"
+"Append the records of an uncompressed records section whose offsets lie in [start, end) to the\n"
+"builder's bytearray columns. log_append_ts is None for CreateTime batches.");
+
+static PyObject *
+decode_records(PyObject *self, PyObject *args)
+{
+    Py_buffer payload;
+    Py_ssize_t count;
+    long long base_offset, base_ts, start, end;
+    PyObject *log_append_obj, *columns;
+    int include_headers;
+    if (!PyArg_ParseTuple(args, "y*nLLOLLpO!", &payload, &count, &base_offset, &base_ts, &log_append_obj, &start,
+                          &end, &include_headers, &PyTuple_Type, &columns))
+        return NULL;
+
+    out_t offsets, timestamps, timestamp_types, header_ends;
+    binary_out_t keys, values, hkeys, hvalues;
+    PyObject **c = &PyTuple_GET_ITEM(columns, 0);
+    int ok = PyTuple_GET_SIZE(columns) == 16 && out_open(&offsets, c[0]) == 0 && out_open(&timestamps, c[1]) == 0 &&
+             out_open(&timestamp_types, c[2]) == 0 && binary_open(&keys, c[3], c[4], c[5]) == 0 &&
+             binary_open(&values, c[6], c[7], c[8]) == 0 && out_open(&header_ends, c[9]) == 0 &&
+             binary_open(&hkeys, c[10], c[11], c[12]) == 0 && binary_open(&hvalues, c[13], c[14], c[15]) == 0;
+    if (!ok) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "expected 16 output columns");
+        PyBuffer_Release(&payload);
+        return NULL;
+    }
+    int log_append = log_append_obj != Py_None;
+    long long log_append_ts = log_append ? PyLong_AsLongLong(log_append_obj) : 0;
+    int32_t header_total = 0;
+    if (include_headers && header_ends.len >= 4)
+        memcpy(&header_total, PyByteArray_AS_STRING(header_ends.ba) + header_ends.len - 4, 4);
+
+    const uint8_t *buf = payload.buf;
+    Py_ssize_t size = payload.len, pos = 0;
+    /* Every record takes two bytes at least, every header two: bounds for the whole batch. */
+    Py_ssize_t rows = count < size / 2 + 1 ? count : size / 2 + 1, headers = include_headers ? size / 2 + 1 : 0;
+    int failed = PyErr_Occurred() != NULL || out_reserve(&offsets, rows * 8) == NULL ||
+                 out_reserve(&timestamps, rows * 8) == NULL || out_reserve(&timestamp_types, rows * 4) == NULL ||
+                 binary_reserve(&keys, rows, size) < 0 || binary_reserve(&values, rows, size) < 0 ||
+                 out_reserve(&header_ends, include_headers ? rows * 4 : 0) == NULL ||
+                 binary_reserve(&hkeys, headers, include_headers ? size : 0) < 0 ||
+                 binary_reserve(&hvalues, headers, include_headers ? size : 0) < 0;
+    for (Py_ssize_t i = 0; i < count && !failed; i++) {
+        int64_t length = 0, ts_delta = 0, offset_delta = 0, key_length = 0, value_length = 0;
+        failed = -1;
+        if (varint_or_raise(buf, size, &pos, &length, base_offset) < 0)
+            break;
+        Py_ssize_t record_end = pos + length;
+        if (length < 0 || record_end > size) {
+            corrupt("record of %lld bytes overruns its batch at offset %lld", (long long)length, base_offset);
+            break;
+        }
+        pos++; /* the record's attributes byte: unused by Kafka */
+        if (varint_or_raise(buf, size, &pos, &ts_delta, base_offset) < 0 ||
+            varint_or_raise(buf, size, &pos, &offset_delta, base_offset) < 0)
+            break;
+        long long offset = base_offset + offset_delta;
+        if (offset < start || offset >= end) {
+            pos = record_end;
+            failed = 0;
+            continue;
+        }
+        if (varint_or_raise(buf, record_end, &pos, &key_length, base_offset) < 0)
+            break;
+        Py_ssize_t key_at = pos;
+        pos += key_length > 0 ? key_length : 0;
+        if (pos > record_end || varint_or_raise(buf, record_end, &pos, &value_length, base_offset) < 0) {
+            if (!PyErr_Occurred())
+                corrupt("record at offset %lld overruns its length", offset);
+            break;
+        }
+        Py_ssize_t value_at = pos;
+        pos += value_length > 0 ? value_length : 0;
+        if (pos > record_end) {
+            corrupt("record at offset %lld overruns its length", offset);
+            break;
+        }
+        if (binary_put(&keys, buf + key_at, key_length) < 0 || binary_put(&values, buf + value_at, value_length) < 0 ||
+            out_int64(&offsets, offset) < 0 ||
+            out_int64(&timestamps, (log_append ? log_append_ts : base_ts + ts_delta) * 1000) < 0 ||
+            out_int32(&timestamp_types, log_append) < 0)
+            break;
+        if (include_headers) {
+            int64_t n = 0;
+            if (varint_or_raise(buf, record_end, &pos, &n, base_offset) < 0)
+                break;
+            if (n < 0) {
+                corrupt("record at offset %lld has a negative header count", offset);
+                break;
+            }
+            int64_t h;
+            for (h = 0; h < n; h++) {
+                int64_t hk = 0, hv = 0;
+                if (varint_or_raise(buf, record_end, &pos, &hk, base_offset) < 0)
+                    break;
+                if (hk < 0) {
+                    corrupt("record at offset %lld has a header with a null key", offset);
+                    break;
+                }
+                if (pos + hk > record_end) {
+                    corrupt("record at offset %lld overruns its length", offset);
+                    break;
+                }
+                if (binary_put(&hkeys, buf + pos, hk) < 0)
+                    break;
+                pos += hk;
+                if (varint_or_raise(buf, record_end, &pos, &hv, base_offset) < 0)
+                    break;
+                if (pos + (hv > 0 ? hv : 0) > record_end) {
+                    corrupt("record at offset %lld overruns its length", offset);
+                    break;
+                }
+                if (binary_put(&hvalues, buf + pos, hv) < 0)
+                    break;
+                pos += hv > 0 ? hv : 0;
+            }
+            if (h < n)
+                break;
+            header_total += (int32_t)n;
+            if (out_int32(&header_ends, header_total) < 0)
+                break;
+            if (pos != record_end) {
+                corrupt("record at offset %lld does not match its length", offset);
+                break;
+            }
+        }
+        pos = record_end;
+        failed = 0;
+    }
+    PyBuffer_Release(&payload);
+    /* Give back what was reserved; on failure the builder is discarded with the exception. */
+    int closed = out_close(&offsets) == 0 && out_close(&timestamps) == 0 && out_close(&timestamp_types) == 0 &&
+                 binary_close(&keys) == 0 &&
+                 binary_close(&values) == 0 && out_close(&header_ends) == 0 && binary_close(&hkeys) == 0 &&
+                 binary_close(&hvalues) == 0;
+    if (failed || !closed)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- Arrow columns in ---- */
+
+/* A binary/string column given as (validity or None, int32 offsets, data, array offset). */
+typedef struct {
+    Py_buffer validity, offsets, data;
+    int has_validity, present;
+    Py_ssize_t offset;
+} binary_in_t;
+
+static void
+binary_in_release(binary_in_t *c)
+{
+    if (!c->present)
+        return;
+    if (c->has_validity)
+        PyBuffer_Release(&c->validity);
+    PyBuffer_Release(&c->offsets);
+    PyBuffer_Release(&c->data);
+    c->present = 0;
+}
+
+static int
+binary_in_open(binary_in_t *c, PyObject *spec, const char *what)
+{
+    memset(c, 0, sizeof(*c));
+    if (spec == Py_None)
+        return 0;
+    PyObject *validity, *offsets, *data;
+    if (!PyTuple_Check(spec) || !PyArg_ParseTuple(spec, "OOOn", &validity, &offsets, &data, &c->offset)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected (validity, offsets, data, offset)", what);
+        return -1;
+    }
+    c->has_validity = validity != Py_None;
+    if (c->has_validity && PyObject_GetBuffer(validity, &c->validity, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (PyObject_GetBuffer(offsets, &c->offsets, PyBUF_SIMPLE) < 0) {
+        if (c->has_validity)
+            PyBuffer_Release(&c->validity);
+        return -1;
+    }
+    if (PyObject_GetBuffer(data, &c->data, PyBUF_SIMPLE) < 0) {
+        if (c->has_validity)
+            PyBuffer_Release(&c->validity);
+        PyBuffer_Release(&c->offsets);
+        return -1;
+    }
+    c->present = 1;
+    return 0;
+}
+
+static inline int
+bit_set(const Py_buffer *b, Py_ssize_t i)
+{
+    return (((const uint8_t *)b->buf)[i >> 3] >> (i & 7)) & 1;
+}
+
+/* Row `i` of the column: its bytes and length, or length -1 for null (and for an absent column). */
+static inline int64_t
+binary_in_get(const binary_in_t *c, Py_ssize_t i, const uint8_t **at)
+{
+    if (!c->present)
+        return -1;
+    Py_ssize_t j = c->offset + i;
+    if (c->has_validity && !bit_set(&c->validity, j))
+        return -1;
+    const int32_t *ends = c->offsets.buf;
+    *at = (const uint8_t *)c->data.buf + ends[j];
+    return ends[j + 1] - ends[j];
+}
+
+/* Bounds: the offsets buffer holds offset+n+1 entries and every offset lies inside data. */
+static int
+binary_in_check(const binary_in_t *c, Py_ssize_t n, const char *what)
+{
+    if (!c->present)
+        return 0;
+    Py_ssize_t need = c->offset + n + 1;
+    if (c->offsets.len < need * 4 || (c->has_validity && c->validity.len * 8 < c->offset + n)) {
+        PyErr_Format(PyExc_ValueError, "%s: buffers shorter than %zd rows", what, n);
+        return -1;
+    }
+    const int32_t *ends = c->offsets.buf;
+    for (Py_ssize_t j = c->offset; j < need; j++) {
+        if (ends[j] < 0 || ends[j] > c->data.len || (j > c->offset && ends[j] < ends[j - 1])) {
+            PyErr_Format(PyExc_ValueError, "%s: offsets out of bounds", what);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- encode ---- */
+
+PyDoc_STRVAR(encode_records_doc,
+"encode_records(n, keys, values, timestamps, headers, start, max_bytes, now_ms)\n\n"
+"Encode rows start.. of n as the records section of one batch, stopping after the record that\n"
+"brings the section to max_bytes. keys/values: binary column tuples or None; timestamps:\n"
+"(validity, int64 millis, offset) or None; headers: (validity, int32 list offsets, offset,\n"
+"key column, value column) or None. Returns (records, next_row, first_timestamp, max_timestamp).");
+
+static PyObject *
+encode_records(PyObject *self, PyObject *args)
+{
+    Py_ssize_t n, start, max_bytes;
+    long long now_ms;
+    PyObject *keys_obj, *values_obj, *ts_obj, *headers_obj;
+    if (!PyArg_ParseTuple(args, "nOOOOnnL", &n, &keys_obj, &values_obj, &ts_obj, &headers_obj, &start, &max_bytes,
+                          &now_ms))
+        return NULL;
+    if (start < 0 || start >= n) {
+        PyErr_Format(PyExc_ValueError, "start row %zd outside 0..%zd", start, n - 1);
+        return NULL;
+    }
+
+    binary_in_t keys, values, hkeys, hvalues;
+    Py_buffer ts_validity, ts_data, h_validity, h_offsets;
+    int has_ts = 0, has_ts_validity = 0, has_headers = 0, has_h_validity = 0;
+    Py_ssize_t ts_offset = 0, h_offset = 0;
+    PyObject *result = NULL, *body = NULL;
+    out_t out = {NULL, 0};
+    memset(&hkeys, 0, sizeof(hkeys));
+    memset(&hvalues, 0, sizeof(hvalues));
+    memset(&values, 0, sizeof(values));
+
+    if (binary_in_open(&keys, keys_obj, "keys") < 0)
+        return NULL;
+    if (binary_in_open(&values, values_obj, "values") < 0)
+        goto done;
+    if (ts_obj != Py_None) {
+        PyObject *v, *d;
+        if (!PyArg_ParseTuple(ts_obj, "OOn", &v, &d, &ts_offset))
+            goto done;
+        if (PyObject_GetBuffer(d, &ts_data, PyBUF_SIMPLE) < 0)
+            goto done;
+        has_ts = 1;
+        if (v != Py_None) {
+            if (PyObject_GetBuffer(v, &ts_validity, PyBUF_SIMPLE) < 0)
+                goto done;
+            has_ts_validity = 1;
+        }
+        if (ts_data.len < (ts_offset + n) * 8 || (has_ts_validity && ts_validity.len * 8 < ts_offset + n)) {
+            PyErr_SetString(PyExc_ValueError, "timestamps: buffers shorter than the rows");
+            goto done;
+        }
+    }
+    if (headers_obj != Py_None) {
+        PyObject *v, *o, *hk, *hv;
+        if (!PyArg_ParseTuple(headers_obj, "OOnOO", &v, &o, &h_offset, &hk, &hv))
+            goto done;
+        if (PyObject_GetBuffer(o, &h_offsets, PyBUF_SIMPLE) < 0)
+            goto done;
+        has_headers = 1;
+        if (v != Py_None) {
+            if (PyObject_GetBuffer(v, &h_validity, PyBUF_SIMPLE) < 0)
+                goto done;
+            has_h_validity = 1;
+        }
+        if (h_offsets.len < (h_offset + n + 1) * 4 || (has_h_validity && h_validity.len * 8 < h_offset + n)) {
+            PyErr_SetString(PyExc_ValueError, "headers: buffers shorter than the rows");
+            goto done;
+        }
+        const int32_t *ho = h_offsets.buf;
+        if (binary_in_open(&hkeys, hk, "header keys") < 0 || binary_in_open(&hvalues, hv, "header values") < 0)
+            goto done;
+        if (binary_in_check(&hkeys, ho[h_offset + n], "header keys") < 0 ||
+            binary_in_check(&hvalues, ho[h_offset + n], "header values") < 0)
+            goto done;
+    }
+    if (binary_in_check(&keys, n, "keys") < 0 || binary_in_check(&values, n, "values") < 0)
+        goto done;
+
+    body = PyByteArray_FromStringAndSize(NULL, 0);
+    if (body == NULL)
+        goto done;
+    out_open(&out, body);
+    const int64_t *ts = has_ts ? (const int64_t *)ts_data.buf : NULL;
+    const int32_t *ho = has_headers ? (const int32_t *)h_offsets.buf : NULL;
+    long long first_ts = 0, max_ts = 0;
+    Py_ssize_t row = start;
+    for (; row < n; row++) {
+        Py_ssize_t delta = row - start;
+        long long t = now_ms;
+        if (has_ts && !(has_ts_validity && !bit_set(&ts_validity, ts_offset + row)))
+            t = ts[ts_offset + row];
+        if (delta == 0)
+            first_ts = max_ts = t;
+        else if (t > max_ts)
+            max_ts = t;
+        const uint8_t *key = NULL, *value = NULL;
+        int64_t key_len = binary_in_get(&keys, row, &key);
+        int64_t value_len = binary_in_get(&values, row, &value);
+        Py_ssize_t h_first = 0, h_count = 0;
+        if (has_headers && !(has_h_validity && !bit_set(&h_validity, h_offset + row))) {
+            h_first = ho[h_offset + row];
+            h_count = ho[h_offset + row + 1] - h_first;
+        }
+        /* Size first: the record's length prefix comes before it. */
+        Py_ssize_t size = 1 + varint_size(t - first_ts) + varint_size(delta) + varint_size(key_len) +
+                          (key_len > 0 ? key_len : 0) + varint_size(value_len) + (value_len > 0 ? value_len : 0) +
+                          varint_size(h_count);
+        for (Py_ssize_t h = h_first; h < h_first + h_count; h++) {
+            const uint8_t *p;
+            int64_t hk = binary_in_get(&hkeys, h, &p), hv = binary_in_get(&hvalues, h, &p);
+            if (hk < 0) {
+                PyErr_Format(InvalidRecordError, "row %zd has a header with a null key", row);
+                goto done;
+            }
+            size += varint_size(hk) + hk + varint_size(hv) + (hv > 0 ? hv : 0);
+        }
+        uint8_t *p = out_reserve(&out, varint_size(size) + size);
+        if (p == NULL)
+            goto done;
+        uint8_t *begin = p;
+        p = write_varint(p, size);
+        *p++ = 0; /* attributes */
+        p = write_varint(p, t - first_ts);
+        p = write_varint(p, delta);
+        p = write_varint(p, key_len);
+        if (key_len > 0) {
+            memcpy(p, key, key_len);
+            p += key_len;
+        }
+        p = write_varint(p, value_len);
+        if (value_len > 0) {
+            memcpy(p, value, value_len);
+            p += value_len;
+        }
+        p = write_varint(p, h_count);
+        for (Py_ssize_t h = h_first; h < h_first + h_count; h++) {
+            const uint8_t *hk_at = NULL, *hv_at = NULL;
+            int64_t hk = binary_in_get(&hkeys, h, &hk_at), hv = binary_in_get(&hvalues, h, &hv_at);
+            p = write_varint(p, hk);
+            if (hk > 0) {
+                memcpy(p, hk_at, hk);
+                p += hk;
+            }
+            p = write_varint(p, hv);
+            if (hv > 0) {
+                memcpy(p, hv_at, hv);
+                p += hv;
+            }
+        }
+        out.len += p - begin;
+        if (out.len >= max_bytes) {
+            row++;
+            break;
+        }
+    }
+    if (out_close(&out) < 0)
+        goto done;
+    result = Py_BuildValue("(OnLL)", body, row, first_ts, max_ts);
+
+done:
+    Py_XDECREF(body);
+    binary_in_release(&keys);
+    binary_in_release(&values);
+    binary_in_release(&hkeys);
+    binary_in_release(&hvalues);
+    if (has_ts)
+        PyBuffer_Release(&ts_data);
+    if (has_ts_validity)
+        PyBuffer_Release(&ts_validity);
+    if (has_headers)
+        PyBuffer_Release(&h_offsets);
+    if (has_h_validity)
+        PyBuffer_Release(&h_validity);
+    return result;
+}
+
+/* ---- murmur2 ---- */
+
+static inline int32_t
+murmur2(const uint8_t *data, Py_ssize_t length)
+{
+    const uint32_t m = 0x5bd1e995;
+    uint32_t h = 0x9747b28c ^ (uint32_t)length;
+    Py_ssize_t end = length & ~(Py_ssize_t)3;
+    for (Py_ssize_t i = 0; i < end; i += 4) {
+        uint32_t k = (uint32_t)data[i] | ((uint32_t)data[i + 1] << 8) | ((uint32_t)data[i + 2] << 16) |
+                     ((uint32_t)data[i + 3] << 24);
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h = (h * m) ^ k;
+    }
+    switch (length & 3) {
+    case 3:
+        h ^= (uint32_t)data[end + 2] << 16; /* fall through */
+    case 2:
+        h ^= (uint32_t)data[end + 1] << 8; /* fall through */
+    case 1:
+        h ^= data[end];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return (int32_t)h;
+}
+
+PyDoc_STRVAR(key_partitions_doc,
+"key_partitions(n, keys, num_partitions) -> bytes\n\n"
+"Kafka's default partition of each of n keys, as int32s; -1 for a null key.");
+
+static PyObject *
+key_partitions(PyObject *self, PyObject *args)
+{
+    Py_ssize_t n;
+    PyObject *keys_obj;
+    int num_partitions;
+    if (!PyArg_ParseTuple(args, "nOi", &n, &keys_obj, &num_partitions))
+        return NULL;
+    if (num_partitions <= 0) {
+        PyErr_SetString(PyExc_ValueError, "num_partitions must be positive");
+        return NULL;
+    }
+    binary_in_t keys;
+    if (binary_in_open(&keys, keys_obj, "keys") < 0)
+        return NULL;
+    if (binary_in_check(&keys, n, "keys") < 0) {
+        binary_in_release(&keys);
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (out != NULL) {
+        int32_t *parts = (int32_t *)PyBytes_AS_STRING(out);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const uint8_t *key = NULL;
+            int64_t len = binary_in_get(&keys, i, &key);
+            parts[i] = len < 0 ? -1 : (int32_t)((murmur2(key, len) & 0x7fffffff) % num_partitions);
+        }
+    }
+    binary_in_release(&keys);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
+    {"encode_records", encode_records, METH_VARARGS, encode_records_doc},
+    {"key_partitions", key_partitions, METH_VARARGS, key_partitions_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "kop_spark.record._crecords", "Compiled twin of kop_spark.record's hot loops.", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__crecords(void)
+{
+    PyObject *errors = PyImport_ImportModule("kop_spark.errors");
+    if (errors == NULL)
+        return NULL;
+    CorruptRecordError = PyObject_GetAttrString(errors, "CorruptRecordError");
+    InvalidRecordError = PyObject_GetAttrString(errors, "InvalidRecordError");
+    Py_DECREF(errors);
+    if (CorruptRecordError == NULL || InvalidRecordError == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}

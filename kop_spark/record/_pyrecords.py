@@ -1,0 +1,211 @@
+"""The pure-Python reference of the codec's hot loops; ``_crecords.c`` is its compiled twin.
+
+Both take and give the same things: Arrow columns as ``(validity, offsets, data, offset)`` tuples
+of buffers, results appended to bytearray columns. The tests check they agree on every input,
+so a change to one is a change to both.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Optional, Tuple
+
+from ..errors import CorruptRecordError, InvalidRecordError
+from ..partitioner import murmur2
+from .varint import read_varint, write_varint
+
+_I32 = struct.Struct("<i").pack
+_I64 = struct.Struct("<q").pack
+
+# (validity or None, int32 offsets, data, offset of the first row)
+BinaryColumn = Tuple[Optional[memoryview], memoryview, memoryview, int]
+
+
+def _put(data: bytearray, ends: bytearray, valid: bytearray, buf, start: int, length: int) -> None:
+    if length < 0:
+        valid.append(0)
+    else:
+        data += buf[start : start + length]
+        valid.append(1)
+    ends += _I32(len(data))
+
+
+def decode_records(payload, count: int, base_offset: int, base_ts: int, log_append_ts: Optional[int],
+                   start: int, end: int, include_headers: bool, columns: Tuple[bytearray, ...]) -> None:
+    """Append the records of an uncompressed records section whose offsets lie in ``[start, end)``
+    to the builder's 16 bytearray columns (see ``ArrowRecordBuilder``)."""
+    (offsets, timestamps, ts_types, kdata, kends, kvalid, vdata, vends, vvalid,
+     header_ends, hkdata, hkends, hkvalid, hvdata, hvends, hvvalid) = columns
+    buf = memoryview(payload)
+    size = len(buf)
+    header_total = struct.unpack_from("<i", header_ends, len(header_ends) - 4)[0] if include_headers and header_ends else 0
+    ts_type = _I32(0 if log_append_ts is None else 1)
+    pos = 0
+    try:
+        for _ in range(count):
+            fields = [0, 0, 0, 0]  # length, timestampDelta, offsetDelta, keyLength
+            for i in range(4):
+                if i == 1:
+                    pos += 1  # the record's attributes byte sits after its length
+                # The varint reader is inlined: this loop runs once per record read by Spark.
+                result = shift = 0
+                while True:
+                    b = buf[pos]
+                    pos += 1
+                    result |= (b & 0x7F) << shift
+                    if b < 0x80:
+                        break
+                    shift += 7
+                    if shift > 63:
+                        raise CorruptRecordError(f"varint longer than 10 bytes in the batch at offset {base_offset}")
+                fields[i] = (result >> 1) ^ -(result & 1)
+                if i == 0:
+                    record_end = pos + fields[0]
+                    if fields[0] < 0 or record_end > size:
+                        raise CorruptRecordError(f"record of {fields[0]} bytes overruns its batch at offset {base_offset}")
+            offset = base_offset + fields[2]
+            if offset < start or offset >= end:
+                pos = record_end
+                continue
+            key_length = fields[3]
+            key_at = pos
+            pos += max(key_length, 0)
+            if pos > record_end:
+                raise CorruptRecordError(f"record at offset {offset} overruns its length")
+            value_length, pos = read_varint(buf[:record_end], pos)
+            value_at = pos
+            pos += max(value_length, 0)
+            if pos > record_end:
+                raise CorruptRecordError(f"record at offset {offset} overruns its length")
+            _put(kdata, kends, kvalid, buf, key_at, key_length)
+            _put(vdata, vends, vvalid, buf, value_at, value_length)
+            offsets += _I64(offset)
+            timestamps += _I64((base_ts + fields[1] if log_append_ts is None else log_append_ts) * 1000)
+            ts_types += ts_type
+            if include_headers:
+                record = buf[:record_end]
+                n, pos = read_varint(record, pos)
+                if n < 0:
+                    raise CorruptRecordError(f"record at offset {offset} has a negative header count")
+                for _ in range(n):
+                    hk, pos = read_varint(record, pos)
+                    if hk < 0:
+                        raise CorruptRecordError(f"record at offset {offset} has a header with a null key")
+                    if pos + hk > record_end:
+                        raise CorruptRecordError(f"record at offset {offset} overruns its length")
+                    _put(hkdata, hkends, hkvalid, buf, pos, hk)
+                    pos += hk
+                    hv, pos = read_varint(record, pos)
+                    if pos + max(hv, 0) > record_end:
+                        raise CorruptRecordError(f"record at offset {offset} overruns its length")
+                    _put(hvdata, hvends, hvvalid, buf, pos, hv)
+                    pos += max(hv, 0)
+                header_total += n
+                header_ends += _I32(header_total)
+                if pos != record_end:
+                    raise CorruptRecordError(f"record at offset {offset} does not match its length")
+            pos = record_end
+    except IndexError:
+        raise CorruptRecordError(f"record batch at offset {base_offset} ends inside a record") from None
+
+
+class _Binary:
+    """Row access to a binary column tuple: ``get(i)`` is the row's bytes, or None when null."""
+
+    def __init__(self, column: Optional[BinaryColumn]):
+        self.present = column is not None
+        if self.present:
+            validity, offsets, data, self.offset = column
+            self.validity = memoryview(validity).cast("B") if validity is not None else None
+            self.ends = memoryview(offsets).cast("B").cast("i")
+            self.data = memoryview(data).cast("B")
+
+    def get(self, i: int) -> Optional[bytes]:
+        if not self.present:
+            return None
+        j = self.offset + i
+        if self.validity is not None and not self.validity[j >> 3] >> (j & 7) & 1:
+            return None
+        return bytes(self.data[self.ends[j] : self.ends[j + 1]])
+
+
+def encode_records(n: int, keys: Optional[BinaryColumn], values: Optional[BinaryColumn], timestamps,
+                   headers, start: int, max_bytes: int, now_ms: int) -> Tuple[bytearray, int, int, int]:
+    """Encode rows ``start..`` of ``n`` as the records section of one batch, stopping after the
+    record that brings it to ``max_bytes``: ``(records, next row, first timestamp, max timestamp)``.
+
+    ``timestamps`` is ``(validity, int64 millis, offset)`` and ``headers`` is ``(validity, int32
+    list offsets, offset, key column, value column)``, or None; a null timestamp means ``now_ms``.
+    """
+    if not 0 <= start < n:
+        raise ValueError(f"start row {start} outside 0..{n - 1}")
+    key_col, value_col = _Binary(keys), _Binary(values)
+    if timestamps is not None:
+        ts_validity, ts_data, ts_offset = timestamps
+        ts_validity = memoryview(ts_validity).cast("B") if ts_validity is not None else None
+        ts_values = memoryview(ts_data).cast("B").cast("q")
+    if headers is not None:
+        h_validity, h_offsets, h_offset, hk_col, hv_col = headers
+        h_validity = memoryview(h_validity).cast("B") if h_validity is not None else None
+        h_ends = memoryview(h_offsets).cast("B").cast("i")
+        hkeys, hvalues = _Binary(hk_col), _Binary(hv_col)
+    out = bytearray()
+    first_ts = max_ts = 0
+    row = start
+    while row < n:
+        delta = row - start
+        ts = now_ms
+        if timestamps is not None:
+            j = ts_offset + row
+            if ts_validity is None or ts_validity[j >> 3] >> (j & 7) & 1:
+                ts = ts_values[j]
+        if delta == 0:
+            first_ts = max_ts = ts
+        elif ts > max_ts:
+            max_ts = ts
+        body = bytearray(b"\x00")  # attributes
+        write_varint(ts - first_ts, body)
+        write_varint(delta, body)
+        for field in (key_col.get(row), value_col.get(row)):
+            if field is None:
+                write_varint(-1, body)
+            else:
+                write_varint(len(field), body)
+                body += field
+        pairs = []
+        if headers is not None:
+            j = h_offset + row
+            if h_validity is None or h_validity[j >> 3] >> (j & 7) & 1:
+                pairs = [(hkeys.get(h), hvalues.get(h)) for h in range(h_ends[j], h_ends[j + 1])]
+        write_varint(len(pairs), body)
+        for hk, hv in pairs:
+            if hk is None:
+                raise InvalidRecordError(f"row {row} has a header with a null key")
+            write_varint(len(hk), body)
+            body += hk
+            if hv is None:
+                write_varint(-1, body)
+            else:
+                write_varint(len(hv), body)
+                body += hv
+        write_varint(len(body), out)
+        out += body
+        row += 1
+        if len(out) >= max_bytes:
+            break
+    return out, row, first_ts, max_ts
+
+
+def key_partitions(n: int, keys: Optional[BinaryColumn], num_partitions: int) -> bytes:
+    """Kafka's default partition of each of ``n`` keys, as int32s; -1 for a null key."""
+    if num_partitions <= 0:
+        raise ValueError("num_partitions must be positive")
+    col = _Binary(keys)
+    out = bytearray()
+    for i in range(n):
+        key = col.get(i)
+        out += _I32(-1 if key is None else (murmur2(key) & 0x7FFFFFFF) % num_partitions)
+    return bytes(out)
+
+
+__all__ = ["decode_records", "encode_records", "key_partitions"]

@@ -1,0 +1,18 @@
+"""The optional compiled codec (kop_spark.record._crecords). Everything else is in pyproject.toml.
+
+The extension is optional: without a C compiler the install still succeeds and kop_spark runs on
+its pure-Python codec, which gives identical results, only slower.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "kop_spark.record._crecords",
+            ["kop_spark/record/_crecords.c"],
+            extra_compile_args=["-O3", "-std=c99", "-Wall", "-Wno-unused-function"],
+            optional=True,
+        )
+    ]
+)

@@ -1,0 +1,178 @@
+"""The compiled codec (``_crecords``) and its pure-Python reference (``_pyrecords``) give identical
+results on every input: the same Arrow columns, the same batch bytes, the same partitions and the
+same refusals of corrupt bytes. The reference is checked against Kafka clients elsewhere; here the
+twin is checked against the reference."""
+
+import os
+import shutil
+import subprocess
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kop_spark.errors import CorruptRecordError
+from kop_spark.partitioner import partition_for_key
+from kop_spark.record import CompressionType, Record, RecordBatch, TimestampType, build_record_batch
+from kop_spark.record import _speedups
+from kop_spark.record.arrow import HEADERS_TYPE, ArrowRecordBuilder, encode_arrow, key_partitions
+
+from .conftest import PYTHON, python_subprocess_env
+
+compiled, reference = _speedups.compiled, _speedups.reference
+needs_compiled = pytest.mark.skipif(compiled is None, reason="the compiled codec is not built (no C compiler?)")
+
+maybe_bytes = st.one_of(st.none(), st.binary(max_size=120))
+records = st.lists(
+    st.builds(Record, value=maybe_bytes, key=maybe_bytes, timestamp_ms=st.integers(0, 2**41),
+              headers=st.lists(st.tuples(st.text(max_size=6), maybe_bytes), max_size=3)),
+    min_size=1, max_size=25,
+)
+
+
+def decode_both(batches, start, end, headers):
+    out = []
+    for codec in (reference, compiled):
+        builder = ArrowRecordBuilder("t", 3, headers, codec=codec)
+        base = 0
+        for batch, span in batches:
+            builder.add(RecordBatch(batch), base, start, end)
+            base += span
+        out.append(builder.build())
+    return out
+
+
+@needs_compiled
+@settings(max_examples=200, deadline=None)
+@given(batches=st.lists(st.tuples(records, st.sampled_from(list(CompressionType)), st.booleans()), min_size=1, max_size=4),
+       window=st.tuples(st.integers(0, 100), st.integers(0, 100)), headers=st.booleans())
+def test_decoders_build_the_same_arrow_batch(batches, window, headers):
+    encoded = []
+    for recs, codec, log_append in batches:
+        ts_type = TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME
+        encoded.append((build_record_batch(recs, compression=codec, timestamp_type=ts_type, log_append_time_ms=9), len(recs)))
+    ours, theirs = decode_both(encoded, min(window), max(window), headers)
+    assert ours.equals(theirs)
+    assert ours.num_rows == sum(1 for o in range(sum(n for _, n in encoded)) if min(window) <= o < max(window))
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(recs=records, flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1, max_size=3),
+       cut=st.integers(0, 10_000), headers=st.booleans())
+def test_decoders_agree_on_corrupt_bytes(recs, flips, cut, headers):
+    """Damage the records section (bypassing the CRC, as a codec bug would): both decoders refuse it
+    with CorruptRecordError, or both read the same thing out of it."""
+    batch = bytearray(build_record_batch(recs))
+    for at, xor in flips:
+        batch[61 + at % (len(batch) - 61)] ^= xor
+    batch = batch[: max(61, len(batch) - cut % 8)]
+    batch[8:12] = (len(batch) - 12).to_bytes(4, "big")
+    results = []
+    for codec in (reference, compiled):
+        builder = ArrowRecordBuilder("t", 0, headers, codec=codec)
+        try:
+            builder.add(RecordBatch(bytes(batch)), 0)
+            results.append(builder.build())
+        except CorruptRecordError:
+            results.append("corrupt")
+    assert results[0] == "corrupt" and results[1] == "corrupt" or results[0].equals(results[1])
+
+
+binary_column = st.lists(maybe_bytes, min_size=0, max_size=40)
+
+
+@st.composite
+def arrow_columns(draw):
+    """values, keys, timestamps and headers of one length, sliced so that offsets are not zero."""
+    n = draw(st.integers(1, 40))
+    skip = draw(st.integers(0, 3))
+    values = draw(st.lists(maybe_bytes, min_size=n + skip, max_size=n + skip))
+    keys = draw(st.one_of(st.none(), st.lists(maybe_bytes, min_size=n + skip, max_size=n + skip)))
+    stamps = draw(st.one_of(st.none(), st.lists(st.one_of(st.none(), st.integers(0, 2**41)), min_size=n + skip,
+                                                  max_size=n + skip)))
+    header = st.fixed_dictionaries({"key": st.text(max_size=5), "value": maybe_bytes})
+    headers = draw(st.one_of(st.none(), st.lists(st.one_of(st.none(), st.lists(header, max_size=3)),
+                                                   min_size=n + skip, max_size=n + skip)))
+    as_string = draw(st.booleans())
+
+    def col(rows, type_):
+        return None if rows is None else pa.array(rows, type_).slice(skip)
+
+    if as_string and keys is not None:
+        keys = [None if k is None else k.hex() for k in keys]
+    return (col(values, pa.binary()), col(keys, pa.string() if as_string else pa.binary()), col(stamps, pa.int64()),
+            col(headers, HEADERS_TYPE))
+
+
+@needs_compiled
+@settings(max_examples=200, deadline=None)
+@given(columns=arrow_columns(), batch_bytes=st.integers(1, 3000), codec=st.sampled_from(list(CompressionType)))
+def test_encoders_write_the_same_bytes_and_they_read_back(columns, batch_bytes, codec):
+    values, keys, stamps, headers = columns
+    ours, theirs = (list(encode_arrow(values, keys, stamps, headers, compression=codec, batch_bytes=batch_bytes,
+                                      now_ms=77, codec=c)) for c in (compiled, reference))
+    assert ours == theirs
+    decoded = [r for b in ours for r in RecordBatch(b).records()]
+    assert [r.value for r in decoded] == values.to_pylist()
+    expected_keys = [None] * len(values) if keys is None else keys.cast(pa.binary()).to_pylist()
+    assert [r.key for r in decoded] == expected_keys
+    expected_ts = [77] * len(values) if stamps is None else [77 if t is None else t for t in stamps.to_pylist()]
+    assert [r.timestamp_ms for r in decoded] == expected_ts
+    expected_headers = [()] * len(values) if headers is None else [
+        tuple((h["key"], h["value"]) for h in hs or ()) for hs in headers.to_pylist()]
+    assert [r.headers for r in decoded] == expected_headers
+    if codec == CompressionType.NONE:
+        # A batch closes after the record that reaches batch.size: every batch but the last is full.
+        assert all(len(b) - 61 >= batch_bytes for b in ours[:-1])
+
+
+@needs_compiled
+def test_encoders_match_a_record_by_record_build():
+    values = pa.array([b"v%d" % i for i in range(10)])
+    keys = pa.array([None if i % 3 == 0 else b"k%d" % i for i in range(10)])
+    stamps = pa.array([1_700_000_000_000 + i for i in range(10)], pa.int64())
+    expected = build_record_batch(
+        [Record(value=v, key=k, timestamp_ms=t) for v, k, t in zip(values.to_pylist(), keys.to_pylist(), stamps.to_pylist())],
+        compression=CompressionType.LZ4)
+    for codec in (compiled, reference):
+        assert list(encode_arrow(values, keys, stamps, compression=CompressionType.LZ4, batch_bytes=1 << 20,
+                                 codec=codec)) == [expected]
+
+
+@needs_compiled
+@settings(max_examples=100, deadline=None)
+@given(keys=binary_column, skip=st.integers(0, 3), n=st.integers(1, 50))
+def test_key_partitions_are_kafkas(keys, skip, n):
+    arr = pa.array(keys, pa.binary()).slice(min(skip, len(keys)))
+    expected = [-1 if k is None else partition_for_key(k, n) for k in arr.to_pylist()]
+    for codec in (compiled, reference):
+        assert key_partitions(arr, n, codec=codec).to_pylist() == expected
+
+
+@needs_compiled
+def test_compiled_codec_refuses_buffers_shorter_than_their_rows():
+    short = pa.array([b"abc", b"de"])
+    validity, offsets, data = short.buffers()
+    for codec in (compiled, reference):
+        with pytest.raises((ValueError, IndexError)):
+            codec.encode_records(5, None, (None, offsets, data, 0), None, None, 0, 100, 0)
+
+
+def test_the_install_built_the_compiled_codec():
+    """./dev.sh's install builds the twin wherever there is a C compiler; a silent fallback to the
+    reference would leave users five to forty times slower."""
+    if os.environ.get("KOP_SPARK_NO_EXTENSIONS"):
+        pytest.skip("KOP_SPARK_NO_EXTENSIONS is set")
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler here: the pure-Python codec is what an install gives")
+    assert compiled is not None
+
+
+def test_no_extensions_switch_selects_the_reference():
+    env = python_subprocess_env()
+    env["KOP_SPARK_NO_EXTENSIONS"] = "1"
+    out = subprocess.run([PYTHON, "-c", "from kop_spark.record import _speedups as s; print(s.codec.__name__)"],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "kop_spark.record._pyrecords"
