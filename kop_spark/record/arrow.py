@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Iterator, List, Optional
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import CorruptRecordError
 from .compression import CompressionType, decompress
@@ -183,6 +184,7 @@ def encode_arrow(
 
 def key_partitions(keys: pa.Array, num_partitions: int, *, codec: ModuleType = _speedups.codec) -> pa.Array:
     """Where Kafka's default partitioner sends each key (``toPositive(murmur2(key)) % n``), as an
-    int32 array with -1 for null keys."""
-    return pa.Array.from_buffers(pa.int32(), len(keys), [None, pa.py_buffer(
-        codec.key_partitions(len(keys), _binary_parts(keys), num_partitions))])
+    int32 array, null where the key is null."""
+    parts = codec.key_partitions(len(keys), _binary_parts(keys), num_partitions)
+    chosen = pa.Array.from_buffers(pa.int32(), len(keys), [None, pa.py_buffer(parts)])
+    return pc.if_else(keys.is_null(), pa.scalar(None, pa.int32()), chosen) if keys.null_count else chosen

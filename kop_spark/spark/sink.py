@@ -36,12 +36,13 @@ from pyspark.sql.types import (
 
 from ..broker import STAGING_DIR, Broker, StagedPartition
 from ..errors import ConfigError, InvalidRecordError, PartitionNotFoundError, TopicAlreadyExistsError, TopicNotFoundError
-from ..partitioner import partition_for_key
-from ..record import CompressionType, Record, build_record_batch
+from ..record import CompressionType
+from ..record.arrow import encode_arrow, key_partitions
 from ..storage.managed_ledger import StagedLedger
 from .options import bool_option, positive_option, store_options
 
 _HEADERS_TYPE = "array<struct<key:string,value:binary>>"
+_COLUMNS = ("key", "value", "topic", "partition", "timestamp", "headers")
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def staging_dir(writer: str, batch_id: int) -> str:
 
 
 class _TaskOutput:
-    """One task attempt's records, batched and staged per target partition."""
+    """One task attempt's records, encoded column-wise and staged per target partition."""
 
     def __init__(self, options: SinkOptions, writer: str, batch_id: int):
         ctx = TaskContext.get()
@@ -133,8 +134,6 @@ class _TaskOutput:
         self._broker = Broker(options.root, options.conf)
         self._partitions: Dict[str, int] = {}
         self._staged: Dict[Tuple[str, int], StagedPartition] = {}
-        self._pending: Dict[Tuple[str, int], List[Record]] = defaultdict(list)
-        self._pending_bytes: Dict[Tuple[str, int], int] = defaultdict(int)
         self._round_robin = self.task
 
     def partitions_of(self, topic: str) -> int:
@@ -144,65 +143,65 @@ class _TaskOutput:
         return n
 
     def add_arrow(self, rb: pa.RecordBatch) -> None:
-        names = {name.lower(): i for i, name in enumerate(rb.schema.names)}
-
-        def column(name: str) -> Optional[list]:
-            i = names.get(name)
-            if i is None:
-                return None
-            col = rb.column(i)
-            if name in ("key", "value") and not pa.types.is_binary(col.type):
-                col = pc.cast(col, pa.binary())
-            elif name == "timestamp":
-                col = pc.divide(pc.cast(col, pa.int64()), 1000)  # microseconds to milliseconds
-            return col.to_pylist()
-
-        n = rb.num_rows
-        values = column("value")
-        keys = column("key") or [None] * n
-        topics = [self.options.topic] * n if self.options.topic is not None else column("topic")
-        partitions = column("partition") or [None] * n
-        timestamps = column("timestamp") or [None] * n
-        headers = column("headers") or [None] * n
-        for i in range(n):
-            topic = topics[i]
-            if topic is None:
-                raise InvalidRecordError("null topic present in the data. Use the topic option for setting a topic.")
-            count = self.partitions_of(topic)
-            p = partitions[i]
-            if p is None:
-                key = keys[i]
-                if key is not None:
-                    p = partition_for_key(key, count)
-                else:
-                    p = self._round_robin % count
-                    self._round_robin += 1
-            elif not 0 <= p < count:
-                raise PartitionNotFoundError(f"topic {topic!r} has no partition {p}: it has partitions 0 to {count - 1}")
-            hs = tuple((h["key"], h["value"]) for h in headers[i]) if headers[i] else ()
-            record = Record(value=values[i], key=keys[i], timestamp_ms=timestamps[i], headers=hs)
-            self._add((topic, p), record)
-
-    def _add(self, tp: Tuple[str, int], record: Record) -> None:
-        self._pending[tp].append(record)
-        size = 24 + len(record.value or b"") + len(record.key or b"") + sum(len(k) + len(v or b"") for k, v in record.headers)
-        self._pending_bytes[tp] += size
-        if self._pending_bytes[tp] >= self.options.batch_size:
-            self._flush(tp)
-
-    def _flush(self, tp: Tuple[str, int]) -> None:
-        records = self._pending.pop(tp, None)
-        self._pending_bytes.pop(tp, None)
-        if not records:
+        if rb.num_rows == 0:
             return
-        staged = self._staged.get(tp)
+        names = {name.lower(): i for i, name in enumerate(rb.schema.names)}
+        columns = {name: rb.column(names[name]) for name in _COLUMNS if name in names}
+        if "timestamp" in columns:  # Spark's microseconds to Kafka's milliseconds
+            columns["timestamp"] = pc.divide(columns["timestamp"].cast(pa.int64()), 1000)
+        if self.options.topic is not None:
+            self._add_topic(self.options.topic, columns)
+            return
+        topics = columns.pop("topic")
+        if topics.null_count:
+            raise InvalidRecordError("null topic present in the data. Use the topic option for setting a topic.")
+        for topic in pc.unique(topics).to_pylist():
+            mask = pc.equal(topics, topic)
+            self._add_topic(topic, {name: col.filter(mask) for name, col in columns.items()})
+
+    def _add_topic(self, topic: str, columns: Dict[str, pa.Array]) -> None:
+        count = self.partitions_of(topic)
+        n = len(columns["value"])
+        partition, key = columns.get("partition"), columns.get("key")
+        # Kafka's producer: the partition column, else murmur2 of the key, else round robin (which
+        # starts at the task's id, so a re-run task sends its keyless records where the first did).
+        chosen = key_partitions(key, count) if key is not None else pa.nulls(n, pa.int32())
+        if partition is not None:
+            bad = pc.or_(pc.less(partition, 0), pc.greater_equal(partition, count))
+            if pc.any(bad).as_py():
+                p = partition.filter(bad)[0].as_py()
+                raise PartitionNotFoundError(f"topic {topic!r} has no partition {p}: it has partitions 0 to {count - 1}")
+            chosen = pc.coalesce(partition, chosen)
+        if chosen.null_count:
+            keyless = chosen.is_null()
+            nth = pc.subtract(pc.cumulative_sum(keyless.cast(pa.int64())), 1)
+            chosen = pc.coalesce(chosen, pc.remainder(pc.add(nth, self._round_robin), count).cast(pa.int32()))
+            self._round_robin += keyless.true_count
+        columns.pop("partition", None)
+        lowest, highest = pc.min_max(chosen).values()
+        if lowest == highest:
+            self._stage(topic, lowest.as_py(), columns)
+            return
+        # A stable sort groups each partition's rows and keeps their order.
+        order = pc.sort_indices(chosen)
+        chosen = chosen.take(order)
+        columns = {name: col.take(order) for name, col in columns.items()}
+        at = 0
+        for counted in pc.value_counts(chosen):
+            p, rows = counted["values"].as_py(), counted["counts"].as_py()
+            self._stage(topic, p, {name: col.slice(at, rows) for name, col in columns.items()})
+            at += rows
+
+    def _stage(self, topic: str, partition: int, columns: Dict[str, pa.Array]) -> None:
+        staged = self._staged.get((topic, partition))
         if staged is None:
-            staged = self._staged[tp] = self._broker.stage(tp[0], tp[1], f"{self._dir}/{uuid.uuid4().hex}.ledger")
-        staged.append(build_record_batch(records, compression=self.options.compression))
+            path = f"{self._dir}/{uuid.uuid4().hex}.ledger"
+            staged = self._staged[(topic, partition)] = self._broker.stage(topic, partition, path)
+        for batch in encode_arrow(columns["value"], columns.get("key"), columns.get("timestamp"), columns.get("headers"),
+                                  compression=self.options.compression, batch_bytes=self.options.batch_size):
+            staged.append(batch)
 
     def finish(self) -> KopCommitMessage:
-        for tp in list(self._pending):
-            self._flush(tp)
         staged = tuple((tp[0], tp[1], s.finish()) for tp, s in sorted(self._staged.items()))
         self._broker.close()
         return KopCommitMessage(self.writer, self.batch_id, self.task, staged)
