@@ -8,10 +8,9 @@ files (what the ceiling source memory-maps) and as Parquet files.
 from __future__ import annotations
 
 import os
-import random
 import sys
 import time
-from typing import Callable, Iterator, List
+from typing import Callable, Dict, Iterator, List
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -36,6 +35,7 @@ def session():
         SparkSession.builder.master(f"local[{PARTITIONS}]")
         .appName("kop-spark-bench")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(PARTITIONS))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "4g")
@@ -45,9 +45,9 @@ def session():
     return spark
 
 
-def records(n: int, partition: int, seed: int) -> pa.RecordBatch:
+def records(n: int, partition: int) -> pa.RecordBatch:
     """``n`` records of one partition in Spark's Kafka source layout (key, value, topic, ...)."""
-    raw = random.Random(seed).randbytes(n * 116)
+    raw = os.urandom(n * 116)
 
     def binary(width: int, data: bytes) -> pa.Array:
         ends = pa.array(range(0, width * n + 1, width), pa.int32()).buffers()[1]
@@ -72,13 +72,15 @@ def write_parquet(rb: pa.RecordBatch, path: str) -> None:
     pq.write_table(pa.Table.from_batches([rb]), path)
 
 
-def timed(fn: Callable[[], None], repeat: int) -> float:
-    """Best of ``repeat`` runs, in seconds."""
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
+def best_times(runs: Dict[str, Callable[[], None]], rounds: int) -> Dict[str, float]:
+    """Best time of each run over ``rounds`` rounds, in seconds. A round runs each once, in turn,
+    so that JVM warm-up and machine noise fall on all of them alike."""
+    best = {name: float("inf") for name in runs}
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            t = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t)
     return best
 
 

@@ -572,13 +572,16 @@ class StagedPartition:
         self._max_bytes = max_bytes
         self._log_append_time = log_append_time
 
-    def append(self, batch: bytes) -> None:
-        if len(batch) > self._max_bytes:
-            raise RecordTooLargeError(
-                f"{self.topic}-{self.partition}: batch of {len(batch)} bytes is larger than max.message.bytes={self._max_bytes}"
-            )
+    def append(self, batches: Sequence[bytes]) -> None:
+        """Stage batches as the ledger's next entries."""
+        for batch in batches:
+            if len(batch) > self._max_bytes:
+                raise RecordTooLargeError(f"{self.topic}-{self.partition}: batch of {len(batch)} bytes is larger "
+                                          f"than max.message.bytes={self._max_bytes}")
         now = now_ms()
-        self._stager.append(with_log_append_time(batch, now) if self._log_append_time else batch, now)
+        if self._log_append_time:
+            batches = [with_log_append_time(b, now) for b in batches]
+        self._stager.append(batches, now)
 
     def finish(self) -> StagedLedger:
         return self._stager.finish()

@@ -111,8 +111,8 @@ def arrow_columns(draw):
 @given(columns=arrow_columns(), batch_bytes=st.integers(1, 3000), codec=st.sampled_from(list(CompressionType)))
 def test_encoders_write_the_same_bytes_and_they_read_back(columns, batch_bytes, codec):
     values, keys, stamps, headers = columns
-    ours, theirs = (list(encode_arrow(values, keys, stamps, headers, compression=codec, batch_bytes=batch_bytes,
-                                      now_ms=77, codec=c)) for c in (compiled, reference))
+    ours, theirs = (encode_arrow(values, keys, stamps, headers, compression=codec, batch_bytes=batch_bytes,
+                                 now_ms=77, codec=c) for c in (compiled, reference))
     assert ours == theirs
     decoded = [r for b in ours for r in RecordBatch(b).records()]
     assert [r.value for r in decoded] == values.to_pylist()
@@ -129,6 +129,18 @@ def test_encoders_write_the_same_bytes_and_they_read_back(columns, batch_bytes, 
 
 
 @needs_compiled
+@settings(max_examples=100, deadline=None)
+@given(columns=arrow_columns(), picks=st.lists(st.integers(0, 10_000), max_size=30), batch_bytes=st.integers(1, 500))
+def test_encoders_take_rows_in_the_order_given(columns, picks, batch_bytes):
+    values, keys, stamps, headers = columns
+    rows = pa.array([p % len(values) for p in picks], pa.uint64())
+    ours, theirs = (encode_arrow(values, keys, stamps, headers, rows=rows, batch_bytes=batch_bytes, now_ms=5, codec=c)
+                    for c in (compiled, reference))
+    assert ours == theirs
+    assert [r.value for b in ours for r in RecordBatch(b).records()] == values.take(rows).to_pylist()
+
+
+@needs_compiled
 def test_encoders_match_a_record_by_record_build():
     values = pa.array([b"v%d" % i for i in range(10)])
     keys = pa.array([None if i % 3 == 0 else b"k%d" % i for i in range(10)])
@@ -137,8 +149,8 @@ def test_encoders_match_a_record_by_record_build():
         [Record(value=v, key=k, timestamp_ms=t) for v, k, t in zip(values.to_pylist(), keys.to_pylist(), stamps.to_pylist())],
         compression=CompressionType.LZ4)
     for codec in (compiled, reference):
-        assert list(encode_arrow(values, keys, stamps, compression=CompressionType.LZ4, batch_bytes=1 << 20,
-                                 codec=codec)) == [expected]
+        assert encode_arrow(values, keys, stamps, compression=CompressionType.LZ4, batch_bytes=1 << 20,
+                            codec=codec) == [expected]
 
 
 @needs_compiled
@@ -157,7 +169,7 @@ def test_compiled_codec_refuses_buffers_shorter_than_their_rows():
     validity, offsets, data = short.buffers()
     for codec in (compiled, reference):
         with pytest.raises((ValueError, IndexError)):
-            codec.encode_records(5, None, (None, offsets, data, 0), None, None, 0, 100, 0)
+            codec.encode_records(None, (None, offsets, data, 0), None, None, None, 5, 100, 0)
 
 
 def test_the_install_built_the_compiled_codec():

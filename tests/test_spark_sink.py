@@ -267,7 +267,7 @@ def test_maintenance_merges_small_ledgers_and_removes_orphans(root):
     before = [(r.offset, r.key, r.value, r.timestamp_ms) for r in b.fetch("t", 0, 0, max_records=100)]
     assert len(b.snapshot("t", 0).ledgers) == 21
     orphan = LedgerStager(b.fileio, "_staging/crashed-query/3/0-0/x.ledger")
-    orphan.append(build_record_batch([Record(value=b"x", timestamp_ms=1)]), 0)
+    orphan.append([build_record_batch([Record(value=b"x", timestamp_ms=1)])], 0)
     fresh = LedgerStager(b.fileio, "_staging/running-query/1/0-0/y.ledger")
     old = time.time() - 7200
     os.utime(os.path.join(root, "_staging/crashed-query/3/0-0/x.ledger"), (old, old))

@@ -350,7 +350,7 @@ decode_records(PyObject *self, PyObject *args)
 typedef struct {
     Py_buffer validity, offsets, data;
     int has_validity, present;
-    Py_ssize_t offset;
+    Py_ssize_t offset, n_ends;
 } binary_in_t;
 
 static void
@@ -391,6 +391,7 @@ binary_in_open(binary_in_t *c, PyObject *spec, const char *what)
         return -1;
     }
     c->present = 1;
+    c->n_ends = c->offsets.len / 4;
     return 0;
 }
 
@@ -400,134 +401,171 @@ bit_set(const Py_buffer *b, Py_ssize_t i)
     return (((const uint8_t *)b->buf)[i >> 3] >> (i & 7)) & 1;
 }
 
-/* Row `i` of the column: its bytes and length, or length -1 for null (and for an absent column). */
+#define INVALID_ROW (-2)
+
+/* Row `i` of the column: its bytes and length, -1 for null (and for an absent column), or
+ * INVALID_ROW when the buffers do not hold that row. Each access is checked, so a call costs
+ * the rows it reads, not the column's length. */
 static inline int64_t
 binary_in_get(const binary_in_t *c, Py_ssize_t i, const uint8_t **at)
 {
     if (!c->present)
         return -1;
     Py_ssize_t j = c->offset + i;
+    if (i < 0 || j + 1 >= c->n_ends || (c->has_validity && (j >> 3) >= c->validity.len))
+        return INVALID_ROW;
     if (c->has_validity && !bit_set(&c->validity, j))
         return -1;
     const int32_t *ends = c->offsets.buf;
+    if (ends[j] < 0 || ends[j] > ends[j + 1] || ends[j + 1] > c->data.len)
+        return INVALID_ROW;
     *at = (const uint8_t *)c->data.buf + ends[j];
     return ends[j + 1] - ends[j];
 }
 
-/* Bounds: the offsets buffer holds offset+n+1 entries and every offset lies inside data. */
 static int
-binary_in_check(const binary_in_t *c, Py_ssize_t n, const char *what)
+invalid_row(const char *what, Py_ssize_t row)
 {
-    if (!c->present)
-        return 0;
-    Py_ssize_t need = c->offset + n + 1;
-    if (c->offsets.len < need * 4 || (c->has_validity && c->validity.len * 8 < c->offset + n)) {
-        PyErr_Format(PyExc_ValueError, "%s: buffers shorter than %zd rows", what, n);
-        return -1;
-    }
-    const int32_t *ends = c->offsets.buf;
-    for (Py_ssize_t j = c->offset; j < need; j++) {
-        if (ends[j] < 0 || ends[j] > c->data.len || (j > c->offset && ends[j] < ends[j - 1])) {
-            PyErr_Format(PyExc_ValueError, "%s: offsets out of bounds", what);
-            return -1;
-        }
-    }
-    return 0;
+    PyErr_Format(PyExc_ValueError, "%s: row %zd is not in the column's buffers", what, row);
+    return -1;
 }
 
 /* ---- encode ---- */
 
 PyDoc_STRVAR(encode_records_doc,
-"encode_records(n, keys, values, timestamps, headers, start, max_bytes, now_ms)\n\n"
-"Encode rows start.. of n as the records section of one batch, stopping after the record that\n"
-"brings the section to max_bytes. keys/values: binary column tuples or None; timestamps:\n"
-"(validity, int64 millis, offset) or None; headers: (validity, int32 list offsets, offset,\n"
-"key column, value column) or None. Returns (records, next_row, first_timestamp, max_timestamp).");
+"encode_records(keys, values, timestamps, headers, rows, count, max_bytes, now_ms) -> [(records, count, first_ts, max_ts)]\n\n"
+"Encode `count` rows as the records sections of batches, each closed after the record that brings\n"
+"it to max_bytes. keys/values: binary column tuples or None; timestamps: (validity, int64 millis,\n"
+"offset) or None, a null meaning now_ms; headers: (validity, int32 list offsets, offset, key column,\n"
+"value column) or None; rows: None for rows 0..count-1, else a buffer of uint64 row numbers.");
+
+/* An optional fixed-width column: (validity or None, values, offset). */
+typedef struct {
+    Py_buffer validity, values;
+    int has_validity, present;
+    Py_ssize_t offset, width;
+} fixed_in_t;
+
+static int
+fixed_in_open(fixed_in_t *c, PyObject *validity, PyObject *values, Py_ssize_t offset, Py_ssize_t width)
+{
+    memset(c, 0, sizeof(*c));
+    c->width = width;
+    c->offset = offset;
+    if (PyObject_GetBuffer(values, &c->values, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (validity != Py_None) {
+        if (PyObject_GetBuffer(validity, &c->validity, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&c->values);
+            return -1;
+        }
+        c->has_validity = 1;
+    }
+    c->present = 1;
+    return 0;
+}
+
+static void
+fixed_in_release(fixed_in_t *c)
+{
+    if (!c->present)
+        return;
+    PyBuffer_Release(&c->values);
+    if (c->has_validity)
+        PyBuffer_Release(&c->validity);
+    c->present = 0;
+}
+
+/* 1 if row `i` is there and not null, 0 if null or the column is absent, -1 if the buffers do
+ * not hold the row. `extra` more values must follow it (a list's end offset). */
+static inline int
+fixed_in_valid(const fixed_in_t *c, Py_ssize_t i, Py_ssize_t extra)
+{
+    if (!c->present)
+        return 0;
+    Py_ssize_t j = c->offset + i;
+    if (i < 0 || (j + 1 + extra) * c->width > c->values.len || (c->has_validity && (j >> 3) >= c->validity.len))
+        return -1;
+    return c->has_validity ? bit_set(&c->validity, j) : 1;
+}
 
 static PyObject *
 encode_records(PyObject *self, PyObject *args)
 {
-    Py_ssize_t n, start, max_bytes;
+    PyObject *keys_obj, *values_obj, *ts_obj, *headers_obj, *rows_obj;
+    Py_ssize_t count, max_bytes;
     long long now_ms;
-    PyObject *keys_obj, *values_obj, *ts_obj, *headers_obj;
-    if (!PyArg_ParseTuple(args, "nOOOOnnL", &n, &keys_obj, &values_obj, &ts_obj, &headers_obj, &start, &max_bytes,
-                          &now_ms))
+    if (!PyArg_ParseTuple(args, "OOOOOnnL", &keys_obj, &values_obj, &ts_obj, &headers_obj, &rows_obj, &count,
+                          &max_bytes, &now_ms))
         return NULL;
-    if (start < 0 || start >= n) {
-        PyErr_Format(PyExc_ValueError, "start row %zd outside 0..%zd", start, n - 1);
+    if (count < 0) {
+        PyErr_SetString(PyExc_ValueError, "negative row count");
         return NULL;
     }
 
     binary_in_t keys, values, hkeys, hvalues;
-    Py_buffer ts_validity, ts_data, h_validity, h_offsets;
-    int has_ts = 0, has_ts_validity = 0, has_headers = 0, has_h_validity = 0;
-    Py_ssize_t ts_offset = 0, h_offset = 0;
-    PyObject *result = NULL, *body = NULL;
-    out_t out = {NULL, 0};
+    fixed_in_t ts, lists, rows;
+    memset(&keys, 0, sizeof(keys));
+    memset(&values, 0, sizeof(values));
     memset(&hkeys, 0, sizeof(hkeys));
     memset(&hvalues, 0, sizeof(hvalues));
-    memset(&values, 0, sizeof(values));
+    memset(&ts, 0, sizeof(ts));
+    memset(&lists, 0, sizeof(lists));
+    memset(&rows, 0, sizeof(rows));
+    PyObject *result = NULL, *chunks = NULL, *body = NULL;
+    out_t out = {NULL, 0, 0};
 
-    if (binary_in_open(&keys, keys_obj, "keys") < 0)
-        return NULL;
-    if (binary_in_open(&values, values_obj, "values") < 0)
+    if (binary_in_open(&keys, keys_obj, "keys") < 0 || binary_in_open(&values, values_obj, "values") < 0)
         goto done;
     if (ts_obj != Py_None) {
         PyObject *v, *d;
-        if (!PyArg_ParseTuple(ts_obj, "OOn", &v, &d, &ts_offset))
-            goto done;
-        if (PyObject_GetBuffer(d, &ts_data, PyBUF_SIMPLE) < 0)
-            goto done;
-        has_ts = 1;
-        if (v != Py_None) {
-            if (PyObject_GetBuffer(v, &ts_validity, PyBUF_SIMPLE) < 0)
-                goto done;
-            has_ts_validity = 1;
-        }
-        if (ts_data.len < (ts_offset + n) * 8 || (has_ts_validity && ts_validity.len * 8 < ts_offset + n)) {
-            PyErr_SetString(PyExc_ValueError, "timestamps: buffers shorter than the rows");
+        Py_ssize_t offset;
+        if (!PyTuple_Check(ts_obj) || !PyArg_ParseTuple(ts_obj, "OOn", &v, &d, &offset)) {
+            PyErr_SetString(PyExc_TypeError, "timestamps: expected (validity, values, offset)");
             goto done;
         }
+        if (fixed_in_open(&ts, v, d, offset, 8) < 0)
+            goto done;
     }
     if (headers_obj != Py_None) {
         PyObject *v, *o, *hk, *hv;
-        if (!PyArg_ParseTuple(headers_obj, "OOnOO", &v, &o, &h_offset, &hk, &hv))
-            goto done;
-        if (PyObject_GetBuffer(o, &h_offsets, PyBUF_SIMPLE) < 0)
-            goto done;
-        has_headers = 1;
-        if (v != Py_None) {
-            if (PyObject_GetBuffer(v, &h_validity, PyBUF_SIMPLE) < 0)
-                goto done;
-            has_h_validity = 1;
-        }
-        if (h_offsets.len < (h_offset + n + 1) * 4 || (has_h_validity && h_validity.len * 8 < h_offset + n)) {
-            PyErr_SetString(PyExc_ValueError, "headers: buffers shorter than the rows");
+        Py_ssize_t offset;
+        if (!PyTuple_Check(headers_obj) || !PyArg_ParseTuple(headers_obj, "OOnOO", &v, &o, &offset, &hk, &hv)) {
+            PyErr_SetString(PyExc_TypeError, "headers: expected (validity, offsets, offset, keys, values)");
             goto done;
         }
-        const int32_t *ho = h_offsets.buf;
-        if (binary_in_open(&hkeys, hk, "header keys") < 0 || binary_in_open(&hvalues, hv, "header values") < 0)
-            goto done;
-        if (binary_in_check(&hkeys, ho[h_offset + n], "header keys") < 0 ||
-            binary_in_check(&hvalues, ho[h_offset + n], "header values") < 0)
+        if (fixed_in_open(&lists, v, o, offset, 4) < 0 || binary_in_open(&hkeys, hk, "header keys") < 0 ||
+            binary_in_open(&hvalues, hv, "header values") < 0)
             goto done;
     }
-    if (binary_in_check(&keys, n, "keys") < 0 || binary_in_check(&values, n, "values") < 0)
-        goto done;
+    if (rows_obj != Py_None) {
+        if (fixed_in_open(&rows, Py_None, rows_obj, 0, 8) < 0)
+            goto done;
+        if (rows.values.len < count * 8) {
+            PyErr_Format(PyExc_ValueError, "rows: %zd row numbers given for %zd rows", rows.values.len / 8, count);
+            goto done;
+        }
+    }
 
+    chunks = PyList_New(0);
     body = PyByteArray_FromStringAndSize(NULL, 0);
-    if (body == NULL)
+    if (chunks == NULL || body == NULL)
         goto done;
     out_open(&out, body);
-    const int64_t *ts = has_ts ? (const int64_t *)ts_data.buf : NULL;
-    const int32_t *ho = has_headers ? (const int32_t *)h_offsets.buf : NULL;
+    const int64_t *ts_values = ts.present ? (const int64_t *)ts.values.buf : NULL;
+    const int32_t *list_ends = lists.present ? (const int32_t *)lists.values.buf : NULL;
+    const uint64_t *row_numbers = rows.present ? (const uint64_t *)rows.values.buf : NULL;
     long long first_ts = 0, max_ts = 0;
-    Py_ssize_t row = start;
-    for (; row < n; row++) {
-        Py_ssize_t delta = row - start;
-        long long t = now_ms;
-        if (has_ts && !(has_ts_validity && !bit_set(&ts_validity, ts_offset + row)))
-            t = ts[ts_offset + row];
+    Py_ssize_t start = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t row = row_numbers ? (Py_ssize_t)row_numbers[i] : i;
+        Py_ssize_t delta = i - start;
+        int has_t = fixed_in_valid(&ts, row, 0), has_h = fixed_in_valid(&lists, row, 1);
+        if (has_t < 0 || has_h < 0) {
+            invalid_row(has_t < 0 ? "timestamps" : "headers", row);
+            goto done;
+        }
+        long long t = has_t ? ts_values[ts.offset + row] : now_ms;
         if (delta == 0)
             first_ts = max_ts = t;
         else if (t > max_ts)
@@ -535,18 +573,30 @@ encode_records(PyObject *self, PyObject *args)
         const uint8_t *key = NULL, *value = NULL;
         int64_t key_len = binary_in_get(&keys, row, &key);
         int64_t value_len = binary_in_get(&values, row, &value);
+        if (key_len == INVALID_ROW || value_len == INVALID_ROW) {
+            invalid_row(key_len == INVALID_ROW ? "keys" : "values", row);
+            goto done;
+        }
         Py_ssize_t h_first = 0, h_count = 0;
-        if (has_headers && !(has_h_validity && !bit_set(&h_validity, h_offset + row))) {
-            h_first = ho[h_offset + row];
-            h_count = ho[h_offset + row + 1] - h_first;
+        if (has_h) {
+            h_first = list_ends[lists.offset + row];
+            h_count = list_ends[lists.offset + row + 1] - h_first;
+            if (h_count < 0) {
+                invalid_row("headers", row);
+                goto done;
+            }
         }
         /* Size first: the record's length prefix comes before it. */
         Py_ssize_t size = 1 + varint_size(t - first_ts) + varint_size(delta) + varint_size(key_len) +
                           (key_len > 0 ? key_len : 0) + varint_size(value_len) + (value_len > 0 ? value_len : 0) +
                           varint_size(h_count);
         for (Py_ssize_t h = h_first; h < h_first + h_count; h++) {
-            const uint8_t *p;
-            int64_t hk = binary_in_get(&hkeys, h, &p), hv = binary_in_get(&hvalues, h, &p);
+            const uint8_t *at;
+            int64_t hk = binary_in_get(&hkeys, h, &at), hv = binary_in_get(&hvalues, h, &at);
+            if (hk == INVALID_ROW || hv == INVALID_ROW) {
+                invalid_row(hk == INVALID_ROW ? "header keys" : "header values", h);
+                goto done;
+            }
             if (hk < 0) {
                 PyErr_Format(InvalidRecordError, "row %zd has a header with a null key", row);
                 goto done;
@@ -587,29 +637,31 @@ encode_records(PyObject *self, PyObject *args)
             }
         }
         out.len += p - begin;
-        if (out.len >= max_bytes) {
-            row++;
-            break;
+        if (out.len >= max_bytes || i == count - 1) {
+            PyObject *chunk = Py_BuildValue("(y#nLL)", PyByteArray_AS_STRING(body), out.len, i + 1 - start, first_ts,
+                                            max_ts);
+            if (chunk == NULL || PyList_Append(chunks, chunk) < 0) {
+                Py_XDECREF(chunk);
+                goto done;
+            }
+            Py_DECREF(chunk);
+            out.len = 0; /* the next batch reuses the buffer */
+            start = i + 1;
         }
     }
-    if (out_close(&out) < 0)
-        goto done;
-    result = Py_BuildValue("(OnLL)", body, row, first_ts, max_ts);
+    result = chunks;
+    chunks = NULL;
 
 done:
+    Py_XDECREF(chunks);
     Py_XDECREF(body);
     binary_in_release(&keys);
     binary_in_release(&values);
     binary_in_release(&hkeys);
     binary_in_release(&hvalues);
-    if (has_ts)
-        PyBuffer_Release(&ts_data);
-    if (has_ts_validity)
-        PyBuffer_Release(&ts_validity);
-    if (has_headers)
-        PyBuffer_Release(&h_offsets);
-    if (has_h_validity)
-        PyBuffer_Release(&h_validity);
+    fixed_in_release(&ts);
+    fixed_in_release(&lists);
+    fixed_in_release(&rows);
     return result;
 }
 
@@ -663,16 +715,17 @@ key_partitions(PyObject *self, PyObject *args)
     binary_in_t keys;
     if (binary_in_open(&keys, keys_obj, "keys") < 0)
         return NULL;
-    if (binary_in_check(&keys, n, "keys") < 0) {
-        binary_in_release(&keys);
-        return NULL;
-    }
     PyObject *out = PyBytes_FromStringAndSize(NULL, n * 4);
     if (out != NULL) {
         int32_t *parts = (int32_t *)PyBytes_AS_STRING(out);
         for (Py_ssize_t i = 0; i < n; i++) {
             const uint8_t *key = NULL;
             int64_t len = binary_in_get(&keys, i, &key);
+            if (len == INVALID_ROW) {
+                invalid_row("keys", i);
+                Py_CLEAR(out);
+                break;
+            }
             parts[i] = len < 0 ? -1 : (int32_t)((murmur2(key, len) & 0x7fffffff) % num_partitions);
         }
     }

@@ -8,7 +8,7 @@ so a change to one is a change to both.
 from __future__ import annotations
 
 import struct
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 from ..errors import CorruptRecordError, InvalidRecordError
 from ..partitioner import murmur2
@@ -129,16 +129,17 @@ class _Binary:
         return bytes(self.data[self.ends[j] : self.ends[j + 1]])
 
 
-def encode_records(n: int, keys: Optional[BinaryColumn], values: Optional[BinaryColumn], timestamps,
-                   headers, start: int, max_bytes: int, now_ms: int) -> Tuple[bytearray, int, int, int]:
-    """Encode rows ``start..`` of ``n`` as the records section of one batch, stopping after the
-    record that brings it to ``max_bytes``: ``(records, next row, first timestamp, max timestamp)``.
+def encode_records(keys: Optional[BinaryColumn], values: Optional[BinaryColumn], timestamps, headers, rows,
+                   count: int, max_bytes: int, now_ms: int) -> List[Tuple[bytes, int, int, int]]:
+    """Encode ``count`` rows as the records sections of batches, each closed after the record that
+    brings it to ``max_bytes``: ``[(records, count, first timestamp, max timestamp)]``.
 
     ``timestamps`` is ``(validity, int64 millis, offset)`` and ``headers`` is ``(validity, int32
     list offsets, offset, key column, value column)``, or None; a null timestamp means ``now_ms``.
+    ``rows`` is None for rows ``0..count-1``, else a buffer of uint64 row numbers to encode in order.
     """
-    if not 0 <= start < n:
-        raise ValueError(f"start row {start} outside 0..{n - 1}")
+    if count < 0:
+        raise ValueError("negative row count")
     key_col, value_col = _Binary(keys), _Binary(values)
     if timestamps is not None:
         ts_validity, ts_data, ts_offset = timestamps
@@ -149,11 +150,15 @@ def encode_records(n: int, keys: Optional[BinaryColumn], values: Optional[Binary
         h_validity = memoryview(h_validity).cast("B") if h_validity is not None else None
         h_ends = memoryview(h_offsets).cast("B").cast("i")
         hkeys, hvalues = _Binary(hk_col), _Binary(hv_col)
+    row_numbers = memoryview(rows).cast("B").cast("Q") if rows is not None else range(count)
+    if len(row_numbers) < count:
+        raise ValueError(f"rows: {len(row_numbers)} row numbers given for {count} rows")
+    chunks = []
     out = bytearray()
-    first_ts = max_ts = 0
-    row = start
-    while row < n:
-        delta = row - start
+    first_ts = max_ts = start = 0
+    for i in range(count):
+        row = row_numbers[i]
+        delta = i - start
         ts = now_ms
         if timestamps is not None:
             j = ts_offset + row
@@ -190,10 +195,11 @@ def encode_records(n: int, keys: Optional[BinaryColumn], values: Optional[Binary
                 body += hv
         write_varint(len(body), out)
         out += body
-        row += 1
-        if len(out) >= max_bytes:
-            break
-    return out, row, first_ts, max_ts
+        if len(out) >= max_bytes or i == count - 1:
+            chunks.append((bytes(out), i + 1 - start, first_ts, max_ts))
+            out = bytearray()
+            start = i + 1
+    return chunks
 
 
 def key_partitions(n: int, keys: Optional[BinaryColumn], num_partitions: int) -> bytes:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 import time
 from types import ModuleType
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -147,17 +147,19 @@ def encode_arrow(
     timestamps_ms: Optional[pa.Array] = None,
     headers: Optional[pa.Array] = None,
     *,
+    rows: Optional[pa.Array] = None,
     compression: CompressionType = CompressionType.NONE,
     batch_bytes: int = 16384,
     now_ms: Optional[int] = None,
     codec: ModuleType = _speedups.codec,
-) -> Iterator[bytes]:
-    """Encode Arrow columns as record batches of about ``batch_bytes`` each, as a Kafka producer
-    with ``batch.size`` would: a batch closes after the record that brings its records to that size.
+) -> List[bytes]:
+    """Encode Arrow columns as record batches, as a Kafka producer with ``batch.size`` would: a
+    batch closes after the record that brings its records to ``batch_bytes``.
 
     ``values`` and ``keys`` are binary or string (null allowed); ``timestamps_ms`` int64 (null means
     ``now_ms``, by default the time of the call); ``headers`` a list of ``struct<key: string,
-    value: binary>``. Absent columns are null in every record.
+    value: binary>``. Absent columns are null in every record. ``rows`` (uint64 row numbers, as
+    ``sort_indices`` gives) picks the rows to encode, in its order; by default all, in order.
     """
     n = len(values) if values is not None else len(keys) if keys is not None else 0
     for column in (keys, timestamps_ms, headers):
@@ -172,14 +174,18 @@ def encode_arrow(
         entries = headers.values.flatten()  # key and value children, the struct's nulls folded in
         hs = (headers.buffers()[0] if headers.null_count else None, headers.buffers()[1], headers.offset,
               _binary_parts(entries[0]), _binary_parts(entries[1]))
+    selected = None
+    if rows is not None:
+        rows = rows.cast(pa.uint64())
+        if rows.null_count:
+            raise ValueError("row numbers must not be null")
+        selected = memoryview(rows.buffers()[1])[rows.offset * 8 : (rows.offset + len(rows)) * 8]
     if now_ms is None:
         now_ms = int(time.time() * 1000)
-    parts_k, parts_v = _binary_parts(keys), _binary_parts(values)
-    row = 0
-    while row < n:
-        records, end, first_ts, max_ts = codec.encode_records(n, parts_k, parts_v, ts, hs, row, batch_bytes, now_ms)
-        yield seal_record_batch(records, end - row, first_ts, max_ts, compression=compression)
-        row = end
+    chunks = codec.encode_records(_binary_parts(keys), _binary_parts(values), ts, hs, selected,
+                                  n if rows is None else len(rows), batch_bytes, now_ms)
+    return [seal_record_batch(records, count, first_ts, max_ts, compression=compression)
+            for records, count, first_ts, max_ts in chunks]
 
 
 def key_partitions(keys: pa.Array, num_partitions: int, *, codec: ModuleType = _speedups.codec) -> pa.Array:

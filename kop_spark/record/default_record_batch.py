@@ -314,13 +314,10 @@ def seal_record_batch(
         attributes |= TRANSACTIONAL_MASK
     if is_control:
         attributes |= CONTROL_MASK
-    buf = bytearray(HEADER_SIZE)
-    buf += compress(compression, bytes(records)) if compression else records
-    HEADER.pack_into(
-        buf,
-        0,
+    payload = compress(compression, bytes(records)) if compression else records
+    header = HEADER.pack(
         base_offset,
-        len(buf) - LOG_OVERHEAD,
+        HEADER_SIZE + len(payload) - LOG_OVERHEAD,
         partition_leader_epoch,
         MAGIC,
         0,
@@ -333,8 +330,8 @@ def seal_record_batch(
         base_sequence,
         count,
     )
-    _CRC.pack_into(buf, CRC_OFFSET, crc32c.crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
-    return bytes(buf)
+    crc = crc32c.crc32c(payload, crc32c.crc32c(header[ATTRIBUTES_OFFSET:]))
+    return b"".join((header[:CRC_OFFSET], _CRC.pack(crc), header[ATTRIBUTES_OFFSET:], payload))
 
 
 def with_base_offset(batch: bytes | bytearray | memoryview, base_offset: int) -> bytes:

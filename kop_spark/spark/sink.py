@@ -180,26 +180,24 @@ class _TaskOutput:
         columns.pop("partition", None)
         lowest, highest = pc.min_max(chosen).values()
         if lowest == highest:
-            self._stage(topic, lowest.as_py(), columns)
+            self._stage(topic, lowest.as_py(), columns, None)
             return
-        # A stable sort groups each partition's rows and keeps their order.
+        # A stable sort groups each partition's rows and keeps their order; the encoder reads the
+        # rows in that order, so no column is copied.
         order = pc.sort_indices(chosen)
-        chosen = chosen.take(order)
-        columns = {name: col.take(order) for name, col in columns.items()}
         at = 0
-        for counted in pc.value_counts(chosen):
+        for counted in pc.value_counts(chosen.take(order)):
             p, rows = counted["values"].as_py(), counted["counts"].as_py()
-            self._stage(topic, p, {name: col.slice(at, rows) for name, col in columns.items()})
+            self._stage(topic, p, columns, order.slice(at, rows))
             at += rows
 
-    def _stage(self, topic: str, partition: int, columns: Dict[str, pa.Array]) -> None:
+    def _stage(self, topic: str, partition: int, columns: Dict[str, pa.Array], rows: Optional[pa.Array]) -> None:
         staged = self._staged.get((topic, partition))
         if staged is None:
             path = f"{self._dir}/{uuid.uuid4().hex}.ledger"
             staged = self._staged[(topic, partition)] = self._broker.stage(topic, partition, path)
-        for batch in encode_arrow(columns["value"], columns.get("key"), columns.get("timestamp"), columns.get("headers"),
-                                  compression=self.options.compression, batch_bytes=self.options.batch_size):
-            staged.append(batch)
+        staged.append(encode_arrow(columns["value"], columns.get("key"), columns.get("timestamp"), columns.get("headers"),
+                                   rows=rows, compression=self.options.compression, batch_bytes=self.options.batch_size))
 
     def finish(self) -> KopCommitMessage:
         staged = tuple((tp[0], tp[1], s.finish()) for tp, s in sorted(self._staged.items()))

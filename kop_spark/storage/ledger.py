@@ -40,6 +40,7 @@ from ..record.default_record_batch import (
     MAGIC,
     MAGIC_OFFSET,
     MAX_TIMESTAMP_OFFSET,
+    RECORDS_COUNT_OFFSET,
     RecordBatch,
 )
 from .fileio import AppendFile, FileIO
@@ -56,6 +57,8 @@ TRAILER_MAGIC = b"KOPE"
 _BATCH_PREFIX = ATTRIBUTES_OFFSET  # batch bytes the metadata CRC covers
 _MAX_TS = struct.Struct(">q")
 _BASE_OFFSET = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_CRC = struct.Struct(">I")
 _SCAN_CHUNK = 8 << 20
 
 
@@ -130,14 +133,23 @@ def ledger_file_header(ledger_id: int) -> bytes:
     return head + struct.pack(">I", crc32c.crc32c(head))
 
 
+def _entry_parts(batch: bytes | memoryview, relative_index: int, broker_timestamp: int) -> Tuple[Tuple, int]:
+    """An entry as the pieces to write (metadata, the batch with its base offset set to the
+    relative index) and the batch's max timestamp. Checks the batch's framing and magic."""
+    if len(batch) < HEADER_SIZE or batch[MAGIC_OFFSET] != MAGIC or _I32.unpack_from(batch, 8)[0] + LOG_OVERHEAD != len(batch):
+        RecordBatch(batch)  # raises the framing error, with its message
+        raise CorruptRecordError(f"record batch of {len(batch)} bytes is malformed")
+    (count,) = _I32.unpack_from(batch, RECORDS_COUNT_OFFSET)
+    prefix = _BASE_OFFSET.pack(relative_index) + bytes(batch[8:_BATCH_PREFIX])
+    meta = ENTRY_METADATA.pack(ENTRY_MAGIC, len(batch), relative_index, broker_timestamp, count, 0)[:_METADATA_CRC_SPAN]
+    crc = crc32c.crc32c(prefix, crc32c.crc32c(meta))
+    return (meta, _CRC.pack(crc), prefix, memoryview(batch)[_BATCH_PREFIX:]), _MAX_TS.unpack_from(batch, MAX_TIMESTAMP_OFFSET)[0]
+
+
 def encode_entry(batch: bytes | memoryview, relative_index: int, broker_timestamp: int) -> Tuple[bytes, int]:
     """Frame a batch as an entry; return the bytes and the batch's max timestamp."""
-    header = RecordBatch(batch)  # checks framing and magic
-    body = bytearray(batch)
-    _BASE_OFFSET.pack_into(body, 0, relative_index)
-    meta = ENTRY_METADATA.pack(ENTRY_MAGIC, len(body), relative_index, broker_timestamp, header.record_count, 0)
-    crc = crc32c.crc32c(body[:_BATCH_PREFIX], crc32c.crc32c(meta[:_METADATA_CRC_SPAN]))
-    return meta[:_METADATA_CRC_SPAN] + struct.pack(">I", crc) + bytes(body), header.max_timestamp
+    parts, max_ts = _entry_parts(batch, relative_index, broker_timestamp)
+    return b"".join(parts), max_ts
 
 
 def _parse_entry(buf, pos: int, path: str, *, verify_batch: bool) -> Tuple[Entry, int]:
@@ -193,16 +205,17 @@ class LedgerWriter:
 
     def append(self, batches: Sequence[bytes | memoryview], first_relative_index: int, broker_timestamp: int) -> List[EntryInfo]:
         """Write batches as consecutive entries (not yet durable: call ``sync``)."""
-        out = bytearray()
+        parts: list = []
         rows = []
         rel = first_relative_index
-        start = self._file.position
+        position = self._file.position
         for batch in batches:
-            data, max_ts = encode_entry(batch, rel, broker_timestamp)
-            rows.append(EntryInfo(start + len(out), rel, max_ts))
-            out += data
-            rel += struct.unpack_from(">i", batch, LAST_OFFSET_DELTA_OFFSET)[0] + 1
-        self._file.write(bytes(out))
+            pieces, max_ts = _entry_parts(batch, rel, broker_timestamp)
+            rows.append(EntryInfo(position, rel, max_ts))
+            parts += pieces
+            position += ENTRY_METADATA.size + len(batch)
+            rel += _I32.unpack_from(batch, LAST_OFFSET_DELTA_OFFSET)[0] + 1
+        self._file.write(b"".join(parts))
         return rows
 
     def sync(self) -> None:

@@ -142,9 +142,11 @@ class LedgerStager:
         self._rows: List[EntryInfo] = []
         self._records = 0
 
-    def append(self, batch: bytes, broker_timestamp: int) -> None:
-        self._rows += self._writer.append([batch], self._records, broker_timestamp)
-        self._records += RecordBatch(batch).offset_span
+    def append(self, batches: Sequence[bytes], broker_timestamp: int) -> None:
+        """Write batches as the ledger's next entries, in one write."""
+        if batches:
+            self._rows += self._writer.append(batches, self._records, broker_timestamp)
+            self._records = self._rows[-1].relative_index + RecordBatch(batches[-1]).offset_span
 
     def finish(self) -> StagedLedger:
         length = self._writer.seal(self._rows, self._records)

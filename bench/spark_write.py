@@ -1,0 +1,67 @@
+"""Benchmark 3: ``writeStream.format("kop")`` of the read benchmark's records (16-byte keys, so
+murmur2 placement, into a two-partition topic), against (a) a no-op Arrow stream writer (the
+ceiling of the Python Data Source write API) and (b) Spark's Parquet sink. Every query reads the
+same Parquet files as an AvailableNow stream, so what differs is the sink; ratios are speed
+relative to each baseline.
+
+    python bench/spark_write.py [--records 5000000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+
+from _spark import PARTITIONS, best_times, records, run_available_now, session, write_parquet
+
+from kop_spark import Broker
+
+
+def run(n: int = 5_000_000, repeat: int = 3):
+    """Rows of (sink, seconds, records/s, speed vs ceiling, speed vs Parquet)."""
+    spark = session()
+    spark.dataSource.register(__import__("baselines").ArrowNoop)
+    with tempfile.TemporaryDirectory() as tmp:
+        source = os.path.join(tmp, "source")
+        os.makedirs(source)
+        for p in range(PARTITIONS):
+            write_parquet(records(n // PARTITIONS, p).select(["key", "value", "timestamp"]),
+                          os.path.join(source, f"part-{p}.parquet"))
+        schema = spark.read.parquet(source).schema
+        runs = [0]
+
+        def query(sink, **options):
+            def go():
+                runs[0] += 1
+                out = os.path.join(tmp, f"out-{runs[0]}")
+                if sink == "kop":
+                    with Broker(out) as b:
+                        b.create_topic("bench", partitions=PARTITIONS)
+                    options.update({"kop.root": out, "topic": "bench"})
+                elif sink == "parquet":
+                    options["path"] = out
+                run_available_now(spark.readStream.schema(schema).parquet(source), sink,
+                                  os.path.join(tmp, f"checkpoint-{runs[0]}"), **options)
+                if sink == "kop":
+                    with Broker(out) as b:
+                        written = sum(b.list_offsets("bench", p, "latest") for p in range(PARTITIONS))
+                    assert written == n, f"kop wrote {written} records of {n}"
+                shutil.rmtree(out, ignore_errors=True)
+            return go
+
+        times = best_times({"kop": query("kop"), "no-op Arrow writer (ceiling)": query("arrow_noop"),
+                            "Parquet": query("parquet")}, repeat)
+    spark.stop()
+    ceiling, parquet = times["no-op Arrow writer (ceiling)"], times["Parquet"]
+    return [(name, t, n / t, ceiling / t, parquet / t) for name, t in times.items()]
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=5_000_000)
+    ap.add_argument("--repeat", type=int, default=3, help="rounds; the best of each is kept")
+    a = ap.parse_args()
+    for name, t, rate, vs_ceiling, vs_parquet in run(a.records, a.repeat):
+        print(f"{name:<30} {t:7.2f} s  {rate / 1e6:6.2f} M records/s  {vs_ceiling:5.2f}x ceiling  {vs_parquet:5.2f}x Parquet")
