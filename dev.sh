@@ -21,6 +21,10 @@ setup_python() {
         # and builds the optional compiled codec in place (skipped, with a warning, without a C compiler).
         "$VENV/bin/python" -m pip install --quiet -e ".[test]" --config-settings editable_mode=compat
         echo "$want" > "$stamp"
+        if ! "$VENV/bin/python" -c "import sys; from kop_spark.record._speedups import compiled; sys.exit(compiled is None)"; then
+            echo "note: the compiled codec was not built (no C compiler or Python headers?); running the" >&2
+            echo "      pure-Python codec, which is several times slower (see README, Speed)" >&2
+        fi
     fi
 }
 

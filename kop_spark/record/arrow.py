@@ -1,9 +1,10 @@
-"""Decode Kafka v2 record batches straight into Arrow columns, in the layout of Spark's Kafka source.
+"""Kafka v2 record batches to and from Arrow columns, in the layout of Spark's Kafka source and sink.
 
-Records are parsed in place and their bytes appended to growing column buffers (offsets + data),
-so no Python object is made per key, value or header: the Arrow arrays are built from the buffers
-in one step. The column types are those Spark's Arrow bridge expects for the Kafka source schema:
-binary, string, int32, int64 and ``timestamp[us, tz=UTC]``.
+Decoding parses records in place and appends their bytes to growing column buffers, which become
+the Arrow arrays in one step; encoding reads the Arrow buffers directly. Either way no Python object
+is made per record, key, value or header. The loops are the codec's (``_speedups``): compiled when
+built, else the pure-Python reference. The column types are those Spark's Arrow bridge expects for
+the Kafka source schema: binary, string, int32, int64 and ``timestamp[us, tz=UTC]``.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import pyarrow.compute as pc
 
 from ..errors import CorruptRecordError
 from .compression import CompressionType, decompress
-from .default_record_batch import COMPRESSION_MASK, HEADER_SIZE, TIMESTAMP_TYPE_MASK, RecordBatch, seal_record_batch
 from . import _speedups
+from .default_record_batch import COMPRESSION_MASK, HEADER_SIZE, TIMESTAMP_TYPE_MASK, RecordBatch, seal_record_batch
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
@@ -60,10 +61,9 @@ _ZERO = bytes(4)  # the first end offset of a variable-length column
 class ArrowRecordBuilder:
     """Accumulates records of one topic partition and builds Arrow record batches of them.
 
-    The records' bytes go straight into 16 bytearray columns (offsets, timestamps, timestamp types,
-    then data, end offsets and validity of keys and values, the header list ends, then header keys'
-    and values' data, end offsets and validity)
-    that become the Arrow buffers; ``codec`` is the loop that fills them, compiled when built.
+    The records' bytes go straight into 16 bytearray columns that become the Arrow buffers:
+    offsets, timestamps, timestamp types; data, end offsets and validity of keys, then of values;
+    the header list ends; data, end offsets and validity of header keys, then of header values.
     """
 
     def __init__(self, topic: str, partition: int, include_headers: bool, *, codec: ModuleType = _speedups.codec):
