@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 
+import crc32c
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -114,6 +115,7 @@ def test_encoders_write_the_same_bytes_and_they_read_back(columns, batch_bytes, 
     ours, theirs = (encode_arrow(values, keys, stamps, headers, compression=codec, batch_bytes=batch_bytes,
                                  now_ms=77, codec=c) for c in (compiled, reference))
     assert ours == theirs
+    assert all(RecordBatch(b).is_valid() for b in ours)
     decoded = [r for b in ours for r in RecordBatch(b).records()]
     assert [r.value for r in decoded] == values.to_pylist()
     expected_keys = [None] * len(values) if keys is None else keys.cast(pa.binary()).to_pylist()
@@ -164,12 +166,19 @@ def test_key_partitions_are_kafkas(keys, skip, n):
 
 
 @needs_compiled
+@given(data=st.binary(max_size=300))
+def test_compiled_crc32c_is_castagnolis(data):
+    """The batch CRC the compiled encoder writes: the CPU instruction and the portable table both."""
+    assert compiled.crc32c(data) == compiled.crc32c(data, True) == crc32c.crc32c(data)
+
+
+@needs_compiled
 def test_compiled_codec_refuses_buffers_shorter_than_their_rows():
     short = pa.array([b"abc", b"de"])
     validity, offsets, data = short.buffers()
     for codec in (compiled, reference):
         with pytest.raises((ValueError, IndexError)):
-            codec.encode_records(None, (None, offsets, data, 0), None, None, None, 5, 100, 0)
+            codec.encode_records(None, (None, offsets, data, 0), None, None, None, 5, 100, 0, False)
 
 
 def test_the_install_built_the_compiled_codec():

@@ -63,6 +63,62 @@ write_varint(uint8_t *p, int64_t value)
     return p;
 }
 
+/* ---- CRC-32C (Castagnoli), as a v2 batch's crc field ---- */
+
+static uint32_t crc32c_table[256];
+
+static void
+crc32c_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+        crc32c_table[i] = c;
+    }
+}
+
+static uint32_t
+crc32c_portable(const uint8_t *p, size_t n)
+{
+    uint32_t crc = 0xffffffffu;
+    while (n--)
+        crc = crc32c_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* The SSE 4.2 instruction, chosen at run time: the same code runs on CPUs without it. */
+__attribute__((target("sse4.2"))) static uint32_t
+crc32c_sse42(const uint8_t *p, size_t n)
+{
+    uint64_t crc = 0xffffffffu;
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        crc = __builtin_ia32_crc32di(crc, v);
+    }
+    uint32_t c = (uint32_t)crc;
+    while (n--)
+        c = __builtin_ia32_crc32qi(c, *p++);
+    return ~c;
+}
+#define HAVE_SSE42_CRC 1
+#endif
+
+static uint32_t (*crc32c)(const uint8_t *, size_t) = crc32c_portable;
+
+static void
+crc32c_choose(void)
+{
+    crc32c_init();
+#ifdef HAVE_SSE42_CRC
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("sse4.2"))
+        crc32c = crc32c_sse42;
+#endif
+}
+
 /* ---- growing bytearray columns ---- */
 
 typedef struct {
@@ -433,11 +489,44 @@ invalid_row(const char *what, Py_ssize_t row)
 /* ---- encode ---- */
 
 PyDoc_STRVAR(encode_records_doc,
-"encode_records(keys, values, timestamps, headers, rows, count, max_bytes, now_ms) -> [(records, count, first_ts, max_ts)]\n\n"
+"encode_records(keys, values, timestamps, headers, rows, count, max_bytes, now_ms, seal) -> [(records, count, first_ts, max_ts)]\n\n"
 "Encode `count` rows as the records sections of batches, each closed after the record that brings\n"
 "it to max_bytes. keys/values: binary column tuples or None; timestamps: (validity, int64 millis,\n"
 "offset) or None, a null meaning now_ms; headers: (validity, int32 list offsets, offset, key column,\n"
-"value column) or None; rows: None for rows 0..count-1, else a buffer of uint64 row numbers.");
+"value column) or None; rows: None for rows 0..count-1, else a buffer of uint64 row numbers.\n"
+"With seal, each records section comes framed as a whole uncompressed batch (header and CRC),\n"
+"as seal_record_batch frames it by default.");
+
+#define BATCH_HEADER 61
+
+static inline uint8_t *
+put_be(uint8_t *p, uint64_t v, int bytes)
+{
+    for (int i = bytes - 1; i >= 0; i--)
+        *p++ = (uint8_t)(v >> (8 * i));
+    return p;
+}
+
+/* The v2 header of an uncompressed CreateTime batch with no producer, as seal_record_batch writes it. */
+static void
+write_batch_header(uint8_t *b, Py_ssize_t size, Py_ssize_t count, long long first_ts, long long max_ts)
+{
+    uint8_t *p = put_be(b, 0, 8);              /* baseOffset */
+    p = put_be(p, (uint64_t)(size - 12), 4);   /* batchLength */
+    p = put_be(p, (uint64_t)-1, 4);            /* partitionLeaderEpoch */
+    *p++ = 2;                                  /* magic */
+    uint8_t *crc_at = p;
+    p = put_be(p, 0, 4);                       /* crc, below */
+    p = put_be(p, 0, 2);                       /* attributes */
+    p = put_be(p, (uint64_t)(count - 1), 4);   /* lastOffsetDelta */
+    p = put_be(p, (uint64_t)first_ts, 8);
+    p = put_be(p, (uint64_t)max_ts, 8);
+    p = put_be(p, (uint64_t)-1, 8);            /* producerId */
+    p = put_be(p, (uint64_t)-1, 2);            /* producerEpoch */
+    p = put_be(p, (uint64_t)-1, 4);            /* baseSequence */
+    put_be(p, (uint64_t)count, 4);
+    put_be(crc_at, crc32c(b + 21, (size_t)(size - 21)), 4);
+}
 
 /* An optional fixed-width column: (validity or None, values, offset). */
 typedef struct {
@@ -495,8 +584,9 @@ encode_records(PyObject *self, PyObject *args)
     PyObject *keys_obj, *values_obj, *ts_obj, *headers_obj, *rows_obj;
     Py_ssize_t count, max_bytes;
     long long now_ms;
-    if (!PyArg_ParseTuple(args, "OOOOOnnL", &keys_obj, &values_obj, &ts_obj, &headers_obj, &rows_obj, &count,
-                          &max_bytes, &now_ms))
+    int seal;
+    if (!PyArg_ParseTuple(args, "OOOOOnnLp", &keys_obj, &values_obj, &ts_obj, &headers_obj, &rows_obj, &count,
+                          &max_bytes, &now_ms, &seal))
         return NULL;
     if (count < 0) {
         PyErr_SetString(PyExc_ValueError, "negative row count");
@@ -556,7 +646,10 @@ encode_records(PyObject *self, PyObject *args)
     const int32_t *list_ends = lists.present ? (const int32_t *)lists.values.buf : NULL;
     const uint64_t *row_numbers = rows.present ? (const uint64_t *)rows.values.buf : NULL;
     long long first_ts = 0, max_ts = 0;
-    Py_ssize_t start = 0;
+    Py_ssize_t start = 0, header = seal ? BATCH_HEADER : 0;
+    if (out_reserve(&out, header) == NULL)
+        goto done;
+    out.len = header;
     for (Py_ssize_t i = 0; i < count; i++) {
         Py_ssize_t row = row_numbers ? (Py_ssize_t)row_numbers[i] : i;
         Py_ssize_t delta = i - start;
@@ -637,7 +730,9 @@ encode_records(PyObject *self, PyObject *args)
             }
         }
         out.len += p - begin;
-        if (out.len >= max_bytes || i == count - 1) {
+        if (out.len - header >= max_bytes || i == count - 1) {
+            if (seal)
+                write_batch_header((uint8_t *)PyByteArray_AS_STRING(body), out.len, i + 1 - start, first_ts, max_ts);
             PyObject *chunk = Py_BuildValue("(y#nLL)", PyByteArray_AS_STRING(body), out.len, i + 1 - start, first_ts,
                                             max_ts);
             if (chunk == NULL || PyList_Append(chunks, chunk) < 0) {
@@ -645,7 +740,7 @@ encode_records(PyObject *self, PyObject *args)
                 goto done;
             }
             Py_DECREF(chunk);
-            out.len = 0; /* the next batch reuses the buffer */
+            out.len = header; /* the next batch reuses the buffer */
             start = i + 1;
         }
     }
@@ -733,7 +828,22 @@ key_partitions(PyObject *self, PyObject *args)
     return out;
 }
 
+PyDoc_STRVAR(crc32c_doc, "crc32c(data, portable=False) -> int\n\nCRC-32C of data, by the instruction when the CPU has it unless portable.");
+
+static PyObject *
+crc32c_py(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    int portable = 0;
+    if (!PyArg_ParseTuple(args, "y*|p", &data, &portable))
+        return NULL;
+    uint32_t crc = (portable ? crc32c_portable : crc32c)(data.buf, (size_t)data.len);
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(crc);
+}
+
 static PyMethodDef methods[] = {
+    {"crc32c", crc32c_py, METH_VARARGS, crc32c_doc},
     {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
     {"encode_records", encode_records, METH_VARARGS, encode_records_doc},
     {"key_partitions", key_partitions, METH_VARARGS, key_partitions_doc},
@@ -755,5 +865,6 @@ PyInit__crecords(void)
     Py_DECREF(errors);
     if (CorruptRecordError == NULL || InvalidRecordError == NULL)
         return NULL;
+    crc32c_choose();
     return PyModule_Create(&module);
 }

@@ -12,6 +12,7 @@ from typing import List, Optional, Tuple
 
 from ..errors import CorruptRecordError, InvalidRecordError
 from ..partitioner import murmur2
+from .default_record_batch import seal_record_batch
 from .varint import read_varint, write_varint
 
 _I32 = struct.Struct("<i").pack
@@ -130,13 +131,15 @@ class _Binary:
 
 
 def encode_records(keys: Optional[BinaryColumn], values: Optional[BinaryColumn], timestamps, headers, rows,
-                   count: int, max_bytes: int, now_ms: int) -> List[Tuple[bytes, int, int, int]]:
+                   count: int, max_bytes: int, now_ms: int, seal: bool) -> List[Tuple[bytes, int, int, int]]:
     """Encode ``count`` rows as the records sections of batches, each closed after the record that
     brings it to ``max_bytes``: ``[(records, count, first timestamp, max timestamp)]``.
 
     ``timestamps`` is ``(validity, int64 millis, offset)`` and ``headers`` is ``(validity, int32
     list offsets, offset, key column, value column)``, or None; a null timestamp means ``now_ms``.
     ``rows`` is None for rows ``0..count-1``, else a buffer of uint64 row numbers to encode in order.
+    With ``seal``, each records section comes framed as a whole uncompressed batch, as
+    ``seal_record_batch`` frames it by default.
     """
     if count < 0:
         raise ValueError("negative row count")
@@ -196,7 +199,8 @@ def encode_records(keys: Optional[BinaryColumn], values: Optional[BinaryColumn],
         write_varint(len(body), out)
         out += body
         if len(out) >= max_bytes or i == count - 1:
-            chunks.append((bytes(out), i + 1 - start, first_ts, max_ts))
+            n = i + 1 - start
+            chunks.append((seal_record_batch(out, n, first_ts, max_ts) if seal else bytes(out), n, first_ts, max_ts))
             out = bytearray()
             start = i + 1
     return chunks

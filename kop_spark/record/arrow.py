@@ -182,8 +182,11 @@ def encode_arrow(
         selected = memoryview(rows.buffers()[1])[rows.offset * 8 : (rows.offset + len(rows)) * 8]
     if now_ms is None:
         now_ms = int(time.time() * 1000)
+    seal = compression == CompressionType.NONE  # the codec frames uncompressed batches itself
     chunks = codec.encode_records(_binary_parts(keys), _binary_parts(values), ts, hs, selected,
-                                  n if rows is None else len(rows), batch_bytes, now_ms)
+                                  n if rows is None else len(rows), batch_bytes, now_ms, seal)
+    if seal:
+        return [batch for batch, _, _, _ in chunks]
     return [seal_record_batch(records, count, first_ts, max_ts, compression=compression)
             for records, count, first_ts, max_ts in chunks]
 

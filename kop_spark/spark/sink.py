@@ -116,6 +116,12 @@ class KopCommitMessage(WriterCommitMessage):
     staged: Tuple[Tuple[str, int, StagedLedger], ...]
 
 
+def _int(value: int, type_: pa.DataType = pa.int64()) -> pa.Scalar:
+    # A typed scalar: pyarrow converts a bare Python int by first trying to import numpy, which
+    # costs more than the kernel it feeds.
+    return pa.scalar(value, type_)
+
+
 def staging_dir(writer: str, batch_id: int) -> str:
     return f"{STAGING_DIR}/{writer}/{batch_id}"
 
@@ -148,7 +154,7 @@ class _TaskOutput:
         names = {name.lower(): i for i, name in enumerate(rb.schema.names)}
         columns = {name: rb.column(names[name]) for name in _COLUMNS if name in names}
         if "timestamp" in columns:  # Spark's microseconds to Kafka's milliseconds
-            columns["timestamp"] = pc.divide(columns["timestamp"].cast(pa.int64()), 1000)
+            columns["timestamp"] = pc.divide(columns["timestamp"].cast(pa.int64()), _int(1000))
         if self.options.topic is not None:
             self._add_topic(self.options.topic, columns)
             return
@@ -167,15 +173,16 @@ class _TaskOutput:
         # starts at the task's id, so a re-run task sends its keyless records where the first did).
         chosen = key_partitions(key, count) if key is not None else pa.nulls(n, pa.int32())
         if partition is not None:
-            bad = pc.or_(pc.less(partition, 0), pc.greater_equal(partition, count))
+            bad = pc.or_(pc.less(partition, _int(0, pa.int32())), pc.greater_equal(partition, _int(count, pa.int32())))
             if pc.any(bad).as_py():
                 p = partition.filter(bad)[0].as_py()
                 raise PartitionNotFoundError(f"topic {topic!r} has no partition {p}: it has partitions 0 to {count - 1}")
             chosen = pc.coalesce(partition, chosen)
         if chosen.null_count:
             keyless = chosen.is_null()
-            nth = pc.subtract(pc.cumulative_sum(keyless.cast(pa.int64())), 1)
-            chosen = pc.coalesce(chosen, pc.remainder(pc.add(nth, self._round_robin), count).cast(pa.int32()))
+            nth = pc.subtract(pc.cumulative_sum(keyless.cast(pa.int64())), _int(1))
+            spread = pc.remainder(pc.add(nth, _int(self._round_robin)), _int(count))
+            chosen = pc.coalesce(chosen, spread.cast(pa.int32()))
             self._round_robin += keyless.true_count
         columns.pop("partition", None)
         lowest, highest = pc.min_max(chosen).values()

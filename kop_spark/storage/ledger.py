@@ -215,7 +215,7 @@ class LedgerWriter:
             parts += pieces
             position += ENTRY_METADATA.size + len(batch)
             rel += _I32.unpack_from(batch, LAST_OFFSET_DELTA_OFFSET)[0] + 1
-        self._file.write(b"".join(parts))
+        self._file.write_parts(parts)
         return rows
 
     def sync(self) -> None:
