@@ -24,6 +24,8 @@ def _storage_error(action: str, path: str, e: BaseException) -> StorageError:
 
 
 _IOV_MAX = 1024  # buffers one pwritev takes on Linux and the BSDs
+_WRITEBACK_BYTES = 8 << 20
+_FADV_DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", None)
 
 
 class AppendFile:
@@ -34,6 +36,18 @@ class AppendFile:
         self._fd = fd
         self.position = position
         self._sync = sync
+        self._hinted = position  # written back up to here, or asked to be
+
+    def _start_writeback(self) -> None:
+        # A large file written and synced at the end (a staged ledger) would make that sync wait
+        # for all of it: ask the kernel to start writing back as we go, as PostgreSQL's
+        # pg_flush_data does, so the final sync waits for the tail only. A hint: never waits.
+        if self._sync and self.position - self._hinted >= _WRITEBACK_BYTES and _FADV_DONTNEED is not None:
+            try:
+                os.posix_fadvise(self._fd, self._hinted, self.position - self._hinted, _FADV_DONTNEED)
+            except OSError:
+                pass
+            self._hinted = self.position
 
     def write(self, data: bytes) -> int:
         """Append ``data``; return the position it was written at."""
@@ -46,6 +60,7 @@ class AppendFile:
                 view = view[n:]
         except OSError as e:
             raise _storage_error("write to", self.path, e) from e
+        self._start_writeback()
         return at
 
     def write_parts(self, parts: Sequence[bytes | memoryview]) -> int:
@@ -60,6 +75,7 @@ class AppendFile:
         self.position += n
         if n < sum(len(p) for p in parts):  # a short write: finish it the plain way
             self.write(b"".join(parts)[n:])
+        self._start_writeback()
         return at
 
     def sync(self) -> None:
