@@ -7,6 +7,7 @@ files (what the ceiling source memory-maps) and as Parquet files.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -100,3 +101,13 @@ def ipc_batches(paths: List[str]) -> Iterator[pa.RecordBatch]:
         reader = pa.ipc.open_file(pa.memory_map(path))
         for i in range(reader.num_record_batches):
             yield reader.get_batch(i)
+
+
+def cli(run: Callable[[int, int], list]) -> None:
+    """A Spark benchmark's command line: sizes in, a line per variant out."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=5_000_000)
+    ap.add_argument("--repeat", type=int, default=5, help="rounds; the best of each is kept")
+    a = ap.parse_args()
+    for name, t, rate, vs_ceiling, vs_parquet in run(a.records, a.repeat):
+        print(f"{name:<30} {t:7.2f} s  {rate / 1e6:6.2f} M records/s  {vs_ceiling:5.2f}x ceiling  {vs_parquet:5.2f}x Parquet")

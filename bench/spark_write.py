@@ -9,12 +9,11 @@ relative to each baseline.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import tempfile
 
-from _spark import PARTITIONS, best_times, records, run_available_now, session, write_parquet
+from _spark import PARTITIONS, best_times, cli, records, run_available_now, session, write_parquet
 
 from kop_spark import Broker
 
@@ -60,9 +59,4 @@ def run(n: int = 5_000_000, repeat: int = 5):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--records", type=int, default=5_000_000)
-    ap.add_argument("--repeat", type=int, default=5, help="rounds; the best of each is kept")
-    a = ap.parse_args()
-    for name, t, rate, vs_ceiling, vs_parquet in run(a.records, a.repeat):
-        print(f"{name:<30} {t:7.2f} s  {rate / 1e6:6.2f} M records/s  {vs_ceiling:5.2f}x ceiling  {vs_parquet:5.2f}x Parquet")
+    cli(run)

@@ -12,8 +12,8 @@ from typing import List, Optional, Tuple
 
 from ..errors import CorruptRecordError, InvalidRecordError
 from ..partitioner import murmur2
-from .default_record_batch import seal_record_batch
-from .varint import read_varint, write_varint
+from .default_record_batch import encode_record, seal_record_batch
+from .varint import read_varint
 
 _I32 = struct.Struct("<i").pack
 _I64 = struct.Struct("<q").pack
@@ -171,33 +171,14 @@ def encode_records(keys: Optional[BinaryColumn], values: Optional[BinaryColumn],
             first_ts = max_ts = ts
         elif ts > max_ts:
             max_ts = ts
-        body = bytearray(b"\x00")  # attributes
-        write_varint(ts - first_ts, body)
-        write_varint(delta, body)
-        for field in (key_col.get(row), value_col.get(row)):
-            if field is None:
-                write_varint(-1, body)
-            else:
-                write_varint(len(field), body)
-                body += field
         pairs = []
         if headers is not None:
             j = h_offset + row
             if h_validity is None or h_validity[j >> 3] >> (j & 7) & 1:
                 pairs = [(hkeys.get(h), hvalues.get(h)) for h in range(h_ends[j], h_ends[j + 1])]
-        write_varint(len(pairs), body)
-        for hk, hv in pairs:
-            if hk is None:
-                raise InvalidRecordError(f"row {row} has a header with a null key")
-            write_varint(len(hk), body)
-            body += hk
-            if hv is None:
-                write_varint(-1, body)
-            else:
-                write_varint(len(hv), body)
-                body += hv
-        write_varint(len(body), out)
-        out += body
+        if any(hk is None for hk, _ in pairs):
+            raise InvalidRecordError(f"row {row} has a header with a null key")
+        encode_record(out, delta, ts - first_ts, key_col.get(row), value_col.get(row), pairs)
         if len(out) >= max_bytes or i == count - 1:
             n = i + 1 - start
             chunks.append((seal_record_batch(out, n, first_ts, max_ts) if seal else bytes(out), n, first_ts, max_ts))

@@ -212,7 +212,8 @@ def _read_bytes(buf, pos: int):
     return bytes(buf[pos:end]), end
 
 
-def _encode_record(out: bytearray, offset_delta: int, ts_delta: int, key, value, headers: Sequence[Header]) -> None:
+def encode_record(out: bytearray, offset_delta: int, ts_delta: int, key, value, headers: Sequence[Header]) -> None:
+    """Append one record (length-prefixed) to ``out``; header keys may be str or UTF-8 bytes."""
     body = bytearray(b"\x00")  # attributes
     write_varint(ts_delta, body)
     write_varint(offset_delta, body)
@@ -224,7 +225,7 @@ def _encode_record(out: bytearray, offset_delta: int, ts_delta: int, key, value,
             body += field
     write_varint(len(headers), body)
     for hkey, hvalue in headers:
-        hk = hkey.encode("utf-8")
+        hk = hkey.encode("utf-8") if isinstance(hkey, str) else hkey
         write_varint(len(hk), body)
         body += hk
         if hvalue is None:
@@ -273,7 +274,7 @@ def build_record_batch(
         elif ts > max_ts:
             max_ts = ts
         delta = count - 1 if offset_deltas is None else offset_deltas[count - 1]
-        _encode_record(body, delta, ts - first_ts, rec.key, rec.value, rec.headers)
+        encode_record(body, delta, ts - first_ts, rec.key, rec.value, rec.headers)
     if count == 0:
         raise InvalidRecordError("a record batch needs at least one record")
     return seal_record_batch(
