@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 
-import crc32c
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -163,13 +162,6 @@ def test_key_partitions_are_kafkas(keys, skip, n):
     expected = [None if k is None else partition_for_key(k, n) for k in arr.to_pylist()]
     for codec in (compiled, reference):
         assert key_partitions(arr, n, codec=codec).to_pylist() == expected
-
-
-@needs_compiled
-@given(data=st.binary(max_size=300))
-def test_compiled_crc32c_is_castagnolis(data):
-    """The batch CRC the compiled encoder writes: the CPU instruction and the portable table both."""
-    assert compiled.crc32c(data) == compiled.crc32c(data, True) == crc32c.crc32c(data)
 
 
 @needs_compiled

@@ -63,60 +63,24 @@ write_varint(uint8_t *p, int64_t value)
     return p;
 }
 
-/* ---- CRC-32C (Castagnoli), as a v2 batch's crc field ---- */
+/* ---- CRC-32C: the crc32c package's, which the project already depends on ---- */
 
-static uint32_t crc32c_table[256];
+static PyObject *crc32c_function;
 
-static void
-crc32c_init(void)
+/* CRC-32C of n bytes at p, or -1 with an exception set. */
+static long long
+crc32c(const uint8_t *p, Py_ssize_t n)
 {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
-        crc32c_table[i] = c;
-    }
-}
-
-static uint32_t
-crc32c_portable(const uint8_t *p, size_t n)
-{
-    uint32_t crc = 0xffffffffu;
-    while (n--)
-        crc = crc32c_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
-    return ~crc;
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-/* The SSE 4.2 instruction, chosen at run time: the same code runs on CPUs without it. */
-__attribute__((target("sse4.2"))) static uint32_t
-crc32c_sse42(const uint8_t *p, size_t n)
-{
-    uint64_t crc = 0xffffffffu;
-    for (; n >= 8; n -= 8, p += 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        crc = __builtin_ia32_crc32di(crc, v);
-    }
-    uint32_t c = (uint32_t)crc;
-    while (n--)
-        c = __builtin_ia32_crc32qi(c, *p++);
-    return ~c;
-}
-#define HAVE_SSE42_CRC 1
-#endif
-
-static uint32_t (*crc32c)(const uint8_t *, size_t) = crc32c_portable;
-
-static void
-crc32c_choose(void)
-{
-    crc32c_init();
-#ifdef HAVE_SSE42_CRC
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("sse4.2"))
-        crc32c = crc32c_sse42;
-#endif
+    PyObject *view = PyMemoryView_FromMemory((char *)p, n, PyBUF_READ);
+    if (view == NULL)
+        return -1;
+    PyObject *crc = PyObject_CallOneArg(crc32c_function, view);
+    Py_DECREF(view);
+    if (crc == NULL)
+        return -1;
+    long long value = PyLong_AsLongLong(crc);
+    Py_DECREF(crc);
+    return value;
 }
 
 /* ---- growing bytearray columns ---- */
@@ -508,7 +472,7 @@ put_be(uint8_t *p, uint64_t v, int bytes)
 }
 
 /* The v2 header of an uncompressed CreateTime batch with no producer, as seal_record_batch writes it. */
-static void
+static int
 write_batch_header(uint8_t *b, Py_ssize_t size, Py_ssize_t count, long long first_ts, long long max_ts)
 {
     uint8_t *p = put_be(b, 0, 8);              /* baseOffset */
@@ -525,7 +489,11 @@ write_batch_header(uint8_t *b, Py_ssize_t size, Py_ssize_t count, long long firs
     p = put_be(p, (uint64_t)-1, 2);            /* producerEpoch */
     p = put_be(p, (uint64_t)-1, 4);            /* baseSequence */
     put_be(p, (uint64_t)count, 4);
-    put_be(crc_at, crc32c(b + 21, (size_t)(size - 21)), 4);
+    long long crc = crc32c(b + 21, size - 21);
+    if (crc < 0)
+        return -1;
+    put_be(crc_at, (uint64_t)crc, 4);
+    return 0;
 }
 
 /* An optional fixed-width column: (validity or None, values, offset). */
@@ -731,8 +699,9 @@ encode_records(PyObject *self, PyObject *args)
         }
         out.len += p - begin;
         if (out.len - header >= max_bytes || i == count - 1) {
-            if (seal)
-                write_batch_header((uint8_t *)PyByteArray_AS_STRING(body), out.len, i + 1 - start, first_ts, max_ts);
+            if (seal && write_batch_header((uint8_t *)PyByteArray_AS_STRING(body), out.len, i + 1 - start, first_ts,
+                                           max_ts) < 0)
+                goto done;
             PyObject *chunk = Py_BuildValue("(y#nLL)", PyByteArray_AS_STRING(body), out.len, i + 1 - start, first_ts,
                                             max_ts);
             if (chunk == NULL || PyList_Append(chunks, chunk) < 0) {
@@ -828,22 +797,7 @@ key_partitions(PyObject *self, PyObject *args)
     return out;
 }
 
-PyDoc_STRVAR(crc32c_doc, "crc32c(data, portable=False) -> int\n\nCRC-32C of data, by the instruction when the CPU has it unless portable.");
-
-static PyObject *
-crc32c_py(PyObject *self, PyObject *args)
-{
-    Py_buffer data;
-    int portable = 0;
-    if (!PyArg_ParseTuple(args, "y*|p", &data, &portable))
-        return NULL;
-    uint32_t crc = (portable ? crc32c_portable : crc32c)(data.buf, (size_t)data.len);
-    PyBuffer_Release(&data);
-    return PyLong_FromUnsignedLong(crc);
-}
-
 static PyMethodDef methods[] = {
-    {"crc32c", crc32c_py, METH_VARARGS, crc32c_doc},
     {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
     {"encode_records", encode_records, METH_VARARGS, encode_records_doc},
     {"key_partitions", key_partitions, METH_VARARGS, key_partitions_doc},
@@ -865,6 +819,12 @@ PyInit__crecords(void)
     Py_DECREF(errors);
     if (CorruptRecordError == NULL || InvalidRecordError == NULL)
         return NULL;
-    crc32c_choose();
+    PyObject *crc32c_module = PyImport_ImportModule("crc32c");
+    if (crc32c_module == NULL)
+        return NULL;
+    crc32c_function = PyObject_GetAttrString(crc32c_module, "crc32c");
+    Py_DECREF(crc32c_module);
+    if (crc32c_function == NULL)
+        return NULL;
     return PyModule_Create(&module);
 }
