@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import CorruptRecordError
-from .compression import CompressionType, decompress
 from . import _speedups
+from .compression import CompressionType, decompress
 from .default_record_batch import COMPRESSION_MASK, HEADER_SIZE, TIMESTAMP_TYPE_MASK, RecordBatch, seal_record_batch
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
@@ -91,9 +91,9 @@ class ArrowRecordBuilder:
         if batch.is_control or base_offset + batch.last_offset_delta < start or base_offset >= end:
             return
         payload = memoryview(batch.buffer)[HEADER_SIZE:]
-        codec = batch.attributes & COMPRESSION_MASK
-        if codec:
-            payload = decompress(codec, bytes(payload))
+        compression = batch.attributes & COMPRESSION_MASK
+        if compression:
+            payload = decompress(compression, bytes(payload))
         log_append_ts = batch.max_timestamp if batch.attributes & TIMESTAMP_TYPE_MASK else None
         self._decode_records(payload, batch.record_count, base_offset, batch.base_timestamp, log_append_ts,
                              start, end, self.include_headers, self._columns)

@@ -55,6 +55,18 @@ _CRC = struct.Struct(">I")
 _I32 = struct.Struct(">i")
 
 
+def check_framing(buffer: bytes | bytearray | memoryview) -> None:
+    """Raise ``CorruptRecordError`` unless ``buffer`` is exactly one magic-2 batch, as its header says."""
+    if len(buffer) < HEADER_SIZE:
+        raise CorruptRecordError(f"record batch of {len(buffer)} bytes is shorter than its {HEADER_SIZE}-byte header")
+    magic = buffer[MAGIC_OFFSET]
+    if magic != MAGIC:
+        raise CorruptRecordError(f"record batch has magic {magic}; only magic {MAGIC} (Kafka 0.11+) is supported")
+    (length,) = _I32.unpack_from(buffer, LENGTH_OFFSET)
+    if length + LOG_OVERHEAD != len(buffer):
+        raise CorruptRecordError(f"record batch says it is {length + LOG_OVERHEAD} bytes long but {len(buffer)} bytes were given")
+
+
 class RecordBatch:
     """A read-only view of one record batch. Construction checks the framing; ``validate()`` the CRC."""
 
@@ -76,8 +88,7 @@ class RecordBatch:
     )
 
     def __init__(self, buffer: bytes | bytearray | memoryview):
-        if len(buffer) < HEADER_SIZE:
-            raise CorruptRecordError(f"record batch of {len(buffer)} bytes is shorter than its {HEADER_SIZE}-byte header")
+        check_framing(buffer)
         (
             self.base_offset,
             self.batch_length,
@@ -93,12 +104,6 @@ class RecordBatch:
             self.base_sequence,
             self.record_count,
         ) = HEADER.unpack_from(buffer, 0)
-        if self.magic != MAGIC:
-            raise CorruptRecordError(f"record batch has magic {self.magic}; only magic {MAGIC} (Kafka 0.11+) is supported")
-        if self.batch_length + LOG_OVERHEAD != len(buffer):
-            raise CorruptRecordError(
-                f"record batch says it is {self.batch_length + LOG_OVERHEAD} bytes long but {len(buffer)} bytes were given"
-            )
         self.buffer = buffer
 
     @property

@@ -36,12 +36,10 @@ from ..record.default_record_batch import (
     ATTRIBUTES_OFFSET,
     HEADER_SIZE,
     LAST_OFFSET_DELTA_OFFSET,
-    LOG_OVERHEAD,
-    MAGIC,
-    MAGIC_OFFSET,
     MAX_TIMESTAMP_OFFSET,
     RECORDS_COUNT_OFFSET,
     RecordBatch,
+    check_framing,
 )
 from .fileio import AppendFile, FileIO
 
@@ -136,9 +134,7 @@ def ledger_file_header(ledger_id: int) -> bytes:
 def _entry_parts(batch: bytes | memoryview, relative_index: int, broker_timestamp: int) -> Tuple[Tuple, int]:
     """An entry as the pieces to write (metadata, the batch with its base offset set to the
     relative index) and the batch's max timestamp. Checks the batch's framing and magic."""
-    if len(batch) < HEADER_SIZE or batch[MAGIC_OFFSET] != MAGIC or _I32.unpack_from(batch, 8)[0] + LOG_OVERHEAD != len(batch):
-        RecordBatch(batch)  # raises the framing error, with its message
-        raise CorruptRecordError(f"record batch of {len(batch)} bytes is malformed")
+    check_framing(batch)
     (count,) = _I32.unpack_from(batch, RECORDS_COUNT_OFFSET)
     prefix = _BASE_OFFSET.pack(relative_index) + bytes(batch[8:_BATCH_PREFIX])
     meta = ENTRY_METADATA.pack(ENTRY_MAGIC, len(batch), relative_index, broker_timestamp, count, 0)[:_METADATA_CRC_SPAN]
@@ -167,8 +163,10 @@ def _parse_entry(buf, pos: int, path: str, *, verify_batch: bool) -> Tuple[Entry
     if actual != crc:
         raise CorruptRecordError(f"{path}: entry at byte {pos} fails its metadata checksum")
     batch = bytes(view[end_meta : end_meta + size])
-    if batch[MAGIC_OFFSET] != MAGIC or struct.unpack_from(">i", batch, 8)[0] + LOG_OVERHEAD != size:
-        raise CorruptRecordError(f"{path}: entry at byte {pos} holds a malformed record batch")
+    try:
+        check_framing(batch)
+    except CorruptRecordError as e:
+        raise CorruptRecordError(f"{path}: entry at byte {pos} holds a malformed record batch: {e}") from None
     if verify_batch:
         rb = RecordBatch(batch)
         if not rb.is_valid():
