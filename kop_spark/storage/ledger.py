@@ -142,12 +142,6 @@ def _entry_parts(batch: bytes | memoryview, relative_index: int, broker_timestam
     return (meta, _CRC.pack(crc), prefix, memoryview(batch)[_BATCH_PREFIX:]), _MAX_TS.unpack_from(batch, MAX_TIMESTAMP_OFFSET)[0]
 
 
-def encode_entry(batch: bytes | memoryview, relative_index: int, broker_timestamp: int) -> Tuple[bytes, int]:
-    """Frame a batch as an entry; return the bytes and the batch's max timestamp."""
-    parts, max_ts = _entry_parts(batch, relative_index, broker_timestamp)
-    return b"".join(parts), max_ts
-
-
 def _parse_entry(buf, pos: int, path: str, *, verify_batch: bool) -> Tuple[Entry, int]:
     """Parse and check the entry at ``buf[pos:]``; return it and the max timestamp of its batch."""
     end_meta = pos + ENTRY_METADATA.size
