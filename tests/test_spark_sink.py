@@ -102,6 +102,24 @@ def test_written_records_read_back_by_broker_and_a_kafka_client(spark, root, bro
     assert {d[2]: (d[1], d[3], d[4]) for d in decoded} == {r.value: (r.key, r.headers, r.timestamp_ms) for r in got}
 
 
+def test_keyless_records_round_robin_from_each_tasks_id_across_arrow_batches(spark, root, broker):
+    broker.create_topic("rr", partitions=3)
+    schema = StructType([StructField("value", BinaryType())])
+    # Three tasks of one record each: each starts at its own task id, so they spread.
+    write(spark.createDataFrame(spark.sparkContext.parallelize([(b"a",), (b"b",), (b"c",)], 3), schema), root, topic="rr")
+    assert sorted(r.partition for r in all_records(broker, "rr")) == [0, 1, 2]
+    # One task, Arrow batches of two rows: the rotation carries on from batch to batch.
+    previous = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2")
+    try:
+        rows = [(b"v%d" % i,) for i in range(6)]
+        write(spark.createDataFrame(spark.sparkContext.parallelize(rows, 1), schema), root, topic="rr")
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
+    placed = {r.value: r.partition for r in all_records(broker, "rr") if r.value.startswith(b"v")}
+    assert [placed[v] for v, in rows] == [0, 1, 2, 0, 1, 2]
+
+
 def test_string_columns_topic_column_and_partition_column(spark, root, broker):
     broker.create_topic("a", partitions=2)
     broker.create_topic("b", partitions=4)
