@@ -7,17 +7,21 @@ thin adapters over it.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .config import Config, parse_topic_config
 from .errors import (
     BadVersionError,
+    KopError,
     ConfigError,
     CorruptRecordError,
+    FileMissingError,
     GroupIdNotFoundError,
     InvalidPartitionsError,
     InvalidRecordError,
@@ -30,9 +34,10 @@ from .errors import (
 )
 from .group.coordinator import GroupCoordinator, OffsetAndMetadata
 from .partitioner import partition_for_key
-from .record import ConsumerRecord, Record, RecordBatch, build_record_batch, split_batches
+from .record import BatchRecord, ConsumerRecord, Record, RecordBatch, build_record_batch, split_batches
 from .record.compression import CompressionType
-from .record.default_record_batch import with_log_append_time
+from .record import TimestampType
+from .record.default_record_batch import with_log_append_time, with_timestamps
 from .storage.fileio import FileIO, optional_local_dir
 from .storage.ledger import IOStats
 from .storage.managed_ledger import (
@@ -41,12 +46,15 @@ from .storage.managed_ledger import (
     ManagedLedger,
     ManagedLedgerConfig,
     ManagedLedgerDeletedError,
+    ReadEntry,
     Snapshot,
     StagedLedger,
     now_ms,
 )
 from .storage.metadata_store import FileMetadataStore
 from .topic_name import TopicName
+
+log = logging.getLogger(__name__)
 
 EARLIEST_TIMESTAMP = -2  # ListOffsets' special timestamps
 LATEST_TIMESTAMP = -1
@@ -74,7 +82,7 @@ class Broker:
     """Kafka-style topics with continuous offsets, stored as ledgers under one root.
 
     ``Broker()`` takes its root from conf/kop.conf (``storageRoot``, default ``./kop-data``);
-    ``conf`` overrides any setting of conf/kop.conf by name.
+    ``conf`` overrides any setting of conf/kop.conf by name. One Broker may be shared by threads.
     """
 
     def __init__(self, root: Optional[str] = None, conf: Optional[Mapping[str, Any]] = None):
@@ -95,7 +103,7 @@ class Broker:
         self.writer_id = uuid.uuid4().hex
         self.stats = IOStats()
         self._ledgers: Dict[Tuple[str, int], ManagedLedger] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._round_robin = 0
         self._groups: Optional[GroupCoordinator] = None
 
@@ -132,7 +140,7 @@ class Broker:
     def _topic_metadata(self, topic: str) -> Tuple[TopicName, dict]:
         name = self.topic_name(topic)
         meta = self.store.get(name.metadata_key).value
-        if meta is None:
+        if meta is None or meta.get("deleting"):
             raise TopicNotFoundError(f"topic {topic!r} does not exist (as {name.full_name})")
         return name, meta
 
@@ -145,9 +153,14 @@ class Broker:
         if meta is None:
             name, meta = self._topic_metadata(topic)
         self._check_partition(topic, partition, meta)
+        ml = self._open_log(name, partition, meta)
+        with self._lock:
+            return self._ledgers.setdefault(key, ml)
+
+    def _open_log(self, name: TopicName, partition: int, meta: dict) -> ManagedLedger:
         cfg = self.config.topic_config(meta.get("config"))
-        ml = ManagedLedger(
-            name=f"{topic}-{partition}",
+        return ManagedLedger(
+            name=f"{self._kafka_name(name)}-{partition}",
             key=name.managed_ledger_key(partition),
             data_dir=name.data_dir(partition),
             store=self.store,
@@ -162,12 +175,11 @@ class Broker:
                 file_delete_delay_ms=cfg["file.delete.delay.ms"],
                 delete_policy="delete" in cfg["cleanup.policy"],
                 delete_retention_ms=cfg["delete.retention.ms"],
+                merge_in_passing=self.config["managedLedgerMergeInPassing"],
             ),
             writer_id=self.writer_id,
             stats=self.stats,
         )
-        with self._lock:
-            return self._ledgers.setdefault(key, ml)
 
     @staticmethod
     def _check_partition(topic: str, partition: int, meta: dict) -> None:
@@ -192,7 +204,10 @@ class Broker:
         return self._snapshot(topic, partition)[1]
 
     def _forget(self, topic: str) -> None:
-        full = self.topic_name(topic).full_name
+        self._forget_name(self.topic_name(topic))
+
+    def _forget_name(self, name: TopicName) -> None:
+        full = name.full_name
         with self._lock:
             for key in [k for k in self._ledgers if k[0] == full]:
                 del self._ledgers[key]
@@ -200,32 +215,41 @@ class Broker:
     # -- topic administration --------------------------------------------------------------
 
     def create_topic(self, topic: str, partitions: Optional[int] = None, config: Optional[Mapping[str, Any]] = None) -> None:
-        """Create a topic of ``partitions`` partitions (default ``defaultNumPartitions``)."""
+        """Create a topic of ``partitions`` partitions (default ``defaultNumPartitions``).
+
+        All or nothing: the partition logs are made first and the topic appears, whole, with the
+        CAS that creates its key, so a concurrent first use never finds a partition without a log."""
         name = self.topic_name(topic)
         n = self.config["defaultNumPartitions"] if partitions is None else partitions
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise InvalidPartitionsError(f"topic {topic!r}: number of partitions must be at least 1, got {partitions!r}")
         overrides = parse_topic_config(config)
         self.fileio.ensure_writable_root()
+        current = self.store.get(name.metadata_key)
+        if current.value is not None and current.value.get("deleting"):
+            self._finish_deletion(name, current.value)
+            current = self.store.get(name.metadata_key)
+        if current.value is not None:
+            raise TopicAlreadyExistsError(f"topic {topic!r} already exists")
+        self._create_logs(name, range(n))
         try:
-            self.store.create(name.metadata_key, {"partitions": n, "config": overrides, "created_ms": now_ms()})
+            self.store.put(name.metadata_key, {"partitions": n, "config": overrides, "created_ms": now_ms()}, current.version)
         except BadVersionError:
             raise TopicAlreadyExistsError(f"topic {topic!r} already exists") from None
-        self._create_logs(name, range(n))
 
     def _create_logs(self, name: TopicName, partitions: Iterable[int]) -> None:
         for p in partitions:
             try:
                 ManagedLedger.create(self.store, name.managed_ledger_key(p))
             except BadVersionError:
-                pass  # left by an earlier create that crashed half way: empty, so reuse it
+                pass  # left by an earlier create that crashed half way, or made by a racing one: reuse it
 
     def create_partitions(self, topic: str, total: int) -> None:
         """Grow a topic to ``total`` partitions (Kafka's CreatePartitions: never shrinks)."""
         name = self.topic_name(topic)
         while True:
             current = self.store.get(name.metadata_key)
-            if current.value is None:
+            if current.value is None or current.value.get("deleting"):
                 raise TopicNotFoundError(f"topic {topic!r} does not exist")
             old = current.value["partitions"]
             if not isinstance(total, int) or total <= old:
@@ -238,17 +262,35 @@ class Broker:
                 continue
 
     def delete_topic(self, topic: str) -> None:
-        """Delete a topic. Its files are removed after ``file.delete.delay.ms``."""
-        name, meta = self._topic_metadata(topic)
-        for p in range(meta["partitions"]):
-            try:
-                self._managed_ledger(topic, p, meta).delete()
-            except ManagedLedgerDeletedError:
-                pass
-        self._forget(topic)
+        """Delete a topic. Its files are removed after ``file.delete.delay.ms``.
+
+        The topic disappears at once (marked as being deleted); then its logs are deleted and
+        its key removed. Should that be interrupted, the next creation of the name, ``kop
+        maintenance`` or ``enforce_retention`` finishes it."""
+        name = self.topic_name(topic)
         while True:
             current = self.store.get(name.metadata_key)
-            if current.value is None:
+            if current.value is None or current.value.get("deleting"):
+                raise TopicNotFoundError(f"topic {topic!r} does not exist (as {name.full_name})")
+            try:
+                self.store.put(name.metadata_key, {**current.value, "deleting": True}, current.version)
+                break
+            except BadVersionError:
+                continue
+        self._finish_deletion(name, current.value)
+
+    def _finish_deletion(self, name: TopicName, meta: dict) -> None:
+        self._forget_name(name)
+        for p in range(meta["partitions"]):
+            ml = self._open_log(name, p, meta)
+            try:
+                ml.delete()
+                ml.purge()  # files whose grace is zero go now
+            except ManagedLedgerDeletedError:
+                pass
+        while True:
+            current = self.store.get(name.metadata_key)
+            if current.value is None or not current.value.get("deleting"):
                 return
             try:
                 self.store.put(name.metadata_key, None, current.version)
@@ -256,12 +298,22 @@ class Broker:
             except BadVersionError:
                 continue
 
+    def _pending_deletions(self) -> List[Tuple[TopicName, dict]]:
+        out = []
+        for key in self.store.list_keys("topics"):
+            value = self.store.get(key).value
+            if value is not None and value.get("deleting"):
+                _, tenant, namespace, local = key.split("/")
+                out.append((TopicName(tenant, namespace, local), value))
+        return out
+
     def list_topics(self, include_internal: bool = False) -> List[str]:
         """Kafka names of all topics, sorted."""
         out = []
         for key in self.store.list_keys("topics"):
             _, tenant, namespace, local = key.split("/")
-            if self.store.get(key).value is None:
+            value = self.store.get(key).value
+            if value is None or value.get("deleting"):
                 continue
             name = TopicName(tenant, namespace, local)
             if not include_internal and local.startswith("__"):
@@ -307,8 +359,9 @@ class Broker:
             self._check_partition(topic, partition, meta)
             by_partition[partition] = list(records)
         else:
-            sticky = self._round_robin % n
-            self._round_robin += 1
+            with self._lock:
+                sticky = self._round_robin % n
+                self._round_robin += 1
             for r in records:
                 p = partition_for_key(r.key, n) if r.key is not None else sticky
                 by_partition.setdefault(p, []).append(r)
@@ -328,13 +381,17 @@ class Broker:
         batches: Sequence[bytes],
         *,
         idempotence_key: Optional[Tuple[str, int]] = None,
+        expected_log_end_offset: Optional[int] = None,
         _meta: Optional[dict] = None,
     ) -> int:
         """Append raw Kafka v2 batches (as in a PRODUCE request) atomically; return the base offset.
 
-        Batches are checked as a Kafka broker checks them (magic, CRC, offset deltas, size) and
-        refused whole if any fails. With ``idempotence_key=(writer, sequence)`` a repeated append is
-        applied once and answered with the offsets of the first.
+        Batches are checked as a Kafka broker checks them (magic, CRC, offset deltas, size, keys
+        on compacted topics) and refused whole if any fails; their timestamp type and max
+        timestamp are set from the topic's settings and the records, as Kafka's LogValidator
+        does. With ``idempotence_key=(writer, sequence)`` a repeated append is applied once and
+        answered with the offsets of the first. With ``expected_log_end_offset`` the append
+        happens only while the log still ends there (``LogEndMovedError`` otherwise).
         """
         if _meta is None:
             _, _meta = self._topic_metadata(topic)
@@ -343,15 +400,12 @@ class Broker:
         flat = [b for item in batches for b in split_batches(item)]
         if not flat:
             raise InvalidRecordError(f"produce to {topic}-{partition}: no record batches given")
-        log_append = cfg["message.timestamp.type"] == "LogAppendTime"
         now = now_ms()
-        checked = []
-        for i, b in enumerate(flat):
-            _validate_produced(topic, partition, i, b, cfg["max.message.bytes"])
-            checked.append(with_log_append_time(b, now) if log_append else bytes(b))
+        checked = [_validate_produced(f"produce to {topic}-{partition}, batch {i}", b, cfg, now) for i, b in enumerate(flat)]
         ml = self._managed_ledger(topic, partition, _meta)
         try:
-            return ml.append(checked, idempotence_key=idempotence_key, broker_timestamp=now).base_offset
+            return ml.append(checked, idempotence_key=idempotence_key, broker_timestamp=now,
+                             expected_next_offset=expected_log_end_offset).base_offset
         except ManagedLedgerDeletedError:
             self._forget(topic)
             raise TopicNotFoundError(f"topic {topic!r} was deleted") from None
@@ -364,8 +418,7 @@ class Broker:
         _, meta = self._topic_metadata(topic)
         self._check_partition(topic, partition, meta)
         cfg = self.config.topic_config(meta.get("config"))
-        return StagedPartition(topic, partition, LedgerStager(self.fileio, path), cfg["max.message.bytes"],
-                               cfg["message.timestamp.type"] == "LogAppendTime")
+        return StagedPartition(topic, partition, LedgerStager(self.fileio, path), cfg)
 
     def append_staged(self, topic: str, partition: int, staged: Sequence[StagedLedger], sink_key: Tuple[str, int]) -> AppendResult:
         """Append staged ledgers to a partition in one atomic step that assigns their offsets.
@@ -383,28 +436,42 @@ class Broker:
         if not isinstance(offset, int) or not snap.log_start_offset <= offset <= snap.next_offset:
             raise OffsetOutOfRangeError(topic, partition, offset, snap.log_start_offset, snap.next_offset)
 
+    def _read(self, topic: str, partition: int, offset: int, max_bytes: int,
+              max_records: Optional[int] = None) -> Tuple[Snapshot, List[ReadEntry]]:
+        """Entries from ``offset`` on, from the ledgers that hold them now. A file can go between
+        reading the metadata and reading the file (merged, compacted, or dropped by retention
+        once its grace has passed): then the metadata is read again, and the offset is either
+        found in its new ledger or out of range."""
+        for attempt in range(_READ_ATTEMPTS):
+            ml, snap = self._snapshot(topic, partition)
+            self._check_offset(topic, partition, snap, offset)
+            if offset == snap.next_offset:
+                return snap, []
+            try:
+                return snap, ml.read(snap, offset, max_bytes, max_records)
+            except FileMissingError:
+                if attempt == _READ_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
     def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20) -> List[bytes]:
         """Raw batches from the one holding ``offset`` on, with absolute ``baseOffset``, as in a
         FETCH response: at least one batch, then more while they fit in ``max_bytes``."""
-        ml, snap = self._snapshot(topic, partition)
-        self._check_offset(topic, partition, snap, offset)
-        if offset == snap.next_offset:
-            return []
-        return [r.batch_bytes() for r in ml.read(snap, offset, max_bytes)]
+        return [r.batch_bytes() for r in self._read(topic, partition, offset, max_bytes)[1]]
 
     def fetch(
         self, topic: str, partition: int, offset: int, max_records: int = 500, max_bytes: int = 50 << 20
     ) -> List[ConsumerRecord]:
         """Records from ``offset`` on (at most ``max_records``); empty at the log end.
         Control records take offsets but are never returned."""
-        ml, snap = self._snapshot(topic, partition)
-        self._check_offset(topic, partition, snap, offset)
         kafka_topic = self._kafka_name(self.topic_name(topic))
         out: List[ConsumerRecord] = []
         position = offset
         budget = max_bytes
-        while len(out) < max_records and position < snap.next_offset and budget > 0:
-            reads = ml.read(snap, position, min(budget, 1 << 20), max_records - len(out))
+        end = None
+        while len(out) < max_records and (end is None or position < end) and budget > 0:
+            snap, reads = self._read(topic, partition, position, min(budget, 1 << 20), max_records - len(out))
+            end = snap.next_offset if end is None else end
             if not reads:
                 break
             for read in reads:
@@ -434,10 +501,21 @@ class Broker:
         found = ml.entry_for_timestamp(snap, spec)
         if found is None:
             return -1
-        for r in found.record_batch().records():
-            if r.timestamp_ms >= spec:
-                return r.offset
-        raise CorruptRecordError(f"{topic}-{partition}: entry at offset {found.base_offset} has no record at timestamp {spec}")
+        # Batches stored by earlier versions may claim a max timestamp no record has: then the
+        # answer lies further on. Batches stored now carry their records' true maximum.
+        position = found.base_offset
+        while position < snap.next_offset:
+            entries = [found] if found is not None else self._read(topic, partition, position, 1 << 20)[1]
+            found = None
+            if not entries:
+                break
+            for entry in entries:
+                batch = entry.record_batch()
+                for r in [] if batch.is_control else batch.records():
+                    if r.timestamp_ms >= spec:
+                        return r.offset
+                position = batch.last_offset + 1
+        return -1
 
     # -- housekeeping ----------------------------------------------------------------------
 
@@ -520,57 +598,93 @@ class Broker:
         """Expire offsets past ``offsetsRetentionMinutes`` now, instead of on the next check."""
         return self.groups.expire()
 
+    def _partition_logs(self, topic: Optional[str]) -> Iterator[Tuple[str, TopicName, int, ManagedLedger]]:
+        """(topic, name, partition, log) of every partition of ``topic`` or of the store. Topics
+        deleted meanwhile are skipped; deletions left half done are finished first."""
+        if topic is None:
+            for name, meta in self._pending_deletions():
+                self._finish_deletion(name, meta)
+        for t in [topic] if topic is not None else self.list_topics(include_internal=True):
+            try:
+                name, meta = self._topic_metadata(t)
+            except TopicNotFoundError:
+                if topic is not None:
+                    raise
+                continue
+            for p in range(meta["partitions"]):
+                yield t, name, p, self._managed_ledger(t, p, meta)
+
     def enforce_retention(self, topic: Optional[str] = None) -> None:
-        """Apply retention.ms / retention.bytes now and delete files past their grace period."""
-        topics = [topic] if topic is not None else self.list_topics(include_internal=True)
-        for t in topics:
-            for p in range(self.partitions_for(t)):
-                self._managed_ledger(t, p).enforce_retention()
+        """Apply retention.ms / retention.bytes now and delete files past their grace period.
+        Every partition is tried; a damaged one does not stop the others (the first error is
+        raised at the end)."""
+        report = MaintenanceReport()
+        for t, _, p, ml in self._partition_logs(topic):
+            with report.partition(t, p):
+                ml.enforce_retention()
+        report.raise_first()
 
     def maintenance(self, topic: Optional[str] = None, *, target_ledger_bytes: int = 64 << 20,
                     orphan_grace_ms: int = 3_600_000) -> "MaintenanceReport":
         """Keep a long-running store tidy: merge runs of small ledgers (no offset changes), apply
         retention, and delete files nothing refers to once older than ``orphan_grace_ms`` (staged
-        output of crashed Spark tasks, ledgers of appends whose commit never happened)."""
+        output of crashed Spark tasks, ledgers of appends whose commit never happened). A damaged
+        partition is reported in ``errors`` and the others are still done."""
+        if orphan_grace_ms < 0:
+            raise ConfigError(f"orphan grace must be 0 or more, got {orphan_grace_ms} ms")
+        if target_ledger_bytes < 1:
+            raise ConfigError(f"target ledger size must be at least 1 byte, got {target_ledger_bytes}")
         report = MaintenanceReport()
-        now = now_ms()
-
-        def orphaned(paths: Iterable[Tuple[str, float]], live: set) -> None:
-            for path, mtime in paths:
-                if path not in live and now - mtime * 1000 > orphan_grace_ms:
-                    self.fileio.delete(path)
-                    report.files_removed.append(path)
-
-        for t in [topic] if topic is not None else self.list_topics(include_internal=True):
-            name, meta = self._topic_metadata(t)
-            for p in range(meta["partitions"]):
-                ml = self._managed_ledger(t, p, meta)
+        for t, name, p, ml in self._partition_logs(topic):
+            with report.partition(t, p):
                 report.ledgers_merged += ml.merge_ledgers(target_ledger_bytes)
                 ml.enforce_retention()
-                orphaned(self.fileio.walk_files(name.data_dir(p)), ml.referenced_files())
+                report.files_removed += ml.remove_orphans(self.fileio.walk_files(name.data_dir(p)), orphan_grace_ms)
         if topic is None:
-            orphaned(self.fileio.walk_files(STAGING_DIR), set())
+            now = now_ms()
+            for path, mtime in self.fileio.walk_files(STAGING_DIR):
+                if now - mtime * 1000 > orphan_grace_ms:
+                    self.fileio.delete(path)
+                    report.files_removed.append(path)
         return report
 
 
 STAGING_DIR = "_staging"  # where sinks stage ledgers that no reader sees yet
+_READ_ATTEMPTS = 5
 
 
 @dataclass
 class MaintenanceReport:
     ledgers_merged: int = 0
     files_removed: List[str] = field(default_factory=list)
+    errors: List[Tuple[str, KopError]] = field(default_factory=list)  # (topic-partition, what went wrong)
+
+    @contextlib.contextmanager
+    def partition(self, topic: str, partition: int) -> Iterator[None]:
+        """Work on one partition: its failure is recorded, and the next partition is done."""
+        try:
+            yield
+        except TopicNotFoundError:
+            pass  # deleted meanwhile: nothing left to tidy
+        except KopError as e:
+            log.error("%s-%d: %s", topic, partition, e)
+            self.errors.append((f"{topic}-{partition}", e))
+
+    def raise_first(self) -> None:
+        if self.errors:
+            raise self.errors[0][1]
 
 
 class StagedPartition:
     """A partition's share of a task's output, written to a staged ledger (see ``Broker.stage``)."""
 
-    def __init__(self, topic: str, partition: int, stager: LedgerStager, max_bytes: int, log_append_time: bool):
+    def __init__(self, topic: str, partition: int, stager: LedgerStager, topic_config: Mapping[str, Any]):
         self.topic = topic
         self.partition = partition
         self._stager = stager
-        self._max_bytes = max_bytes
-        self._log_append_time = log_append_time
+        self._max_bytes = topic_config["max.message.bytes"]
+        self._log_append_time = topic_config["message.timestamp.type"] == "LogAppendTime"
+        self._compacted = "compact" in topic_config["cleanup.policy"]
 
     def append(self, batches: Sequence[bytes]) -> None:
         """Stage batches as the ledger's next entries."""
@@ -578,6 +692,8 @@ class StagedPartition:
             if len(batch) > self._max_bytes:
                 raise RecordTooLargeError(f"{self.topic}-{self.partition}: batch of {len(batch)} bytes is larger "
                                           f"than max.message.bytes={self._max_bytes}")
+            if self._compacted:
+                _check_keys(f"{self.topic}-{self.partition}", RecordBatch(batch).records())
         now = now_ms()
         if self._log_append_time:
             batches = [with_log_append_time(b, now) for b in batches]
@@ -590,10 +706,16 @@ class StagedPartition:
         self._stager.discard()
 
 
-def _validate_produced(topic: str, partition: int, index: int, b, max_bytes: int) -> None:
-    """What Kafka's LogValidator checks of a produced v2 batch."""
-    where = f"produce to {topic}-{partition}, batch {index}"
+def _check_keys(where: str, records: Sequence[BatchRecord]) -> None:
+    if any(r.key is None for r in records):
+        raise InvalidRecordError(f"{where}: Compacted topic cannot accept message without key")
+
+
+def _validate_produced(where: str, b, topic_config: Mapping[str, Any], now: int) -> bytes:
+    """What Kafka's LogValidator checks of a produced v2 batch, and the batch as it is stored:
+    timestamp type from the topic, max timestamp from the records (or the append time)."""
     batch = RecordBatch(b)
+    max_bytes = topic_config["max.message.bytes"]
     if len(b) > max_bytes:
         raise RecordTooLargeError(f"{where}: batch of {len(b)} bytes is larger than max.message.bytes={max_bytes}")
     if not batch.is_valid():
@@ -604,6 +726,16 @@ def _validate_produced(topic: str, partition: int, index: int, b, max_bytes: int
         raise InvalidRecordError(
             f"{where}: {batch.record_count} records but lastOffsetDelta {batch.last_offset_delta}"
         )
-    for i, r in enumerate(batch.records()):
+    if topic_config["message.timestamp.type"] == "LogAppendTime":
+        stored = with_log_append_time(b, now)
+    else:  # the records' own times, whatever flag and maximum the header claims
+        stored = with_timestamps(b, TimestampType.CREATE_TIME, batch.max_timestamp)
+    records = RecordBatch(stored).records()
+    for i, r in enumerate(records):
         if r.offset - batch.base_offset != i:
             raise InvalidRecordError(f"{where}: record {i} has offset delta {r.offset - batch.base_offset}, expected {i}")
+    if "compact" in topic_config["cleanup.policy"]:
+        _check_keys(where, records)
+    if topic_config["message.timestamp.type"] == "LogAppendTime":
+        return stored
+    return with_timestamps(stored, TimestampType.CREATE_TIME, max(r.timestamp_ms for r in records))

@@ -67,6 +67,7 @@ _SETTINGS = [
     Setting("managedLedgerMaxEntriesPerLedger", 50000, _int_at_least(1), "Seal a ledger and start a new one after this many entries"),
     Setting("managedLedgerMaxSizePerLedgerMbytes", 2048, _int_at_least(1), "... or once the ledger holds this many MiB"),
     Setting("managedLedgerMaxLedgerRolloverTimeMinutes", 240, _int_at_least(1), "... or once the ledger is this old"),
+    Setting("managedLedgerMergeInPassing", 16, _int_at_least(0), "Merge a run of this many small ledgers as part of writing, so writers taking turns do not pile up ledgers (0: only kop maintenance merges)"),
     Setting("journalSyncData", True, _bool, "fsync ledger and metadata writes before confirming them (false survives process crashes only)"),
     Setting("producer.id.expiration.ms", 86400000, _int_at_least(1), "Forget an idempotent writer's last sequence after this long unused"),
     Setting("offsetsTopicNumPartitions", 50, _int_at_least(1), "Partitions of the offsets topic __consumer_offsets"),

@@ -21,6 +21,16 @@ class StorageError(KopError, OSError):
     """The store root (or a file under it) cannot be read or written."""
 
 
+class FileMissingError(StorageError):
+    """A file that was planned on is gone: deleted after the metadata stopped referring to it.
+    Readers re-read the metadata and find the same offsets elsewhere, or learn they are gone."""
+
+
+class CorruptMetadataError(StorageError):
+    """A metadata value that cannot be parsed (written whole by this version, so only damage
+    or an earlier version's torn write leaves one). ``kop repair`` restores the store."""
+
+
 class InvalidTopicError(KopError, ValueError):
     """A topic name that breaks Kafka's naming rules (Kafka: INVALID_TOPIC_EXCEPTION)."""
 
@@ -93,3 +103,7 @@ class GroupIdNotFoundError(KopError, LookupError):
 
 class BadVersionError(KopError):
     """A metadata compare-and-set lost against a concurrent update."""
+
+
+class LogEndMovedError(KopError):
+    """A conditional append found the log end past the offset its decision was made at."""

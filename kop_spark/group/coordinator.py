@@ -4,7 +4,10 @@ As in Kafka (KAFKA-1000 and the offset management API), a group's offsets live i
 of a compacted topic, ``abs(hash(group)) % partitions``, keyed by (group, topic, partition). The
 coordinator keeps an in-memory table per offsets partition, loaded from it and kept current by
 reading its tail before every request, so a commit in one process is seen by a fetch in another.
-All offsets of one commit are one record batch, hence one entry: all or nothing.
+All offsets of one commit are one record batch, hence one entry: all or nothing. Deletions
+decided from the table (expiry, deleting a group or some offsets) are appended only while the
+partition still ends where the table was read up to, so a commit racing them is never erased:
+Kafka makes both decisions under the group's lock, which other processes do not share here.
 
 The coordinator sits below the Broker and reaches the offsets topic through the narrow
 ``OffsetsLog`` interface, which the Broker implements.
@@ -12,11 +15,12 @@ The coordinator sits below the Broker and reaches the offsets topic through the 
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Protocol, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Protocol, Tuple
 
-from ..errors import CorruptRecordError, KopError, OffsetMetadataTooLargeError, TopicAlreadyExistsError
+from ..errors import CorruptRecordError, KopError, LogEndMovedError, OffsetMetadataTooLargeError, TopicAlreadyExistsError
 from ..record import Record, RecordBatch, build_record_batch
 from .offsets_topic import (
     GroupMetadataKey,
@@ -33,6 +37,7 @@ from .offsets_topic import (
 )
 
 TopicPartition = Tuple[str, int]
+_DECISION_ATTEMPTS = 100
 
 
 class OffsetAndMetadata(NamedTuple):
@@ -109,19 +114,21 @@ class GroupCoordinator:
         self.stats = GroupStats()
         self._partitions: Dict[int, _Partition] = {}
         self._last_expiry_check = _now()
+        self._lock = threading.RLock()  # one coordinator may serve several threads
 
     # -- the offsets topic ------------------------------------------------------------------
 
     @property
     def num_partitions(self) -> int:
         """Partitions of the offsets topic, which is created on first use."""
-        if self._num_partitions is None:
-            try:
-                self._log.create_topic(self.topic, self._configured_partitions, {"cleanup.policy": "compact"})
-            except TopicAlreadyExistsError:
-                pass
-            self._num_partitions = self._log.partitions_for(self.topic)
-        return self._num_partitions
+        with self._lock:
+            if self._num_partitions is None:
+                try:
+                    self._log.create_topic(self.topic, self._configured_partitions, {"cleanup.policy": "compact"})
+                except TopicAlreadyExistsError:
+                    pass
+                self._num_partitions = self._log.partitions_for(self.topic)
+            return self._num_partitions
 
     def partition_for(self, group: str) -> int:
         return partition_for_group(group, self.num_partitions)
@@ -135,7 +142,8 @@ class GroupCoordinator:
             state.next_offset = start
         while state.next_offset < end:
             batches = self._log.fetch_batches(self.topic, p, state.next_offset, 4 << 20)
-            if not batches:
+            if not batches:  # the rest up to the end was emptied by compaction
+                state.next_offset = end
                 break
             for raw in batches:
                 batch = RecordBatch(raw)
@@ -170,10 +178,24 @@ class GroupCoordinator:
         if group is not None and not group.offsets and group.metadata is None:
             state.groups.pop(k.group, None)
 
-    def _write(self, p: int, records: List[Record]) -> None:
-        """One batch, so one entry: the records are applied all together or not at all."""
+    def _write(self, p: int, records: List[Record], if_log_end: Optional[int] = None) -> None:
+        """One batch, so one entry: the records are applied all together or not at all. With
+        ``if_log_end``, only while the partition still ends there (else ``LogEndMovedError``)."""
         if records:
-            self._log.produce_batches(self.topic, p, [build_record_batch(records)])
+            self._log.produce_batches(self.topic, p, [build_record_batch(records)], expected_log_end_offset=if_log_end)
+
+    def _decide_and_write(self, p: int, decide: Callable[[_Partition], List[Record]]) -> None:
+        """Write what ``decide`` makes of the partition's table, in the append that checks the
+        table is still complete: a commit that lands in between makes it decide again."""
+        for _ in range(_DECISION_ATTEMPTS):
+            state = self._load(p)
+            try:
+                self._write(p, decide(state), if_log_end=state.next_offset)
+            except LogEndMovedError:
+                continue
+            self._load(p)
+            return
+        raise KopError(f"{self.topic}-{p}: gave up after {_DECISION_ATTEMPTS} commits raced a deletion")
 
     def _group(self, group: str) -> Tuple[int, _Partition]:
         if not isinstance(group, str) or not group:
@@ -193,60 +215,74 @@ class GroupCoordinator:
         expire_timestamp_ms: Optional[int] = None,
     ) -> None:
         """OffsetCommit: every offset in one entry, applied all together or not at all."""
-        now = _now()
-        values: Dict[TopicPartition, OffsetCommitValue] = {}
-        for tp, o in offsets.items():
-            offset, metadata = (o, "") if isinstance(o, int) else (o.offset, o.metadata or "")
-            if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-                raise KopError(f"group {group!r}: offset {offset!r} for {tp[0]}-{tp[1]} is not a valid offset")
-            if len(metadata.encode("utf-8")) > self.metadata_max_size:
-                raise OffsetMetadataTooLargeError(
-                    f"group {group!r}: metadata for {tp[0]}-{tp[1]} is {len(metadata.encode())} bytes, "
-                    f"more than offsetMetadataMaxSize={self.metadata_max_size}"
-                )
-            values[tp] = OffsetCommitValue(offset, metadata, now, -1 if expire_timestamp_ms is None else expire_timestamp_ms)
-        p, state = self._group(group)
-        records = []
-        if group not in state.groups or state.groups[group].metadata is None:
-            value = GroupMetadataValue(protocol_type="consumer", current_state_timestamp=now)
-            records.append(Record(encode_group_value(value), encode_key(GroupMetadataKey(group)), now))
-        for (topic, partition), v in sorted(values.items()):
-            records.append(Record(encode_offset_value(v), encode_key(OffsetCommitKey(group, topic, partition)), now))
-        self._write(p, records)
-        self._load(p)
+        with self._lock:
+            now = _now()
+            values: Dict[TopicPartition, OffsetCommitValue] = {}
+            for tp, o in offsets.items():
+                offset, metadata = (o, "") if isinstance(o, int) else (o.offset, o.metadata or "")
+                if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+                    raise KopError(f"group {group!r}: offset {offset!r} for {tp[0]}-{tp[1]} is not a valid offset")
+                if len(metadata.encode("utf-8")) > self.metadata_max_size:
+                    raise OffsetMetadataTooLargeError(
+                        f"group {group!r}: metadata for {tp[0]}-{tp[1]} is {len(metadata.encode())} bytes, "
+                        f"more than offsetMetadataMaxSize={self.metadata_max_size}"
+                    )
+                values[tp] = OffsetCommitValue(offset, metadata, now, -1 if expire_timestamp_ms is None else expire_timestamp_ms)
+            p, state = self._group(group)
+            records = []
+            if group not in state.groups or state.groups[group].metadata is None:
+                value = GroupMetadataValue(protocol_type="consumer", current_state_timestamp=now)
+                records.append(Record(encode_group_value(value), encode_key(GroupMetadataKey(group)), now))
+            for (topic, partition), v in sorted(values.items()):
+                records.append(Record(encode_offset_value(v), encode_key(OffsetCommitKey(group, topic, partition)), now))
+            self._write(p, records)
+            self._load(p)
 
     def fetch(self, group: str, partitions: Optional[Iterable[TopicPartition]] = None) -> Dict[TopicPartition, OffsetAndMetadata]:
         """OffsetFetch: the group's committed offsets; -1 for asked-for partitions with none."""
-        _, state = self._group(group)
-        committed = dict(state.groups[group].offsets) if group in state.groups else {}
-        if partitions is None:
-            return committed
-        return {tp: committed.get(tp, NO_OFFSET) for tp in partitions}
+        with self._lock:
+            _, state = self._group(group)
+            committed = dict(state.groups[group].offsets) if group in state.groups else {}
+            if partitions is None:
+                return committed
+            return {tp: committed.get(tp, NO_OFFSET) for tp in partitions}
 
     def list_groups(self) -> List[str]:
-        groups = set()
-        for p in range(self.num_partitions):
-            groups.update(self._load(p).groups)
-        return sorted(groups)
+        with self._lock:
+            groups = set()
+            for p in range(self.num_partitions):
+                groups.update(self._load(p).groups)
+            return sorted(groups)
 
     def delete_group(self, group: str) -> bool:
         """Tombstone the group and all its offsets; False if it had none."""
-        p, state = self._group(group)
-        g = state.groups.get(group)
-        if g is None:
-            return False
-        self._write(p, self._tombstones(group, g, g.offsets, whole=True))
-        self._load(p)
-        return True
+        existed: List[bool] = []
+
+        def decide(state: _Partition) -> List[Record]:
+            existed[:] = [group in state.groups]
+            g = state.groups.get(group)
+            return [] if g is None else self._tombstones(group, g, g.offsets, whole=True)
+
+        with self._lock:
+            p, _ = self._group(group)
+            self._decide_and_write(p, decide)
+        return existed[0]
 
     def delete_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> List[TopicPartition]:
         """Tombstone some of a group's offsets; returns those that existed."""
-        p, state = self._group(group)
-        g = state.groups.get(group)
-        present = [tp for tp in partitions if g is not None and tp in g.offsets]
-        if present:
-            self._write(p, self._tombstones(group, g, present, whole=len(present) == len(g.offsets)))
-            self._load(p)
+        asked = list(partitions)
+        present: List[TopicPartition] = []
+
+        def decide(state: _Partition) -> List[Record]:
+            g = state.groups.get(group)
+            present[:] = [tp for tp in asked if g is not None and tp in g.offsets]
+            if g is None or not present:
+                return []
+            return self._tombstones(group, g, present, whole=len(present) == len(g.offsets))
+
+        with self._lock:
+            p, _ = self._group(group)
+            self._decide_and_write(p, decide)
         return present
 
     @staticmethod
@@ -264,27 +300,34 @@ class GroupCoordinator:
         since its last commit (it has no active consumer: KIP-211's empty group), or one offset
         whose explicit expire timestamp passed. Returns the number of offsets dropped."""
         now = _now() if now is None else now
-        dropped = 0
-        for p in range(self.num_partitions) if partitions is None else partitions:
-            state = self._load(p)
+        dropped = [0]
+
+        def decide(state: _Partition) -> List[Record]:
             records: List[Record] = []
+            dropped[0] = 0
             for name, g in list(state.groups.items()):
                 if g.offsets and now - g.last_commit_ms >= self.retention_ms:
                     records += self._tombstones(name, g, g.offsets, whole=True)
-                    dropped += len(g.offsets)
+                    dropped[0] += len(g.offsets)
                 else:
                     old = [tp for tp, o in g.offsets.items() if 0 <= o.expire_timestamp_ms <= now]
                     records += self._tombstones(name, g, old, whole=len(old) == len(g.offsets))
-                    dropped += len(old)
-            self._write(p, records)
-            self._load(p)
-        return dropped
+                    dropped[0] += len(old)
+            return records
+
+        total = 0
+        with self._lock:
+            for p in range(self.num_partitions) if partitions is None else partitions:
+                self._decide_and_write(p, decide)
+                total += dropped[0]
+        return total
 
     def compact(self, partitions: Optional[Iterable[int]] = None) -> None:
-        for p in range(self.num_partitions) if partitions is None else partitions:
-            if self._log.compact_partition(self.topic, p) is not None:
-                self.stats.compactions += 1
-                self._partitions.setdefault(p, _Partition()).dirty = 0
+        with self._lock:
+            for p in range(self.num_partitions) if partitions is None else partitions:
+                if self._log.compact_partition(self.topic, p) is not None:
+                    self.stats.compactions += 1
+                    self._partitions.setdefault(p, _Partition()).dirty = 0
 
     def _maybe_maintain(self, p: int, state: _Partition) -> None:
         """The log cleaner's job, done in passing: expire on schedule, and compact a partition

@@ -347,15 +347,25 @@ def with_base_offset(batch: bytes | bytearray | memoryview, base_offset: int) ->
     return bytes(out)
 
 
+def with_timestamps(batch: bytes | bytearray | memoryview, timestamp_type: TimestampType, max_timestamp: int) -> bytes:
+    """The batch with its timestamp type and ``maxTimestamp`` set and re-signed, as a Kafka broker
+    sets them from the topic's ``message.timestamp.type`` and the records (LogValidator); the
+    batch as it is when both already hold."""
+    (attributes,) = struct.unpack_from(">h", batch, ATTRIBUTES_OFFSET)
+    wanted = attributes | TIMESTAMP_TYPE_MASK if timestamp_type == TimestampType.LOG_APPEND_TIME else attributes & ~TIMESTAMP_TYPE_MASK
+    if wanted == attributes and struct.unpack_from(">q", batch, MAX_TIMESTAMP_OFFSET)[0] == max_timestamp:
+        return bytes(batch)
+    out = bytearray(batch)
+    struct.pack_into(">h", out, ATTRIBUTES_OFFSET, wanted)
+    struct.pack_into(">q", out, MAX_TIMESTAMP_OFFSET, max_timestamp)
+    _CRC.pack_into(out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
+
+
 def with_log_append_time(batch: bytes | bytearray | memoryview, timestamp_ms: int) -> bytes:
     """Stamp a batch with the broker's append time, as a Kafka broker does for
     ``message.timestamp.type=LogAppendTime``: set the attribute bit and ``maxTimestamp``, re-sign."""
-    out = bytearray(batch)
-    (attributes,) = struct.unpack_from(">h", out, ATTRIBUTES_OFFSET)
-    struct.pack_into(">h", out, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
-    struct.pack_into(">q", out, MAX_TIMESTAMP_OFFSET, timestamp_ms)
-    _CRC.pack_into(out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
-    return bytes(out)
+    return with_timestamps(batch, TimestampType.LOG_APPEND_TIME, timestamp_ms)
 
 
 def split_batches(data: bytes | memoryview) -> List[memoryview]:

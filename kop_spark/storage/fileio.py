@@ -8,6 +8,7 @@ need the root on a local or mounted POSIX filesystem. Every OSError leaves here 
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from typing import List, Optional, Sequence, Tuple
@@ -15,12 +16,27 @@ from typing import List, Optional, Sequence, Tuple
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from ..errors import StorageError
+from ..errors import FileMissingError, StorageError
 
 
 def _storage_error(action: str, path: str, e: BaseException) -> StorageError:
     reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-    return StorageError(f"cannot {action} {path}: {reason}")
+    cls = FileMissingError if isinstance(e, FileNotFoundError) else StorageError
+    return cls(f"cannot {action} {path}: {reason}")
+
+
+def write_all(fd: int, data: bytes | memoryview, position: Optional[int] = None) -> int:
+    """Write every byte of ``data`` (at ``position``, or at the file offset), resuming short
+    writes; a write that makes no progress is a full disk. Returns the bytes written."""
+    view = memoryview(data)
+    done = 0
+    while done < len(view):
+        chunk = view[done:]
+        n = os.write(fd, chunk) if position is None else os.pwrite(fd, chunk, position + done)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        done += n
+    return done
 
 
 _IOV_MAX = 1024  # buffers one pwritev takes on Linux and the BSDs
@@ -29,12 +45,17 @@ _FADV_DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", None)
 
 
 class AppendFile:
-    """A file that one writer appends to: write, sync, truncate back to a known-good length."""
+    """A file that one writer appends to: write, sync, truncate back to a known-good length.
+
+    ``position`` is where the next write goes. A write that fails part way (a full disk, an I/O
+    error, an exception in the middle) may leave bytes past it: the file is then ``torn`` until
+    its owner truncates it back to a length it knows to be good."""
 
     def __init__(self, path: str, fd: int, position: int, sync: bool):
         self.path = path
         self._fd = fd
         self.position = position
+        self.torn = False
         self._sync = sync
         self._hinted = position  # written back up to here, or asked to be
 
@@ -49,32 +70,26 @@ class AppendFile:
                 pass
             self._hinted = self.position
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: bytes | memoryview) -> int:
         """Append ``data``; return the position it was written at."""
-        at = self.position
-        try:
-            view = memoryview(data)
-            while view:
-                n = os.pwrite(self._fd, view, self.position)
-                self.position += n
-                view = view[n:]
-        except OSError as e:
-            raise _storage_error("write to", self.path, e) from e
-        self._start_writeback()
-        return at
+        return self.write_parts([data])
 
     def write_parts(self, parts: Sequence[bytes | memoryview]) -> int:
         """Append the concatenation of ``parts`` in one gathered write, without joining them first."""
-        if not hasattr(os, "pwritev") or len(parts) > _IOV_MAX:
-            return self.write(b"".join(parts))
+        if self.torn:  # an earlier write failed part way: drop what it left first
+            self.truncate(self.position)
         at = self.position
+        total = sum(len(p) for p in parts)
+        self.torn = True  # until every byte is written
         try:
-            n = os.pwritev(self._fd, parts, self.position)
+            n = os.pwritev(self._fd, parts, at) if len(parts) > 1 and len(parts) <= _IOV_MAX else 0
+            if n < total:  # one part, too many parts, or a short gathered write: finish plainly
+                rest = memoryview(b"".join(parts) if len(parts) > 1 else parts[0])[n:]
+                write_all(self._fd, rest, at + n)
         except OSError as e:
             raise _storage_error("write to", self.path, e) from e
-        self.position += n
-        if n < sum(len(p) for p in parts):  # a short write: finish it the plain way
-            self.write(b"".join(parts)[n:])
+        self.position = at + total
+        self.torn = False
         self._start_writeback()
         return at
 
@@ -91,11 +106,12 @@ class AppendFile:
         except OSError as e:
             raise _storage_error("truncate", self.path, e) from e
         self.position = length
+        self.torn = False
 
     def close(self) -> None:
         if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+            fd, self._fd = self._fd, -1
+            os.close(fd)
 
 
 class FileIO:
@@ -137,7 +153,7 @@ class FileIO:
         full = self.full_path(path)
         info = self.fs.get_file_info(full)
         if info.type != pafs.FileType.File:
-            raise StorageError(f"cannot read {full}: no such file")
+            raise FileMissingError(f"cannot read {full}: no such file")
         return info.size
 
     def list_dir(self, path: str) -> List[str]:
@@ -167,9 +183,13 @@ class FileIO:
             fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except OSError as e:
             raise _storage_error("create", full, e) from e
-        if self.sync:
+        f = AppendFile(full, fd, 0, self.sync)
+        try:
             self.sync_dir(os.path.dirname(full))
-        return AppendFile(full, fd, 0, self.sync)
+        except BaseException:
+            f.close()
+            raise
+        return f
 
     def reopen(self, path: str, length: int) -> AppendFile:
         """Reopen a file this writer created, dropping anything after ``length``."""
@@ -179,7 +199,11 @@ class FileIO:
         except OSError as e:
             raise _storage_error("reopen", full, e) from e
         f = AppendFile(full, fd, length, self.sync)
-        f.truncate(length)
+        try:
+            f.truncate(length)
+        except BaseException:
+            f.close()
+            raise
         return f
 
     def delete(self, path: str) -> None:

@@ -183,7 +183,12 @@ class LedgerWriter:
     @classmethod
     def create(cls, fileio: FileIO, path: str, ledger_id: int) -> "LedgerWriter":
         f = fileio.create(path)
-        f.write(ledger_file_header(ledger_id))
+        try:
+            f.write(ledger_file_header(ledger_id))
+        except BaseException:
+            f.close()
+            _delete_quietly(fileio, path)  # nobody refers to it yet
+            raise
         return cls(fileio, path, ledger_id, f)
 
     @classmethod
@@ -216,6 +221,12 @@ class LedgerWriter:
     def truncate(self, length: int) -> None:
         self._file.truncate(length)
 
+    def rewind(self, length: int) -> None:
+        """Make ``length`` (a confirmed length) the end of the file, dropping whatever an
+        unconfirmed or interrupted write left after it; a no-op when nothing did."""
+        if self._file.position != length or self._file.torn:
+            self._file.truncate(length)
+
     def seal(self, rows: Sequence[EntryInfo], record_count: int) -> int:
         """Append the entry table and trailer and sync; return the sealed file's length."""
         table = b"".join(TABLE_ROW.pack(*r) for r in rows)
@@ -228,6 +239,13 @@ class LedgerWriter:
 
     def close(self) -> None:
         self._file.close()
+
+
+def _delete_quietly(fileio: FileIO, path: str) -> None:
+    try:
+        fileio.delete(path)
+    except OSError:
+        pass  # an unreferenced file: maintenance removes it
 
 
 class _TableCache:

@@ -16,18 +16,29 @@ every guarantee here hold across threads, processes and crashes:
   stay exactly ``log_start_offset .. next_offset-1`` with no gap and no duplicate.
 - An append with an idempotence key (writer id, sequence) records the sequence in the same CAS,
   so a retried append is applied at most once.
+
+What makes it hold when a writer is interrupted (an exception, Ctrl-C, a full disk) rather than
+killed: a writer only truncates or seals its ledger file at a length taken from metadata it
+knows to be current — the result of its own last CAS, or a fresh read. Whenever the outcome of a
+CAS is unknown (anything raised around it), the next operation reads the metadata afresh. Files
+are deleted only after a CAS has stopped referring to them (and the reader grace has passed);
+orphans are condemned by a CAS before they are deleted, so a writer can never refer to one.
+One instance is safe to share between threads: writes take its lock.
 """
 
 from __future__ import annotations
 
 import bisect
 import copy
+import logging
+import math
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from ..errors import BadVersionError, CorruptRecordError, StorageError
+from ..errors import BadVersionError, CorruptRecordError, KopError, LogEndMovedError, StorageError
 from ..record import Record, RecordBatch, build_record_batch
 from ..record.default_record_batch import with_base_offset
 from .fileio import FileIO
@@ -37,6 +48,14 @@ from .metadata_store import MetadataStore, Versioned
 OPEN, CLOSED, SEALED = "open", "closed", "sealed"
 _MAX_SINKS = 1000  # exactly-once writers whose last batch a partition remembers
 _MAX_ATTEMPTS = 10_000
+# Merging in passing: ledgers are tiered by size (below 64 KiB, below 1 MiB); a run of
+# ``merge_in_passing`` adjacent ledgers of one tier becomes one ledger of about the next tier, so
+# every record is copied a couple of times at most and a run costs a writer at most a few MiB.
+_TIER_BASE = 64 << 10
+_TIER_FACTOR = 16
+_TIERS_MERGED_IN_PASSING = 2
+
+log = logging.getLogger(__name__)
 
 
 def now_ms() -> int:
@@ -54,6 +73,7 @@ class ManagedLedgerConfig:
     file_delete_delay_ms: int = 60_000
     delete_policy: bool = True  # cleanup.policy has "delete": retention applies
     delete_retention_ms: int = 86_400_000  # compaction keeps tombstones this long
+    merge_in_passing: int = 16  # merge a run of this many small ledgers as part of writing; 0: never
 
 
 class LedgerInfo(NamedTuple):
@@ -69,10 +89,45 @@ class LedgerInfo(NamedTuple):
     created_ms: int
     state: str
     owner: Optional[str]
+    modified_ms: int = -1  # when entries were last added (-1 in metadata of earlier versions)
 
     @property
     def end_offset(self) -> int:
         return self.base_offset + self.records
+
+    @property
+    def retention_time(self) -> int:
+        """What time-based retention compares: the newest record's time, as Kafka; when no record
+        has one, the time the ledger last grew (Kafka: the segment's modification time)."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return self.modified_ms if self.modified_ms >= 0 else self.created_ms
+
+
+def _ledger_record(ledger_id: int, file: str, base_offset: int, entries: int, records: int, length: int,
+                   max_timestamp: int, now: int, state: str = SEALED, owner: Optional[str] = None) -> dict:
+    """A ledger as the managed ledger's metadata lists it (the fields of ``LedgerInfo``)."""
+    return {"id": ledger_id, "file": file, "base_offset": base_offset, "entries": entries, "records": records,
+            "length": length, "max_timestamp": max_timestamp, "created_ms": now, "modified_ms": now,
+            "state": state, "owner": owner}
+
+
+def _trash(meta: dict, files: Iterable[str], delete_after_ms: int) -> None:
+    """Files the metadata stops referring to, deleted once readers' grace has passed."""
+    meta["trash"] = meta.get("trash", []) + [{"file": f, "delete_after_ms": delete_after_ms} for f in files]
+
+
+def _referenced(meta: dict) -> set:
+    return {l["file"] for l in meta.get("ledgers", [])} | {t["file"] for t in meta.get("trash", [])}
+
+
+def _tier(length: int) -> int:
+    return 0 if length < _TIER_BASE else int(math.log(length / _TIER_BASE, _TIER_FACTOR)) + 1
+
+
+class OrphanRemovedError(StorageError):
+    """A file written for a change was condemned as an orphan (by maintenance with a short grace)
+    before the change could refer to it. Nothing was applied; the operation can be run again."""
 
 
 class AppendResult(NamedTuple):
@@ -209,8 +264,12 @@ def _empty_metadata(log_start_offset: int = 0) -> dict:
     return {"log_start_offset": log_start_offset, "next_offset": log_start_offset, "ledgers": [], "producers": {}, "trash": []}
 
 
+Change = Callable[[dict, int], Optional[dict]]
+
+
 class ManagedLedger:
-    """One partition's log. Safe to use from several processes at once; one instance per writer."""
+    """One partition's log. Safe to use from several processes at once, and from several threads
+    through one instance; one instance per writer."""
 
     def __init__(
         self,
@@ -231,6 +290,9 @@ class ManagedLedger:
         self.config = config
         self.writer_id = writer_id or uuid.uuid4().hex
         self.stats = stats if stats is not None else IOStats()
+        self._lock = threading.RLock()
+        # The metadata as our own last CAS left it. None whenever that is unknown (a CAS that
+        # raised, or anything raised while one was being prepared): the next write reads afresh.
         self._state: Optional[Versioned] = None
         self._writer: Optional[LedgerWriter] = None
         self._rows: List[EntryInfo] = []  # every row written to our open ledger, confirmed or not
@@ -246,39 +308,42 @@ class ManagedLedger:
             if not current.value.get("deleted"):
                 raise BadVersionError(f"managed ledger {key} already exists")
             meta["trash"] = current.value.get("trash", [])
+            meta["condemned"] = current.value.get("condemned", [])
         store.put(key, meta, current.version)
 
     def delete(self) -> None:
         """Drop every ledger; files go to the trash and are deleted after the grace period."""
 
         def change(meta: dict, now: int) -> dict:
-            trash = meta.get("trash", []) + [
-                {"file": l["file"], "delete_after_ms": now + self.config.file_delete_delay_ms} for l in meta["ledgers"]
-            ]
-            return {"deleted": True, "trash": trash}
+            deleted = {"deleted": True, "trash": meta.get("trash", []), "condemned": meta.get("condemned", [])}
+            _trash(deleted, [l["file"] for l in meta["ledgers"]], now + self.config.file_delete_delay_ms)
+            return deleted
 
-        self._retry(change)
-        self._drop_writer()
+        with self._lock:
+            self._drop_writer()
+            self._retry(change)
 
     def close(self) -> None:
         """Seal this writer's open ledger so readers get its entry table and nobody must fence it."""
-        if self._writer is None:
-            return
-        try:
-            self._retry(self._seal_own_tail)
-        except ManagedLedgerDeletedError:
-            pass
-        finally:
-            self._drop_writer()
+        with self._lock:
+            if self._writer is None:
+                return
+            try:
+                self._retry(self._seal_own_tail)
+            except ManagedLedgerDeletedError:
+                pass
+            finally:
+                self._drop_writer()
 
     def purge(self) -> bool:
         """Delete trashed files past their grace period, also of a deleted managed ledger.
         Returns True once a deleted managed ledger has nothing left, so its key can go."""
-        self._retry(lambda meta, now: meta, allow_deleted=True)
-        value = self._state.value if self._state else None
-        return bool(value and value.get("deleted") and not value.get("trash"))
+        with self._lock:
+            self._retry(lambda meta, now: meta, allow_deleted=True)
+            value = self._state.value if self._state else None
+            return bool(value and value.get("deleted") and not value.get("trash") and not value.get("condemned"))
 
-    def _retry(self, change, *, allow_deleted: bool = False) -> None:
+    def _retry(self, change: Change, *, allow_deleted: bool = False) -> None:
         for _ in range(_MAX_ATTEMPTS):
             try:
                 return self._update(change, allow_deleted=allow_deleted)
@@ -287,16 +352,14 @@ class ManagedLedger:
         raise StorageError(f"{self.name}: gave up after {_MAX_ATTEMPTS} lost compare-and-sets")
 
     def _drop_writer(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._writer = None
-        self._rows = []
+        writer, self._writer, self._rows = self._writer, None, []
+        if writer is not None:
+            writer.close()
 
     # -- reads -----------------------------------------------------------------------------
 
     def _load(self, allow_deleted: bool = False) -> Versioned:
         state = self.store.get(self.key)
-        self._state = state
         if state.value is None or (state.value.get("deleted") and not allow_deleted):
             raise ManagedLedgerDeletedError(self.key)
         return state
@@ -354,8 +417,12 @@ class ManagedLedger:
         *,
         idempotence_key: Optional[Tuple[str, int]] = None,
         broker_timestamp: Optional[int] = None,
+        expected_next_offset: Optional[int] = None,
     ) -> AppendResult:
-        """Append record batches as consecutive entries, atomically; return the first offset."""
+        """Append record batches as consecutive entries, atomically; return the first offset.
+        With ``expected_next_offset`` the append happens only if the log still ends there
+        (``LogEndMovedError`` otherwise): a decision made from the log is applied in the CAS that
+        checks it still holds."""
         if not batches:
             raise ValueError("nothing to append")
         count = sum(RecordBatch(b).offset_span for b in batches)
@@ -371,23 +438,29 @@ class ManagedLedger:
                     else:
                         result.append(AppendResult(-1, count, True))
                     return None
+            if expected_next_offset is not None and meta["next_offset"] != expected_next_offset:
+                raise LogEndMovedError(f"{self.name}: the log end moved from {expected_next_offset} to {meta['next_offset']}")
             ledger = self._writable_tail(meta, now)
             base = meta["next_offset"]
-            rel = ledger["records"]
-            rows = self._writer.append(batches, rel, broker_timestamp if broker_timestamp is not None else now)
-            self._writer.sync()
+            writer = self._writer
+            assert writer is not None
+            rows = writer.append(batches, ledger["records"], broker_timestamp if broker_timestamp is not None else now)
+            writer.sync()
             self._rows.extend(rows)
             ledger["entries"] += len(rows)
             ledger["records"] += count
-            ledger["length"] = self._writer.position
+            ledger["length"] = writer.position
             ledger["max_timestamp"] = max([ledger["max_timestamp"]] + [r.max_timestamp for r in rows])
+            ledger["modified_ms"] = now
             meta["next_offset"] = base + count
             if idempotence_key is not None:
                 meta["producers"][idempotence_key[0]] = {"seq": idempotence_key[1], "base_offset": base, "count": count, "ts": now}
             result.append(AppendResult(base, count))
             return meta
 
-        self._retry(change)
+        with self._lock:
+            self._retry(change)
+            self._merge_in_passing()
         return result[-1]
 
     def append_ledgers(self, staged: Sequence[StagedLedger], sink_key: Tuple[str, int]) -> AppendResult:
@@ -416,10 +489,7 @@ class ManagedLedger:
                 ledgers[-1]["state"] = CLOSED  # fence its writer at its confirmed length
             base = offset = meta["next_offset"]
             for s, path in moved:
-                ledgers.append({
-                    "id": s.ledger_id, "file": path, "base_offset": offset, "entries": s.entries, "records": s.records,
-                    "length": s.length, "max_timestamp": s.max_timestamp, "created_ms": now, "state": SEALED, "owner": None,
-                })
+                ledgers.append(_ledger_record(s.ledger_id, path, offset, s.entries, s.records, s.length, s.max_timestamp, now))
                 offset += s.records
             meta["next_offset"] = offset
             sinks[sink_key[0]] = {"batch": sink_key[1], "base_offset": base, "count": offset - base, "ts": now}
@@ -431,36 +501,32 @@ class ManagedLedger:
 
         # Should the CAS fail, the moved files stay unreferenced until maintenance removes them:
         # deleting them here could race a CAS that did go through.
-        self._retry(change)
-        if result[-1].duplicate:
-            for _, path in moved:
-                self.fileio.delete(path)
+        with self._lock:
+            self._retry(change)
+            if result[-1].duplicate:
+                for _, path in moved:
+                    self.fileio.delete(path)
+            else:
+                self._merge_in_passing()
         return result[-1]
 
     def _writable_tail(self, meta: dict, now: int) -> dict:
         """Make sure the tail ledger is our own open one, with room, positioned at its confirmed end."""
         ledgers = meta["ledgers"]
         tail = ledgers[-1] if ledgers else None
-        mine = (
-            tail is not None
-            and tail["state"] == OPEN
-            and tail["owner"] == self.writer_id
-            and self._writer is not None
-            and self._writer.ledger_id == tail["id"]
-        )
-        if mine:
+        writer = self._writer
+        if tail is not None and tail["state"] == OPEN and tail["owner"] == self.writer_id \
+                and writer is not None and writer.ledger_id == tail["id"]:
             del self._rows[tail["entries"] :]  # forget rows of appends that were never confirmed
-            if self._writer.position != tail["length"]:
-                self._writer.truncate(tail["length"])
+            writer.rewind(tail["length"])
             cfg = self.config
             if (
-                tail["entries"] >= cfg.max_entries_per_ledger
-                or tail["length"] >= cfg.max_bytes_per_ledger
-                or now - tail["created_ms"] >= cfg.max_ledger_age_ms
+                tail["entries"] < cfg.max_entries_per_ledger
+                and tail["length"] < cfg.max_bytes_per_ledger
+                and now - tail["created_ms"] < cfg.max_ledger_age_ms
             ):
-                self._seal_own_tail(meta, now)
-            else:
                 return tail
+            self._seal(tail)
         else:
             self._finish_fenced(meta)
             if tail is not None and tail["state"] == OPEN:
@@ -475,12 +541,11 @@ class ManagedLedger:
         own = next((l for l in meta["ledgers"] if l["id"] == self._writer.ledger_id), None)
         if own is not None and own["state"] == CLOSED:
             self._seal(own)
-        elif own is None and not any(t["file"] == self._writer.path for t in meta.get("trash", [])):
-            path = self._writer.path
-            self._drop_writer()
-            self.fileio.delete(path)  # created by an attempt whose CAS lost: nobody refers to it
-        else:
-            self._drop_writer()
+            return
+        path = self._writer.path
+        self._drop_writer()
+        if own is None and path not in _referenced(meta):
+            _delete_quietly(self.fileio, path)  # created by an attempt whose CAS lost: nobody refers to it
 
     def _seal_own_tail(self, meta: dict, now: int) -> dict:
         tail = meta["ledgers"][-1] if meta["ledgers"] else None
@@ -491,9 +556,17 @@ class ManagedLedger:
         return meta
 
     def _seal(self, ledger: dict) -> None:
-        """Seal our ledger file at its confirmed length (dropping any unconfirmed tail)."""
-        self._writer.truncate(ledger["length"])
-        ledger["length"] = self._writer.seal(self._rows[: ledger["entries"]], ledger["records"])
+        """Seal our ledger file at its confirmed length, dropping any unconfirmed tail. ``ledger``
+        comes from the metadata this change will CAS against, never from what we remember."""
+        writer = self._writer
+        assert writer is not None
+        rows = self._rows[: ledger["entries"]]
+        end = rows[-1].position if rows else None
+        if len(rows) != ledger["entries"] or (rows and end is not None and end >= ledger["length"]):
+            # What we remember does not match what was confirmed: read the rows from the file.
+            rows = LedgerReader(self.fileio, writer.path, ledger["length"], False, self.stats).table().rows
+        writer.rewind(ledger["length"])
+        ledger["length"] = writer.seal(rows, ledger["records"])
         ledger["state"], ledger["owner"] = SEALED, None
         self._drop_writer()
 
@@ -504,20 +577,12 @@ class ManagedLedger:
     def _new_ledger(self, meta: dict, now: int) -> dict:
         self._writer = self._create_ledger_file()
         self._rows = []
-        ledger = {
-            "id": self._writer.ledger_id,
-            "file": self._writer.path,
-            "base_offset": meta["next_offset"],
-            "entries": 0,
-            "records": 0,
-            "length": FILE_HEADER.size,
-            "max_timestamp": -1,
-            "created_ms": now,
-            "state": OPEN,
-            "owner": self.writer_id,
-        }
+        ledger = _ledger_record(self._writer.ledger_id, self._writer.path, meta["next_offset"], 0, 0, FILE_HEADER.size,
+                                -1, now, OPEN, self.writer_id)
         meta["ledgers"].append(ledger)
         return ledger
+
+    # -- the log cleaner: compaction and merging --------------------------------------------
 
     def compact(self) -> Optional[int]:
         """Keep only the latest record of each key (and tombstones younger than
@@ -538,10 +603,19 @@ class ManagedLedger:
             tail["state"] = CLOSED
             return meta
 
-        self._retry(close_tail)
-        snap = self.snapshot()
-        if not snap.ledgers:
-            return 0
+        with self._lock:
+            self._retry(close_tail)
+            snap = self.snapshot()
+            if not snap.ledgers:
+                return 0
+            base, end = snap.ledgers[0].base_offset, snap.ledgers[-1].end_offset
+            new, kept = self._write_ledger(base, end, self._compacted_entries(snap), now_ms())
+            if not self._swap(list(snap.ledgers), new):
+                return None
+            return kept
+
+    def _compacted_entries(self, snap: Snapshot) -> Iterator[Tuple[bytes, int, int, int]]:
+        """(batch, relative index, broker timestamp, records kept) of the entries compaction keeps."""
         contents = []
         latest: Dict[bytes, int] = {}
         for ledger in snap.ledgers:
@@ -554,63 +628,23 @@ class ManagedLedger:
                 for r in records:
                     if r.key is not None:
                         latest[r.key] = r.offset
-        now = now_ms()
+        horizon = now_ms() - self.config.delete_retention_ms
         base = snap.ledgers[0].base_offset
-        end = snap.ledgers[-1].end_offset
-        writer = self._create_ledger_file()
-        path = writer.path
-        rows: List[EntryInfo] = []
-        kept = 0
         for e, batch, records in contents:
             survivors = [
                 r for r in records
-                if r.key is not None and latest[r.key] == r.offset
-                and (r.value is not None or r.timestamp_ms >= now - self.config.delete_retention_ms)
+                if r.key is not None and latest[r.key] == r.offset and (r.value is not None or r.timestamp_ms >= horizon)
             ]
-            if not survivors:
-                continue
-            rebuilt = build_record_batch(
-                [Record(r.value, r.key, r.timestamp_ms, r.headers) for r in survivors],
-                compression=batch.compression,
-                timestamp_type=batch.timestamp_type,
-                log_append_time_ms=batch.max_timestamp,
-                offset_deltas=[r.offset - batch.base_offset for r in survivors],
-                last_offset_delta=batch.last_offset_delta,
-            )
-            rows += writer.append([rebuilt], batch.base_offset - base, e.broker_timestamp)
-            kept += len(survivors)
-        writer.sync()
-        new = {
-            "id": writer.ledger_id, "file": path, "base_offset": base, "entries": len(rows), "records": end - base,
-            "length": writer.seal(rows, end - base), "max_timestamp": max((r.max_timestamp for r in rows), default=-1),
-            "created_ms": now, "state": SEALED, "owner": None,
-        }
-        writer.close()
-        replaced = [(l.id, l.length, l.state) for l in snap.ledgers]
-
-        class Stale(Exception):
-            pass
-
-        def swap(meta: dict, now: int) -> dict:
-            head = meta["ledgers"][: len(replaced)]
-            if [(l["id"], l["length"], l["state"]) for l in head] != replaced:
-                raise Stale()
-            meta["trash"] = meta.get("trash", []) + [
-                {"file": l["file"], "delete_after_ms": now + self.config.file_delete_delay_ms} for l in head
-            ]
-            meta["ledgers"][: len(replaced)] = [new] if rows else []
-            if not rows:  # nothing left of these offsets at all
-                meta["log_start_offset"] = end
-            return meta
-
-        try:
-            self._retry(swap)
-        except Stale:
-            self.fileio.delete(path)
-            return None
-        if not rows:
-            self.fileio.delete(path)
-        return kept
+            if survivors:
+                rebuilt = build_record_batch(
+                    [Record(r.value, r.key, r.timestamp_ms, r.headers) for r in survivors],
+                    compression=batch.compression,
+                    timestamp_type=batch.timestamp_type,
+                    log_append_time_ms=batch.max_timestamp,
+                    offset_deltas=[r.offset - batch.base_offset for r in survivors],
+                    last_offset_delta=batch.last_offset_delta,
+                )
+                yield rebuilt, batch.base_offset - base, e.broker_timestamp, len(survivors)
 
     def merge_ledgers(self, target_bytes: int) -> int:
         """Rewrite runs of adjacent small ledgers as one ledger per run of up to ``target_bytes``,
@@ -625,27 +659,78 @@ class ManagedLedger:
                 runs.append([])
             if small:
                 runs[-1].append(ledger)
-        return sum(len(run) - 1 for run in runs if len(run) > 1 and self._merge(run))
+        with self._lock:
+            return sum(len(run) - 1 for run in runs if len(run) > 1 and self._merge(run))
+
+    def _merge_in_passing(self) -> None:
+        """Keep the ledger list short when many writers take turns (each turn fences the last
+        writer's ledger and starts a new one): merge a run of small ledgers of one size tier.
+        The append this follows is already confirmed, so a failure here is only logged."""
+        if self.config.merge_in_passing < 2 or self._state is None:
+            return
+        run: List[LedgerInfo] = []  # newest first
+        for ledger in reversed([LedgerInfo(**l) for l in self._state.value["ledgers"]]):
+            tier = _tier(ledger.length)
+            small = ledger.state != OPEN and tier < _TIERS_MERGED_IN_PASSING
+            if small and (not run or tier == _tier(run[-1].length)):
+                run.append(ledger)
+            else:
+                run = [ledger] if small else []
+            if len(run) == self.config.merge_in_passing:
+                break
+        if len(run) < self.config.merge_in_passing:
+            return
+        try:
+            self._merge(run[::-1])
+        except (KopError, OSError) as e:
+            log.warning("%s: merging %d small ledgers in passing failed (the append stands): %s", self.name, len(run), e)
 
     def _merge(self, run: List[LedgerInfo]) -> bool:
+        def entries() -> Iterator[Tuple[bytes, int, int, int]]:
+            for ledger in run:
+                reader = self.reader(ledger)
+                k, n = 0, len(reader.table())
+                while k < n:
+                    read = reader.read(k, 8 << 20)
+                    for e in read:
+                        yield e.batch, ledger.base_offset - base + e.relative_index, e.broker_timestamp, e.record_count
+                    k += len(read)
+
         base = run[0].base_offset
+        new, _ = self._write_ledger(base, run[-1].end_offset, entries(), max(l.modified_ms for l in run))
+        return self._swap(run, new)
+
+    def _write_ledger(self, base: int, end: int, entries: Iterator[Tuple[bytes, int, int, int]],
+                      modified_ms: int) -> Tuple[Optional[dict], int]:
+        """A sealed ledger of ``entries`` spanning offsets ``[base, end)``, not yet referred to by
+        anything; None when there are no entries. Returns it and the records in it."""
         writer = self._create_ledger_file()
-        rows: List[EntryInfo] = []
-        for ledger in run:
-            reader = self.reader(ledger)
-            k, n = 0, len(reader.table())
-            while k < n:
-                entries = reader.read(k, 8 << 20)
-                for e in entries:
-                    rows += writer.append([e.batch], ledger.base_offset - base + e.relative_index, e.broker_timestamp)
-                k += len(entries)
-        records = run[-1].end_offset - base
-        new = {
-            "id": writer.ledger_id, "file": writer.path, "base_offset": base, "entries": len(rows), "records": records,
-            "length": writer.seal(rows, records), "max_timestamp": max(l.max_timestamp for l in run),
-            "created_ms": now_ms(), "state": SEALED, "owner": None,
-        }
-        writer.close()
+        try:
+            rows: List[EntryInfo] = []
+            records = 0
+            for batch, rel, broker_ts, count in entries:
+                rows += writer.append([batch], rel, broker_ts)
+                records += count
+            if not rows:
+                writer.close()
+                _delete_quietly(self.fileio, writer.path)
+                return None, 0
+            length = writer.seal(rows, end - base)
+            writer.close()
+        except BaseException:
+            writer.close()
+            _delete_quietly(self.fileio, writer.path)
+            raise
+        new = _ledger_record(writer.ledger_id, writer.path, base, len(rows), end - base, length,
+                             max(r.max_timestamp for r in rows), now_ms())
+        new["modified_ms"] = modified_ms if modified_ms >= 0 else new["modified_ms"]
+        return new, records
+
+    def _swap(self, run: List[LedgerInfo], new: Optional[dict]) -> bool:
+        """Replace ``run`` (adjacent ledgers, as a snapshot saw them) by ``new`` in one CAS, if
+        they are still there unchanged; ``new`` None drops their offsets altogether. The old files
+        go to the trash. False (and ``new`` deleted) when retention, another cleaner or a fenced
+        writer's seal got there first, or ``new`` was condemned as an orphan."""
         replaced = [(l.id, l.length, l.state) for l in run]
 
         class Stale(Exception):
@@ -656,54 +741,94 @@ class ManagedLedger:
             at = ids.index(run[0].id) if run[0].id in ids else -1
             current = meta["ledgers"][at : at + len(run)] if at >= 0 else []
             if [(l["id"], l["length"], l["state"]) for l in current] != replaced:
-                raise Stale()  # retention, compaction or a fenced writer's seal got there first
-            meta["trash"] = meta.get("trash", []) + [
-                {"file": l["file"], "delete_after_ms": now + self.config.file_delete_delay_ms} for l in current
-            ]
-            meta["ledgers"][at : at + len(run)] = [new]
+                raise Stale()
+            _trash(meta, [l["file"] for l in current], now + self.config.file_delete_delay_ms)
+            meta["ledgers"][at : at + len(run)] = [new] if new is not None else []
+            if new is None and at == 0:  # nothing left of these offsets at all
+                meta["log_start_offset"] = run[-1].end_offset
             return meta
 
         try:
             self._retry(swap)
-        except Stale:
-            self.fileio.delete(new["file"])
+        except (Stale, OrphanRemovedError):
+            if new is not None:
+                _delete_quietly(self.fileio, new["file"])
             return False
         return True
 
+    # -- retention, orphans and the CAS that applies every change ---------------------------
+
     def referenced_files(self) -> set:
         """Files this managed ledger refers to: its ledgers and its trash."""
-        meta = self._load().value or {}
-        return {l["file"] for l in meta.get("ledgers", [])} | {t["file"] for t in meta.get("trash", [])}
+        return _referenced(self._load().value or {})
 
     def enforce_retention(self) -> None:
-        """Apply retention and delete trashed files past their grace period, now."""
-        self._update(lambda meta, now: meta)
+        """Apply retention and delete trashed files past their grace period, now. Two passes:
+        files trashed by the first are deleted by the second, once their grace (maybe none) is over."""
+        with self._lock:
+            self._retry(lambda meta, now: meta)
+            self._retry(lambda meta, now: meta)
 
-    def _update(self, change, *, allow_deleted: bool = False) -> None:
+    def remove_orphans(self, files: Iterable[Tuple[str, float]], grace_ms: int) -> List[str]:
+        """Delete ``files`` (path, modification time in s) of this partition that no metadata
+        refers to and that are older than ``grace_ms``. They are condemned first, by a CAS that
+        checks they are still unreferenced; a writer's CAS that would refer to a condemned file
+        fails. So a file a writer is about to confirm is never deleted, whatever the grace."""
+        files = list(files)
+
+        def condemn(meta: dict, now: int) -> Optional[dict]:
+            known = _referenced(meta) | set(meta.get("condemned", []))
+            new = [f for f, mtime in files if f not in known and now - mtime * 1000 >= grace_ms]
+            if not new:
+                return None
+            meta["condemned"] = sorted(set(meta.get("condemned", [])) | set(new))
+            return meta
+
+        def acquit(done: List[str]) -> Change:
+            def change(meta: dict, now: int) -> Optional[dict]:
+                left = [f for f in meta.get("condemned", []) if f not in done]
+                if left == meta.get("condemned", []):
+                    return None
+                meta["condemned"] = left
+                return meta
+            return change
+
+        with self._lock:
+            self._retry(condemn, allow_deleted=True)
+            condemned = list(self._state.value.get("condemned", [])) if self._state else []
+            for f in condemned:
+                self.fileio.delete(f)
+            if condemned:
+                self._retry(acquit(condemned), allow_deleted=True)
+            return condemned
+
+    def _update(self, change: Change, *, allow_deleted: bool = False) -> None:
         """Read-modify-CAS once, with retention and trash handling folded into the same CAS.
 
         ``change(meta, now)`` edits a copy of the metadata and returns it (or None for no change).
         Raises BadVersionError when another writer got there first; the caller decides to retry.
         """
         state = self._state if self._state is not None else self._load(allow_deleted)
+        self._state = None  # unknown until this attempt is known to have gone through, or not
         if state.value is None or (state.value.get("deleted") and not allow_deleted):
             raise ManagedLedgerDeletedError(self.key)
         now = now_ms()
-        meta = copy.deepcopy(state.value)
-        try:
-            new = change(meta, now)
-            if new is None:
-                return
-            if not new.get("deleted"):
-                self._apply_retention(new, now)
-                self._expire_producers(new, now)
-            self._purge_trash(new, now)
-            if new == state.value:
-                return
-            version = self.store.put(self.key, new, state.version)
-        except BadVersionError:
-            self._state = None  # re-read on the next attempt
-            raise
+        new = change(copy.deepcopy(state.value), now)
+        if new is None:
+            self._state = state
+            return
+        if not new.get("deleted"):
+            self._apply_retention(new, now)
+            self._expire_producers(new, now)
+        self._purge_trash(state.value, new, now)
+        if new == state.value:
+            self._state = state
+            return
+        added = _referenced(new) - _referenced(state.value)
+        condemned = added & set(new.get("condemned", []))
+        if condemned:
+            raise OrphanRemovedError(f"{self.name}: {sorted(condemned)[0]} was removed as an orphan before it was referred to")
+        version = self.store.put(self.key, new, state.version)
         self._state = Versioned(new, version)
 
     def _apply_retention(self, meta: dict, now: int) -> None:
@@ -716,7 +841,7 @@ class ManagedLedger:
         for l in ledgers:
             if l["state"] == OPEN:
                 break
-            too_old = cfg.retention_ms >= 0 and l["max_timestamp"] < now - cfg.retention_ms
+            too_old = cfg.retention_ms >= 0 and LedgerInfo(**l).retention_time < now - cfg.retention_ms
             # Kafka drops a segment only while the log stays at or above retention.bytes without it.
             too_big = cfg.retention_bytes >= 0 and size - l["length"] >= cfg.retention_bytes
             if not (too_old or too_big):
@@ -724,9 +849,7 @@ class ManagedLedger:
             size -= l["length"]
             dropped += 1
         if dropped:
-            meta["trash"] = meta.get("trash", []) + [
-                {"file": l["file"], "delete_after_ms": now + cfg.file_delete_delay_ms} for l in ledgers[:dropped]
-            ]
+            _trash(meta, [l["file"] for l in ledgers[:dropped]], now + cfg.file_delete_delay_ms)
             del ledgers[:dropped]
             meta["log_start_offset"] = ledgers[0]["base_offset"] if ledgers else meta["next_offset"]
 
@@ -736,12 +859,22 @@ class ManagedLedger:
         for writer in [w for w, p in producers.items() if p["ts"] < horizon]:
             del producers[writer]
 
-    def _purge_trash(self, meta: dict, now: int) -> None:
-        trash = meta.get("trash", [])
-        due = [t for t in trash if t["delete_after_ms"] <= now]
-        # Files go before their trash records: a crash in between leaves a record of a missing
-        # file (harmless), never an unrecorded file.
-        for t in due:
-            self.fileio.delete(t["file"])
-        if due:
-            meta["trash"] = [t for t in trash if t["delete_after_ms"] > now]
+    def _purge_trash(self, committed: dict, meta: dict, now: int) -> None:
+        """Delete trashed files whose grace has passed. Only entries of the ``committed`` version's
+        trash qualify: a file is deleted only once a CAS that stopped referring to it has gone
+        through, never on the strength of the CAS being prepared. A crash after the delete leaves
+        a trash record of a missing file (harmless), never an unrecorded file."""
+        due = {t["file"] for t in committed.get("trash", []) if t["delete_after_ms"] <= now}
+        if not due:
+            return
+        for f in due:
+            self.fileio.delete(f)
+        meta["trash"] = [t for t in meta.get("trash", []) if t["file"] not in due]
+
+
+def _delete_quietly(fileio: FileIO, path: str) -> None:
+    """Delete a file nothing refers to; should that fail, maintenance removes it later."""
+    try:
+        fileio.delete(path)
+    except OSError as e:
+        log.warning("cannot delete unreferenced file %s (maintenance will): %s", path, e)

@@ -14,15 +14,19 @@ from __future__ import annotations
 import abc
 import fcntl
 import json
+import logging
 import os
 import re
 import uuid
 from typing import List, NamedTuple, Optional
 
-from ..errors import BadVersionError, StorageError
+from ..errors import BadVersionError, CorruptMetadataError, StorageError
+from .fileio import write_all
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9._\-]+$")
 _KEEP_VERSIONS = 4  # older versions are pruned; readers that listed them retry
+
+log = logging.getLogger(__name__)
 
 
 class Versioned(NamedTuple):
@@ -98,7 +102,9 @@ class FileMetadataStore(MetadataStore):
             try:
                 return Versioned(json.loads(data), versions[-1])
             except ValueError as e:
-                raise StorageError(f"metadata file {path} is not valid JSON: {e}") from e
+                raise CorruptMetadataError(
+                    f"metadata file {path} is not valid JSON ({e}); `kop repair` restores the last whole version"
+                ) from e
         raise StorageError(f"metadata {d} keeps changing under the reader")
 
     def put(self, key: str, value: Optional[dict], expected_version: int) -> int:
@@ -106,43 +112,56 @@ class FileMetadataStore(MetadataStore):
         new_version = expected_version + 1
         target = os.path.join(d, f"{new_version:020d}.json")
         data = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+        tmp = os.path.join(d, f".tmp.{uuid.uuid4().hex}")
         try:
             os.makedirs(d, exist_ok=True)
-            tmp = os.path.join(d, f".tmp.{uuid.uuid4().hex}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
-                os.write(fd, data)
-                if self._sync:
-                    os.fsync(fd)
+                self._write_temporary(tmp, data)
+                self._link(key, d, tmp, target, expected_version)
             finally:
-                os.close(fd)
-            try:
-                with _KeyLock(d, exclusive=False):
-                    # Pruning frees old names, so linking is only an exact compare-and-set while the
-                    # expected version still exists: pruning (under the exclusive lock) deletes
-                    # versions oldest first and always keeps the newest, so if ours is there, no
-                    # newer one can have been pruned.
-                    if expected_version > 0:
-                        if not os.path.exists(os.path.join(d, f"{expected_version:020d}.json")):
-                            raise BadVersionError(f"metadata {key} is past version {expected_version}")
-                    elif self._versions(d):
-                        raise BadVersionError(f"metadata {key} already exists")
-                    try:
-                        os.link(tmp, target)
-                    except FileExistsError:
-                        raise BadVersionError(
-                            f"metadata {key} was changed concurrently (version {new_version} exists)"
-                        ) from None
-            finally:
-                os.unlink(tmp)
+                _unlink_quietly(tmp)
         except BadVersionError:
             raise
         except OSError as e:
-            raise StorageError(f"cannot write metadata {target}: {e.strerror}") from e
-        if self._sync:
-            _fsync_dir(d)
-        self._prune(d, new_version)
+            raise StorageError(f"cannot write metadata {target}: {e.strerror or e}") from e
+        # The new version is published: from here on nothing may report the write as failed, or
+        # a caller would retry what is already stored. Making the directory entry durable and
+        # pruning are clean-up.
+        try:
+            if self._sync:
+                _fsync_dir(d)
+            self._prune(d, new_version)
+        except OSError as e:
+            log.warning("metadata %s: version %d is written, but clean-up failed: %s", key, new_version, e)
         return new_version
+
+    def _write_temporary(self, tmp: str, data: bytes) -> None:
+        """The whole value, synced, in a file nobody reads: only complete values get linked in."""
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            write_all(fd, data)
+            if self._sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _link(self, key: str, d: str, tmp: str, target: str, expected_version: int) -> None:
+        with _KeyLock(d, exclusive=False):
+            # Pruning frees old names, so linking is only an exact compare-and-set while the
+            # expected version still exists: pruning (under the exclusive lock) deletes versions
+            # oldest first and always keeps the newest, so if ours is there, no newer one can have
+            # been pruned.
+            if expected_version > 0:
+                if not os.path.exists(os.path.join(d, f"{expected_version:020d}.json")):
+                    raise BadVersionError(f"metadata {key} is past version {expected_version}")
+            elif self._versions(d):
+                raise BadVersionError(f"metadata {key} already exists")
+            try:
+                os.link(tmp, target)
+            except FileExistsError:
+                raise BadVersionError(
+                    f"metadata {key} was changed concurrently (version {expected_version + 1} exists)"
+                ) from None
 
     def _prune(self, d: str, latest: int) -> None:
         if latest <= _KEEP_VERSIONS:
@@ -203,6 +222,15 @@ class _KeyLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        log.warning("cannot remove temporary metadata file %s: %s", path, e)
 
 
 def _fsync_dir(d: str) -> None:
