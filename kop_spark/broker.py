@@ -649,6 +649,46 @@ class Broker:
         return report
 
 
+    # -- checking and repair ---------------------------------------------------------------
+
+    def verify(self, topic: Optional[str] = None) -> Dict[str, List[str]]:
+        """Check every partition (of ``topic``, or of the store with internal topics): ledgers
+        against their metadata and every entry's checksums. Problems by partition; empty if none."""
+        out: Dict[str, List[str]] = {}
+        for t, _, p, ml in self._partition_logs(topic):
+            try:
+                problems = ml.check()
+            except KopError as e:
+                problems = [str(e)]
+            if problems:
+                out[f"{t}-{p}"] = problems
+        return out
+
+    def repair(self, topic: Optional[str] = None, dry_run: bool = False) -> "RepairReport":
+        """Repair a store damaged by an earlier version or by failing hardware: unreadable
+        metadata versions give way to the last whole one, and each damaged partition is truncated
+        at its first damaged entry (``ManagedLedger.repair``). The report names every offset
+        dropped and every group whose committed offset now lies past its log end."""
+        report = RepairReport()
+        if not dry_run:
+            for prefix in ("topics", "managed-ledgers"):
+                for key in self.store.list_keys(prefix):
+                    report.metadata_versions_removed += self.store.discard_unreadable(key)
+        logs = list(self._partition_logs(topic))
+        # The offsets topic first, so that the groups read afterwards are read from a sound log.
+        logs.sort(key=lambda item: item[0] != self.groups.topic)
+        for t, _, p, ml in logs:
+            dropped = ml.repair(dry_run)
+            if dropped is not None:
+                report.truncated[(self._kafka_name(self.topic_name(t)), p)] = dropped
+        if report.truncated:
+            for group in self.list_groups():
+                for tp, o in self.fetch_offsets(group).items():
+                    if tp in report.truncated and o.offset > report.truncated[tp][0]:
+                        report.groups_past_end.append((group, tp[0], tp[1], o.offset))
+        return report
+
+
 STAGING_DIR = "_staging"  # where sinks stage ledgers that no reader sees yet
 _READ_ATTEMPTS = 5
 
@@ -673,6 +713,13 @@ class MaintenanceReport:
     def raise_first(self) -> None:
         if self.errors:
             raise self.errors[0][1]
+
+
+@dataclass
+class RepairReport:
+    metadata_versions_removed: List[str] = field(default_factory=list)
+    truncated: Dict[Tuple[str, int], Tuple[int, int]] = field(default_factory=dict)  # -> offsets [new end, old end) dropped
+    groups_past_end: List[Tuple[str, str, int, int]] = field(default_factory=list)  # group, topic, partition, offset
 
 
 class StagedPartition:

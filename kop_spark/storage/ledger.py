@@ -290,6 +290,12 @@ class LedgerReader:
     def _full(self) -> str:
         return self.fileio.full_path(self.path)
 
+    @property
+    def data_end(self) -> int:
+        """Where entries end: the table's position once sealed, else the confirmed length.
+        Known once ``table()`` has been read."""
+        return self._data_end
+
     def table(self) -> EntryTable:
         """The entry table; also fixes where entry data ends (the table's position once sealed)."""
         if self.sealed:
@@ -369,6 +375,13 @@ class LedgerReader:
             entries.append(entry._replace(position=row.position))
         self.stats.entries_read += len(entries)
         return entries
+
+
+def scan_entries(fileio: FileIO, path: str, start: int, end: int) -> Iterator[Entry]:
+    """Entries in ``[start, end)``, each verified whole (both checksums); raises
+    ``CorruptRecordError`` at the first bad one."""
+    for entry, _ in _scan(fileio, path, start, end, verify_batch=True):
+        yield entry
 
 
 def _scan(fileio: FileIO, path: str, start: int, end: int, *, verify_batch: bool) -> Iterator[Tuple[Entry, int]]:

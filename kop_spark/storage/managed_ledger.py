@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+from itertools import islice
 import logging
 import math
 import threading
@@ -43,6 +44,7 @@ from ..record import Record, RecordBatch, build_record_batch
 from ..record.default_record_batch import with_base_offset
 from .fileio import FileIO
 from .ledger import FILE_HEADER, Entry, EntryInfo, IOStats, LedgerReader, LedgerWriter
+from .log_check import LedgerCheck, check_ledger, intact_entries, structure_problems
 from .metadata_store import MetadataStore, Versioned
 
 OPEN, CLOSED, SEALED = "open", "closed", "sealed"
@@ -755,6 +757,69 @@ class ManagedLedger:
                 _delete_quietly(self.fileio, new["file"])
             return False
         return True
+
+    # -- checking and repair ---------------------------------------------------------------
+
+    def check(self) -> List[str]:
+        """Everything wrong with this partition: metadata whose offsets do not run through its
+        ledgers, and confirmed entries that are missing, torn or corrupt. Empty when all is well."""
+        snap = self.snapshot()
+        problems = structure_problems(self.name, snap.log_start_offset, snap.next_offset, snap.ledgers)
+        return problems + [c.problem for c in self._check_ledgers(snap) if c.problem]
+
+    def _check_ledgers(self, snap: Snapshot) -> Iterator[LedgerCheck]:
+        for l in snap.ledgers:
+            if l.entries:
+                yield check_ledger(self.fileio, l.file, l.base_offset, l.entries, l.records, l.length, l.state == SEALED)
+
+    def repair(self, dry_run: bool = False) -> Optional[Tuple[int, int]]:
+        """Truncate the log at its first damaged entry, as Kafka's log recovery does: the intact
+        entries before it stay (rewritten as a sealed ledger), everything after goes, and the log
+        end moves back to the last intact offset. Idempotence records past the new end are
+        forgotten, so their writers' retries append again. Returns the offsets dropped as
+        ``(new end, old end)``, or None when there was nothing to repair; ``dry_run`` only says."""
+        with self._lock:
+            snap = self.snapshot()
+            damaged = next((c for c in self._check_ledgers(snap) if not c.ok), None)
+            if damaged is None:
+                if snap.ledgers and snap.ledgers[-1].end_offset < snap.next_offset:
+                    end = snap.ledgers[-1].end_offset
+                    return (end, snap.next_offset) if dry_run else self._truncate(snap, len(snap.ledgers), None, end)
+                return None
+            if dry_run:
+                return damaged.intact_end, snap.next_offset
+            at = next(i for i, l in enumerate(snap.ledgers) if l.file == damaged.file)
+            ledger = snap.ledgers[at]
+            kept = (
+                (e.batch, e.relative_index, e.broker_timestamp, e.record_count)
+                for e in islice(intact_entries(self.fileio, ledger.file, ledger.length, ledger.state == SEALED),
+                                damaged.intact_entries)
+            )
+            new, _ = self._write_ledger(ledger.base_offset, damaged.intact_end, kept, ledger.modified_ms)
+            return self._truncate(snap, at, new, damaged.intact_end)
+
+    def _truncate(self, snap: Snapshot, at: int, new: Optional[dict], end: int) -> Tuple[int, int]:
+        replaced = [l.id for l in snap.ledgers[at:]]
+
+        def change(meta: dict, now: int) -> dict:
+            if [l["id"] for l in meta["ledgers"][at:]] != replaced or meta["next_offset"] != snap.next_offset:
+                raise StorageError(f"{self.name}: the log changed while it was being repaired; run the repair again")
+            _trash(meta, [l["file"] for l in meta["ledgers"][at:]], now + self.config.file_delete_delay_ms)
+            meta["ledgers"][at:] = [new] if new is not None else []
+            meta["next_offset"] = end
+            meta["log_start_offset"] = min(meta["log_start_offset"], end)
+            for table in (meta["producers"], meta.get("sinks", {})):
+                for writer in [w for w, p in table.items() if p["base_offset"] + p["count"] > end]:
+                    del table[writer]
+            return meta
+
+        try:
+            self._retry(change)
+        except BaseException:
+            if new is not None:
+                _delete_quietly(self.fileio, new["file"])
+            raise
+        return end, snap.next_offset
 
     # -- retention, orphans and the CAS that applies every change ---------------------------
 

@@ -180,6 +180,23 @@ class FileMetadataStore(MetadataStore):
         finally:
             lock.release()
 
+    def discard_unreadable(self, key: str) -> List[str]:
+        """Remove the newest versions of ``key`` that cannot be parsed (torn writes of earlier
+        versions of kop), so that the last whole one is current again; the files removed."""
+        d = self._dir(key)
+        removed = []
+        with _KeyLock(d, exclusive=True):
+            for version in reversed(self._versions(d)):
+                path = os.path.join(d, f"{version:020d}.json")
+                try:
+                    with open(path, "rb") as f:
+                        json.loads(f.read())
+                    break
+                except ValueError:
+                    os.unlink(path)
+                    removed.append(path)
+        return removed
+
     def list_keys(self, prefix: str) -> List[str]:
         base = self._dir(prefix) if prefix else self.directory
         out = []
