@@ -1,0 +1,36 @@
+"""Runs one housekeeping operation in a loop against a store that other processes write to, until
+told to stop on stdin. Prints the number of rounds done."""
+
+import sys
+import threading
+
+from kop_spark import Broker, OffsetOutOfRangeError, Record
+
+root, operation = sys.argv[1], sys.argv[2]
+b = Broker(root, conf={"managedLedgerMergeInPassing": 0})
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+print("ready", flush=True)
+rounds = 0
+while not stop.is_set():
+    if operation == "maintenance":
+        b.maintenance(target_ledger_bytes=4096, orphan_grace_ms=0)
+    elif operation == "retention":
+        b.enforce_retention("t")
+        try:  # a reader racing the deletions: out of range at worst, never a missing file
+            b.fetch("t", 0, b.list_offsets("t", 0, "earliest"), max_records=50)
+        except OffsetOutOfRangeError:
+            pass
+    elif operation == "compaction":
+        b.compact("t")
+    elif operation == "expiry":
+        b.commit_offsets(f"expired-{rounds}", {("t", 0): 0}, expire_timestamp_ms=1)
+        b.expire_offsets()
+    elif operation == "deletion":
+        b.create_topic("x", 2)
+        b.produce("x", [Record(b"x")], 0)
+        b.delete_topic("x")
+        b.maintenance(orphan_grace_ms=0)
+    rounds += 1
+b.close()
+print(rounds, flush=True)

@@ -1,0 +1,149 @@
+"""Invariants 1 and 2 of DESIGN.md §2 when threads share a Broker, and when each housekeeping
+operation (maintenance's merging and orphan removal, retention, compaction, offset expiry, topic
+deletion) runs in one process while others write."""
+
+import subprocess
+import threading
+from collections import defaultdict
+
+import pytest
+
+from kop_spark import Broker, Record
+
+from .conftest import PYTHON, python_subprocess_env
+from .test_crash_and_concurrency import check_log, confirmed_lines, go, start_writer
+
+HOUSEKEEPER = __file__.replace("test_concurrency.py", "housekeeper_process.py")
+COMMITTER = __file__.replace("test_concurrency.py", "committer_process.py")
+
+
+def _start(script, *args):
+    p = subprocess.Popen([PYTHON, script, *map(str, args)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True, env=python_subprocess_env())
+    assert p.stdout.readline().strip() == "ready"
+    return p
+
+
+def _read_all(b, topic, partition):
+    start, end = b.list_offsets(topic, partition, "earliest"), b.list_offsets(topic, partition, "latest")
+    out, offset = [], start
+    while offset < end:
+        got = b.fetch(topic, partition, offset, max_records=5000)
+        if not got:
+            break
+        out += got
+        offset = got[-1].offset + 1
+    return start, end, out
+
+
+def test_threads_sharing_a_broker(root):
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 3})
+    b.create_topic("t", 2)
+    acked = defaultdict(dict)
+    commits = {}
+    errors = []
+
+    def producer(k):
+        try:
+            for i in range(60):
+                ((p, base, n),) = b.produce("t", [Record(f"{k}/{i}/{j}".encode()) for j in range(3)], partition=i % 2)
+                for j in range(n):
+                    acked[p][base + j] = f"{k}/{i}/{j}".encode()
+        except BaseException as e:  # reported below: a thread's exception would otherwise vanish
+            errors.append(e)
+
+    def committer(k):
+        try:
+            for i in range(30):
+                b.commit_offsets(f"g{k}", {("t", 0): i, ("t", 1): i + 1})
+            commits[f"g{k}"] = {("t", 0): 29, ("t", 1): 30}
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=producer, args=(k,)) for k in range(4)]
+    threads += [threading.Thread(target=committer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    b.close()
+    fresh = Broker(root)
+    assert fresh.verify() == {}
+    for p in (0, 1):
+        start, end, records = _read_all(fresh, "t", p)
+        assert [r.offset for r in records] == list(range(start, end)) and start == 0
+        assert {r.offset: r.value for r in records} == acked[p]
+    for group, offsets in commits.items():
+        assert {tp: o.offset for tp, o in fresh.fetch_offsets(group).items()} == offsets
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("operation", ["maintenance", "retention", "compaction", "deletion"])
+def test_housekeeping_racing_writer_processes(tmp_path, operation):
+    root = str(tmp_path / "store")
+    config = {
+        "retention": {"retention.bytes": 3000, "file.delete.delay.ms": 0},
+        "compaction": {"cleanup.policy": "compact,delete", "file.delete.delay.ms": 0},
+    }.get(operation, {"file.delete.delay.ms": 0})
+    Broker(root).create_topic("t", 1, config=config)
+    writers = {n: start_writer(root, n, 120, max_entries=2) for n in ("a", "b")}
+    keeper = _start(HOUSEKEEPER, root, operation)
+    go(writers.values())
+    confirmed = {}
+    for n, p in writers.items():
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0
+        confirmed[n] = confirmed_lines(out.splitlines())
+    out, _ = keeper.communicate("stop\n", timeout=300)
+    assert keeper.returncode == 0 and int(out) > 0, "the housekeeper failed or never ran"
+    b = Broker(root)
+    assert b.verify() == {}
+    if operation in ("maintenance", "deletion"):
+        check_log(root, confirmed)
+        assert b.maintenance(orphan_grace_ms=0).errors == []
+        return
+    start, end, records = _read_all(b, "t", 0)
+    by_offset = {r.offset: r.value.decode() for r in records}
+    if operation == "retention":
+        assert sorted(by_offset) == list(range(start, end))
+    for name, appends in confirmed.items():
+        last = max((base + count - 1, f"{name}/{i}/{count - 1}") for i, (base, count) in appends.items())
+        for i, (base, count) in appends.items():
+            for j in range(count):
+                if operation == "retention" and base + j >= start:
+                    assert by_offset.get(base + j) == f"{name}/{i}/{j}", f"acknowledged {name}/{i}/{j} lost"
+        if operation == "compaction":  # every writer keys its records by its name: the last one stays
+            assert by_offset.get(last[0]) == last[1]
+
+
+@pytest.mark.slow
+def test_expiry_racing_commits_in_other_processes(tmp_path):
+    root = str(tmp_path / "store")
+    Broker(root).create_topic("t", 1)
+    committers = {g: _start(COMMITTER, root, g, 100) for g in ("c1", "c2", "c3")}
+    keeper = _start(HOUSEKEEPER, root, "expiry")
+    go(committers.values())
+    last = {}
+    for g, p in committers.items():
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0
+        last[g] = int(out.split()[-1])
+    out, _ = keeper.communicate("stop\n", timeout=300)
+    assert keeper.returncode == 0 and int(out) > 0
+    b = Broker(root)
+    for g, offset in last.items():
+        assert {tp: o.offset for tp, o in b.fetch_offsets(g).items()} == {("t", 0): offset}, f"{g}'s commit was erased"
+
+
+def test_first_group_commits_of_two_processes_on_a_new_store(tmp_path):
+    root = str(tmp_path / "store")
+    Broker(root).create_topic("t", 1)
+    committers = {g: _start(COMMITTER, root, g, 20) for g in ("first", "second")}
+    go(committers.values())
+    for g, p in committers.items():
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, f"{g} failed its first commits"
+        assert out.split()[-1] == "20"
+    b = Broker(root)
+    assert {g: b.fetch_offsets(g)[("t", 0)].offset for g in committers} == {"first": 20, "second": 20}
