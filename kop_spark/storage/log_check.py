@@ -59,22 +59,20 @@ def check_ledger(fileio: FileIO, file: str, base_offset: int, entries: int, reco
 def intact_entries(fileio: FileIO, file: str, length: int, sealed: bool) -> Iterator[Entry]:
     """The entries of a ledger's confirmed ``length``, each checked whole; raises at the first that
     is not. A sealed ledger's table must agree with what is found."""
-    data_end = length
+    size = fileio.size(file)
+    data_end = min(length, size)
     table = None
     if sealed:
         reader = LedgerReader(fileio, file, length, sealed=True)
         table = reader.table().rows
         data_end = reader.data_end
-    elif fileio.size(file) < length:
-        raise CorruptRecordError(f"{fileio.full_path(file)}: file of {fileio.size(file)} bytes is shorter than "
-                                 f"its confirmed length {length}")
     for i, entry in enumerate(scan_entries(fileio, file, FILE_HEADER.size, data_end)):
         if table is not None and (i >= len(table) or table[i].position != entry.position):
             raise CorruptRecordError(f"{fileio.full_path(file)}: entry at byte {entry.position} is not in the "
                                      f"sealed ledger's entry table")
         yield entry
-    if table is not None and data_end > FILE_HEADER.size and not table:
-        raise CorruptRecordError(f"{fileio.full_path(file)}: entry table is empty but the ledger holds entries")
+    if size < length:
+        raise CorruptRecordError(f"{fileio.full_path(file)}: file of {size} bytes is shorter than its confirmed length {length}")
 
 
 def structure_problems(name: str, log_start: int, next_offset: int, ledgers: Sequence) -> List[str]:

@@ -1,0 +1,222 @@
+"""What used to lose or hide acknowledged data, each case as a user met it: timestamps taken from
+batch headers, keyless records on compacted topics, long topic names, half-done admin operations,
+errors after the confirming CAS, damaged partitions stopping housekeeping, stores damaged by an
+earlier version, and a writer pile-up of small ledgers."""
+
+import os
+import struct
+import time
+
+import crc32c
+import pytest
+
+from kop_spark import Broker, Record
+from kop_spark.errors import InvalidRecordError, InvalidTopicError, TopicNotFoundError
+from kop_spark.record import TimestampType, build_record_batch
+from kop_spark.record.default_record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, MAX_TIMESTAMP_OFFSET
+from kop_spark.storage.metadata_store import FileMetadataStore
+
+from .faults import FAULTS, Injector, injected
+
+NOW = int(time.time() * 1000)
+DAY = 86_400_000
+
+
+def _patched(batch: bytes, *, max_timestamp=None, log_append_time=False) -> bytes:
+    """A batch whose header says what a buggy or hostile client put there, correctly signed."""
+    out = bytearray(batch)
+    if max_timestamp is not None:
+        struct.pack_into(">q", out, MAX_TIMESTAMP_OFFSET, max_timestamp)
+    if log_append_time:
+        (attributes,) = struct.unpack_from(">h", out, ATTRIBUTES_OFFSET)
+        struct.pack_into(">h", out, ATTRIBUTES_OFFSET, attributes | 0x08)
+    struct.pack_into(">I", out, CRC_OFFSET, crc32c.crc32c(bytes(out[ATTRIBUTES_OFFSET:])))
+    return bytes(out)
+
+
+@pytest.fixture
+def rolling(root):
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 0})
+    b.create_topic("t", 1, config={"retention.ms": DAY})
+    yield b
+    b.close()
+
+
+def test_records_without_timestamps_are_kept_by_retention(rolling):
+    rolling.produce("t", [Record(b"no time", timestamp_ms=-1)], 0)
+    rolling.produce("t", [Record(b"later")], 0)  # rolls over: retention looks at the first ledger
+    rolling.enforce_retention("t")
+    assert [r.value for r in rolling.fetch("t", 0, 0)] == [b"no time", b"later"]
+
+
+def test_max_timestamp_comes_from_the_records_not_the_header(rolling):
+    rolling.produce_batches("t", 0, [_patched(build_record_batch([Record(b"now", timestamp_ms=NOW)]), max_timestamp=0)])
+    rolling.produce_batches("t", 0, [_patched(build_record_batch([Record(b"soon", timestamp_ms=NOW + 1)]), max_timestamp=NOW + 100 * DAY)])
+    rolling.produce("t", [Record(b"last", timestamp_ms=NOW + 2)], 0)
+    rolling.enforce_retention("t")
+    assert [r.value for r in rolling.fetch("t", 0, 0)] == [b"now", b"soon", b"last"], "retention trusted a header"
+    assert rolling.list_offsets("t", 0, NOW + 1) == 1
+    assert rolling.list_offsets("t", 0, NOW + DAY) == -1, "a far-future header answered a lookup"
+    assert [RecordMax(b) for b in rolling.fetch_batches("t", 0, 0, 1 << 20)][:1] == [NOW]
+
+
+def RecordMax(batch: bytes) -> int:
+    return struct.unpack_from(">q", batch, MAX_TIMESTAMP_OFFSET)[0]
+
+
+def test_timestamp_type_is_the_topics_not_the_batchs(rolling):
+    flagged = _patched(build_record_batch([Record(b"x", timestamp_ms=NOW - 5)]), max_timestamp=NOW + 7, log_append_time=True)
+    rolling.produce_batches("t", 0, [flagged])
+    (r,) = rolling.fetch("t", 0, 0)
+    assert (r.timestamp_ms, r.timestamp_type) == (NOW - 5, TimestampType.CREATE_TIME)
+    rolling.create_topic("stamped", 1, config={"message.timestamp.type": "LogAppendTime"})
+    before = int(time.time() * 1000)
+    rolling.produce("stamped", [Record(b"y", timestamp_ms=1)], 0)
+    (s,) = rolling.fetch("stamped", 0, 0)
+    assert s.timestamp_type == TimestampType.LOG_APPEND_TIME and s.timestamp_ms >= before
+
+
+def test_compacted_topics_refuse_keyless_records(broker):
+    broker.create_topic("c", 1, config={"cleanup.policy": "compact"})
+    with pytest.raises(InvalidRecordError, match="Compacted topic cannot accept message without key"):
+        broker.produce("c", [Record(b"keyed", key=b"k"), Record(b"keyless")], 0)
+    staged = broker.stage("c", 0, "_staging/q/0/c.ledger")
+    with pytest.raises(InvalidRecordError, match="c-0: Compacted topic cannot accept message without key"):
+        staged.append([build_record_batch([Record(b"keyless")])])
+    staged.discard()
+    assert broker.list_offsets("c", 0, "latest") == 0
+
+
+@pytest.mark.parametrize("length", [243, 249])
+def test_topic_names_up_to_kafkas_limit_work_end_to_end(broker, length):
+    name = "n" * length
+    broker.create_topic(name, 12)
+    broker.produce(name, [Record(b"v")], 11)
+    assert [r.value for r in broker.fetch(name, 11, 0)] == [b"v"]
+    assert name in broker.list_topics()
+    assert broker.maintenance(orphan_grace_ms=0).errors == []
+    broker.delete_topic(name)
+    broker.create_topic(name, 1)
+
+
+def test_a_name_past_kafkas_limit_is_refused_before_anything_is_written(root):
+    b = Broker(root)
+    with pytest.raises(InvalidTopicError, match="longer than 249"):
+        b.create_topic("n" * 250, 1)
+    assert not os.path.exists(root) or not any(files for _, _, files in os.walk(root))
+
+
+def test_a_topic_appears_only_when_all_its_partitions_exist(root, monkeypatch):
+    for at in range(1, 40):
+        b = Broker(os.path.join(root, str(at)))
+        injector = Injector(at, FAULTS[0])
+        try:
+            with injected(monkeypatch, injector):
+                b.create_topic("t", 3)
+        except KeyboardInterrupt:
+            pass
+        if "t" in b.list_topics():
+            for p in range(3):
+                assert b.list_offsets("t", p, "latest") == 0
+        else:
+            with pytest.raises(TopicNotFoundError):
+                b.produce("t", [Record(b"v")], 0)
+            b.create_topic("t", 3)  # the name is free
+        assert b.maintenance(orphan_grace_ms=0).errors == []
+        if injector.steps < at:
+            break
+
+
+def test_an_error_after_the_confirming_cas_reports_success(broker, monkeypatch):
+    broker.create_topic("t", 1)
+    broker.produce("t", [Record(b"a")], 0)
+
+    def refuse(self, d, latest):
+        raise PermissionError(13, "Permission denied", d)
+
+    monkeypatch.setattr(FileMetadataStore, "_prune", refuse)
+    assert broker.produce("t", [Record(b"b")], 0) == [(0, 1, 1)]
+    assert [r.value for r in Broker(broker.root).fetch("t", 0, 0)] == [b"a", b"b"]
+
+
+def _damage_as_an_earlier_version_did(b: Broker, topic: str) -> str:
+    """A confirmed entry truncated away by an interrupted writer's clean-up, the file cut back and
+    sealed with one entry fewer than the metadata confirms (issue #11's store)."""
+    from kop_spark.storage.ledger import LedgerReader
+
+    ml = b._managed_ledger(topic, 0)
+    snap = ml.snapshot()
+    ledger = snap.ledgers[-1]
+    rows = LedgerReader(b.fileio, ledger.file, ledger.length, False).table().rows
+    path = b.fileio.full_path(ledger.file)
+    with open(path, "r+b") as f:
+        f.truncate(rows[-1].position)
+    from kop_spark.storage.fileio import FileIO
+    from kop_spark.storage.ledger import LedgerWriter
+
+    w = LedgerWriter(b.fileio, ledger.file, ledger.id, FileIO(os.path.dirname(path)).reopen(os.path.basename(path), rows[-1].position))
+    w.seal(rows[:-1], rows[-1].relative_index)
+    w.close()
+    return path
+
+
+def test_a_damaged_partition_is_reported_and_does_not_stop_housekeeping(root):
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 100})
+    b.create_topic("bad", 1)
+    b.create_topic("good", 1)
+    for i in range(3):
+        b.produce("bad", [Record(f"b{i}".encode())], 0)
+    _damage_as_an_earlier_version_did(b, "bad")
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 0})
+    for i in range(4):
+        b.produce("good", [Record(f"g{i}".encode())], 0)
+    b.produce("bad", [Record(b"b3")], 0)  # fences the damaged ledger: maintenance will merge it
+    b.produce("bad", [Record(b"b4")], 0)
+    assert list(b.verify()) == ["bad-0"]
+    report = b.maintenance(target_ledger_bytes=1 << 20)
+    assert [where for where, _ in report.errors] == ["bad-0"]
+    assert b.describe_topic("good").partitions[0].ledgers == 2, "the good topic was still merged"
+
+
+def test_repair_keeps_intact_entries_and_names_what_it_dropped(root):
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 100})
+    b.create_topic("t", 1)
+    for i in range(3):
+        b.produce("t", [Record(f"v{i}".encode()), Record(f"w{i}".encode())], 0)
+    b.commit_offsets("ahead", {("t", 0): 6})
+    b.commit_offsets("behind", {("t", 0): 2})
+    _damage_as_an_earlier_version_did(b, "t")
+    fresh = Broker(root)
+    report = fresh.repair()
+    assert report.truncated == {("t", 0): (4, 6)}
+    assert report.groups_past_end == [("ahead", "t", 0, 6)]
+    assert fresh.verify() == {}
+    assert [r.value for r in fresh.fetch("t", 0, 0)] == [b"v0", b"w0", b"v1", b"w1"]
+    assert fresh.produce("t", [Record(b"next")], 0) == [(0, 4, 1)]
+    assert fresh.repair().truncated == {}
+
+
+def test_repair_restores_metadata_torn_by_an_earlier_version(root):
+    b = Broker(root)
+    b.create_topic("t", 1)
+    b.produce("t", [Record(b"a")], 0)
+    b.close()
+    key_dir = os.path.join(root, "_metadata", *b.topic_name("t").managed_ledger_key(0).split("/"))
+    newest = sorted(n for n in os.listdir(key_dir) if n.endswith(".json"))[-1]
+    with open(os.path.join(key_dir, f"{int(newest[:-5]) + 1:020d}.json"), "wb") as f:
+        f.write(b'{"ledgers": [{"id"')  # what a short write used to link in
+    with pytest.raises(Exception, match="not valid JSON"):
+        Broker(root).fetch("t", 0, 0)
+    report = Broker(root).repair()
+    assert len(report.metadata_versions_removed) == 1
+    assert [r.value for r in Broker(root).fetch("t", 0, 0)] == [b"a"]
+
+
+def test_writers_taking_turns_do_not_pile_up_ledgers(root):
+    one, two = Broker(root), Broker(root)
+    one.create_topic("t", 1)
+    for i in range(200):
+        (one if i % 2 else two).produce("t", [Record(f"{i}".encode())], 0)
+    ledgers = one.describe_topic("t").partitions[0].ledgers
+    assert ledgers <= 2 * 16, f"{ledgers} ledgers for 200 alternating appends"
+    assert [r.value for r in Broker(root).fetch("t", 0, 0, max_records=500)] == [f"{i}".encode() for i in range(200)]
