@@ -6,6 +6,8 @@
     kop groups list|describe|reset-offsets|delete|delete-offsets ...   (kafka-consumer-groups)
     kop dump-ledger FILE         every entry of a ledger file (kafka-dump-log)
     kop maintenance              merge small ledgers, remove files of crashed writers
+    kop verify                   check every ledger against its metadata (kafka-dump-log --verify)
+    kop repair                   truncate damaged partitions at their first damaged entry
 """
 
 from __future__ import annotations
@@ -81,26 +83,28 @@ def _topics(args) -> int:
 def _produce(args) -> int:
     headers = [(k, v.encode()) for k, v in _key_values(args.header, "--header").items()]
     total = 0
-    with _broker(args) as b:
-        b.partitions_for(args.topic)  # fail before reading stdin if the topic is missing
-        batch: List[Record] = []
-        for line in sys.stdin.buffer:
-            line = line.rstrip(b"\r\n")
-            key = None
-            if args.key_separator is not None:
-                sep = args.key_separator.encode()
-                if sep not in line:
-                    raise KopError(f"line {total + len(batch) + 1} has no key separator {args.key_separator!r}: {line[:80]!r}")
-                key, line = line.split(sep, 1)
-            batch.append(Record(value=line, key=key, headers=headers))
-            if len(batch) >= _PRODUCE_BATCH:
+    try:
+        with _broker(args) as b:
+            b.partitions_for(args.topic)  # fail before reading stdin if the topic is missing
+            batch: List[Record] = []
+            for line in sys.stdin.buffer:
+                line = line.rstrip(b"\r\n")
+                key = None
+                if args.key_separator is not None:
+                    sep = args.key_separator.encode()
+                    if sep not in line:
+                        raise KopError(f"line {total + len(batch) + 1} has no key separator {args.key_separator!r}: {line[:80]!r}")
+                    key, line = line.split(sep, 1)
+                batch.append(Record(value=line, key=key, headers=headers))
+                if len(batch) >= _PRODUCE_BATCH:
+                    b.produce(args.topic, batch, args.partition, compression=args.compression_type)
+                    total += len(batch)
+                    batch = []
+            if batch:
                 b.produce(args.topic, batch, args.partition, compression=args.compression_type)
                 total += len(batch)
-                batch = []
-        if batch:
-            b.produce(args.topic, batch, args.partition, compression=args.compression_type)
-            total += len(batch)
-    print(f"Produced {total} records to {args.topic}.", file=sys.stderr)
+    finally:  # also on Ctrl-C: what was acknowledged is stored, and the user should know how much
+        print(f"Produced {total} records to {args.topic} (acknowledged).", file=sys.stderr)
     return 0
 
 
@@ -150,6 +154,48 @@ def _maintenance(args) -> int:
     print(f"Merged away {report.ledgers_merged} small ledgers; removed {len(report.files_removed)} orphaned files.")
     for path in report.files_removed:
         print(f"  removed {path}")
+    for partition, error in report.errors:
+        print(f"error: {partition}: {error}", file=sys.stderr)
+    if report.errors:
+        print(f"{len(report.errors)} partition(s) could not be tidied (see above); `kop verify` checks the store, "
+              f"`kop repair` mends it", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _verify(args) -> int:
+    with _broker(args) as b:
+        problems = b.verify(args.topic)
+        checked = sum(b.partitions_for(t) for t in ([args.topic] if args.topic else b.list_topics(include_internal=True)))
+    for partition, found in sorted(problems.items()):
+        for problem in found:
+            print(f"{partition}: {problem}")
+    if problems:
+        print(f"{len(problems)} of {checked} partitions are damaged; `kop repair` truncates each at its first "
+              f"damaged entry", file=sys.stderr)
+        return 1
+    print(f"Checked {checked} partitions: every confirmed entry is intact.")
+    return 0
+
+
+def _repair(args) -> int:
+    with _broker(args) as b:
+        report = b.repair(args.topic, dry_run=args.dry_run)
+    for path in report.metadata_versions_removed:
+        print(f"removed unreadable metadata version {path}")
+    for (topic, p), (end, old_end) in sorted(report.truncated.items()):
+        print(f"{topic}-{p}: log end offset {'would move' if args.dry_run else 'moved'} back from {old_end} to {end}: "
+              f"offsets {end} to {old_end - 1} {'would be' if args.dry_run else 'are'} dropped")
+    for group, topic, p, offset in report.groups_past_end:
+        end = report.truncated[(topic, p)][0]
+        print(f"group {group!r}: committed offset {offset} for {topic}-{p} is past the new log end {end}; "
+              f"reset it with `kop groups reset-offsets {group} --topic {topic}:{p} --to-latest --execute`")
+    if not report.truncated and not report.metadata_versions_removed:
+        print("Nothing to repair: every confirmed entry is intact.")
+    elif args.dry_run:
+        print("(dry run: nothing changed; run without --dry-run to repair)", file=sys.stderr)
+    else:
+        print(f"Repaired {len(report.truncated)} partition(s).")
     return 0
 
 
@@ -161,32 +207,36 @@ def _consume(args) -> int:
             raise KopError(f"--offset must be earliest, latest or a number, got {args.offset!r}") from None
         if args.partition is None:
             raise KopError("--offset N needs --partition, as in kafka-console-consumer")
-    out = sys.stdout
     n = 0
-    with _broker(args) as b:
-        for r in _records(b, args):
-            if args.max_messages is not None and n >= args.max_messages:
-                break
-            if args.format == "json":
-                out.write(json.dumps({
-                    "topic": r.topic, "partition": r.partition, "offset": r.offset,
-                    "timestamp": r.timestamp_ms, "timestampType": int(r.timestamp_type),
-                    "key": _json_bytes(r.key), "value": _json_bytes(r.value),
-                    "headers": [{"key": k, "value": _json_bytes(v)} for k, v in r.headers],
-                }) + "\n")
-            else:
-                parts = []
-                if args.print_offset:
-                    parts.append(f"{r.partition}:{r.offset}")
-                if args.print_timestamp:
-                    parts.append(f"{'CreateTime' if r.timestamp_type == 0 else 'LogAppendTime'}:{r.timestamp_ms}")
-                if args.print_key:
-                    parts.append(_text(r.key) if r.key is not None else "null")
-                parts.append(_text(r.value) if r.value is not None else "null")
-                out.write("\t".join(parts) + "\n")
-            n += 1
-    print(f"Processed a total of {n} messages", file=sys.stderr)
+    try:
+        with _broker(args) as b:
+            for r in _records(b, args):
+                if args.max_messages is not None and n >= args.max_messages:
+                    break
+                sys.stdout.write(_format_record(r, args))
+                n += 1
+    finally:  # also on Ctrl-C, as kafka-console-consumer
+        print(f"Processed a total of {n} messages", file=sys.stderr)
     return 0
+
+
+def _format_record(r: ConsumerRecord, args) -> str:
+    if args.format == "json":
+        return json.dumps({
+            "topic": r.topic, "partition": r.partition, "offset": r.offset,
+            "timestamp": r.timestamp_ms, "timestampType": int(r.timestamp_type),
+            "key": _json_bytes(r.key), "value": _json_bytes(r.value),
+            "headers": [{"key": k, "value": _json_bytes(v)} for k, v in r.headers],
+        }) + "\n"
+    parts = []
+    if args.print_offset:
+        parts.append(f"{r.partition}:{r.offset}")
+    if args.print_timestamp:
+        parts.append(f"{'CreateTime' if r.timestamp_type == 0 else 'LogAppendTime'}:{r.timestamp_ms}")
+    if args.print_key:
+        parts.append(_text(r.key) if r.key is not None else "null")
+    parts.append(_text(r.value) if r.value is not None else "null")
+    return "\t".join(parts) + "\n"
 
 
 # -- groups ---------------------------------------------------------------------------------
@@ -378,6 +428,7 @@ def _dump_ledger(args) -> int:
             for r in batch.records():
                 hdrs = ",".join(f"{k}:{_text(v)}" for k, v in r.headers)
                 print(f"| offset: {r.offset} CreateTime: {r.timestamp_ms} key: {_text(r.key)} value: {_text(r.value)} headers: [{hdrs}]")
+    damaged = False
     if rec.error:
         # Past the confirmed length of an unsealed ledger, a torn entry is what a crashed writer
         # leaves and readers never see; anywhere else it is damage.
@@ -388,15 +439,19 @@ def _dump_ledger(args) -> int:
             f"{rec.file_length - rec.valid_length} bytes from byte {rec.valid_length} are not valid entries"
             + ("" if damaged else " (an unconfirmed write after the confirmed length; readers never see it)")
         )
-        return 1 if damaged else 0
-    return 0
+    if found and len(rec.entries) < found["entries"]:
+        print(f"the managed ledger confirms {found['entries']} entries but the file holds {len(rec.entries)} intact "
+              f"ones: confirmed records are missing (`kop verify` checks the store, `kop repair` mends it)")
+        damaged = True
+    return 1 if damaged else 0
 
 
 def _guess_root(path: str) -> Optional[str]:
-    """Ledgers live at <root>/ledgers/<tenant>/<namespace>/<partition dir>/<file>."""
+    """Ledgers live at <root>/ledgers/<tenant>/<namespace>/<partition dir(s)>/<file>."""
     parts = path.split(os.sep)
-    if len(parts) > 5 and parts[-5] == "ledgers":
-        return os.sep.join(parts[:-5])
+    for i in (len(parts) - 5, len(parts) - 6):
+        if i > 0 and parts[i] == "ledgers" and os.path.isdir(os.sep.join(parts[:i] + ["_metadata"])):
+            return os.sep.join(parts[:i])
     return None
 
 
@@ -463,6 +518,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="remove unreferenced files only once they are this old")
     m.set_defaults(run=_maintenance)
 
+    v = sub.add_parser("verify", help="check every ledger against its metadata and every entry's checksums")
+    v.add_argument("--topic", help="only this topic (default: every topic, internal ones included)")
+    v.set_defaults(run=_verify)
+
+    r = sub.add_parser("repair", help="truncate damaged partitions at their first damaged entry, as Kafka's log recovery")
+    r.add_argument("--topic", help="only this topic (default: every topic, internal ones included)")
+    r.add_argument("--dry-run", action="store_true", help="only say what would be dropped")
+    r.set_defaults(run=_repair)
+
     d = sub.add_parser("dump-ledger", help="print every entry of a ledger file")
     d.add_argument("file")
     d.add_argument("--print-data-log", action="store_true", help="also print each record")
@@ -487,6 +551,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: what was acknowledged is stored; the command said how much
+        return 130
 
 
 if __name__ == "__main__":
