@@ -18,13 +18,13 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Seque
 from .config import Config, parse_topic_config
 from .errors import (
     BadVersionError,
-    KopError,
     ConfigError,
     CorruptRecordError,
     FileMissingError,
     GroupIdNotFoundError,
     InvalidPartitionsError,
     InvalidRecordError,
+    KopError,
     OffsetOutOfRangeError,
     PartitionNotFoundError,
     RecordTooLargeError,
@@ -34,9 +34,8 @@ from .errors import (
 )
 from .group.coordinator import GroupCoordinator, OffsetAndMetadata
 from .partitioner import partition_for_key
-from .record import BatchRecord, ConsumerRecord, Record, RecordBatch, build_record_batch, split_batches
+from .record import BatchRecord, ConsumerRecord, Record, RecordBatch, TimestampType, build_record_batch, split_batches
 from .record.compression import CompressionType
-from .record import TimestampType
 from .record.default_record_batch import with_log_append_time, with_timestamps
 from .storage.fileio import FileIO, optional_local_dir
 from .storage.ledger import IOStats

@@ -121,7 +121,7 @@ def test_housekeeping_racing_writer_processes(tmp_path, operation):
 def test_expiry_racing_commits_in_other_processes(tmp_path):
     root = str(tmp_path / "store")
     Broker(root).create_topic("t", 1)
-    committers = {g: _start(COMMITTER, root, g, 100) for g in ("c1", "c2", "c3")}
+    committers = {g: _start(COMMITTER, root, g, "one-partition", 100) for g in ("c1", "c2", "c3")}
     keeper = _start(HOUSEKEEPER, root, "expiry")
     go(committers.values())
     last = {}
@@ -139,7 +139,7 @@ def test_expiry_racing_commits_in_other_processes(tmp_path):
 def test_first_group_commits_of_two_processes_on_a_new_store(tmp_path):
     root = str(tmp_path / "store")
     Broker(root).create_topic("t", 1)
-    committers = {g: _start(COMMITTER, root, g, 20) for g in ("first", "second")}
+    committers = {g: _start(COMMITTER, root, g, "one-partition", 20) for g in ("first", "second")}
     go(committers.values())
     for g, p in committers.items():
         out, _ = p.communicate(timeout=300)

@@ -17,7 +17,8 @@ T0 = 1_900_000_000_000  # far enough ahead that retention keeps everything
 @pytest.fixture(scope="module")
 def big_partition(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("big"))
-    conf = {"managedLedgerMaxEntriesPerLedger": BATCHES_PER_LEDGER, "journalSyncData": False}
+    conf = {"managedLedgerMaxEntriesPerLedger": BATCHES_PER_LEDGER, "journalSyncData": False,
+            "managedLedgerMergeInPassing": 0}  # 1000 ledgers to search between, as a long-lived log has
     b = Broker(root, conf=conf)
     b.create_topic("t", 1)
     offset = 0

@@ -278,7 +278,7 @@ def test_spark_write_racing_a_broker_producer(spark, root, broker):
 
 
 def test_maintenance_merges_small_ledgers_and_removes_orphans(root):
-    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 2})
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 2, "managedLedgerMergeInPassing": 0})
     b.create_topic("t", partitions=1)
     for i in range(41):
         b.produce("t", [Record(value=f"v{i}".encode(), key=f"k{i % 5}".encode(), timestamp_ms=int(time.time() * 1000))])

@@ -220,3 +220,29 @@ def test_writers_taking_turns_do_not_pile_up_ledgers(root):
     ledgers = one.describe_topic("t").partitions[0].ledgers
     assert ledgers <= 2 * 16, f"{ledgers} ledgers for 200 alternating appends"
     assert [r.value for r in Broker(root).fetch("t", 0, 0, max_records=500)] == [f"{i}".encode() for i in range(200)]
+
+
+def test_a_file_condemned_deleted_and_acquitted_before_the_cas_is_never_referred_to(root, monkeypatch):
+    """Orphan removal (condemn by CAS, delete, acquit by CAS) lands between a merge writing its new
+    ledger and the CAS that would swap it in: the swap must not refer to the deleted file."""
+    from kop_spark.storage.managed_ledger import ManagedLedger
+
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 0})
+    b.create_topic("t", 1)
+    for i in range(4):
+        b.produce("t", [Record(f"v{i}".encode())], 0)
+    real_swap = ManagedLedger._swap
+    removed = []
+
+    def swap_after_orphan_removal(self, run, new):
+        other = Broker(root)
+        removed.extend(other._managed_ledger("t", 0).remove_orphans(other.fileio.walk_files(other.topic_name("t").data_dir(0)), 0))
+        return real_swap(self, run, new)
+
+    monkeypatch.setattr(ManagedLedger, "_swap", swap_after_orphan_removal)
+    assert b.maintenance(target_ledger_bytes=1 << 20).ledgers_merged == 0
+    monkeypatch.undo()
+    assert len(removed) == 1, "the merge's new ledger was unreferenced, so removable"
+    fresh = Broker(root)
+    assert fresh.verify() == {}
+    assert [r.value for r in fresh.fetch("t", 0, 0)] == [b"v0", b"v1", b"v2", b"v3"]

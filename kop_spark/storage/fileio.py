@@ -156,6 +156,13 @@ class FileIO:
             raise FileMissingError(f"cannot read {full}: no such file")
         return info.size
 
+    def exists(self, path: str) -> bool:
+        full = self.full_path(path)
+        try:
+            return self.fs.get_file_info(full).type == pafs.FileType.File
+        except (OSError, pa.ArrowException) as e:
+            raise _storage_error("look for", full, e) from e
+
     def list_dir(self, path: str) -> List[str]:
         """Names in a directory; empty if it does not exist."""
         full = self.full_path(path)

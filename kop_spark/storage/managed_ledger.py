@@ -29,14 +29,14 @@ One instance is safe to share between threads: writes take its lock.
 from __future__ import annotations
 
 import bisect
-import marshal
-from itertools import islice
 import logging
+import marshal
 import math
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import BadVersionError, CorruptRecordError, KopError, LogEndMovedError, StorageError
@@ -889,12 +889,18 @@ class ManagedLedger:
         if new == state.value:
             self._state = state
             return
-        added = _referenced(new) - _referenced(state.value)
-        condemned = added & set(new.get("condemned", []))
-        if condemned:
-            raise OrphanRemovedError(f"{self.name}: {sorted(condemned)[0]} was removed as an orphan before it was referred to")
+        self._check_added_files(state.value, new)
         version = self.store.put(self.key, new, state.version)
         self._state = Versioned(new, version)
+
+    def _check_added_files(self, committed: dict, new: dict) -> None:
+        """Files a change starts referring to must not be orphans condemned by maintenance. An
+        orphan is condemned by one CAS, deleted, then acquitted by another: while condemned, the
+        list says so; once acquitted, it is already gone, which a look at the file tells, since
+        ``committed`` (read after the acquitting CAS) is what this change is based on."""
+        for f in _referenced(new) - _referenced(committed):
+            if f in new.get("condemned", ()) or not self.fileio.exists(f):
+                raise OrphanRemovedError(f"{self.name}: {f} was removed as an orphan before it was referred to")
 
     def _apply_retention(self, meta: dict, now: int) -> None:
         cfg = self.config
