@@ -703,7 +703,7 @@ class MaintenanceReport:
         """Work on one partition: its failure is recorded, and the next partition is done."""
         try:
             yield
-        except TopicNotFoundError:
+        except (TopicNotFoundError, ManagedLedgerDeletedError):
             pass  # deleted meanwhile: nothing left to tidy
         except KopError as e:
             log.error("%s-%d: %s", topic, partition, e)

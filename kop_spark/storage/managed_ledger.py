@@ -345,11 +345,15 @@ class ManagedLedger:
             value = self._state.value if self._state else None
             return bool(value and value.get("deleted") and not value.get("trash") and not value.get("condemned"))
 
-    def _retry(self, change: Change, *, allow_deleted: bool = False) -> None:
+    def _retry(self, change: Change, *, allow_deleted: bool = False, new_files: bool = False) -> None:
+        """Apply ``change`` by CAS, again on a fresh read whenever another writer got there first.
+        With ``new_files``, the change makes its files afresh on every attempt, so one that maintenance
+        removed as an orphan before the CAS (a lost race, like any other) is retried too."""
+        lost = (BadVersionError, OrphanRemovedError) if new_files else BadVersionError
         for _ in range(_MAX_ATTEMPTS):
             try:
                 return self._update(change, allow_deleted=allow_deleted)
-            except BadVersionError:
+            except lost:
                 continue
         raise StorageError(f"{self.name}: gave up after {_MAX_ATTEMPTS} lost compare-and-sets")
 
@@ -461,7 +465,7 @@ class ManagedLedger:
             return meta
 
         with self._lock:
-            self._retry(change)
+            self._retry(change, new_files=True)
             self._merge_in_passing()
         return result[-1]
 
