@@ -50,3 +50,16 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+def read_partition(b, topic, partition):
+    """(log start, log end, every record between them) of a partition, read as a consumer reads it."""
+    start, end = b.list_offsets(topic, partition, "earliest"), b.list_offsets(topic, partition, "latest")
+    out, offset = [], start
+    while offset < end:
+        got = b.fetch(topic, partition, offset, max_records=5000)
+        if not got:  # only compaction empties the rest of a log
+            break
+        out += got
+        offset = got[-1].offset + 1
+    return start, end, out

@@ -10,7 +10,7 @@ import pytest
 
 from kop_spark import Broker, Record
 
-from .conftest import PYTHON, python_subprocess_env
+from .conftest import PYTHON, python_subprocess_env, read_partition
 from .test_crash_and_concurrency import check_log, confirmed_lines, go, start_writer
 
 HOUSEKEEPER = __file__.replace("test_concurrency.py", "housekeeper_process.py")
@@ -22,18 +22,6 @@ def _start(script, *args):
                          text=True, env=python_subprocess_env())
     assert p.stdout.readline().strip() == "ready"
     return p
-
-
-def _read_all(b, topic, partition):
-    start, end = b.list_offsets(topic, partition, "earliest"), b.list_offsets(topic, partition, "latest")
-    out, offset = [], start
-    while offset < end:
-        got = b.fetch(topic, partition, offset, max_records=5000)
-        if not got:
-            break
-        out += got
-        offset = got[-1].offset + 1
-    return start, end, out
 
 
 def test_threads_sharing_a_broker(root):
@@ -71,7 +59,7 @@ def test_threads_sharing_a_broker(root):
     fresh = Broker(root)
     assert fresh.verify() == {}
     for p in (0, 1):
-        start, end, records = _read_all(fresh, "t", p)
+        start, end, records = read_partition(fresh, "t", p)
         assert [r.offset for r in records] == list(range(start, end)) and start == 0
         assert {r.offset: r.value for r in records} == acked[p]
     for group, offsets in commits.items():
@@ -103,7 +91,7 @@ def test_housekeeping_racing_writer_processes(tmp_path, operation):
         check_log(root, confirmed)
         assert b.maintenance(orphan_grace_ms=0).errors == []
         return
-    start, end, records = _read_all(b, "t", 0)
+    start, end, records = read_partition(b, "t", 0)
     by_offset = {r.offset: r.value.decode() for r in records}
     if operation == "retention":
         assert sorted(by_offset) == list(range(start, end))

@@ -22,6 +22,7 @@ import pytest
 from kop_spark import Broker, Record
 from kop_spark.record import build_record_batch
 
+from .conftest import read_partition
 from .faults import FAULTS, Fault, Injector, injected
 
 CONF = {"managedLedgerMaxEntriesPerLedger": 2, "managedLedgerMergeInPassing": 3}
@@ -84,14 +85,7 @@ def check_store(root: str, ledger: Ledger, compacted: Set[str] = frozenset(), ex
     visible: Dict[bytes, Tuple[str, int, int]] = {}
     for topic in b.list_topics():
         for p in range(b.partitions_for(topic)):
-            start, end = b.list_offsets(topic, p, "earliest"), b.list_offsets(topic, p, "latest")
-            records, offset = [], start
-            while offset < end:
-                got = b.fetch(topic, p, offset, max_records=1000)
-                if not got:
-                    break
-                records += got
-                offset = got[-1].offset + 1
+            start, end, records = read_partition(b, topic, p)
             if topic not in compacted:
                 assert [r.offset for r in records] == list(range(start, end)), f"{topic}-{p}: offsets must run {start}..{end - 1}"
             for r in records:

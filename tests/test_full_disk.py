@@ -10,6 +10,8 @@ import pytest
 from kop_spark import Broker, Record
 from kop_spark.errors import StorageError
 
+from .conftest import read_partition
+
 
 @pytest.fixture
 def small_fs(tmp_path):
@@ -54,13 +56,8 @@ def test_a_full_disk_loses_nothing_acknowledged(small_fs):
         fresh = Broker(root)
         assert fresh.verify() == {}
         for p in (0, 1):
-            end = fresh.list_offsets("t", p, "latest")
-            got = {}
-            offset = 0
-            while offset < end:
-                records = fresh.fetch("t", p, offset, max_records=1000)
-                got.update({(p, r.offset): r.value for r in records})
-                offset = records[-1].offset + 1
+            _, end, records = read_partition(fresh, "t", p)
+            got = {(p, r.offset): r.value for r in records}
             assert sorted(o for _, o in got) == list(range(end))
             assert {k: v for k, v in acked.items() if k[0] == p}.items() <= got.items(), "acknowledged records lost"
         for group, offset in commits.items():

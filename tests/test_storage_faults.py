@@ -6,6 +6,7 @@ earlier version, and a writer pile-up of small ledgers."""
 import os
 import struct
 import time
+from typing import Tuple
 
 import crc32c
 import pytest
@@ -160,18 +161,26 @@ def _damage_as_an_earlier_version_did(b: Broker, topic: str) -> str:
     return path
 
 
-def test_a_damaged_partition_is_reported_and_does_not_stop_housekeeping(root):
+def damaged_store(root: str) -> Tuple[Broker, str]:
+    """A store with topic 'bad' (b0-b2 in a ledger whose last confirmed entry was destroyed, then
+    b3 and b4, which fenced it) and topic 'good' (g0-g3 in one-entry ledgers). Returns a Broker on
+    it and the damaged ledger's path."""
     b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 100})
     b.create_topic("bad", 1)
     b.create_topic("good", 1)
     for i in range(3):
         b.produce("bad", [Record(f"b{i}".encode())], 0)
-    _damage_as_an_earlier_version_did(b, "bad")
+    path = _damage_as_an_earlier_version_did(b, "bad")
     b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 0})
     for i in range(4):
         b.produce("good", [Record(f"g{i}".encode())], 0)
-    b.produce("bad", [Record(b"b3")], 0)  # fences the damaged ledger: maintenance will merge it
-    b.produce("bad", [Record(b"b4")], 0)
+    for i in (3, 4):  # fences the damaged ledger: maintenance will merge it
+        b.produce("bad", [Record(f"b{i}".encode())], 0)
+    return b, path
+
+
+def test_a_damaged_partition_is_reported_and_does_not_stop_housekeeping(root):
+    b, _ = damaged_store(root)
     assert list(b.verify()) == ["bad-0"]
     report = b.maintenance(target_ledger_bytes=1 << 20)
     assert [where for where, _ in report.errors] == ["bad-0"]
