@@ -106,7 +106,7 @@ class KopOffsetReader:
             out = {}
             for tp in snapshots:
                 c = committed.get(tp)
-                out[tp] = earliest[tp] if c is None else self._in_range(c.offset, tp, earliest, latest, "the group's committed offset")
+                out[tp] = earliest[tp] if c is None else self._in_range(c.offset, tp, earliest, latest, None)
             return out
         if isinstance(limit, SpecificOffsets):
             specified = set(limit.offsets)
@@ -149,13 +149,21 @@ class KopOffsetReader:
         return out
 
     def _in_range(self, off: int, tp: TopicPartition, earliest: PartitionOffsets, latest: PartitionOffsets,
-                  what: str) -> int:
-        if off < earliest[tp]:
-            self.report_data_loss(f"{what} for {tp_name(tp)} was {off} but the earliest available offset is {earliest[tp]}")
-            return earliest[tp]
+                  option: Optional[str]) -> int:
+        """``off`` of ``option`` (None: the group's committed offset) checked against the log: below
+        its start the offsets are gone (data loss); past its end they never existed, which for an
+        option is a mistake in the option."""
+        what = f"option '{option}'" if option else "the group's committed offset"
         if off > latest[tp]:
+            if option:
+                raise ConfigError(f"{what}: offset {off} for {tp_name(tp)} is past the latest offset {latest[tp]}; "
+                                  f"valid offsets are {earliest[tp]} to {latest[tp]}, or -2 (earliest) and -1 (latest)")
             self.report_data_loss(f"{what} for {tp_name(tp)} was {off} but the latest offset is {latest[tp]}")
             return latest[tp]
+        if off < earliest[tp]:
+            self.report_data_loss(f"{what} for {tp_name(tp)} was {off} but the earliest available offset is "
+                                  f"{earliest[tp]}: offsets {off} to {earliest[tp] - 1} were removed by retention")
+            return earliest[tp]
         return off
 
     # -- planning ----------------------------------------------------------------------------
@@ -167,6 +175,7 @@ class KopOffsetReader:
                 root=o.root, topic=r.topic, partition=r.partition, start=r.start, end=r.end,
                 ledgers=tuple(snapshots[(r.topic, r.partition)].slices(r.start, r.end)),
                 include_headers=o.include_headers, fail_on_data_loss=o.fail_on_data_loss,
+                conf=tuple(sorted((k, str(v)) for k, v in o.conf.items())),
             )
             for r in ranges
         ]

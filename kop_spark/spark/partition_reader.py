@@ -1,7 +1,8 @@
 """What a Spark task reads: one offset range of one topic partition, straight from ledger files.
 
 The driver plans a ``KopInputPartition`` from a snapshot of the partition's managed ledger; the
-task needs nothing else (no metadata store, no broker), only the files under the store root.
+task needs nothing else, only the files under the store root, unless maintenance or retention
+moved its offsets to other files meanwhile: then it reads the metadata to find them again.
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ from dataclasses import dataclass
 from typing import Iterator, Tuple
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 
 from pyspark.sql.datasource import InputPartition
 
-from ..errors import DataLossError, StorageError
+from ..errors import DataLossError, FileMissingError, UnknownTopicOrPartitionError
 from ..record import RecordBatch
 from ..record.arrow import ArrowRecordBuilder
 from ..storage.fileio import FileIO
@@ -56,33 +56,58 @@ class KopInputPartition(InputPartition):
     ledgers: Tuple[LedgerSlice, ...]
     include_headers: bool
     fail_on_data_loss: bool
+    conf: Tuple[Tuple[str, str], ...] = ()  # the source's kop.* settings, to re-plan by offset
+
+
+_REPLANS = 5
 
 
 def read_partition(p: KopInputPartition) -> Iterator[pa.RecordBatch]:
-    """Yield the records of ``[p.start, p.end)`` as Arrow batches in Spark's Kafka source schema."""
+    """Yield the records of ``[p.start, p.end)`` as Arrow batches in Spark's Kafka source schema.
+
+    A task is bound to offsets, not files: when a planned ledger is gone (merged, compacted or
+    rolled into another by maintenance, or dropped by retention), the offsets still to read are
+    looked up again in the current metadata, as Spark's Kafka source reads by offset. Only
+    offsets below the log start now are data loss."""
     fileio = FileIO(p.root)
     builder = ArrowRecordBuilder(p.topic, p.partition, p.include_headers)
-    for ledger in p.ledgers:
-        start, end = max(p.start, ledger.base_offset), min(p.end, ledger.end_offset)
-        if start >= end:
-            continue
+    position, ledgers = p.start, p.ledgers
+    for attempt in range(_REPLANS + 1):
         try:
-            for entry in read_slice(fileio, ledger, start, end):
-                builder.add(RecordBatch(entry.entry.batch), entry.base_offset, start, end)
-                if len(builder) >= _FLUSH_RECORDS or builder.size_in_bytes >= _FLUSH_BYTES:
-                    yield builder.build()
-        except StorageError:
-            if _exists(fileio, ledger.file):
+            for ledger in ledgers:
+                start, end = max(position, ledger.base_offset), min(p.end, ledger.end_offset)
+                if start >= end:
+                    continue
+                for entry in read_slice(fileio, ledger, start, end):
+                    builder.add(RecordBatch(entry.entry.batch), entry.base_offset, start, end)
+                    position = max(position, entry.base_offset + entry.entry.offset_span)
+                    if len(builder) >= _FLUSH_RECORDS or builder.size_in_bytes >= _FLUSH_BYTES:
+                        yield builder.build()
+                position = max(position, end)
+            break
+        except FileMissingError:
+            if attempt == _REPLANS:
                 raise
-            # Retention or a topic deletion removed the ledger after the batch was planned.
-            report_data_loss(
-                f"Cannot read offsets {start} to {end - 1} of {p.topic}-{p.partition}: "
-                f"ledger {fileio.full_path(ledger.file)} is gone",
-                p.fail_on_data_loss,
-            )
+            position, ledgers = _replan(p, position)
     if len(builder):
         yield builder.build()
 
 
-def _exists(fileio: FileIO, path: str) -> bool:
-    return fileio.fs.get_file_info(fileio.full_path(path)).type != pafs.FileType.NotFound
+def _replan(p: KopInputPartition, position: int) -> Tuple[int, Tuple[LedgerSlice, ...]]:
+    """Where the offsets from ``position`` on are now, and where reading can resume."""
+    from ..broker import Broker  # the metadata, read only when a planned file went away
+
+    with Broker(p.root, dict(p.conf)) as broker:
+        try:
+            snap = broker.snapshot(p.topic, p.partition)
+        except UnknownTopicOrPartitionError:
+            report_data_loss(f"Cannot read offsets {position} to {p.end - 1} of {p.topic}-{p.partition}: the topic "
+                             f"was deleted after the batch was planned", p.fail_on_data_loss)
+            return p.end, ()
+    if position < snap.log_start_offset:
+        resume = min(snap.log_start_offset, p.end)
+        report_data_loss(f"Cannot read offsets {position} to {resume - 1} of {p.topic}-{p.partition}: retention removed "
+                         f"them after the batch was planned (the log now starts at {snap.log_start_offset})",
+                         p.fail_on_data_loss)
+        position = resume
+    return position, tuple(snap.slices(position, p.end))
