@@ -51,6 +51,7 @@ from .storage.managed_ledger import (
     now_ms,
 )
 from .storage.metadata_store import FileMetadataStore
+from .sink_commit import COMMITTING, SinkCommits
 from .topic_name import TopicName
 
 log = logging.getLogger(__name__)
@@ -175,6 +176,7 @@ class Broker:
                 delete_policy="delete" in cfg["cleanup.policy"],
                 delete_retention_ms=cfg["delete.retention.ms"],
                 merge_in_passing=self.config["managedLedgerMergeInPassing"],
+                sink_expiration_ms=self.config["transactional.id.expiration.ms"],
             ),
             writer_id=self.writer_id,
             stats=self.stats,
@@ -429,6 +431,31 @@ class Broker:
             self._forget(topic)
             raise TopicNotFoundError(f"topic {topic!r} was deleted") from None
 
+    def forget_sink(self, topic: str, partition: int, writer: str) -> None:
+        """Drop ``writer``'s record of its last batch in a partition (see ``SinkCommits``)."""
+        try:
+            self._managed_ledger(topic, partition).forget_sink(writer)
+        except (ManagedLedgerDeletedError, TopicNotFoundError):
+            pass
+
+    @property
+    def sink_commits(self) -> SinkCommits:
+        """Exactly-once sink commits: batch records, all or nothing across partitions."""
+        return SinkCommits(self)
+
+    def remove_staged(self, writer: str, batch: int) -> None:
+        """Delete what a writer staged for a batch, except what its batch record still needs."""
+        record = self.sink_commits.record(writer)
+        keep = set(record.staged_files) if record is not None and record.batch == batch and record.state == COMMITTING else set()
+        directory = f"{STAGING_DIR}/{writer}/{batch}"
+        if not keep:
+            self.fileio.delete_tree(directory)
+        else:
+            for path, _ in self.fileio.walk_files(directory):
+                if path not in keep:
+                    self.fileio.delete(path)
+        self.fileio.delete_dir_if_empty(f"{STAGING_DIR}/{writer}")
+
     # -- fetch -----------------------------------------------------------------------------
 
     def _check_offset(self, topic: str, partition: int, snap: Snapshot, offset: int) -> None:
@@ -634,18 +661,43 @@ class Broker:
         if target_ledger_bytes < 1:
             raise ConfigError(f"target ledger size must be at least 1 byte, got {target_ledger_bytes}")
         report = MaintenanceReport()
+        sinks = self.sink_commits
+        now = now_ms()
+        for record in sinks.pending():  # batches whose commit was interrupted: roll them forward
+            if now - record.updated_ms > SINK_LEASE_MS:
+                with report.partition(f"sink batch {record.batch} of {record.writer}", 0):
+                    sinks.complete(record)
+        pending = sinks.pending()
         for t, name, p, ml in self._partition_logs(topic):
             with report.partition(t, p):
                 report.ledgers_merged += ml.merge_ledgers(target_ledger_bytes)
                 ml.enforce_retention()
-                report.files_removed += ml.remove_orphans(self.fileio.walk_files(name.data_dir(p)), orphan_grace_ms)
+                files = self.fileio.walk_files(name.data_dir(p))
+                # A recorded batch's ledgers may sit in the partition's directory, moved there
+                # by a commit that has not appended them yet: not orphans.
+                moving = {ml.ledger_path(l.ledger_id) for r in pending for l in r.partitions.get((t, p), ())}
+                report.files_removed += ml.remove_orphans([f for f in files if f[0] not in moving], orphan_grace_ms)
         if topic is None:
-            now = now_ms()
-            for path, mtime in self.fileio.walk_files(STAGING_DIR):
-                if now - mtime * 1000 > orphan_grace_ms:
-                    self.fileio.delete(path)
-                    report.files_removed.append(path)
+            report.files_removed += self._remove_dead_staging(orphan_grace_ms, {f for r in pending for f in r.staged_files})
+            sinks.expire(now - self.config["transactional.id.expiration.ms"])
         return report
+
+    def _remove_dead_staging(self, grace_ms: int, recorded: set) -> List[str]:
+        """Staged files of jobs that are gone: no task of theirs has beaten its heart within
+        ``SINK_LEASE_MS``, no batch record needs them, and they are older than ``grace_ms``."""
+        now = now_ms()
+        batches: Dict[str, List[Tuple[str, float]]] = {}
+        for path, mtime in self.fileio.walk_files(STAGING_DIR):
+            batches.setdefault("/".join(path.split("/")[:3]), []).append((path, mtime))
+        removed = []
+        for files in batches.values():
+            if now - max(m for _, m in files) * 1000 < SINK_LEASE_MS:
+                continue  # a running job's tasks are writing or beating their hearts
+            for path, mtime in files:
+                if path not in recorded and now - mtime * 1000 >= grace_ms:
+                    self.fileio.delete(path)
+                    removed.append(path)
+        return removed
 
 
     # -- checking and repair ---------------------------------------------------------------
@@ -689,6 +741,8 @@ class Broker:
 
 
 STAGING_DIR = "_staging"  # where sinks stage ledgers that no reader sees yet
+SINK_HEARTBEAT_MS = 10_000  # a task writing staged ledgers touches its directory this often
+SINK_LEASE_MS = 60_000  # staged output with no heartbeat this long belongs to a job that is gone
 _READ_ATTEMPTS = 5
 
 

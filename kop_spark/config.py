@@ -70,6 +70,7 @@ _SETTINGS = [
     Setting("managedLedgerMergeInPassing", 16, _int_at_least(0), "Merge a run of this many small ledgers as part of writing, so writers taking turns do not pile up ledgers (0: only kop maintenance merges)"),
     Setting("journalSyncData", True, _bool, "fsync ledger and metadata writes before confirming them (false survives process crashes only)"),
     Setting("producer.id.expiration.ms", 86400000, _int_at_least(1), "Forget an idempotent writer's last sequence after this long unused"),
+    Setting("transactional.id.expiration.ms", 604800000, _int_at_least(1), "Forget an exactly-once writer's (a streaming query's) last batch this long after it"),
     Setting("offsetsTopicNumPartitions", 50, _int_at_least(1), "Partitions of the offsets topic __consumer_offsets"),
     Setting("offsetsRetentionMinutes", 4320, _int_at_least(1), "Expire a group's committed offsets this long after it became empty"),
     Setting("offsetsRetentionCheckIntervalMs", 600000, _int_at_least(1), "How often expired offsets are looked for"),

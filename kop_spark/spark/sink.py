@@ -1,15 +1,18 @@
 """``df.write.format("kop")`` and ``writeStream.format("kop")``: Spark's Kafka sink, exactly-once.
 
 Each task attempt stages one ledger per partition it writes to, under ``_staging/`` where no reader
-looks. The driver's commit appends a batch's staged ledgers to their partitions, one CAS per
-partition that also records (writer, batch id); a batch Spark runs again after a crash finds itself
-recorded and is not appended twice. Records land in partitions deterministically (the partition
-column, else murmur2 of the key, else round robin from the task's partition id), so a re-run
-sends every record where the first run did.
+looks, and beats its heart there while it runs, so maintenance leaves a live job's output alone.
+The driver's commit records the whole batch in one CAS and then appends it partition by partition
+(``kop_spark.sink_commit``): a batch Spark runs again after a crash completes what was recorded,
+and its own output is dropped, whatever its routing. Records land in partitions as a Kafka
+producer puts them (the partition column, else murmur2 of the key, else round robin from the
+task's partition id).
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
@@ -34,12 +37,14 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ..broker import STAGING_DIR, Broker, StagedPartition
+from ..broker import SINK_HEARTBEAT_MS, STAGING_DIR, Broker, StagedPartition
 from ..errors import ConfigError, InvalidRecordError, PartitionNotFoundError, TopicAlreadyExistsError, TopicNotFoundError
 from ..record import CompressionType
 from ..record.arrow import encode_arrow, key_partitions
 from ..storage.managed_ledger import StagedLedger
 from .options import bool_option, positive_option, store_options
+
+log = logging.getLogger(__name__)
 
 _HEADERS_TYPE = "array<struct<key:string,value:binary>>"
 _COLUMNS = ("key", "value", "topic", "partition", "timestamp", "headers")
@@ -138,6 +143,7 @@ class _TaskOutput:
         self.batch_id = batch_id
         self._dir = f"{staging_dir(writer, batch_id)}/{self.task}-{attempt}-{uuid.uuid4().hex[:8]}"
         self._broker = Broker(options.root, options.conf)
+        self._heartbeat = _Heartbeat(self._broker, f"{self._dir}/.alive")
         self._partitions: Dict[str, int] = {}
         self._staged: Dict[Tuple[str, int], StagedPartition] = {}
         self._round_robin = self.task
@@ -208,14 +214,38 @@ class _TaskOutput:
 
     def finish(self) -> KopCommitMessage:
         staged = tuple((tp[0], tp[1], s.finish()) for tp, s in sorted(self._staged.items()))
+        self._heartbeat.stop()
         self._broker.close()
         return KopCommitMessage(self.writer, self.batch_id, self.task, staged)
 
     def discard(self) -> None:
+        self._heartbeat.stop()
         for s in self._staged.values():
             s.discard()
         self._broker.fileio.delete_tree(self._dir)
         self._broker.close()
+
+
+class _Heartbeat:
+    """While a task writes, its staging directory says it is alive (``kop maintenance`` leaves the
+    output of a job alone until none of its tasks has beaten its heart for ``SINK_LEASE_MS``)."""
+
+    def __init__(self, broker: Broker, path: str):
+        self._stop = threading.Event()
+        beat = lambda: broker.fileio.touch(path)  # noqa: E731 - a one-line action for the thread
+        beat()
+        self._thread = threading.Thread(target=self._run, args=(beat,), daemon=True, name="kop-sink-heartbeat")
+        self._thread.start()
+
+    def _run(self, beat) -> None:
+        while not self._stop.wait(SINK_HEARTBEAT_MS / 1000):
+            try:
+                beat()
+            except OSError as e:
+                log.warning("staging heartbeat failed: %s", e)
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 def _ensure_topic(broker: Broker, topic: str, options: SinkOptions) -> int:
@@ -245,7 +275,10 @@ def _write(options: SinkOptions, writer: str, batch_id: int, batches: Iterator[p
         raise
 
 
-def _commit(options: SinkOptions, messages: Sequence[Optional[WriterCommitMessage]], batch_id: int) -> None:
+def _commit(options: SinkOptions, messages: Sequence[Optional[WriterCommitMessage]], batch_id: int, *,
+            streaming: bool) -> None:
+    """Record the whole batch in one CAS, then append it (``SinkCommits``); a rerun of a recorded
+    batch completes the record and its own output goes."""
     ours = sorted((m for m in messages if isinstance(m, KopCommitMessage)), key=lambda m: m.task)
     if not ours:
         return
@@ -255,22 +288,15 @@ def _commit(options: SinkOptions, messages: Sequence[Optional[WriterCommitMessag
         for topic, p, ledger in m.staged:
             by_partition[(topic, p)].append(ledger)
     with Broker(options.root, options.conf) as broker:
-        for (topic, p), ledgers in sorted(by_partition.items()):
-            broker.append_staged(topic, p, ledgers, (f"spark:{writer}", batch_id))
-        _remove_staging(broker, writer, batch_id)
+        broker.sink_commits.commit(writer, batch_id, by_partition, streaming=streaming)
+        broker.remove_staged(writer, batch_id)
 
 
 def _abort(options: SinkOptions, messages: Sequence[Optional[WriterCommitMessage]], writer: Optional[str], batch_id: int) -> None:
     writers = {m.writer for m in messages if isinstance(m, KopCommitMessage)} | ({writer} if writer else set())
     with Broker(options.root, options.conf) as broker:
         for w in writers:
-            _remove_staging(broker, w, batch_id)
-
-
-def _remove_staging(broker: Broker, writer: str, batch_id: int) -> None:
-    # Files of attempts Spark did not pick (speculative, retried) go with the batch's directory.
-    broker.fileio.delete_tree(staging_dir(writer, batch_id))
-    broker.fileio.delete_dir_if_empty(f"{STAGING_DIR}/{writer}")
+            broker.remove_staged(w, batch_id)  # what a recorded batch needs stays
 
 
 class KopBatchWriter(DataSourceArrowWriter):
@@ -284,7 +310,7 @@ class KopBatchWriter(DataSourceArrowWriter):
         return _write(self.options, self.job, 0, iterator)
 
     def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
-        _commit(self.options, messages, 0)
+        _commit(self.options, messages, 0, streaming=False)
 
     def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
         _abort(self.options, messages, self.job, 0)
@@ -306,7 +332,7 @@ class KopStreamWriter(DataSourceStreamArrowWriter):
         return _write(self.options, query, int(batch), iterator)
 
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
-        _commit(self.options, messages, batchId)
+        _commit(self.options, messages, batchId, streaming=True)
 
     def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
         _abort(self.options, messages, None, batchId)

@@ -242,6 +242,16 @@ class FileIO:
         if self.sync:
             self.sync_dir(os.path.dirname(full_dst))
 
+    def touch(self, path: str) -> None:
+        """Create the file if need be and set its modification time to now: a heartbeat."""
+        full = self._require_local("touch", path)
+        try:
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            os.close(os.open(full, os.O_WRONLY | os.O_CREAT, 0o644))
+            os.utime(full)
+        except OSError as e:
+            raise _storage_error("touch", full, e) from e
+
     def delete_tree(self, path: str) -> None:
         """Delete a directory and everything in it; nothing if it does not exist."""
         full = self._require_local("delete", path)

@@ -48,7 +48,6 @@ from .log_check import LedgerCheck, check_ledger, intact_entries, structure_prob
 from .metadata_store import MetadataStore, Versioned
 
 OPEN, CLOSED, SEALED = "open", "closed", "sealed"
-_MAX_SINKS = 1000  # exactly-once writers whose last batch a partition remembers
 _MAX_ATTEMPTS = 10_000
 # Merging in passing: ledgers are tiered by size (below 64 KiB, below 1 MiB); a run of
 # ``merge_in_passing`` adjacent ledgers of one tier becomes one ledger of about the next tier, so
@@ -76,6 +75,7 @@ class ManagedLedgerConfig:
     delete_policy: bool = True  # cleanup.policy has "delete": retention applies
     delete_retention_ms: int = 86_400_000  # compaction keeps tombstones this long
     merge_in_passing: int = 16  # merge a run of this many small ledgers as part of writing; 0: never
+    sink_expiration_ms: int = 604_800_000  # forget an exactly-once writer's last batch this long after it
 
 
 class LedgerInfo(NamedTuple):
@@ -469,22 +469,30 @@ class ManagedLedger:
             self._merge_in_passing()
         return result[-1]
 
+    def ledger_path(self, ledger_id: int) -> str:
+        """Where a ledger of this partition lives (a staged one once it is appended)."""
+        return f"{self.data_dir}/{ledger_id:016x}.ledger"
+
     def append_ledgers(self, staged: Sequence[StagedLedger], sink_key: Tuple[str, int]) -> AppendResult:
         """Append staged ledgers whole, as the partition's next ledgers, in one CAS that gives them
         offsets: an exactly-once sink's commit. ``sink_key`` = (writer, batch): a batch the writer
-        already appended (or an older one) is not appended again."""
+        already appended (or an older one) is not appended again. Several appliers of one recorded
+        batch (a rerun, maintenance rolling it forward) may race: files moved by one are found in
+        place by the other, and the partition's record of the batch lets exactly one CAS through."""
         staged = [s for s in staged if s.records]
-        moved = [(s, f"{self.data_dir}/{s.ledger_id:016x}.ledger") for s in staged]
-        for s, path in moved:
-            self.fileio.rename(s.file, path)
+        moved = [(s, self.ledger_path(s.ledger_id)) for s in staged]
         result: List[AppendResult] = []
+
+        def already(meta: dict) -> bool:
+            seen = meta.get("sinks", {}).get(sink_key[0])
+            if seen is not None and sink_key[1] <= seen["batch"]:
+                result.append(AppendResult(seen["base_offset"] if sink_key[1] == seen["batch"] else -1, seen["count"], True))
+                return True
+            return False
 
         def change(meta: dict, now: int) -> Optional[dict]:
             result.clear()
-            sinks = meta.setdefault("sinks", {})
-            seen = sinks.get(sink_key[0])
-            if seen is not None and sink_key[1] <= seen["batch"]:
-                result.append(AppendResult(seen["base_offset"] if sink_key[1] == seen["batch"] else -1, seen["count"], True))
+            if already(meta):
                 return None
             if not moved:
                 result.append(AppendResult(meta["next_offset"], 0))
@@ -498,23 +506,41 @@ class ManagedLedger:
                 ledgers.append(_ledger_record(s.ledger_id, path, offset, s.entries, s.records, s.length, s.max_timestamp, now))
                 offset += s.records
             meta["next_offset"] = offset
-            sinks[sink_key[0]] = {"batch": sink_key[1], "base_offset": base, "count": offset - base, "ts": now}
-            if len(sinks) > _MAX_SINKS:  # bounded; a running query refreshes its own entry every batch
-                for writer in sorted(sinks, key=lambda w: sinks[w]["ts"])[: len(sinks) - _MAX_SINKS]:
-                    del sinks[writer]
+            meta.setdefault("sinks", {})[sink_key[0]] = {"batch": sink_key[1], "base_offset": base, "count": offset - base, "ts": now}
             result.append(AppendResult(base, offset - base))
             return meta
 
-        # Should the CAS fail, the moved files stay unreferenced until maintenance removes them:
-        # deleting them here could race a CAS that did go through.
         with self._lock:
+            if already(self._load().value):
+                return result[-1]
+            for s, path in moved:
+                self._move_staged(s.file, path)
+            # Should the CAS fail, the moved files stay unreferenced until maintenance removes them:
+            # deleting them here could race another applier of the same batch whose CAS went through.
             self._retry(change)
-            if result[-1].duplicate:
-                for _, path in moved:
-                    self.fileio.delete(path)
-            else:
+            if not result[-1].duplicate:
                 self._merge_in_passing()
         return result[-1]
+
+    def _move_staged(self, staged: str, path: str) -> None:
+        if self.fileio.exists(staged):
+            self.fileio.rename(staged, path)
+        elif not self.fileio.exists(path):
+            raise StorageError(f"{self.name}: staged ledger {self.fileio.full_path(staged)} is gone, and was not moved "
+                               f"to {self.fileio.full_path(path)}")
+
+    def forget_sink(self, writer: str) -> None:
+        """Drop a writer's record of its last batch (a batch job's, once its commit is complete:
+        Spark never runs a batch job again, so nothing needs it)."""
+
+        def change(meta: dict, now: int) -> Optional[dict]:
+            if writer not in meta.get("sinks", {}):
+                return None
+            del meta["sinks"][writer]
+            return meta
+
+        with self._lock:
+            self._retry(change)
 
     def _writable_tail(self, meta: dict, now: int) -> dict:
         """Make sure the tail ledger is our own open one, with room, positioned at its confirmed end."""
@@ -929,10 +955,12 @@ class ManagedLedger:
             meta["log_start_offset"] = ledgers[0]["base_offset"] if ledgers else meta["next_offset"]
 
     def _expire_producers(self, meta: dict, now: int) -> None:
-        horizon = now - self.config.producer_expiration_ms
-        producers = meta["producers"]
-        for writer in [w for w, p in producers.items() if p["ts"] < horizon]:
-            del producers[writer]
+        """Forget idempotent producers and exactly-once writers by time, never by count (as Kafka's
+        producer.id.expiration.ms and transactional.id.expiration.ms)."""
+        for table, expiration in ((meta["producers"], self.config.producer_expiration_ms),
+                                  (meta.get("sinks", {}), self.config.sink_expiration_ms)):
+            for writer in [w for w, p in table.items() if p["ts"] < now - expiration]:
+                del table[writer]
 
     def _purge_trash(self, committed: dict, meta: dict, now: int) -> None:
         """Delete trashed files whose grace has passed. Only entries of the ``committed`` version's

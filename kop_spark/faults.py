@@ -1,0 +1,25 @@
+"""Crash points for tests of what a crashed driver leaves behind.
+
+A test creates ``<root>/_faults/<point>`` holding a number N; the process that reaches that point
+for the N-th time removes the file and dies there at once, as kill -9 would. Nothing happens when
+the file is absent: only rare, expensive operations (a sink commit) have crash points, so the
+check costs one lookup per operation.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .storage.fileio import FileIO
+
+FAULTS_DIR = "_faults"
+
+
+def crash_point(fileio: FileIO, point: str, reached: int) -> None:
+    """Die here if a test asked for it at the ``reached``-th time this point is reached."""
+    path = f"{FAULTS_DIR}/{point}"
+    if not fileio.exists(path):
+        return
+    if int(fileio.read_at(path, 0, 32).decode().strip() or 0) == reached:
+        fileio.delete(path)
+        os._exit(137)

@@ -1,0 +1,128 @@
+"""Exactly-once writes that survive a driver dying between the partitions of a commit, reruns
+that route records differently, maintenance running during a long job, and many batch jobs
+between a query's crash and its restart — on a real local Spark session."""
+
+import os
+import threading
+import uuid
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.functions import udf
+
+from kop_spark import Broker, Record
+from kop_spark.spark.sink import KopBatchWriter, SinkOptions
+from kop_spark.storage.managed_ledger import ManagedLedger
+
+from .test_spark_sink import all_records, staged_files
+
+
+def _query(spark, root, checkpoint, **source_options):
+    reader = (spark.readStream.format("kop").option("kop.root", root).option("subscribe", "src")
+              .option("startingOffsets", "earliest"))
+    for k, v in source_options.items():
+        reader = reader.option(k, v)
+    return (reader.load().selectExpr("value").writeStream.format("kop").option("kop.root", root)
+            .option("topic", "dst").option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+
+
+def _values(b, topic):
+    return sorted(r.value for r in all_records(b, topic))
+
+
+def _crash_commit_after(root, partitions_applied):
+    """The next sink commit's process dies (as kill -9) once it has appended this many partitions."""
+    os.makedirs(os.path.join(root, "_faults"), exist_ok=True)
+    with open(os.path.join(root, "_faults", "sink-commit"), "w") as f:
+        f.write(str(partitions_applied))
+
+
+@pytest.mark.parametrize("change", ["more partitions", "other minPartitions"])
+def test_a_commit_cut_between_partitions_is_completed_by_the_rerun(spark, root, broker, tmp_path, change):
+    broker.create_topic("src", partitions=2)
+    broker.create_topic("dst", partitions=2)
+    for p in (0, 1):  # keyless: where a record goes depends on the tasks, which the change moves
+        broker.produce("src", [Record(f"v{p}-{i}".encode()) for i in range(300)], partition=p)
+    expected = _values(broker, "src")
+    checkpoint = str(tmp_path / "ck")
+    _crash_commit_after(root, 1)
+    q = _query(spark, root, checkpoint)
+    with pytest.raises(Exception):
+        q.awaitTermination(300)
+    half = [broker.list_offsets("dst", p, "latest") for p in (0, 1)]
+    assert sorted(half)[0] == 0 and sum(half) > 0, f"the commit was to stop between partitions: {half}"
+    assert broker.sink_commits.pending(), "the batch is recorded, not yet complete"
+
+    if change == "more partitions":
+        broker.create_partitions("dst", 4)
+        q = _query(spark, root, checkpoint)
+    else:
+        q = _query(spark, root, checkpoint, minPartitions="5")
+    q.awaitTermination(300)
+    assert q.exception() is None
+    assert _values(broker, "dst") == expected, "records lost or written twice"
+    assert not broker.sink_commits.pending()
+    assert staged_files(root) == []
+
+
+def test_maintenance_during_a_long_job_leaves_its_staged_output(spark, root, broker, tmp_path):
+    broker.create_topic("dst", partitions=2)
+    go = tmp_path / "go"
+    staged_one = threading.Event()
+
+    def value(i):
+        from pyspark import TaskContext
+
+        if TaskContext.get().partitionId() == 1:
+            import time
+
+            while not os.path.exists(go):  # waits for the test's signal: the job is still running
+                time.sleep(0.05)
+        return f"{i}".encode()
+
+    df = spark.range(0, 400, numPartitions=2).select(udf(value, "binary")("id").alias("value"))
+    removed = []
+
+    def maintenance_once_a_task_has_staged():  # runs while the job waits on its second task
+        while not any(f.endswith(".ledger") for f in staged_files(root)):
+            staged_one.wait(0.05)
+        removed.extend(Broker(root).maintenance(orphan_grace_ms=0).files_removed)
+        go.touch()
+
+    helper = threading.Thread(target=maintenance_once_a_task_has_staged, daemon=True)
+    helper.start()
+    df.write.format("kop").mode("append").option("kop.root", root).option("topic", "dst").save()
+    helper.join(60)
+    assert go.exists(), "maintenance never ran during the job"
+    assert not [f for f in removed if f.startswith("_staging/")], "a live job's staged output was removed"
+    assert _values(broker, "dst") == sorted(f"{i}".encode() for i in range(400))
+
+
+@pytest.mark.slow
+def test_a_rerun_after_a_thousand_batch_jobs_is_not_applied_twice(spark, root, broker, tmp_path):
+    broker.create_topic("src", partitions=1)
+    broker.create_topic("dst", partitions=2)
+    broker.produce("src", [Record(f"q{i}".encode()) for i in range(50)], partition=0)
+    checkpoint = str(tmp_path / "ck")
+    q = _query(spark, root, checkpoint)
+    q.awaitTermination(300)
+    # Spark re-runs a batch whose commit it did not record: drop the last commit-log entry.
+    commits = os.path.join(checkpoint, "commits")
+    last = max(int(n) for n in os.listdir(commits) if n.isdigit())
+    for name in (str(last), f".{last}.crc"):
+        os.remove(os.path.join(commits, name))
+    # Meanwhile, many batch jobs write the same partitions (each df.write is a new writer).
+    options = SinkOptions.parse({"kop.root": root, "topic": "dst"})
+    for i in range(1100):
+        writer = KopBatchWriter(options)
+        message = writer.write(iter([pa.RecordBatch.from_pydict({"value": [f"j{i}".encode()]})]))
+        writer.commit([message])
+    q = _query(spark, root, checkpoint)
+    q.awaitTermination(300)
+    values = _values(broker, "dst")
+    assert [v for v in values if v.startswith(b"q")] == sorted(f"q{i}".encode() for i in range(50)), "the rerun was applied twice"
+    assert len(values) == 50 + 1100
+    for p in (0, 1):  # batch jobs leave no record behind; the query keeps its own
+        ml: ManagedLedger = broker._managed_ledger("dst", p)
+        assert len(ml.snapshot() and ml.store.get(ml.key).value.get("sinks", {})) <= 1
+    assert uuid.UUID(next(iter(broker.store.list_keys("sinks"))).split("/")[1])
