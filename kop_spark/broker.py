@@ -37,6 +37,7 @@ from .partitioner import partition_for_key
 from .record import BatchRecord, ConsumerRecord, Record, RecordBatch, TimestampType, build_record_batch, split_batches
 from .record.compression import CompressionType
 from .record.default_record_batch import with_log_append_time, with_timestamps
+from .sink_commit import COMMITTING, SinkCommits
 from .storage.fileio import FileIO, optional_local_dir
 from .storage.ledger import IOStats
 from .storage.managed_ledger import (
@@ -51,7 +52,6 @@ from .storage.managed_ledger import (
     now_ms,
 )
 from .storage.metadata_store import FileMetadataStore
-from .sink_commit import COMMITTING, SinkCommits
 from .topic_name import TopicName
 
 log = logging.getLogger(__name__)
@@ -561,6 +561,10 @@ class Broker:
 
     @property
     def groups(self) -> GroupCoordinator:
+        with self._lock:  # one coordinator per Broker, whichever thread asks first
+            return self._coordinator()
+
+    def _coordinator(self) -> GroupCoordinator:
         if self._groups is None:
             c = self.config
             offsets_topic = f"{c['kafkaMetadataTenant']}/{c['kafkaMetadataNamespace']}/__consumer_offsets"

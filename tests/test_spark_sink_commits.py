@@ -80,7 +80,7 @@ def test_maintenance_during_a_long_job_leaves_its_staged_output(spark, root, bro
                 time.sleep(0.05)
         return f"{i}".encode()
 
-    df = spark.range(0, 400, numPartitions=2).select(udf(value, "binary")("id").alias("value"))
+    df = spark.range(0, 400, numPartitions=2).select(udf(value, "binary", useArrow=False)("id").alias("value"))
     removed = []
 
     def maintenance_once_a_task_has_staged():  # runs while the job waits on its second task

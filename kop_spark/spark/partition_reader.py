@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Iterator, Tuple
 
 import pyarrow as pa
-
 from pyspark.sql.datasource import InputPartition
 
 from ..errors import DataLossError, FileMissingError, UnknownTopicOrPartitionError
