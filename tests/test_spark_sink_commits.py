@@ -11,6 +11,7 @@ import pytest
 from pyspark.sql.functions import udf
 
 from kop_spark import Broker, Record
+from kop_spark import broker as broker_module
 from kop_spark.spark.sink import KopBatchWriter, SinkOptions
 from kop_spark.storage.managed_ledger import ManagedLedger
 
@@ -37,8 +38,8 @@ def _crash_commit_after(root, partitions_applied):
         f.write(str(partitions_applied))
 
 
-@pytest.mark.parametrize("change", ["more partitions", "other minPartitions"])
-def test_a_commit_cut_between_partitions_is_completed_by_the_rerun(spark, root, broker, tmp_path, change):
+@pytest.mark.parametrize("change", ["more partitions", "other minPartitions", "maintenance first"])
+def test_a_commit_cut_between_partitions_is_completed_by_the_rerun(spark, root, broker, tmp_path, change, monkeypatch):
     broker.create_topic("src", partitions=2)
     broker.create_topic("dst", partitions=2)
     for p in (0, 1):  # keyless: where a record goes depends on the tasks, which the change moves
@@ -56,6 +57,11 @@ def test_a_commit_cut_between_partitions_is_completed_by_the_rerun(spark, root, 
     if change == "more partitions":
         broker.create_partitions("dst", 4)
         q = _query(spark, root, checkpoint)
+    elif change == "maintenance first":  # a driver that is gone for good: maintenance rolls the batch forward
+        monkeypatch.setattr(broker_module, "SINK_LEASE_MS", 0)
+        Broker(root).maintenance()
+        assert _values(broker, "dst") == expected and not broker.sink_commits.pending()
+        q = _query(spark, root, checkpoint)  # and the rerun, finding the batch done, adds nothing
     else:
         q = _query(spark, root, checkpoint, minPartitions="5")
     q.awaitTermination(300)
