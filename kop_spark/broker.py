@@ -725,10 +725,11 @@ class Broker:
         at its first damaged entry (``ManagedLedger.repair``). The report names every offset
         dropped and every group whose committed offset now lies past its log end."""
         report = RepairReport()
-        if not dry_run:
-            for prefix in ("topics", "managed-ledgers"):
-                for key in self.store.list_keys(prefix):
-                    report.metadata_versions_removed += self.store.discard_unreadable(key)
+        for prefix in ("topics", "managed-ledgers", "sinks"):
+            for key in self.store.list_keys(prefix):
+                report.metadata_versions_removed += self.store.discard_unreadable(key, dry_run=dry_run)
+        if dry_run and report.metadata_versions_removed:
+            return report  # the logs can be judged once their metadata reads again
         logs = list(self._partition_logs(topic))
         # The offsets topic first, so that the groups read afterwards are read from a sound log.
         logs.sort(key=lambda item: item[0] != self.groups.topic)

@@ -182,7 +182,7 @@ def _repair(args) -> int:
     with _broker(args) as b:
         report = b.repair(args.topic, dry_run=args.dry_run)
     for path in report.metadata_versions_removed:
-        print(f"removed unreadable metadata version {path}")
+        print(f"{'would remove' if args.dry_run else 'removed'} unreadable metadata version {path}")
     for (topic, p), (end, old_end) in sorted(report.truncated.items()):
         print(f"{topic}-{p}: log end offset {'would move' if args.dry_run else 'moved'} back from {old_end} to {end}: "
               f"offsets {end} to {old_end - 1} {'would be' if args.dry_run else 'are'} dropped")

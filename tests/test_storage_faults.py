@@ -216,6 +216,9 @@ def test_repair_restores_metadata_torn_by_an_earlier_version(root):
         f.write(b'{"ledgers": [{"id"')  # what a short write used to link in
     with pytest.raises(Exception, match="not valid JSON"):
         Broker(root).fetch("t", 0, 0)
+    assert len(Broker(root).repair(dry_run=True).metadata_versions_removed) == 1
+    with pytest.raises(Exception, match="not valid JSON"):  # a dry run changes nothing
+        Broker(root).fetch("t", 0, 0)
     report = Broker(root).repair()
     assert len(report.metadata_versions_removed) == 1
     assert [r.value for r in Broker(root).fetch("t", 0, 0)] == [b"a"]

@@ -180,9 +180,10 @@ class FileMetadataStore(MetadataStore):
         finally:
             lock.release()
 
-    def discard_unreadable(self, key: str) -> List[str]:
+    def discard_unreadable(self, key: str, dry_run: bool = False) -> List[str]:
         """Remove the newest versions of ``key`` that cannot be parsed (torn writes of earlier
-        versions of kop), so that the last whole one is current again; the files removed."""
+        versions of kop), so that the last whole one is current again; the files removed (with
+        ``dry_run``, the files that would be)."""
         d = self._dir(key)
         removed = []
         with _KeyLock(d, exclusive=True):
@@ -193,7 +194,8 @@ class FileMetadataStore(MetadataStore):
                         json.loads(f.read())
                     break
                 except ValueError:
-                    os.unlink(path)
+                    if not dry_run:
+                        os.unlink(path)
                     removed.append(path)
         return removed
 
