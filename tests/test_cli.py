@@ -132,41 +132,58 @@ def test_groups_tools(root):
     assert missing.returncode == 1 and "Consumer group 'my-group' does not exist." in missing.stderr
 
 
-def _interrupted(root, *args, stdin_path=None, after_s=0.0):
-    """Run kop, send SIGINT (Ctrl-C) ``after_s`` seconds in, and return (rc, stderr)."""
+def _interrupted(root, *args, stdin_path=None, after_s=0.0, started=None):
+    """Run kop, send SIGINT (Ctrl-C) ``after_s`` seconds after it has started its work (``started``
+    says so; else its first line of output), and return (rc, stderr)."""
     import signal
     import time
 
     with open(stdin_path or os.devnull, "rb") as stdin:
         p = subprocess.Popen([PYTHON, "-m", "kop_spark.cli", "--root", root, *args], stdin=stdin,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=python_subprocess_env())
-        # Not synchronisation: a random moment puts the interrupt anywhere in the run.
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=python_subprocess_env())
+        if started is None:
+            p.stdout.readline()
+        else:
+            while not started() and p.poll() is None:
+                time.sleep(0.01)  # polls what the process has done; the interrupt's moment comes next
+        # Not synchronisation: a random moment puts the interrupt anywhere in the work.
         time.sleep(after_s)
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=120)
-    return p.returncode, err
+    return p.returncode, err.decode()
 
 
 def test_ctrl_c_during_produce_keeps_every_acknowledged_record(root, tmp_path):
     import random
     import re
 
+    from kop_spark import Broker
+
     lines = tmp_path / "lines.txt"
     lines.write_text("".join(f"k{i % 7}:{i}\n" for i in range(300_000)))
     assert kop(root, "topics", "create", "big", "--partitions", "3").returncode == 0
     rng = random.Random(11)
-    acknowledged = 0
+    acknowledged = interrupted = 0
+    watcher = Broker(root)
+
+    def grew(before):
+        return lambda: sum(watcher.list_offsets("big", p, "latest") for p in range(3)) > before
+
     for _ in range(6):
+        before = sum(watcher.list_offsets("big", p, "latest") for p in range(3))
         rc, err = _interrupted(root, "--conf", "managedLedgerMaxEntriesPerLedger=3", "produce", "big",
-                               "--key-separator", ":", stdin_path=str(lines), after_s=rng.uniform(0.4, 1.5))
+                               "--key-separator", ":", stdin_path=str(lines), after_s=rng.uniform(0, 0.8),
+                               started=grew(before))
         if rc == 0:  # the run finished before the interrupt: fine, but not what we are here for
             acknowledged += 300_000
             continue
+        interrupted += 1
         assert rc == 130, err
         assert "Traceback" not in err, err
         acknowledged += int(re.search(r"Produced (\d+) records to big \(acknowledged\)", err).group(1))
         check = kop(root, "verify")
         assert check.returncode == 0, check.stdout + check.stderr
+    assert interrupted >= 3, "the interrupts came too late to test anything"
     desc = kop(root, "topics", "describe", "big").stdout
     stored = sum(int(l.split("LogEndOffset: ")[1].split("\t")[0]) for l in desc.splitlines()[1:])
     assert stored >= acknowledged, "acknowledged records were lost"
@@ -174,7 +191,7 @@ def test_ctrl_c_during_produce_keeps_every_acknowledged_record(root, tmp_path):
     out = kop(root, "consume", "big", "--from-beginning")
     assert out.returncode == 0 and len(out.stdout.splitlines()) == stored
 
-    rc, err = _interrupted(root, "consume", "big", "--from-beginning", after_s=1.0)
+    rc, err = _interrupted(root, "consume", "big", "--from-beginning", after_s=0.2)
     assert rc == 130 and "Traceback" not in err, err
     assert re.search(r"Processed a total of \d+ messages", err)
 
