@@ -140,7 +140,7 @@ class Broker:
     def _topic_metadata(self, topic: str) -> Tuple[TopicName, dict]:
         name = self.topic_name(topic)
         meta = self.store.get(name.metadata_key).value
-        if meta is None or meta.get("deleting"):
+        if not _standing(meta):
             raise TopicNotFoundError(f"topic {topic!r} does not exist (as {name.full_name})")
         return name, meta
 
@@ -250,7 +250,7 @@ class Broker:
         name = self.topic_name(topic)
         while True:
             current = self.store.get(name.metadata_key)
-            if current.value is None or current.value.get("deleting"):
+            if not _standing(current.value):
                 raise TopicNotFoundError(f"topic {topic!r} does not exist")
             old = current.value["partitions"]
             if not isinstance(total, int) or total <= old:
@@ -271,7 +271,7 @@ class Broker:
         name = self.topic_name(topic)
         while True:
             current = self.store.get(name.metadata_key)
-            if current.value is None or current.value.get("deleting"):
+            if not _standing(current.value):
                 raise TopicNotFoundError(f"topic {topic!r} does not exist (as {name.full_name})")
             try:
                 self.store.put(name.metadata_key, {**current.value, "deleting": True}, current.version)
@@ -313,8 +313,7 @@ class Broker:
         out = []
         for key in self.store.list_keys("topics"):
             _, tenant, namespace, local = key.split("/")
-            value = self.store.get(key).value
-            if value is None or value.get("deleting"):
+            if not _standing(self.store.get(key).value):
                 continue
             name = TopicName(tenant, namespace, local)
             if not include_internal and local.startswith("__"):
@@ -462,14 +461,17 @@ class Broker:
         if not isinstance(offset, int) or not snap.log_start_offset <= offset <= snap.next_offset:
             raise OffsetOutOfRangeError(topic, partition, offset, snap.log_start_offset, snap.next_offset)
 
-    def _read(self, topic: str, partition: int, offset: int, max_bytes: int,
-              max_records: Optional[int] = None) -> Tuple[Snapshot, List[ReadEntry]]:
-        """Entries from ``offset`` on, from the ledgers that hold them now. A file can go between
-        reading the metadata and reading the file (merged, compacted, or dropped by retention
-        once its grace has passed): then the metadata is read again, and the offset is either
-        found in its new ledger or out of range."""
+    def _read(self, topic: str, partition: int, offset: int, max_bytes: int, max_records: Optional[int] = None,
+              snap: Optional[Snapshot] = None) -> Tuple[Snapshot, List[ReadEntry]]:
+        """Entries from ``offset`` on, planned from ``snap`` (else the metadata now). A file can go
+        between reading the metadata and reading the file (merged, compacted, or dropped by
+        retention once its grace has passed): then the metadata is read again, and the offset is
+        either found in its new ledger or out of range."""
         for attempt in range(_READ_ATTEMPTS):
-            ml, snap = self._snapshot(topic, partition)
+            if snap is None:
+                ml, snap = self._snapshot(topic, partition)
+            else:
+                ml = self._managed_ledger(topic, partition)
             self._check_offset(topic, partition, snap, offset)
             if offset == snap.next_offset:
                 return snap, []
@@ -478,6 +480,7 @@ class Broker:
             except FileMissingError:
                 if attempt == _READ_ATTEMPTS - 1:
                     raise
+                snap = None
         raise AssertionError("unreachable")
 
     def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20) -> List[bytes]:
@@ -494,9 +497,10 @@ class Broker:
         out: List[ConsumerRecord] = []
         position = offset
         budget = max_bytes
+        snap: Optional[Snapshot] = None
         end = None
         while len(out) < max_records and (end is None or position < end) and budget > 0:
-            snap, reads = self._read(topic, partition, position, min(budget, 1 << 20), max_records - len(out))
+            snap, reads = self._read(topic, partition, position, min(budget, 1 << 20), max_records - len(out), snap)
             end = snap.next_offset if end is None else end
             if not reads:
                 break
@@ -529,18 +533,17 @@ class Broker:
             return -1
         # Batches stored by earlier versions may claim a max timestamp no record has: then the
         # answer lies further on. Batches stored now carry their records' true maximum.
-        position = found.base_offset
-        while position < snap.next_offset:
-            entries = [found] if found is not None else self._read(topic, partition, position, 1 << 20)[1]
-            found = None
-            if not entries:
-                break
+        entries = [found]
+        while entries:
             for entry in entries:
                 batch = entry.record_batch()
                 for r in [] if batch.is_control else batch.records():
                     if r.timestamp_ms >= spec:
                         return r.offset
                 position = batch.last_offset + 1
+            if position >= snap.next_offset:
+                break
+            snap, entries = self._read(topic, partition, position, 1 << 20, snap=snap)
         return -1
 
     # -- housekeeping ----------------------------------------------------------------------
@@ -650,7 +653,7 @@ class Broker:
         raised at the end)."""
         report = MaintenanceReport()
         for t, _, p, ml in self._partition_logs(topic):
-            with report.partition(t, p):
+            with report.item(f"{t}-{p}"):
                 ml.enforce_retention()
         report.raise_first()
 
@@ -669,11 +672,11 @@ class Broker:
         now = now_ms()
         for record in sinks.pending():  # batches whose commit was interrupted: roll them forward
             if now - record.updated_ms > SINK_LEASE_MS:
-                with report.partition(f"sink batch {record.batch} of {record.writer}", 0):
+                with report.item(f"sink batch {record.batch} of {record.writer}"):
                     sinks.complete(record)
         pending = sinks.pending()
         for t, name, p, ml in self._partition_logs(topic):
-            with report.partition(t, p):
+            with report.item(f"{t}-{p}"):
                 report.ledgers_merged += ml.merge_ledgers(target_ledger_bytes)
                 ml.enforce_retention()
                 files = self.fileio.walk_files(name.data_dir(p))
@@ -702,7 +705,6 @@ class Broker:
                     self.fileio.delete(path)
                     removed.append(path)
         return removed
-
 
     # -- checking and repair ---------------------------------------------------------------
 
@@ -755,18 +757,18 @@ _READ_ATTEMPTS = 5
 class MaintenanceReport:
     ledgers_merged: int = 0
     files_removed: List[str] = field(default_factory=list)
-    errors: List[Tuple[str, KopError]] = field(default_factory=list)  # (topic-partition, what went wrong)
+    errors: List[Tuple[str, KopError]] = field(default_factory=list)  # (topic-partition or sink batch, what went wrong)
 
     @contextlib.contextmanager
-    def partition(self, topic: str, partition: int) -> Iterator[None]:
-        """Work on one partition: its failure is recorded, and the next partition is done."""
+    def item(self, what: str) -> Iterator[None]:
+        """Work on one item (a partition, a sink batch): its failure is recorded, the next is done."""
         try:
             yield
         except (TopicNotFoundError, ManagedLedgerDeletedError):
             pass  # deleted meanwhile: nothing left to tidy
         except KopError as e:
-            log.error("%s-%d: %s", topic, partition, e)
-            self.errors.append((f"{topic}-{partition}", e))
+            log.error("%s: %s", what, e)
+            self.errors.append((what, e))
 
     def raise_first(self) -> None:
         if self.errors:
@@ -811,6 +813,11 @@ class StagedPartition:
         self._stager.discard()
 
 
+def _standing(topic_metadata: Optional[dict]) -> bool:
+    """A topic's key names a topic that exists: written, and not being deleted."""
+    return topic_metadata is not None and not topic_metadata.get("deleting")
+
+
 def _check_keys(where: str, records: Sequence[BatchRecord]) -> None:
     if any(r.key is None for r in records):
         raise InvalidRecordError(f"{where}: Compacted topic cannot accept message without key")
@@ -831,16 +838,14 @@ def _validate_produced(where: str, b, topic_config: Mapping[str, Any], now: int)
         raise InvalidRecordError(
             f"{where}: {batch.record_count} records but lastOffsetDelta {batch.last_offset_delta}"
         )
-    if topic_config["message.timestamp.type"] == "LogAppendTime":
-        stored = with_log_append_time(b, now)
-    else:  # the records' own times, whatever flag and maximum the header claims
-        stored = with_timestamps(b, TimestampType.CREATE_TIME, batch.max_timestamp)
-    records = RecordBatch(stored).records()
+    # The records' own times, whatever flag and maximum the header claims.
+    create_time = with_timestamps(b, TimestampType.CREATE_TIME, batch.max_timestamp)
+    records = RecordBatch(create_time).records()
     for i, r in enumerate(records):
         if r.offset - batch.base_offset != i:
             raise InvalidRecordError(f"{where}: record {i} has offset delta {r.offset - batch.base_offset}, expected {i}")
     if "compact" in topic_config["cleanup.policy"]:
         _check_keys(where, records)
     if topic_config["message.timestamp.type"] == "LogAppendTime":
-        return stored
-    return with_timestamps(stored, TimestampType.CREATE_TIME, max(r.timestamp_ms for r in records))
+        return with_log_append_time(b, now)
+    return with_timestamps(create_time, TimestampType.CREATE_TIME, max(r.timestamp_ms for r in records))

@@ -11,7 +11,7 @@ import pytest
 from kop_spark import Broker, Record
 
 from .conftest import PYTHON, python_subprocess_env, read_partition
-from .test_crash_and_concurrency import check_log, confirmed_lines, go, start_writer
+from .test_crash_and_concurrency import check_log, finish_writers, go, start_writer
 
 HOUSEKEEPER = __file__.replace("test_concurrency.py", "housekeeper_process.py")
 COMMITTER = __file__.replace("test_concurrency.py", "committer_process.py")
@@ -78,11 +78,7 @@ def test_housekeeping_racing_writer_processes(tmp_path, operation):
     writers = {n: start_writer(root, n, 120, max_entries=2) for n in ("a", "b")}
     keeper = _start(HOUSEKEEPER, root, operation)
     go(writers.values())
-    confirmed = {}
-    for n, p in writers.items():
-        out, _ = p.communicate(timeout=300)
-        assert p.returncode == 0
-        confirmed[n] = confirmed_lines(out.splitlines())
+    confirmed = finish_writers(writers)
     out, _ = keeper.communicate("stop\n", timeout=300)
     assert keeper.returncode == 0 and int(out) > 0, "the housekeeper failed or never ran"
     b = Broker(root)

@@ -39,6 +39,16 @@ def confirmed_lines(lines):
     return out
 
 
+def finish_writers(procs):
+    """Wait for writer processes to end well; what each confirmed, by writer name."""
+    confirmed = {}
+    for n, p in procs.items():
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0
+        confirmed[n] = confirmed_lines(out.splitlines())
+    return confirmed
+
+
 def check_log(root, confirmed):
     """No gap, no duplicate, and every confirmed append is there at the offsets it was told."""
     b = Broker(root)
@@ -102,11 +112,8 @@ def test_concurrent_writer_processes_on_one_partition(tmp_path):
     names = ["a", "b", "c"]
     procs = {n: start_writer(root, n, 150, max_entries=3) for n in names}
     go(procs.values())
-    confirmed = {}
-    for n, p in procs.items():
-        out, _ = p.communicate(timeout=300)
-        assert p.returncode == 0
-        confirmed[n] = confirmed_lines(out.splitlines())
+    confirmed = finish_writers(procs)
+    for n in names:
         assert len(confirmed[n]) == 150
     values = check_log(root, confirmed)
     assert len(values) == sum(c for appends in confirmed.values() for _, c in appends.values())

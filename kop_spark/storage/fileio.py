@@ -82,7 +82,8 @@ class AppendFile:
         total = sum(len(p) for p in parts)
         self.torn = True  # until every byte is written
         try:
-            n = os.pwritev(self._fd, parts, at) if len(parts) > 1 and len(parts) <= _IOV_MAX else 0
+            gathered = hasattr(os, "pwritev") and 1 < len(parts) <= _IOV_MAX
+            n = os.pwritev(self._fd, parts, at) if gathered else 0
             if n < total:  # one part, too many parts, or a short gathered write: finish plainly
                 rest = memoryview(b"".join(parts) if len(parts) > 1 else parts[0])[n:]
                 write_all(self._fd, rest, at + n)

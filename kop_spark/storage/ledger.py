@@ -23,6 +23,7 @@ the result is cached and extended incrementally.
 from __future__ import annotations
 
 import bisect
+import logging
 import struct
 import threading
 from collections import OrderedDict
@@ -58,6 +59,8 @@ _BASE_OFFSET = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _CRC = struct.Struct(">I")
 _SCAN_CHUNK = 8 << 20
+
+log = logging.getLogger(__name__)
 
 
 class EntryInfo(NamedTuple):
@@ -187,7 +190,7 @@ class LedgerWriter:
             f.write(ledger_file_header(ledger_id))
         except BaseException:
             f.close()
-            _delete_quietly(fileio, path)  # nobody refers to it yet
+            delete_quietly(fileio, path)  # nobody refers to it yet
             raise
         return cls(fileio, path, ledger_id, f)
 
@@ -241,11 +244,12 @@ class LedgerWriter:
         self._file.close()
 
 
-def _delete_quietly(fileio: FileIO, path: str) -> None:
+def delete_quietly(fileio: FileIO, path: str) -> None:
+    """Delete a file nothing refers to; should that fail, maintenance removes it later."""
     try:
         fileio.delete(path)
-    except OSError:
-        pass  # an unreferenced file: maintenance removes it
+    except OSError as e:
+        log.warning("cannot delete unreferenced file %s (maintenance will): %s", path, e)
 
 
 class _TableCache:

@@ -43,7 +43,7 @@ from ..errors import BadVersionError, CorruptRecordError, KopError, LogEndMovedE
 from ..record import Record, RecordBatch, build_record_batch
 from ..record.default_record_batch import with_base_offset
 from .fileio import FileIO
-from .ledger import FILE_HEADER, Entry, EntryInfo, IOStats, LedgerReader, LedgerWriter
+from .ledger import FILE_HEADER, Entry, EntryInfo, IOStats, LedgerReader, LedgerWriter, delete_quietly
 from .log_check import LedgerCheck, check_ledger, intact_entries, structure_problems
 from .metadata_store import MetadataStore, Versioned
 
@@ -577,7 +577,7 @@ class ManagedLedger:
         path = self._writer.path
         self._drop_writer()
         if own is None and path not in _referenced(meta):
-            _delete_quietly(self.fileio, path)  # created by an attempt whose CAS lost: nobody refers to it
+            delete_quietly(self.fileio, path)  # created by an attempt whose CAS lost: nobody refers to it
 
     def _seal_own_tail(self, meta: dict, now: int) -> dict:
         tail = meta["ledgers"][-1] if meta["ledgers"] else None
@@ -593,8 +593,7 @@ class ManagedLedger:
         writer = self._writer
         assert writer is not None
         rows = self._rows[: ledger["entries"]]
-        end = rows[-1].position if rows else None
-        if len(rows) != ledger["entries"] or (rows and end is not None and end >= ledger["length"]):
+        if len(rows) != ledger["entries"] or (rows and rows[-1].position >= ledger["length"]):
             # What we remember does not match what was confirmed: read the rows from the file.
             rows = LedgerReader(self.fileio, writer.path, ledger["length"], False, self.stats).table().rows
         writer.rewind(ledger["length"])
@@ -745,13 +744,13 @@ class ManagedLedger:
                 records += count
             if not rows:
                 writer.close()
-                _delete_quietly(self.fileio, writer.path)
+                delete_quietly(self.fileio, writer.path)
                 return None, 0
             length = writer.seal(rows, end - base)
             writer.close()
         except BaseException:
             writer.close()
-            _delete_quietly(self.fileio, writer.path)
+            delete_quietly(self.fileio, writer.path)
             raise
         new = _ledger_record(writer.ledger_id, writer.path, base, len(rows), end - base, length,
                              max(r.max_timestamp for r in rows), now_ms())
@@ -784,7 +783,7 @@ class ManagedLedger:
             self._retry(swap)
         except (Stale, OrphanRemovedError):
             if new is not None:
-                _delete_quietly(self.fileio, new["file"])
+                delete_quietly(self.fileio, new["file"])
             return False
         return True
 
@@ -847,15 +846,11 @@ class ManagedLedger:
             self._retry(change)
         except BaseException:
             if new is not None:
-                _delete_quietly(self.fileio, new["file"])
+                delete_quietly(self.fileio, new["file"])
             raise
         return end, snap.next_offset
 
     # -- retention, orphans and the CAS that applies every change ---------------------------
-
-    def referenced_files(self) -> set:
-        """Files this managed ledger refers to: its ledgers and its trash."""
-        return _referenced(self._load().value or {})
 
     def enforce_retention(self) -> None:
         """Apply retention and delete trashed files past their grace period, now. Two passes:
@@ -973,11 +968,3 @@ class ManagedLedger:
         for f in due:
             self.fileio.delete(f)
         meta["trash"] = [t for t in meta.get("trash", []) if t["file"] not in due]
-
-
-def _delete_quietly(fileio: FileIO, path: str) -> None:
-    """Delete a file nothing refers to; should that fail, maintenance removes it later."""
-    try:
-        fileio.delete(path)
-    except OSError as e:
-        log.warning("cannot delete unreferenced file %s (maintenance will): %s", path, e)
