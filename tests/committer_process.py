@@ -18,6 +18,9 @@ if sys.stdin.readline().strip() != "go":
 for i in range(1, commits + 1):
     if mode == "all-partitions":  # one commit of every partition, all at offset i
         b.commit_offsets(group, {("t", p): i for p in range(partitions)})
+    elif mode == "expired-then-fresh":  # group-i: an offset already expired, then a fresh one
+        b.commit_offsets(f"{group}-{i}", {("t", 0): i}, expire_timestamp_ms=1)
+        b.commit_offsets(f"{group}-{i}", {("t", 0): i + 1})
     else:
         b.commit_offsets(group, {("t", 0): i})
     print(i, flush=True)

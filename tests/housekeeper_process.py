@@ -24,7 +24,6 @@ while not stop.is_set():
     elif operation == "compaction":
         b.compact("t")
     elif operation == "expiry":
-        b.commit_offsets(f"expired-{rounds}", {("t", 0): 0}, expire_timestamp_ms=1)
         b.expire_offsets()
     elif operation == "deletion":
         b.create_topic("x", 2)
