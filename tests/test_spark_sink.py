@@ -225,8 +225,9 @@ def test_exactly_once_through_driver_kills(root, tmp_path):
     ck = str(tmp_path / "ck")
     kills = 0
     for attempt in range(8):
+        log = tmp_path / f"driver-{attempt}.err"  # shown if the last run fails: what the driver said
         proc = subprocess.Popen([PYTHON, "-m", "tests.spark_pipeline_process", root, ck], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                stdout=subprocess.PIPE, stderr=open(log, "w"), text=True)
         if attempt < 4:
             assert proc.stdout.readline().strip() == "started"
             timer = threading.Timer(rng.uniform(0.2, 4.0), lambda p=proc: p.send_signal(signal.SIGKILL))
@@ -239,7 +240,7 @@ def test_exactly_once_through_driver_kills(root, tmp_path):
                 break
         else:
             out, _ = proc.communicate(timeout=300)
-            assert proc.returncode == 0 and "done" in out
+            assert proc.returncode == 0 and "done" in out, log.read_text()[-3000:]
             break
     with Broker(root) as b:
         got = all_records(b, "out")
