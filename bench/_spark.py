@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 import time
-from typing import Callable, Dict, Iterator, List
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -27,7 +27,9 @@ FLUSH_ROWS = 32_768  # rows per Arrow batch handed to Spark, as kop's reader
 
 def session():
     # Spark's Python workers import the baseline sources from this directory.
-    os.environ["PYTHONPATH"] = BENCH + os.pathsep + os.path.dirname(BENCH) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = (
+        BENCH + os.pathsep + os.path.dirname(BENCH) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -55,10 +57,15 @@ def records(n: int, partition: int) -> pa.RecordBatch:
         return pa.Array.from_buffers(pa.binary(), n, [None, ends, pa.py_buffer(data)])
 
     return pa.RecordBatch.from_arrays(
-        [binary(16, raw[: 16 * n]), binary(100, raw[16 * n :]), pa.array(["bench"] * n, pa.string()),
-         pa.array([partition] * n, pa.int32()), pa.array(range(n), pa.int64()),
-         pa.array(range(BASE_TS_MS * 1000, (BASE_TS_MS + n) * 1000, 1000), pa.timestamp("us", tz="UTC")),
-         pa.array([0] * n, pa.int32())],
+        [
+            binary(16, raw[: 16 * n]),
+            binary(100, raw[16 * n :]),
+            pa.array(["bench"] * n, pa.string()),
+            pa.array([partition] * n, pa.int32()),
+            pa.array(range(n), pa.int64()),
+            pa.array(range(BASE_TS_MS * 1000, (BASE_TS_MS + n) * 1000, 1000), pa.timestamp("us", tz="UTC")),
+            pa.array([0] * n, pa.int32()),
+        ],
         schema=kafka_source_schema(False),
     )
 
@@ -73,7 +80,7 @@ def write_parquet(rb: pa.RecordBatch, path: str) -> None:
     pq.write_table(pa.Table.from_batches([rb]), path)
 
 
-def best_times(runs: Dict[str, Callable[[], None]], rounds: int) -> Dict[str, float]:
+def best_times(runs: dict[str, Callable[[], None]], rounds: int) -> dict[str, float]:
     """Best time of each run over ``rounds`` rounds, in seconds. A round runs each once, in turn,
     so that JVM warm-up and machine noise fall on all of them alike."""
     best = {name: float("inf") for name in runs}
@@ -96,7 +103,7 @@ def run_available_now(stream_df, sink_format: str, checkpoint: str, **options) -
         raise RuntimeError(q.exception())
 
 
-def ipc_batches(paths: List[str]) -> Iterator[pa.RecordBatch]:
+def ipc_batches(paths: list[str]) -> Iterator[pa.RecordBatch]:
     for path in paths:
         reader = pa.ipc.open_file(pa.memory_map(path))
         for i in range(reader.num_record_batches):
@@ -110,4 +117,6 @@ def cli(run: Callable[[int, int], list]) -> None:
     ap.add_argument("--repeat", type=int, default=5, help="rounds; the best of each is kept")
     a = ap.parse_args()
     for name, t, rate, vs_ceiling, vs_parquet in run(a.records, a.repeat):
-        print(f"{name:<30} {t:7.2f} s  {rate / 1e6:6.2f} M records/s  {vs_ceiling:5.2f}x ceiling  {vs_parquet:5.2f}x Parquet")
+        print(
+            f"{name:<30} {t:7.2f} s  {rate / 1e6:6.2f} M records/s  {vs_ceiling:5.2f}x ceiling  {vs_parquet:5.2f}x Parquet"
+        )

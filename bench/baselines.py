@@ -8,10 +8,11 @@ ceiling.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import pyarrow as pa
+from _spark import ipc_batches
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamArrowWriter,
@@ -20,7 +21,6 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from _spark import ipc_batches
 from kop_spark.spark.source import source_schema
 
 

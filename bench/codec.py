@@ -18,9 +18,9 @@ from kafka.record.default_records import DefaultRecordBatch as KBatch
 from kafka.record.default_records import DefaultRecordBatchBuilder as KBuilder
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from kop_spark.record import CompressionType, RecordBatch  # noqa: E402
-from kop_spark.record._speedups import compiled, reference  # noqa: E402
-from kop_spark.record.arrow import ArrowRecordBuilder, encode_arrow  # noqa: E402
+from kop_spark.record import CompressionType, RecordBatch
+from kop_spark.record._speedups import compiled, reference
+from kop_spark.record.arrow import ArrowRecordBuilder, encode_arrow
 
 CODECS = {"none": CompressionType.NONE, "lz4": CompressionType.LZ4, "zstd": CompressionType.ZSTD}
 
@@ -41,7 +41,9 @@ def rows(n: int):
 
 def implementations():
     """kop's codec: the compiled twin when it is built, and the pure-Python reference."""
-    return {"kop (compiled)": compiled, "kop (pure Python)": reference} if compiled else {"kop (pure Python)": reference}
+    return (
+        {"kop (compiled)": compiled, "kop (pure Python)": reference} if compiled else {"kop (pure Python)": reference}
+    )
 
 
 def encoders(data, codec):
@@ -58,16 +60,26 @@ def encoders(data, codec):
 
     def client(builder):
         def encode():
-            b = builder(magic=2, compression_type=int(CODECS[codec]), is_transactional=0, producer_id=-1,
-                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+            b = builder(
+                magic=2,
+                compression_type=int(CODECS[codec]),
+                is_transactional=0,
+                producer_id=-1,
+                producer_epoch=-1,
+                base_sequence=-1,
+                batch_size=1 << 30,
+            )
             for i, (k, v, t) in enumerate(data):
                 b.append(i, timestamp=t, key=k, value=v, headers=[])
             return bytes(b.build())
 
         return encode
 
-    return {**{name: ours(impl) for name, impl in implementations().items()},
-            "aiokafka (compiled)": client(AioBuilder), "kafka-python": client(KBuilder)}
+    return {
+        **{name: ours(impl) for name, impl in implementations().items()},
+        "aiokafka (compiled)": client(AioBuilder),
+        "kafka-python": client(KBuilder),
+    }
 
 
 def decoders(batch: bytes):
@@ -78,8 +90,15 @@ def decoders(batch: bytes):
             values.append(r.value)
             offsets.append(r.offset)
             timestamps.append(r.timestamp * 1000)
-        return pa.record_batch([pa.array(keys, pa.binary()), pa.array(values, pa.binary()), pa.array(offsets, pa.int64()),
-                                pa.array(timestamps, pa.timestamp("us", tz="UTC"))], ["key", "value", "offset", "timestamp"])
+        return pa.record_batch(
+            [
+                pa.array(keys, pa.binary()),
+                pa.array(values, pa.binary()),
+                pa.array(offsets, pa.int64()),
+                pa.array(timestamps, pa.timestamp("us", tz="UTC")),
+            ],
+            ["key", "value", "offset", "timestamp"],
+        )
 
     def ours(impl):
         def decode():
@@ -89,8 +108,11 @@ def decoders(batch: bytes):
 
         return decode
 
-    return {**{name: ours(impl) for name, impl in implementations().items()},
-            "aiokafka (compiled)": lambda: to_arrow(AioBatch(batch)), "kafka-python": lambda: to_arrow(KBatch(batch))}
+    return {
+        **{name: ours(impl) for name, impl in implementations().items()},
+        "aiokafka (compiled)": lambda: to_arrow(AioBatch(batch)),
+        "kafka-python": lambda: to_arrow(KBatch(batch)),
+    }
 
 
 def run(records: int = 500, repeat: int = 200):

@@ -15,8 +15,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from kop_spark import Broker, Record  # noqa: E402
-from kop_spark.group.offsets_topic import (  # noqa: E402
+from kop_spark import Broker, Record
+from kop_spark.group.offsets_topic import (
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
@@ -25,7 +25,7 @@ from kop_spark.group.offsets_topic import (  # noqa: E402
     encode_key,
     encode_offset_value,
 )
-from kop_spark.record import build_record_batch  # noqa: E402
+from kop_spark.record import build_record_batch
 
 PARTITIONS = 10
 GROUP = "bench"
@@ -50,11 +50,21 @@ def write_history(b: Broker, history: int) -> tuple[str, int]:
     coordinator = b.groups
     topic, p = coordinator.topic, coordinator.partition_for(GROUP)
     now = int(time.time() * 1000)
-    records = [Record(encode_group_value(GroupMetadataValue(protocol_type="consumer", current_state_timestamp=now)),
-                      encode_key(GroupMetadataKey(GROUP)), now)]
+    records = [
+        Record(
+            encode_group_value(GroupMetadataValue(protocol_type="consumer", current_state_timestamp=now)),
+            encode_key(GroupMetadataKey(GROUP)),
+            now,
+        )
+    ]
     for i in range(history):
-        records.append(Record(encode_offset_value(OffsetCommitValue(i, "", now, -1)),
-                              encode_key(OffsetCommitKey(GROUP, "t", i % PARTITIONS)), now))
+        records.append(
+            Record(
+                encode_offset_value(OffsetCommitValue(i, "", now, -1)),
+                encode_key(OffsetCommitKey(GROUP, "t", i % PARTITIONS)),
+                now,
+            )
+        )
     for start in range(0, len(records), 1000):
         b.produce_batches(topic, p, [build_record_batch(records[start : start + 1000])])
     return topic, p
@@ -84,7 +94,7 @@ def run(commits: int = 2000, history: int = 100_000):
         history_root = os.path.join(tmp, "history")
         with Broker(history_root) as b:
             b.create_topic("t", partitions=PARTITIONS)
-            topic, p = write_history(b, history)
+            _topic, p = write_history(b, history)
         raw = load_time(history_root, p)
         with Broker(history_root) as b:
             b.groups.compact([p])
@@ -93,8 +103,13 @@ def run(commits: int = 2000, history: int = 100_000):
     return [
         ("offset commits", commit, "commits/s", commit / produce, "one-record produces/s"),
         (f"group load after {history:,} commits, not compacted", raw * 1e3, "ms", 1.0, "itself"),
-        (f"group load after {history:,} commits, compacted", with_compaction * 1e3, "ms", raw / with_compaction,
-         "not compacted"),
+        (
+            f"group load after {history:,} commits, compacted",
+            with_compaction * 1e3,
+            "ms",
+            raw / with_compaction,
+            "not compacted",
+        ),
     ]
 
 

@@ -17,22 +17,21 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from kop_spark import Broker  # noqa: E402
-from kop_spark.group.offsets_topic import partition_for_group  # noqa: E402
+from kop_spark import Broker
+from kop_spark.group.offsets_topic import partition_for_group
 
 WINDOW = 100  # commits whose latencies are compared: around the small count, and the last ones
 
 
-def groups_of_one_partition(n: int, partitions: int = 50) -> List[str]:
+def groups_of_one_partition(n: int, partitions: int = 50) -> list[str]:
     """``n`` group names that Kafka's hash puts on the same offsets partition."""
     target = partition_for_group("committer-0", partitions)
     return [g for g in (f"committer-{i}" for i in range(10_000)) if partition_for_group(g, partitions) == target][:n]
 
 
-def _commit(args) -> List[Tuple[float, float]]:
+def _commit(args) -> list[tuple[float, float]]:
     """(when it finished, latency) of each commit of one process."""
     root, group, count, start = args
     b = Broker(root)
@@ -56,7 +55,7 @@ def _cold_load_ms(root: str, group: str) -> float:
     return best * 1000
 
 
-def _committed(root: str, groups: List[str], total: int, processes: int) -> List[float]:
+def _committed(root: str, groups: list[str], total: int, processes: int) -> list[float]:
     """Latencies of ``total`` commits made by ``processes`` at once, in the order they finished."""
     ctx = multiprocessing.get_context("spawn")
     with ctx.Manager() as manager:

@@ -21,22 +21,25 @@ import pyarrow
 import pyspark
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import codec  # noqa: E402
-import groups  # noqa: E402
-import offsets_scale  # noqa: E402
-import seek  # noqa: E402
-import spark_read  # noqa: E402
-import spark_write  # noqa: E402
+import codec
+import groups
+import offsets_scale
+import seek
+import spark_read
+import spark_write
 
-from kop_spark.record._speedups import compiled  # noqa: E402
+from kop_spark.record._speedups import compiled
 
 
 def table(header, rows):
     """A Markdown table; columns of numbers are right-aligned."""
     rows = [tuple(row) for row in rows]
     numeric = [all(row[i][:1].isdigit() for row in rows) for i in range(len(header))]
-    return [f"| {' | '.join(header)} |", "|" + "|".join("---:" if n else "---" for n in numeric) + "|",
-            *(f"| {' | '.join(row)} |" for row in rows)]
+    return [
+        f"| {' | '.join(header)} |",
+        "|" + "|".join("---:" if n else "---" for n in numeric) + "|",
+        *(f"| {' | '.join(row)} |" for row in rows),
+    ]
 
 
 def main() -> None:
@@ -69,8 +72,10 @@ def main() -> None:
         "500 records, 16-byte keys, 100-byte values. kop encodes from Arrow columns and decodes into "
         "them; the clients' records are moved to and from Arrow columns by a list comprehension.",
         "",
-        *table(["benchmark", "codec", "implementation", "µs per batch", "speed vs aiokafka (compiled)"],
-               [(b, c, impl, f"{us:.0f}", f"{ratio:.2f}x") for b, c, impl, us, ratio in codecs]),
+        *table(
+            ["benchmark", "codec", "implementation", "µs per batch", "speed vs aiokafka (compiled)"],
+            [(b, c, impl, f"{us:.0f}", f"{ratio:.2f}x") for b, c, impl, us, ratio in codecs],
+        ),
         "",
         f"## 2. Spark read: {args.records:,} records into the noop sink (best of {args.rounds} rounds)",
         "",
@@ -78,38 +83,50 @@ def main() -> None:
         "than the ceiling's (its Python workers warm up: imports, entry tables, the allocator), so the "
         "best round is its steady state.",
         "",
-        *table(["source", "seconds", "M records/s", "speed vs pre-built Arrow (ceiling)", "speed vs Parquet"],
-               [(name, f"{t:.2f}", f"{rate / 1e6:.2f}", f"{c:.2f}x", f"{p:.2f}x") for name, t, rate, c, p in reads]),
+        *table(
+            ["source", "seconds", "M records/s", "speed vs pre-built Arrow (ceiling)", "speed vs Parquet"],
+            [(name, f"{t:.2f}", f"{rate / 1e6:.2f}", f"{c:.2f}x", f"{p:.2f}x") for name, t, rate, c, p in reads],
+        ),
         "",
         f"## 3. Spark write: {args.records:,} records from Parquet files (best of {args.rounds} rounds)",
         "",
         "Keyed records (murmur2 placement) into a two-partition topic, exactly-once, durable at commit.",
         "",
-        *table(["sink", "seconds", "M records/s", "speed vs no-op Arrow writer (ceiling)", "speed vs Parquet"],
-               [(name, f"{t:.2f}", f"{rate / 1e6:.2f}", f"{c:.2f}x", f"{p:.2f}x") for name, t, rate, c, p in writes]),
+        *table(
+            ["sink", "seconds", "M records/s", "speed vs no-op Arrow writer (ceiling)", "speed vs Parquet"],
+            [(name, f"{t:.2f}", f"{rate / 1e6:.2f}", f"{c:.2f}x", f"{p:.2f}x") for name, t, rate, c, p in writes],
+        ),
         "",
         "## 4. Seek: time to the first record from a cold reader, as the partition grows",
         "",
-        *table(["benchmark", "records in the partition", "ms (median)", "speed vs 10^4 records"],
-               [(name, f"{size:,}", f"{ms:.2f}", f"{ratio:.2f}x") for name, size, ms, ratio in seeks]),
+        *table(
+            ["benchmark", "records in the partition", "ms (median)", "speed vs 10^4 records"],
+            [(name, f"{size:,}", f"{ms:.2f}", f"{ratio:.2f}x") for name, size, ms, ratio in seeks],
+        ),
         "",
         "## 5. Consumer groups",
         "",
-        *table(["benchmark", "value", "unit", "ratio", "baseline"],
-               [(name, f"{value:,.1f}", unit, f"{ratio:.2f}x", base) for name, value, unit, ratio, base in group_rows]),
+        *table(
+            ["benchmark", "value", "unit", "ratio", "baseline"],
+            [(name, f"{value:,.1f}", unit, f"{ratio:.2f}x", base) for name, value, unit, ratio, base in group_rows],
+        ),
         "",
         "## 6. The offsets topic under four committing processes",
         "",
         "Four processes commit in turn to groups of one offsets partition; latencies around the 100th "
         "commit and of the last 100, in the same run; a cold load is a new Broker's first fetch_offsets.",
         "",
-        *table(["benchmark", "value", "unit", "ratio", "baseline"],
-               [(name, f"{value:,.1f}", unit, f"{ratio:.2f}x", base) for name, value, unit, ratio, base in scale_rows]),
+        *table(
+            ["benchmark", "value", "unit", "ratio", "baseline"],
+            [(name, f"{value:,.1f}", unit, f"{ratio:.2f}x", base) for name, value, unit, ratio, base in scale_rows],
+        ),
     ]
 
     ours = [r for r in codecs if r[2] == "kop (compiled)"]
-    slowest = {what: min((r[4] for r in ours if r[0] == what), default=0.0)
-               for what in ("codec encode", "codec decode to Arrow")}
+    slowest = {
+        what: min((r[4] for r in ours if r[0] == what), default=0.0)
+        for what in ("codec encode", "codec decode to Arrow")
+    }
     pure = [r[4] for r in codecs if r[2] == "kop (pure Python)"]
     read, write = reads[0], writes[0]
     flat = min(r[3] for r in seeks)

@@ -17,9 +17,9 @@ import time
 import pyarrow as pa
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from kop_spark import Broker  # noqa: E402
-from kop_spark.record.arrow import encode_arrow  # noqa: E402
-from kop_spark.storage import ledger  # noqa: E402
+from kop_spark import Broker
+from kop_spark.record.arrow import encode_arrow
+from kop_spark.storage import ledger
 
 BATCH = 1000  # records per produced batch
 BASE_TS = 1_900_000_000_000
@@ -28,8 +28,14 @@ BASE_TS = 1_900_000_000_000
 def fill(b: Broker, first: int, end: int) -> None:
     values = pa.array([b"x" * 100] * BATCH, pa.binary())
     for start in range(first, end, 100 * BATCH):
-        batches = [encode_arrow(values, timestamps_ms=pa.array(range(BASE_TS + at, BASE_TS + at + BATCH), pa.int64()),
-                                batch_bytes=1 << 30)[0] for at in range(start, min(end, start + 100 * BATCH), BATCH)]
+        batches = [
+            encode_arrow(
+                values,
+                timestamps_ms=pa.array(range(BASE_TS + at, BASE_TS + at + BATCH), pa.int64()),
+                batch_bytes=1 << 30,
+            )[0]
+            for at in range(start, min(end, start + 100 * BATCH), BATCH)
+        ]
         b.produce_batches("t", 0, batches)
 
 

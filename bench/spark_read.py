@@ -13,7 +13,6 @@ import tempfile
 
 import pyarrow as pa
 import pyarrow.compute as pc
-
 from _spark import PARTITIONS, best_times, cli, records, run_available_now, session, write_ipc, write_parquet
 
 from kop_spark import Broker
@@ -55,13 +54,22 @@ def run(n: int = 5_000_000, repeat: int = 5):
             def go():
                 runs[0] += 1
                 run_available_now(load(), "noop", os.path.join(tmp, f"checkpoint-{runs[0]}"))
+
             return go
 
         sources = {
-            "kop": query(lambda: spark.readStream.format("kop").option("kop.root", root)
-                         .option("subscribe", "bench").option("startingOffsets", "earliest").load()),
-            "pre-built Arrow (ceiling)": query(lambda: spark.readStream.format("arrow_ceiling")
-                                               .option("paths", ",".join(ipc)).load()),
+            "kop": query(
+                lambda: (
+                    spark.readStream.format("kop")
+                    .option("kop.root", root)
+                    .option("subscribe", "bench")
+                    .option("startingOffsets", "earliest")
+                    .load()
+                )
+            ),
+            "pre-built Arrow (ceiling)": query(
+                lambda: spark.readStream.format("arrow_ceiling").option("paths", ",".join(ipc)).load()
+            ),
             "Parquet": query(lambda: spark.readStream.schema(schema).parquet(parquet)),
         }
         times = best_times(sources, repeat)

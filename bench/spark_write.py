@@ -26,8 +26,10 @@ def run(n: int = 5_000_000, repeat: int = 5):
         source = os.path.join(tmp, "source")
         os.makedirs(source)
         for p in range(PARTITIONS):
-            write_parquet(records(n // PARTITIONS, p).select(["key", "value", "timestamp"]),
-                          os.path.join(source, f"part-{p}.parquet"))
+            write_parquet(
+                records(n // PARTITIONS, p).select(["key", "value", "timestamp"]),
+                os.path.join(source, f"part-{p}.parquet"),
+            )
         schema = spark.read.parquet(source).schema
         os.sync()  # no writeback of the set-up competing with the timed queries
         runs = [0]
@@ -42,17 +44,24 @@ def run(n: int = 5_000_000, repeat: int = 5):
                     options.update({"kop.root": out, "topic": "bench"})
                 elif sink == "parquet":
                     options["path"] = out
-                run_available_now(spark.readStream.schema(schema).parquet(source), sink,
-                                  os.path.join(tmp, f"checkpoint-{runs[0]}"), **options)
+                run_available_now(
+                    spark.readStream.schema(schema).parquet(source),
+                    sink,
+                    os.path.join(tmp, f"checkpoint-{runs[0]}"),
+                    **options,
+                )
                 if sink == "kop":
                     with Broker(out) as b:
                         written = sum(b.list_offsets("bench", p, "latest") for p in range(PARTITIONS))
                     assert written == n, f"kop wrote {written} records of {n}"
                 shutil.rmtree(out, ignore_errors=True)
+
             return go
 
-        times = best_times({"kop": query("kop"), "no-op Arrow writer (ceiling)": query("arrow_noop"),
-                            "Parquet": query("parquet")}, repeat)
+        times = best_times(
+            {"kop": query("kop"), "no-op Arrow writer (ceiling)": query("arrow_noop"), "Parquet": query("parquet")},
+            repeat,
+        )
     spark.stop()
     ceiling, parquet = times["no-op Arrow writer (ceiling)"], times["Parquet"]
     return [(name, t, n / t, ceiling / t, parquet / t) for name, t in times.items()]

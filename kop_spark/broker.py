@@ -12,8 +12,9 @@ import logging
 import os
 import threading
 import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any
 
 from .config import Config, parse_topic_config
 from .errors import (
@@ -58,7 +59,7 @@ log = logging.getLogger(__name__)
 
 EARLIEST_TIMESTAMP = -2  # ListOffsets' special timestamps
 LATEST_TIMESTAMP = -1
-OffsetSpec = Union[str, int]
+OffsetSpec = str | int
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,8 @@ class PartitionInfo:
 class TopicDescription:
     name: str
     full_name: str
-    partitions: Tuple[PartitionInfo, ...]
-    config: Dict[str, Any]
+    partitions: tuple[PartitionInfo, ...]
+    config: dict[str, Any]
 
 
 class Broker:
@@ -85,7 +86,7 @@ class Broker:
     ``conf`` overrides any setting of conf/kop.conf by name. One Broker may be shared by threads.
     """
 
-    def __init__(self, root: Optional[str] = None, conf: Optional[Mapping[str, Any]] = None):
+    def __init__(self, root: str | None = None, conf: Mapping[str, Any] | None = None):
         self.config = Config(conf)
         self.root = str(root if root is not None else self.config["storageRoot"])
         self.fileio = FileIO(self.root, sync=self.config["journalSyncData"])
@@ -102,10 +103,10 @@ class Broker:
         self.store = FileMetadataStore(metadata_dir, sync=self.config["journalSyncData"])
         self.writer_id = uuid.uuid4().hex
         self.stats = IOStats()
-        self._ledgers: Dict[Tuple[str, int], ManagedLedger] = {}
+        self._ledgers: dict[tuple[str, int], ManagedLedger] = {}
         self._lock = threading.RLock()
         self._round_robin = 0
-        self._groups: Optional[GroupCoordinator] = None
+        self._groups: GroupCoordinator | None = None
 
     def _check_root(self) -> None:
         local = optional_local_dir(self.root)
@@ -123,7 +124,7 @@ class Broker:
         for ml in ledgers:
             ml.close()
 
-    def __enter__(self) -> "Broker":
+    def __enter__(self) -> Broker:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -137,14 +138,14 @@ class Broker:
     def _kafka_name(self, name: TopicName) -> str:
         return name.kafka_name(self.config["kafkaTenant"], self.config["kafkaNamespace"])
 
-    def _topic_metadata(self, topic: str) -> Tuple[TopicName, dict]:
+    def _topic_metadata(self, topic: str) -> tuple[TopicName, dict]:
         name = self.topic_name(topic)
         meta = self.store.get(name.metadata_key).value
         if not _standing(meta):
             raise TopicNotFoundError(f"topic {topic!r} does not exist (as {name.full_name})")
         return name, meta
 
-    def _managed_ledger(self, topic: str, partition: int, meta: Optional[dict] = None) -> ManagedLedger:
+    def _managed_ledger(self, topic: str, partition: int, meta: dict | None = None) -> ManagedLedger:
         name = self.topic_name(topic)
         key = (name.full_name, partition)
         ml = self._ledgers.get(key)
@@ -189,7 +190,7 @@ class Broker:
                 f"topic {topic!r} has no partition {partition!r}: it has partitions 0 to {meta['partitions'] - 1}"
             )
 
-    def _snapshot(self, topic: str, partition: int) -> Tuple[ManagedLedger, Snapshot]:
+    def _snapshot(self, topic: str, partition: int) -> tuple[ManagedLedger, Snapshot]:
         ml = self._managed_ledger(topic, partition)
         try:
             return ml, ml.snapshot()
@@ -215,7 +216,7 @@ class Broker:
 
     # -- topic administration --------------------------------------------------------------
 
-    def create_topic(self, topic: str, partitions: Optional[int] = None, config: Optional[Mapping[str, Any]] = None) -> None:
+    def create_topic(self, topic: str, partitions: int | None = None, config: Mapping[str, Any] | None = None) -> None:
         """Create a topic of ``partitions`` partitions (default ``defaultNumPartitions``).
 
         All or nothing: the partition logs are made first and the topic appears, whole, with the
@@ -223,7 +224,9 @@ class Broker:
         name = self.topic_name(topic)
         n = self.config["defaultNumPartitions"] if partitions is None else partitions
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise InvalidPartitionsError(f"topic {topic!r}: number of partitions must be at least 1, got {partitions!r}")
+            raise InvalidPartitionsError(
+                f"topic {topic!r}: number of partitions must be at least 1, got {partitions!r}"
+            )
         overrides = parse_topic_config(config)
         self.fileio.ensure_writable_root()
         current = self.store.get(name.metadata_key)
@@ -234,7 +237,9 @@ class Broker:
             raise TopicAlreadyExistsError(f"topic {topic!r} already exists")
         self._create_logs(name, range(n))
         try:
-            self.store.put(name.metadata_key, {"partitions": n, "config": overrides, "created_ms": now_ms()}, current.version)
+            self.store.put(
+                name.metadata_key, {"partitions": n, "config": overrides, "created_ms": now_ms()}, current.version
+            )
         except BadVersionError:
             raise TopicAlreadyExistsError(f"topic {topic!r} already exists") from None
 
@@ -254,7 +259,9 @@ class Broker:
                 raise TopicNotFoundError(f"topic {topic!r} does not exist")
             old = current.value["partitions"]
             if not isinstance(total, int) or total <= old:
-                raise InvalidPartitionsError(f"topic {topic!r} has {old} partitions; the new count must be larger, got {total!r}")
+                raise InvalidPartitionsError(
+                    f"topic {topic!r} has {old} partitions; the new count must be larger, got {total!r}"
+                )
             self._create_logs(name, range(old, total))
             try:
                 self.store.put(name.metadata_key, {**current.value, "partitions": total}, current.version)
@@ -299,7 +306,7 @@ class Broker:
             except BadVersionError:
                 continue
 
-    def _pending_deletions(self) -> List[Tuple[TopicName, dict]]:
+    def _pending_deletions(self) -> list[tuple[TopicName, dict]]:
         out = []
         for key in self.store.list_keys("topics"):
             value = self.store.get(key).value
@@ -308,7 +315,7 @@ class Broker:
                 out.append((TopicName(tenant, namespace, local), value))
         return out
 
-    def list_topics(self, include_internal: bool = False) -> List[str]:
+    def list_topics(self, include_internal: bool = False) -> list[str]:
         """Kafka names of all topics, sorted."""
         out = []
         for key in self.store.list_keys("topics"):
@@ -330,9 +337,11 @@ class Broker:
         for p in range(meta["partitions"]):
             _, snap = self._snapshot(topic, p)
             parts.append(PartitionInfo(p, snap.log_start_offset, snap.next_offset, len(snap.ledgers), snap.size_bytes))
-        return TopicDescription(self._kafka_name(name), name.full_name, tuple(parts), self.config.topic_config(meta.get("config")))
+        return TopicDescription(
+            self._kafka_name(name), name.full_name, tuple(parts), self.config.topic_config(meta.get("config"))
+        )
 
-    def topic_config(self, topic: str) -> Dict[str, Any]:
+    def topic_config(self, topic: str) -> dict[str, Any]:
         return self.config.topic_config(self._topic_metadata(topic)[1].get("config"))
 
     # -- produce ---------------------------------------------------------------------------
@@ -341,20 +350,20 @@ class Broker:
         self,
         topic: str,
         records: Iterable[Record],
-        partition: Optional[int] = None,
+        partition: int | None = None,
         *,
-        compression: Union[str, CompressionType] = CompressionType.NONE,
-        idempotence_key: Optional[Tuple[str, int]] = None,
-    ) -> List[Tuple[int, int, int]]:
+        compression: str | CompressionType = CompressionType.NONE,
+        idempotence_key: tuple[str, int] | None = None,
+    ) -> list[tuple[int, int, int]]:
         """Produce records; return ``(partition, base_offset, count)`` per partition written.
 
         With ``partition=None`` a keyed record goes where Kafka's default partitioner puts it
         (murmur2 of the key) and records without a key share one partition, round robin across calls.
         """
-        name, meta = self._topic_metadata(topic)
+        _name, meta = self._topic_metadata(topic)
         n = meta["partitions"]
         codec = CompressionType.from_name(compression) if isinstance(compression, str) else compression
-        by_partition: Dict[int, List[Record]] = {}
+        by_partition: dict[int, list[Record]] = {}
         if partition is not None:
             self._check_partition(topic, partition, meta)
             by_partition[partition] = list(records)
@@ -380,9 +389,9 @@ class Broker:
         partition: int,
         batches: Sequence[bytes],
         *,
-        idempotence_key: Optional[Tuple[str, int]] = None,
-        expected_log_end_offset: Optional[int] = None,
-        _meta: Optional[dict] = None,
+        idempotence_key: tuple[str, int] | None = None,
+        expected_log_end_offset: int | None = None,
+        _meta: dict | None = None,
     ) -> int:
         """Append raw Kafka v2 batches (as in a PRODUCE request) atomically; return the base offset.
 
@@ -401,18 +410,24 @@ class Broker:
         if not flat:
             raise InvalidRecordError(f"produce to {topic}-{partition}: no record batches given")
         now = now_ms()
-        checked = [_validate_produced(f"produce to {topic}-{partition}, batch {i}", b, cfg, now) for i, b in enumerate(flat)]
+        checked = [
+            _validate_produced(f"produce to {topic}-{partition}, batch {i}", b, cfg, now) for i, b in enumerate(flat)
+        ]
         ml = self._managed_ledger(topic, partition, _meta)
         try:
-            return ml.append(checked, idempotence_key=idempotence_key, broker_timestamp=now,
-                             expected_next_offset=expected_log_end_offset).base_offset
+            return ml.append(
+                checked,
+                idempotence_key=idempotence_key,
+                broker_timestamp=now,
+                expected_next_offset=expected_log_end_offset,
+            ).base_offset
         except ManagedLedgerDeletedError:
             self._forget(topic)
             raise TopicNotFoundError(f"topic {topic!r} was deleted") from None
 
     # -- staged appends: exactly-once sinks ------------------------------------------------
 
-    def stage(self, topic: str, partition: int, path: str) -> "StagedPartition":
+    def stage(self, topic: str, partition: int, path: str) -> StagedPartition:
         """Start a ledger for one partition at ``path`` (under the root) that no reader sees until
         ``append_staged`` appends it. A Spark task stages its output this way."""
         _, meta = self._topic_metadata(topic)
@@ -420,7 +435,9 @@ class Broker:
         cfg = self.config.topic_config(meta.get("config"))
         return StagedPartition(topic, partition, LedgerStager(self.fileio, path), cfg)
 
-    def append_staged(self, topic: str, partition: int, staged: Sequence[StagedLedger], sink_key: Tuple[str, int]) -> AppendResult:
+    def append_staged(
+        self, topic: str, partition: int, staged: Sequence[StagedLedger], sink_key: tuple[str, int]
+    ) -> AppendResult:
         """Append staged ledgers to a partition in one atomic step that assigns their offsets.
         Idempotent per ``sink_key`` = (writer, batch): a batch already appended is not appended again."""
         ml = self._managed_ledger(topic, partition)
@@ -445,7 +462,11 @@ class Broker:
     def remove_staged(self, writer: str, batch: int) -> None:
         """Delete what a writer staged for a batch, except what its batch record still needs."""
         record = self.sink_commits.record(writer)
-        keep = set(record.staged_files) if record is not None and record.batch == batch and record.state == COMMITTING else set()
+        keep = (
+            set(record.staged_files)
+            if record is not None and record.batch == batch and record.state == COMMITTING
+            else set()
+        )
         directory = f"{STAGING_DIR}/{writer}/{batch}"
         if not keep:
             self.fileio.delete_tree(directory)
@@ -461,8 +482,15 @@ class Broker:
         if not isinstance(offset, int) or not snap.log_start_offset <= offset <= snap.next_offset:
             raise OffsetOutOfRangeError(topic, partition, offset, snap.log_start_offset, snap.next_offset)
 
-    def _read(self, topic: str, partition: int, offset: int, max_bytes: int, max_records: Optional[int] = None,
-              snap: Optional[Snapshot] = None) -> Tuple[Snapshot, List[ReadEntry]]:
+    def _read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        max_records: int | None = None,
+        snap: Snapshot | None = None,
+    ) -> tuple[Snapshot, list[ReadEntry]]:
         """Entries from ``offset`` on, planned from ``snap`` (else the metadata now). A file can go
         between reading the metadata and reading the file (merged, compacted, or dropped by
         retention once its grace has passed): then the metadata is read again, and the offset is
@@ -483,21 +511,21 @@ class Broker:
                 snap = None
         raise AssertionError("unreachable")
 
-    def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20) -> List[bytes]:
+    def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20) -> list[bytes]:
         """Raw batches from the one holding ``offset`` on, with absolute ``baseOffset``, as in a
         FETCH response: at least one batch, then more while they fit in ``max_bytes``."""
         return [r.batch_bytes() for r in self._read(topic, partition, offset, max_bytes)[1]]
 
     def fetch(
         self, topic: str, partition: int, offset: int, max_records: int = 500, max_bytes: int = 50 << 20
-    ) -> List[ConsumerRecord]:
+    ) -> list[ConsumerRecord]:
         """Records from ``offset`` on (at most ``max_records``); empty at the log end.
         Control records take offsets but are never returned."""
         kafka_topic = self._kafka_name(self.topic_name(topic))
-        out: List[ConsumerRecord] = []
+        out: list[ConsumerRecord] = []
         position = offset
         budget = max_bytes
-        snap: Optional[Snapshot] = None
+        snap: Snapshot | None = None
         end = None
         while len(out) < max_records and (end is None or position < end) and budget > 0:
             snap, reads = self._read(topic, partition, position, min(budget, 1 << 20), max_records - len(out), snap)
@@ -513,7 +541,11 @@ class Broker:
                 ts_type = batch.timestamp_type
                 for r in batch.records():
                     if r.offset >= offset and len(out) < max_records:
-                        out.append(ConsumerRecord(kafka_topic, partition, r.offset, r.timestamp_ms, ts_type, r.key, r.value, r.headers))
+                        out.append(
+                            ConsumerRecord(
+                                kafka_topic, partition, r.offset, r.timestamp_ms, ts_type, r.key, r.value, r.headers
+                            )
+                        )
                 if len(out) >= max_records:
                     break
         return out
@@ -527,7 +559,9 @@ class Broker:
         if spec in ("latest", LATEST_TIMESTAMP):
             return snap.next_offset
         if not isinstance(spec, int) or isinstance(spec, bool) or spec < 0:
-            raise ValueError(f"list_offsets for {topic}-{partition}: expected 'earliest', 'latest' or a timestamp in ms, got {spec!r}")
+            raise ValueError(
+                f"list_offsets for {topic}-{partition}: expected 'earliest', 'latest' or a timestamp in ms, got {spec!r}"
+            )
         found = ml.entry_for_timestamp(snap, spec)
         if found is None:
             return -1
@@ -554,7 +588,7 @@ class Broker:
         for p in range(self.partitions_for(topic)):
             self.compact_partition(topic, p)
 
-    def compact_partition(self, topic: str, partition: int) -> Optional[int]:
+    def compact_partition(self, topic: str, partition: int) -> int | None:
         policy = self.topic_config(topic)["cleanup.policy"]
         if "compact" not in policy:
             raise ConfigError(f"topic {topic!r} has cleanup.policy={policy}; compaction needs compact")
@@ -581,10 +615,10 @@ class Broker:
             )
         return self._groups
 
-    def _check_topic_partitions(self, partitions: Iterable[Tuple[str, int]]) -> Dict[Tuple[str, int], Tuple[str, int]]:
+    def _check_topic_partitions(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], tuple[str, int]]:
         """Map (topic, partition) as given to (Kafka name, partition), refusing unknown ones."""
         out = {}
-        metas: Dict[str, dict] = {}
+        metas: dict[str, dict] = {}
         for topic, p in partitions:
             if topic not in metas:
                 metas[topic] = self._topic_metadata(topic)[1]
@@ -595,9 +629,9 @@ class Broker:
     def commit_offsets(
         self,
         group: str,
-        offsets: Mapping[Tuple[str, int], Union[int, OffsetAndMetadata]],
+        offsets: Mapping[tuple[str, int], int | OffsetAndMetadata],
         *,
-        expire_timestamp_ms: Optional[int] = None,
+        expire_timestamp_ms: int | None = None,
     ) -> None:
         """Commit a group's offsets, all in one entry: all or nothing. The topics and partitions
         must exist; metadata longer than ``offsetMetadataMaxSize`` is refused."""
@@ -605,22 +639,22 @@ class Broker:
         self.groups.commit(group, {names[tp]: o for tp, o in offsets.items()}, expire_timestamp_ms=expire_timestamp_ms)
 
     def fetch_offsets(
-        self, group: str, partitions: Optional[Iterable[Tuple[str, int]]] = None
-    ) -> Dict[Tuple[str, int], OffsetAndMetadata]:
+        self, group: str, partitions: Iterable[tuple[str, int]] | None = None
+    ) -> dict[tuple[str, int], OffsetAndMetadata]:
         """A group's committed offsets; offset -1 for a partition asked for that has none."""
         if partitions is None:
             return self.groups.fetch(group)
         names = {(self._kafka_name(self.topic_name(t)), p): (t, p) for t, p in partitions}
         return {names[tp]: o for tp, o in self.groups.fetch(group, names).items()}
 
-    def list_groups(self) -> List[str]:
+    def list_groups(self) -> list[str]:
         return self.groups.list_groups()
 
     def delete_group(self, group: str) -> None:
         if not self.groups.delete_group(group):
             raise GroupIdNotFoundError(f"group {group!r} does not exist")
 
-    def delete_offsets(self, group: str, partitions: Iterable[Tuple[str, int]]) -> List[Tuple[str, int]]:
+    def delete_offsets(self, group: str, partitions: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
         """Delete some of a group's offsets; returns the partitions that had one."""
         names = {(self._kafka_name(self.topic_name(t)), p): (t, p) for t, p in partitions}
         if not self.groups.fetch(group):
@@ -631,7 +665,7 @@ class Broker:
         """Expire offsets past ``offsetsRetentionMinutes`` now, instead of on the next check."""
         return self.groups.expire()
 
-    def _partition_logs(self, topic: Optional[str]) -> Iterator[Tuple[str, TopicName, int, ManagedLedger]]:
+    def _partition_logs(self, topic: str | None) -> Iterator[tuple[str, TopicName, int, ManagedLedger]]:
         """(topic, name, partition, log) of every partition of ``topic`` or of the store. Topics
         deleted meanwhile are skipped; deletions left half done are finished first."""
         if topic is None:
@@ -647,7 +681,7 @@ class Broker:
             for p in range(meta["partitions"]):
                 yield t, name, p, self._managed_ledger(t, p, meta)
 
-    def enforce_retention(self, topic: Optional[str] = None) -> None:
+    def enforce_retention(self, topic: str | None = None) -> None:
         """Apply retention.ms / retention.bytes now and delete files past their grace period.
         Every partition is tried; a damaged one does not stop the others (the first error is
         raised at the end)."""
@@ -657,8 +691,9 @@ class Broker:
                 ml.enforce_retention()
         report.raise_first()
 
-    def maintenance(self, topic: Optional[str] = None, *, target_ledger_bytes: int = 64 << 20,
-                    orphan_grace_ms: int = 3_600_000) -> "MaintenanceReport":
+    def maintenance(
+        self, topic: str | None = None, *, target_ledger_bytes: int = 64 << 20, orphan_grace_ms: int = 3_600_000
+    ) -> MaintenanceReport:
         """Keep a long-running store tidy: merge runs of small ledgers (no offset changes), apply
         retention, and delete files nothing refers to once older than ``orphan_grace_ms`` (staged
         output of crashed Spark tasks, ledgers of appends whose commit never happened). A damaged
@@ -685,15 +720,17 @@ class Broker:
                 moving = {ml.ledger_path(l.ledger_id) for r in pending for l in r.partitions.get((t, p), ())}
                 report.files_removed += ml.remove_orphans([f for f in files if f[0] not in moving], orphan_grace_ms)
         if topic is None:
-            report.files_removed += self._remove_dead_staging(orphan_grace_ms, {f for r in pending for f in r.staged_files})
+            report.files_removed += self._remove_dead_staging(
+                orphan_grace_ms, {f for r in pending for f in r.staged_files}
+            )
             sinks.expire(now - self.config["transactional.id.expiration.ms"])
         return report
 
-    def _remove_dead_staging(self, grace_ms: int, recorded: set) -> List[str]:
+    def _remove_dead_staging(self, grace_ms: int, recorded: set) -> list[str]:
         """Staged files of jobs that are gone: no task of theirs has beaten its heart within
         ``SINK_LEASE_MS``, no batch record needs them, and they are older than ``grace_ms``."""
         now = now_ms()
-        batches: Dict[str, List[Tuple[str, float]]] = {}
+        batches: dict[str, list[tuple[str, float]]] = {}
         for path, mtime in self.fileio.walk_files(STAGING_DIR):
             batches.setdefault("/".join(path.split("/")[:3]), []).append((path, mtime))
         removed = []
@@ -708,10 +745,10 @@ class Broker:
 
     # -- checking and repair ---------------------------------------------------------------
 
-    def verify(self, topic: Optional[str] = None) -> Dict[str, List[str]]:
+    def verify(self, topic: str | None = None) -> dict[str, list[str]]:
         """Check every partition (of ``topic``, or of the store with internal topics): ledgers
         against their metadata and every entry's checksums. Problems by partition; empty if none."""
-        out: Dict[str, List[str]] = {}
+        out: dict[str, list[str]] = {}
         for t, _, p, ml in self._partition_logs(topic):
             try:
                 problems = ml.check()
@@ -721,7 +758,7 @@ class Broker:
                 out[f"{t}-{p}"] = problems
         return out
 
-    def repair(self, topic: Optional[str] = None, dry_run: bool = False) -> "RepairReport":
+    def repair(self, topic: str | None = None, dry_run: bool = False) -> RepairReport:
         """Repair a store damaged by an earlier version or by failing hardware: unreadable
         metadata versions give way to the last whole one, and each damaged partition is truncated
         at its first damaged entry (``ManagedLedger.repair``). The report names every offset
@@ -756,8 +793,8 @@ _READ_ATTEMPTS = 5
 @dataclass
 class MaintenanceReport:
     ledgers_merged: int = 0
-    files_removed: List[str] = field(default_factory=list)
-    errors: List[Tuple[str, KopError]] = field(default_factory=list)  # (topic-partition or sink batch, what went wrong)
+    files_removed: list[str] = field(default_factory=list)
+    errors: list[tuple[str, KopError]] = field(default_factory=list)  # (topic-partition or sink batch, what went wrong)
 
     @contextlib.contextmanager
     def item(self, what: str) -> Iterator[None]:
@@ -777,9 +814,11 @@ class MaintenanceReport:
 
 @dataclass
 class RepairReport:
-    metadata_versions_removed: List[str] = field(default_factory=list)
-    truncated: Dict[Tuple[str, int], Tuple[int, int]] = field(default_factory=dict)  # -> offsets [new end, old end) dropped
-    groups_past_end: List[Tuple[str, str, int, int]] = field(default_factory=list)  # group, topic, partition, offset
+    metadata_versions_removed: list[str] = field(default_factory=list)
+    truncated: dict[tuple[str, int], tuple[int, int]] = field(
+        default_factory=dict
+    )  # -> offsets [new end, old end) dropped
+    groups_past_end: list[tuple[str, str, int, int]] = field(default_factory=list)  # group, topic, partition, offset
 
 
 class StagedPartition:
@@ -797,8 +836,10 @@ class StagedPartition:
         """Stage batches as the ledger's next entries."""
         for batch in batches:
             if len(batch) > self._max_bytes:
-                raise RecordTooLargeError(f"{self.topic}-{self.partition}: batch of {len(batch)} bytes is larger "
-                                          f"than max.message.bytes={self._max_bytes}")
+                raise RecordTooLargeError(
+                    f"{self.topic}-{self.partition}: batch of {len(batch)} bytes is larger "
+                    f"than max.message.bytes={self._max_bytes}"
+                )
             if self._compacted:
                 _check_keys(f"{self.topic}-{self.partition}", RecordBatch(batch).records())
         now = now_ms()
@@ -813,7 +854,7 @@ class StagedPartition:
         self._stager.discard()
 
 
-def _standing(topic_metadata: Optional[dict]) -> bool:
+def _standing(topic_metadata: dict | None) -> bool:
     """A topic's key names a topic that exists: written, and not being deleted."""
     return topic_metadata is not None and not topic_metadata.get("deleting")
 
@@ -835,15 +876,15 @@ def _validate_produced(where: str, b, topic_config: Mapping[str, Any], now: int)
     if batch.is_control:
         raise InvalidRecordError(f"{where}: clients may not produce control batches")
     if batch.record_count < 1 or batch.last_offset_delta != batch.record_count - 1:
-        raise InvalidRecordError(
-            f"{where}: {batch.record_count} records but lastOffsetDelta {batch.last_offset_delta}"
-        )
+        raise InvalidRecordError(f"{where}: {batch.record_count} records but lastOffsetDelta {batch.last_offset_delta}")
     # The records' own times, whatever flag and maximum the header claims.
     create_time = with_timestamps(b, TimestampType.CREATE_TIME, batch.max_timestamp)
     records = RecordBatch(create_time).records()
     for i, r in enumerate(records):
         if r.offset - batch.base_offset != i:
-            raise InvalidRecordError(f"{where}: record {i} has offset delta {r.offset - batch.base_offset}, expected {i}")
+            raise InvalidRecordError(
+                f"{where}: record {i} has offset delta {r.offset - batch.base_offset}, expected {i}"
+            )
     if "compact" in topic_config["cleanup.policy"]:
         _check_keys(where, records)
     if topic_config["message.timestamp.type"] == "LogAppendTime":

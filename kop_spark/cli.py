@@ -1,13 +1,13 @@
 """``kop``: the command line, shaped after Kafka's own tools.
 
-    kop [--root R] [--conf k=v ...] topics create|list|describe|alter|delete ...
-    kop produce TOPIC            lines from stdin (kafka-console-producer)
-    kop consume TOPIC            records to stdout (kafka-console-consumer)
-    kop groups list|describe|reset-offsets|delete|delete-offsets ...   (kafka-consumer-groups)
-    kop dump-ledger FILE         every entry of a ledger file (kafka-dump-log)
-    kop maintenance              merge small ledgers, remove files of crashed writers
-    kop verify                   check every ledger against its metadata (kafka-dump-log --verify)
-    kop repair                   truncate damaged partitions at their first damaged entry
+kop [--root R] [--conf k=v ...] topics create|list|describe|alter|delete ...
+kop produce TOPIC            lines from stdin (kafka-console-producer)
+kop consume TOPIC            records to stdout (kafka-console-consumer)
+kop groups list|describe|reset-offsets|delete|delete-offsets ...   (kafka-consumer-groups)
+kop dump-ledger FILE         every entry of a ledger file (kafka-dump-log)
+kop maintenance              merge small ledgers, remove files of crashed writers
+kop verify                   check every ledger against its metadata (kafka-dump-log --verify)
+kop repair                   truncate damaged partitions at their first damaged entry
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import os
 import re
 import sys
 import time
-from typing import Iterator, List, Optional, Sequence, Tuple
+from collections.abc import Iterator, Sequence
 
 from .broker import Broker
 from .errors import KopError
@@ -68,7 +68,9 @@ def _topics(args) -> int:
             for t in names:
                 d = b.describe_topic(t)
                 configs = ",".join(f"{k}={v}" for k, v in d.config.items())
-                print(f"Topic: {d.name}\tFullName: {d.full_name}\tPartitionCount: {len(d.partitions)}\tConfigs: {configs}")
+                print(
+                    f"Topic: {d.name}\tFullName: {d.full_name}\tPartitionCount: {len(d.partitions)}\tConfigs: {configs}"
+                )
                 for p in d.partitions:
                     print(
                         f"\tTopic: {d.name}\tPartition: {p.partition}\tLogStartOffset: {p.log_start_offset}"
@@ -86,14 +88,16 @@ def _produce(args) -> int:
     try:
         with _broker(args) as b:
             b.partitions_for(args.topic)  # fail before reading stdin if the topic is missing
-            batch: List[Record] = []
+            batch: list[Record] = []
             for line in sys.stdin.buffer:
                 line = line.rstrip(b"\r\n")
                 key = None
                 if args.key_separator is not None:
                     sep = args.key_separator.encode()
                     if sep not in line:
-                        raise KopError(f"line {total + len(batch) + 1} has no key separator {args.key_separator!r}: {line[:80]!r}")
+                        raise KopError(
+                            f"line {total + len(batch) + 1} has no key separator {args.key_separator!r}: {line[:80]!r}"
+                        )
                     key, line = line.split(sep, 1)
                 batch.append(Record(value=line, key=key, headers=headers))
                 if len(batch) >= _PRODUCE_BATCH:
@@ -111,11 +115,11 @@ def _produce(args) -> int:
 # -- consume --------------------------------------------------------------------------------
 
 
-def _text(data: Optional[bytes]) -> Optional[str]:
+def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="backslashreplace")
 
 
-def _json_bytes(data: Optional[bytes]):
+def _json_bytes(data: bytes | None):
     if data is None:
         return None
     try:
@@ -149,16 +153,22 @@ def _records(b: Broker, args) -> Iterator[ConsumerRecord]:
 
 def _maintenance(args) -> int:
     with _broker(args) as b:
-        report = b.maintenance(args.topic, target_ledger_bytes=args.target_ledger_mb << 20,
-                               orphan_grace_ms=args.orphan_grace_minutes * 60_000)
+        report = b.maintenance(
+            args.topic,
+            target_ledger_bytes=args.target_ledger_mb << 20,
+            orphan_grace_ms=args.orphan_grace_minutes * 60_000,
+        )
     print(f"Merged away {report.ledgers_merged} small ledgers; removed {len(report.files_removed)} orphaned files.")
     for path in report.files_removed:
         print(f"  removed {path}")
     for partition, error in report.errors:
         print(f"error: {partition}: {error}", file=sys.stderr)
     if report.errors:
-        print(f"{len(report.errors)} partition(s) could not be tidied (see above); `kop verify` checks the store, "
-              f"`kop repair` mends it", file=sys.stderr)
+        print(
+            f"{len(report.errors)} partition(s) could not be tidied (see above); `kop verify` checks the store, "
+            f"`kop repair` mends it",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -166,13 +176,18 @@ def _maintenance(args) -> int:
 def _verify(args) -> int:
     with _broker(args) as b:
         problems = b.verify(args.topic)
-        checked = sum(b.partitions_for(t) for t in ([args.topic] if args.topic else b.list_topics(include_internal=True)))
+        checked = sum(
+            b.partitions_for(t) for t in ([args.topic] if args.topic else b.list_topics(include_internal=True))
+        )
     for partition, found in sorted(problems.items()):
         for problem in found:
             print(f"{partition}: {problem}")
     if problems:
-        print(f"{len(problems)} of {checked} partitions are damaged; `kop repair` truncates each at its first "
-              f"damaged entry", file=sys.stderr)
+        print(
+            f"{len(problems)} of {checked} partitions are damaged; `kop repair` truncates each at its first "
+            f"damaged entry",
+            file=sys.stderr,
+        )
         return 1
     print(f"Checked {checked} partitions: every confirmed entry is intact.")
     return 0
@@ -184,12 +199,16 @@ def _repair(args) -> int:
     for path in report.metadata_versions_removed:
         print(f"{'would remove' if args.dry_run else 'removed'} unreadable metadata version {path}")
     for (topic, p), (end, old_end) in sorted(report.truncated.items()):
-        print(f"{topic}-{p}: log end offset {'would move' if args.dry_run else 'moved'} back from {old_end} to {end}: "
-              f"offsets {end} to {old_end - 1} {'would be' if args.dry_run else 'are'} dropped")
+        print(
+            f"{topic}-{p}: log end offset {'would move' if args.dry_run else 'moved'} back from {old_end} to {end}: "
+            f"offsets {end} to {old_end - 1} {'would be' if args.dry_run else 'are'} dropped"
+        )
     for group, topic, p, offset in report.groups_past_end:
         end = report.truncated[(topic, p)][0]
-        print(f"group {group!r}: committed offset {offset} for {topic}-{p} is past the new log end {end}; "
-              f"reset it with `kop groups reset-offsets {group} --topic {topic}:{p} --to-latest --execute`")
+        print(
+            f"group {group!r}: committed offset {offset} for {topic}-{p} is past the new log end {end}; "
+            f"reset it with `kop groups reset-offsets {group} --topic {topic}:{p} --to-latest --execute`"
+        )
     if not report.truncated and not report.metadata_versions_removed:
         print("Nothing to repair: every confirmed entry is intact.")
     elif args.dry_run:
@@ -222,12 +241,21 @@ def _consume(args) -> int:
 
 def _format_record(r: ConsumerRecord, args) -> str:
     if args.format == "json":
-        return json.dumps({
-            "topic": r.topic, "partition": r.partition, "offset": r.offset,
-            "timestamp": r.timestamp_ms, "timestampType": int(r.timestamp_type),
-            "key": _json_bytes(r.key), "value": _json_bytes(r.value),
-            "headers": [{"key": k, "value": _json_bytes(v)} for k, v in r.headers],
-        }) + "\n"
+        return (
+            json.dumps(
+                {
+                    "topic": r.topic,
+                    "partition": r.partition,
+                    "offset": r.offset,
+                    "timestamp": r.timestamp_ms,
+                    "timestampType": int(r.timestamp_type),
+                    "key": _json_bytes(r.key),
+                    "value": _json_bytes(r.value),
+                    "headers": [{"key": k, "value": _json_bytes(v)} for k, v in r.headers],
+                }
+            )
+            + "\n"
+        )
     parts = []
     if args.print_offset:
         parts.append(f"{r.partition}:{r.offset}")
@@ -244,15 +272,17 @@ def _format_record(r: ConsumerRecord, args) -> str:
 _DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
 
 
-def _table(rows: List[dict], columns: List[Tuple[str, str, int]]) -> str:
+def _table(rows: list[dict], columns: list[tuple[str, str, int]]) -> str:
     """Kafka's tools pad each column to the wider of its minimum and its longest value."""
     widths = [max([minimum] + [len(str(r[key])) for r in rows]) for _, key, minimum in columns]
-    lines = [" ".join(f"{title:<{w}}" for (title, _, _), w in zip(columns, widths)).rstrip()]
-    lines += [" ".join(f"{str(r[key]):<{w}}" for (_, key, _), w in zip(columns, widths)).rstrip() for r in rows]
+    lines = [" ".join(f"{title:<{w}}" for (title, _, _), w in zip(columns, widths, strict=False)).rstrip()]
+    lines += [
+        " ".join(f"{r[key]!s:<{w}}" for (_, key, _), w in zip(columns, widths, strict=False)).rstrip() for r in rows
+    ]
     return "\n".join(lines)
 
 
-def _emit(args, rows: List[dict], columns: List[Tuple[str, str, int]], preface: str = "") -> None:
+def _emit(args, rows: list[dict], columns: list[tuple[str, str, int]], preface: str = "") -> None:
     if args.output == "json":
         print(json.dumps(rows))
         return
@@ -262,7 +292,7 @@ def _emit(args, rows: List[dict], columns: List[Tuple[str, str, int]], preface: 
     print(_table(rows, columns))
 
 
-def _group_partitions(b: Broker, args, committed) -> List[Tuple[str, int]]:
+def _group_partitions(b: Broker, args, committed) -> list[tuple[str, int]]:
     if args.all_topics:
         return sorted(committed)
     out = []
@@ -282,7 +312,9 @@ def _parse_datetime(text: str) -> int:
     try:
         dt = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise KopError(f"--to-datetime {text!r}: expected YYYY-MM-DDTHH:mm:SS.sss, optionally with a time zone") from None
+        raise KopError(
+            f"--to-datetime {text!r}: expected YYYY-MM-DDTHH:mm:SS.sss, optionally with a time zone"
+        ) from None
     return int(dt.timestamp() * 1000)
 
 
@@ -312,16 +344,35 @@ def _groups(args) -> int:
                     end = b.list_offsets(topic, p, "latest")
                 except KopError:
                     end = None
-                rows.append({
-                    "group": group, "topic": topic, "partition": p, "current_offset": o.offset,
-                    "log_end_offset": "-" if end is None else end, "lag": "-" if end is None else max(end - o.offset, 0),
-                    "consumer_id": "-", "host": "-", "client_id": "-",
-                })
-            _emit(args, rows, [
-                ("GROUP", "group", 15), ("TOPIC", "topic", 15), ("PARTITION", "partition", 10),
-                ("CURRENT-OFFSET", "current_offset", 15), ("LOG-END-OFFSET", "log_end_offset", 15), ("LAG", "lag", 15),
-                ("CONSUMER-ID", "consumer_id", 15), ("HOST", "host", 15), ("CLIENT-ID", "client_id", 0),
-            ], preface=f"\nConsumer group '{group}' has no active members.")
+                rows.append(
+                    {
+                        "group": group,
+                        "topic": topic,
+                        "partition": p,
+                        "current_offset": o.offset,
+                        "log_end_offset": "-" if end is None else end,
+                        "lag": "-" if end is None else max(end - o.offset, 0),
+                        "consumer_id": "-",
+                        "host": "-",
+                        "client_id": "-",
+                    }
+                )
+            _emit(
+                args,
+                rows,
+                [
+                    ("GROUP", "group", 15),
+                    ("TOPIC", "topic", 15),
+                    ("PARTITION", "partition", 10),
+                    ("CURRENT-OFFSET", "current_offset", 15),
+                    ("LOG-END-OFFSET", "log_end_offset", 15),
+                    ("LAG", "lag", 15),
+                    ("CONSUMER-ID", "consumer_id", 15),
+                    ("HOST", "host", 15),
+                    ("CLIENT-ID", "client_id", 0),
+                ],
+                preface=f"\nConsumer group '{group}' has no active members.",
+            )
         elif args.action == "reset-offsets":
             _reset_offsets(b, args, group)
         elif args.action == "delete":
@@ -332,18 +383,34 @@ def _groups(args) -> int:
                 raise KopError("kop groups delete-offsets: --topic is required")
             asked = _group_partitions(b, args, {})
             deleted = set(b.delete_offsets(group, asked))
-            rows = [{"topic": t, "partition": p, "status": "Successful" if (t, p) in deleted else "Error: no committed offset"} for t, p in asked]
-            _emit(args, rows, [("TOPIC", "topic", 30), ("PARTITION", "partition", 15), ("STATUS", "status", 15)],
-                  preface=f"Request succeed for deleting offsets with topic {','.join(args.topic)} group {group}")
+            rows = [
+                {
+                    "topic": t,
+                    "partition": p,
+                    "status": "Successful" if (t, p) in deleted else "Error: no committed offset",
+                }
+                for t, p in asked
+            ]
+            _emit(
+                args,
+                rows,
+                [("TOPIC", "topic", 30), ("PARTITION", "partition", 15), ("STATUS", "status", 15)],
+                preface=f"Request succeed for deleting offsets with topic {','.join(args.topic)} group {group}",
+            )
     return 0
 
 
 def _reset_offsets(b: Broker, args, group: str) -> None:
-    scenarios = [o for o in ("to_earliest", "to_latest", "to_current", "to_offset", "shift_by", "to_datetime", "by_duration")
-                 if getattr(args, o) not in (None, False)]
+    scenarios = [
+        o
+        for o in ("to_earliest", "to_latest", "to_current", "to_offset", "shift_by", "to_datetime", "by_duration")
+        if getattr(args, o) not in (None, False)
+    ]
     if len(scenarios) != 1:
-        raise KopError("reset-offsets needs exactly one of --to-earliest, --to-latest, --to-current, --to-offset, "
-                       "--shift-by, --to-datetime, --by-duration")
+        raise KopError(
+            "reset-offsets needs exactly one of --to-earliest, --to-latest, --to-current, --to-offset, "
+            "--shift-by, --to-datetime, --by-duration"
+        )
     if bool(args.topic) == bool(args.all_topics):
         raise KopError("reset-offsets needs --topic or --all-topics (one of them)")
     committed = b.fetch_offsets(group)
@@ -363,14 +430,27 @@ def _reset_offsets(b: Broker, args, group: str) -> None:
         elif args.shift_by is not None:
             target = base + args.shift_by
         else:
-            ts = _parse_datetime(args.to_datetime) if args.to_datetime else int(time.time() * 1000) - _parse_duration(args.by_duration)
+            ts = (
+                _parse_datetime(args.to_datetime)
+                if args.to_datetime
+                else int(time.time() * 1000) - _parse_duration(args.by_duration)
+            )
             found = b.list_offsets(topic, p, ts)
             target = latest if found < 0 else found
         new[(topic, p)] = min(max(target, earliest), latest)  # clamped into the valid range, as Kafka does
     if args.execute:
         b.commit_offsets(group, new)
     rows = [{"group": group, "topic": t, "partition": p, "new_offset": o} for (t, p), o in sorted(new.items())]
-    _emit(args, rows, [("GROUP", "group", 30), ("TOPIC", "topic", 30), ("PARTITION", "partition", 10), ("NEW-OFFSET", "new_offset", 15)])
+    _emit(
+        args,
+        rows,
+        [
+            ("GROUP", "group", 30),
+            ("TOPIC", "topic", 30),
+            ("PARTITION", "partition", 10),
+            ("NEW-OFFSET", "new_offset", 15),
+        ],
+    )
     if not args.execute and args.output != "json":
         print("\n(dry run: nothing changed; add --execute to commit these offsets)", file=sys.stderr)
 
@@ -378,7 +458,7 @@ def _reset_offsets(b: Broker, args, group: str) -> None:
 # -- dump-ledger ----------------------------------------------------------------------------
 
 
-def _find_ledger(root: Optional[str], path: str) -> Optional[dict]:
+def _find_ledger(root: str | None, path: str) -> dict | None:
     """The managed ledger's record of this file, if a store root around it refers to it."""
     if root is None:
         return None
@@ -421,13 +501,14 @@ def _dump_ledger(args) -> int:
             f"position: {e.position} relativeIndex: {e.relative_index} baseOffset: {batch.base_offset} "
             f"lastOffset: {batch.last_offset} count: {e.record_count} brokerTimestamp: {e.broker_timestamp} "
             f"maxTimestamp: {batch.max_timestamp} size: {e.size} compression: {batch.compression.name.lower()} "
-            f"isControl: {str(batch.is_control).lower()} crcValid: true"
-            + ("" if confirmed else " unconfirmed: true")
+            f"isControl: {str(batch.is_control).lower()} crcValid: true" + ("" if confirmed else " unconfirmed: true")
         )
         if args.print_data_log:
             for r in batch.records():
                 hdrs = ",".join(f"{k}:{_text(v)}" for k, v in r.headers)
-                print(f"| offset: {r.offset} CreateTime: {r.timestamp_ms} key: {_text(r.key)} value: {_text(r.value)} headers: [{hdrs}]")
+                print(
+                    f"| offset: {r.offset} CreateTime: {r.timestamp_ms} key: {_text(r.key)} value: {_text(r.value)} headers: [{hdrs}]"
+                )
     damaged = False
     if rec.error:
         # Past the confirmed length of an unsealed ledger, a torn entry is what a crashed writer
@@ -440,17 +521,19 @@ def _dump_ledger(args) -> int:
             + ("" if damaged else " (an unconfirmed write after the confirmed length; readers never see it)")
         )
     if found and len(rec.entries) < found["entries"]:
-        print(f"the managed ledger confirms {found['entries']} entries but the file holds {len(rec.entries)} intact "
-              f"ones: confirmed records are missing (`kop verify` checks the store, `kop repair` mends it)")
+        print(
+            f"the managed ledger confirms {found['entries']} entries but the file holds {len(rec.entries)} intact "
+            f"ones: confirmed records are missing (`kop verify` checks the store, `kop repair` mends it)"
+        )
         damaged = True
     return 1 if damaged else 0
 
 
-def _guess_root(path: str) -> Optional[str]:
+def _guess_root(path: str) -> str | None:
     """Ledgers live at <root>/ledgers/<tenant>/<namespace>/<partition dir(s)>/<file>."""
     parts = path.split(os.sep)
     for i in (len(parts) - 5, len(parts) - 6):
-        if i > 0 and parts[i] == "ledgers" and os.path.isdir(os.sep.join(parts[:i] + ["_metadata"])):
+        if i > 0 and parts[i] == "ledgers" and os.path.isdir(os.sep.join([*parts[:i], "_metadata"])):
             return os.sep.join(parts[:i])
     return None
 
@@ -514,15 +597,18 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("maintenance", help="merge small ledgers and remove orphaned files (offsets never change)")
     m.add_argument("--topic", help="only this topic (default: every topic, and staged files of crashed jobs)")
     m.add_argument("--target-ledger-mb", type=int, default=64, help="merge small ledgers into ledgers up to this size")
-    m.add_argument("--orphan-grace-minutes", type=int, default=60,
-                   help="remove unreferenced files only once they are this old")
+    m.add_argument(
+        "--orphan-grace-minutes", type=int, default=60, help="remove unreferenced files only once they are this old"
+    )
     m.set_defaults(run=_maintenance)
 
     v = sub.add_parser("verify", help="check every ledger against its metadata and every entry's checksums")
     v.add_argument("--topic", help="only this topic (default: every topic, internal ones included)")
     v.set_defaults(run=_verify)
 
-    r = sub.add_parser("repair", help="truncate damaged partitions at their first damaged entry, as Kafka's log recovery")
+    r = sub.add_parser(
+        "repair", help="truncate damaged partitions at their first damaged entry, as Kafka's log recovery"
+    )
     r.add_argument("--topic", help="only this topic (default: every topic, internal ones included)")
     r.add_argument("--dry-run", action="store_true", help="only say what would be dropped")
     r.set_defaults(run=_repair)
@@ -534,7 +620,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "group_option", None):
         args.group = args.group_option

@@ -11,9 +11,10 @@ when present); the ``conf`` mapping given in code.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any
 
 from .errors import ConfigError
 
@@ -64,24 +65,88 @@ _SETTINGS = [
     Setting("kafkaMetadataTenant", "public", str, "Tenant of the offsets topic"),
     Setting("kafkaMetadataNamespace", "__kafka", str, "Namespace of the offsets topic"),
     Setting("defaultNumPartitions", 1, _int_at_least(1), "Partitions of a topic created without a count"),
-    Setting("managedLedgerMaxEntriesPerLedger", 50000, _int_at_least(1), "Seal a ledger and start a new one after this many entries"),
-    Setting("managedLedgerMaxSizePerLedgerMbytes", 2048, _int_at_least(1), "... or once the ledger holds this many MiB"),
+    Setting(
+        "managedLedgerMaxEntriesPerLedger",
+        50000,
+        _int_at_least(1),
+        "Seal a ledger and start a new one after this many entries",
+    ),
+    Setting(
+        "managedLedgerMaxSizePerLedgerMbytes", 2048, _int_at_least(1), "... or once the ledger holds this many MiB"
+    ),
     Setting("managedLedgerMaxLedgerRolloverTimeMinutes", 240, _int_at_least(1), "... or once the ledger is this old"),
-    Setting("managedLedgerMergeInPassing", 16, _int_at_least(0), "Merge a run of this many small ledgers as part of writing, so writers taking turns do not pile up ledgers (0: only kop maintenance merges)"),
-    Setting("journalSyncData", True, _bool, "fsync ledger and metadata writes before confirming them (false survives process crashes only)"),
-    Setting("producer.id.expiration.ms", 86400000, _int_at_least(1), "Forget an idempotent writer's last sequence after this long unused"),
-    Setting("transactional.id.expiration.ms", 604800000, _int_at_least(1), "Forget an exactly-once writer's (a streaming query's) last batch this long after it"),
+    Setting(
+        "managedLedgerMergeInPassing",
+        16,
+        _int_at_least(0),
+        "Merge a run of this many small ledgers as part of writing, so writers taking turns do not pile up ledgers (0: only kop maintenance merges)",
+    ),
+    Setting(
+        "journalSyncData",
+        True,
+        _bool,
+        "fsync ledger and metadata writes before confirming them (false survives process crashes only)",
+    ),
+    Setting(
+        "producer.id.expiration.ms",
+        86400000,
+        _int_at_least(1),
+        "Forget an idempotent writer's last sequence after this long unused",
+    ),
+    Setting(
+        "transactional.id.expiration.ms",
+        604800000,
+        _int_at_least(1),
+        "Forget an exactly-once writer's (a streaming query's) last batch this long after it",
+    ),
     Setting("offsetsTopicNumPartitions", 50, _int_at_least(1), "Partitions of the offsets topic __consumer_offsets"),
-    Setting("offsetsRetentionMinutes", 4320, _int_at_least(1), "Expire a group's committed offsets this long after it became empty"),
+    Setting(
+        "offsetsRetentionMinutes",
+        4320,
+        _int_at_least(1),
+        "Expire a group's committed offsets this long after it became empty",
+    ),
     Setting("offsetsRetentionCheckIntervalMs", 600000, _int_at_least(1), "How often expired offsets are looked for"),
-    Setting("offsetMetadataMaxSize", 4096, _int_at_least(0), "Largest metadata string accepted with a committed offset"),
-    Setting("retention.ms", 604800000, _int_at_least(-1), "Drop ledgers whose newest record is older than this (-1: keep forever)", True),
-    Setting("retention.bytes", -1, _int_at_least(-1), "Drop the oldest ledgers while a partition is larger than this (-1: no limit)", True),
-    Setting("cleanup.policy", "delete", _choice("delete", "compact", "compact,delete"), "delete (retention), compact (latest value per key), or both", True),
+    Setting(
+        "offsetMetadataMaxSize", 4096, _int_at_least(0), "Largest metadata string accepted with a committed offset"
+    ),
+    Setting(
+        "retention.ms",
+        604800000,
+        _int_at_least(-1),
+        "Drop ledgers whose newest record is older than this (-1: keep forever)",
+        True,
+    ),
+    Setting(
+        "retention.bytes",
+        -1,
+        _int_at_least(-1),
+        "Drop the oldest ledgers while a partition is larger than this (-1: no limit)",
+        True,
+    ),
+    Setting(
+        "cleanup.policy",
+        "delete",
+        _choice("delete", "compact", "compact,delete"),
+        "delete (retention), compact (latest value per key), or both",
+        True,
+    ),
     Setting("delete.retention.ms", 86400000, _int_at_least(0), "How long compaction keeps tombstones", True),
-    Setting("message.timestamp.type", "CreateTime", _choice("CreateTime", "LogAppendTime"), "Keep the producer's timestamps, or stamp the broker's append time", True),
+    Setting(
+        "message.timestamp.type",
+        "CreateTime",
+        _choice("CreateTime", "LogAppendTime"),
+        "Keep the producer's timestamps, or stamp the broker's append time",
+        True,
+    ),
     Setting("max.message.bytes", 1048588, _int_at_least(0), "Largest record batch accepted", True),
-    Setting("file.delete.delay.ms", 60000, _int_at_least(0), "Grace period before an unreferenced ledger file is deleted", True),
+    Setting(
+        "file.delete.delay.ms",
+        60000,
+        _int_at_least(0),
+        "Grace period before an unreferenced ledger file is deleted",
+        True,
+    ),
 ]
 
 SETTINGS: Mapping[str, Setting] = {s.name: s for s in _SETTINGS}
@@ -101,7 +166,7 @@ def parse_value(name: str, value: Any, where: str = "") -> Any:
         raise ConfigError(f"invalid value {value!r} for setting {name!r}{where}: {e}") from None
 
 
-def parse_topic_config(config: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+def parse_topic_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     """Check per-topic overrides (Kafka's topic settings only)."""
     out = {}
     for name, value in (config or {}).items():
@@ -128,7 +193,7 @@ def read_conf_file(path: str | os.PathLike) -> dict[str, Any]:
 class Config(Mapping[str, Any]):
     """Effective settings of a broker."""
 
-    def __init__(self, overrides: Optional[Mapping[str, Any]] = None, conf_file: Optional[str] = None):
+    def __init__(self, overrides: Mapping[str, Any] | None = None, conf_file: str | None = None):
         values = {s.name: s.default for s in _SETTINGS}
         path = conf_file or os.environ.get("KOP_CONF") or ("conf/kop.conf" if Path("conf/kop.conf").is_file() else None)
         if path:
@@ -148,7 +213,7 @@ class Config(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self._values)
 
-    def topic_config(self, overrides: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+    def topic_config(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """A topic's effective settings: the broker-wide defaults, then the topic's own overrides."""
         out = {name: self._values[name] for name in TOPIC_SETTINGS}
         out.update(overrides or {})
@@ -157,10 +222,17 @@ class Config(Mapping[str, Any]):
 
 def render_conf_file() -> str:
     """The text of conf/kop.conf: every setting with its default and what it does."""
-    lines = ["# kop-spark settings. Every setting, with its default.", "# Any of them can also be given in code: Broker(root, conf={...}).", ""]
+    lines = [
+        "# kop-spark settings. Every setting, with its default.",
+        "# Any of them can also be given in code: Broker(root, conf={...}).",
+        "",
+    ]
     for s in _SETTINGS:
         if s.name == "retention.ms":
-            lines += ["# Per-topic settings (Kafka's names): defaults for every topic; create_topic(config=...) overrides.", ""]
+            lines += [
+                "# Per-topic settings (Kafka's names): defaults for every topic; create_topic(config=...) overrides.",
+                "",
+            ]
         default = str(s.default).lower() if isinstance(s.default, bool) else s.default
         lines += [f"# {s.doc}", f"{s.name}={default}", ""]
     return "\n".join(lines)

@@ -29,40 +29,56 @@ def produce_events(b: Broker) -> int:
     start = sum(b.list_offsets(SOURCE, p, "latest") for p in range(3))
     now = int(time.time() * 1000)
     for i in range(start, start + EVENTS_PER_RUN, 100):
-        b.produce(SOURCE, [
-            Record(key=f"user-{j % 17}".encode(), value=json.dumps({"id": j, "page": f"/item/{j % 50}"}).encode(),
-                   timestamp_ms=now, headers=[("source", b"demo")])
-            for j in range(i, i + 100)
-        ])
+        b.produce(
+            SOURCE,
+            [
+                Record(
+                    key=f"user-{j % 17}".encode(),
+                    value=json.dumps({"id": j, "page": f"/item/{j % 50}"}).encode(),
+                    timestamp_ms=now,
+                    headers=[("source", b"demo")],
+                )
+                for j in range(i, i + 100)
+            ],
+        )
     return EVENTS_PER_RUN
 
 
 def run_pipeline(root: str) -> None:
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("kop-demo")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "3").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("kop-demo")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "3")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
-    clicks = (spark.readStream.format("kop")
-              .option("kop.root", root)
-              .option("subscribe", SOURCE)
-              .option("startingOffsets", "earliest")
-              .option("group.id", GROUP)
-              .option("maxOffsetsPerTrigger", "1000")
-              .load())
+    clicks = (
+        spark.readStream.format("kop")
+        .option("kop.root", root)
+        .option("subscribe", SOURCE)
+        .option("startingOffsets", "earliest")
+        .option("group.id", GROUP)
+        .option("maxOffsetsPerTrigger", "1000")
+        .load()
+    )
     enriched = clicks.selectExpr(
         "key",
         "to_json(named_struct('id', get_json_object(cast(value as string), '$.id'),"
         " 'user', cast(key as string), 'page', get_json_object(cast(value as string), '$.page'),"
         " 'source_offset', concat(topic, '-', partition, '@', offset))) as value",
     )
-    query = (enriched.writeStream.format("kop")
-             .option("kop.root", root)
-             .option("topic", SINK)
-             .option("checkpointLocation", os.path.join(root, "_checkpoints", "demo"))
-             .trigger(availableNow=True)
-             .start())
+    query = (
+        enriched.writeStream.format("kop")
+        .option("kop.root", root)
+        .option("topic", SINK)
+        .option("checkpointLocation", os.path.join(root, "_checkpoints", "demo"))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     batches = [p for p in query.recentProgress if p["numInputRows"]]
     print(f"Spark processed {sum(p['numInputRows'] for p in batches)} records in {len(batches)} micro-batches.")
@@ -77,8 +93,10 @@ def main(argv: list[str]) -> None:
     print(f"\n$ kop groups describe --group {GROUP}")
     kop(["--root", root, "groups", "describe", "--group", GROUP])
     with Broker(root) as b:
-        counts = {t: sum(b.list_offsets(t, p, "latest") - b.list_offsets(t, p, "earliest") for p in range(3))
-                  for t in (SOURCE, SINK)}
+        counts = {
+            t: sum(b.list_offsets(t, p, "latest") - b.list_offsets(t, p, "earliest") for p in range(3))
+            for t in (SOURCE, SINK)
+        }
         sample = b.fetch(SINK, 0, b.list_offsets(SINK, 0, "earliest"), max_records=1)
     print(f"\n{SOURCE}: {counts[SOURCE]} records   {SINK}: {counts[SINK]} records")
     if sample:

@@ -19,7 +19,8 @@ last batch. A batch job (a new writer every time; Spark never reruns one) leaves
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from .errors import BadVersionError, StorageError
 from .faults import crash_point
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 COMMITTING, DONE = "committing", "done"
 _ATTEMPTS = 1000
-TopicPartition = Tuple[str, int]
+TopicPartition = tuple[str, int]
 
 
 class SinkBatch(NamedTuple):
@@ -41,20 +42,29 @@ class SinkBatch(NamedTuple):
     state: str
     streaming: bool
     updated_ms: int
-    partitions: Dict[TopicPartition, Tuple[StagedLedger, ...]]
+    partitions: dict[TopicPartition, tuple[StagedLedger, ...]]
 
     def to_json(self) -> dict:
-        return {"batch": self.batch, "state": self.state, "streaming": self.streaming, "updated_ms": self.updated_ms,
-                "partitions": [{"topic": t, "partition": p, "ledgers": [list(l) for l in ledgers]}
-                               for (t, p), ledgers in sorted(self.partitions.items())]}
+        return {
+            "batch": self.batch,
+            "state": self.state,
+            "streaming": self.streaming,
+            "updated_ms": self.updated_ms,
+            "partitions": [
+                {"topic": t, "partition": p, "ledgers": [list(l) for l in ledgers]}
+                for (t, p), ledgers in sorted(self.partitions.items())
+            ],
+        }
 
     @classmethod
-    def from_json(cls, writer: str, value: dict) -> "SinkBatch":
-        partitions = {(e["topic"], e["partition"]): tuple(StagedLedger(*l) for l in e["ledgers"]) for e in value["partitions"]}
+    def from_json(cls, writer: str, value: dict) -> SinkBatch:
+        partitions = {
+            (e["topic"], e["partition"]): tuple(StagedLedger(*l) for l in e["ledgers"]) for e in value["partitions"]
+        }
         return cls(writer, value["batch"], value["state"], value["streaming"], value["updated_ms"], partitions)
 
     @property
-    def staged_files(self) -> List[str]:
+    def staged_files(self) -> list[str]:
         return [l.file for ledgers in self.partitions.values() for l in ledgers]
 
 
@@ -65,12 +75,13 @@ def sink_key(writer: str) -> str:
 class SinkCommits:
     """The batch records of a store, and the commits that apply them."""
 
-    def __init__(self, broker: "Broker"):
+    def __init__(self, broker: Broker):
         self._broker = broker
         self._store = broker.store
 
-    def commit(self, writer: str, batch: int, staged: Mapping[TopicPartition, Sequence[StagedLedger]], *,
-               streaming: bool) -> Optional[SinkBatch]:
+    def commit(
+        self, writer: str, batch: int, staged: Mapping[TopicPartition, Sequence[StagedLedger]], *, streaming: bool
+    ) -> SinkBatch | None:
         """Commit ``staged`` as ``writer``'s ``batch``, or complete the record of that batch if an
         earlier run made one. Returns the batch applied, or None if it was complete already (this
         run's ``staged`` output is then not used: the caller deletes it)."""
@@ -79,8 +90,9 @@ class SinkCommits:
             self.complete(record)
         return record
 
-    def _begin(self, writer: str, batch: int, staged: Mapping[TopicPartition, Sequence[StagedLedger]],
-               streaming: bool) -> Optional[SinkBatch]:
+    def _begin(
+        self, writer: str, batch: int, staged: Mapping[TopicPartition, Sequence[StagedLedger]], streaming: bool
+    ) -> SinkBatch | None:
         for _ in range(_ATTEMPTS):
             current = self._store.get(sink_key(writer))
             if current.value is not None:
@@ -92,8 +104,14 @@ class SinkCommits:
                 if recorded.state == COMMITTING:
                     self.complete(recorded)  # an older batch left half done
                     continue
-            record = SinkBatch(writer, batch, COMMITTING, streaming, now_ms(),
-                               {tp: tuple(ls) for tp, ls in staged.items() if any(l.records for l in ls)})
+            record = SinkBatch(
+                writer,
+                batch,
+                COMMITTING,
+                streaming,
+                now_ms(),
+                {tp: tuple(ls) for tp, ls in staged.items() if any(l.records for l in ls)},
+            )
             try:
                 self._store.put(sink_key(writer), record.to_json(), current.version)
                 return record
@@ -113,7 +131,7 @@ class SinkCommits:
                 self._broker.forget_sink(topic, partition, key[0])
         self._set_state(record, DONE if record.streaming else None)
 
-    def _set_state(self, record: SinkBatch, state: Optional[str]) -> None:
+    def _set_state(self, record: SinkBatch, state: str | None) -> None:
         for _ in range(_ATTEMPTS):
             current = self._store.get(sink_key(record.writer))
             if current.value is None or SinkBatch.from_json(record.writer, current.value).batch != record.batch:
@@ -125,11 +143,11 @@ class SinkCommits:
             except BadVersionError:
                 continue
 
-    def record(self, writer: str) -> Optional[SinkBatch]:
+    def record(self, writer: str) -> SinkBatch | None:
         value = self._store.get(sink_key(writer)).value
         return None if value is None else SinkBatch.from_json(writer, value)
 
-    def pending(self) -> List[SinkBatch]:
+    def pending(self) -> list[SinkBatch]:
         """Batches recorded but not completed yet."""
         out = []
         for key in self._store.list_keys("sinks"):
@@ -143,7 +161,11 @@ class SinkCommits:
         dropped = 0
         for key in self._store.list_keys("sinks"):
             current = self._store.get(key)
-            if current.value is not None and current.value["state"] == DONE and current.value["updated_ms"] < older_than_ms:
+            if (
+                current.value is not None
+                and current.value["state"] == DONE
+                and current.value["updated_ms"] < older_than_ms
+            ):
                 try:
                     self._store.put(key, None, current.version)
                     dropped += 1

@@ -40,7 +40,7 @@ class TopicName:
     local_name: str
 
     @classmethod
-    def parse(cls, name: str, default_tenant: str = "public", default_namespace: str = "default") -> "TopicName":
+    def parse(cls, name: str, default_tenant: str = "public", default_namespace: str = "default") -> TopicName:
         if not isinstance(name, str):
             raise InvalidTopicError(f"topic name must be a string, not {type(name).__name__}")
         rest = name
@@ -56,8 +56,10 @@ class TopicName:
             if len(parts) == 1:
                 parts = [default_tenant, default_namespace, parts[0]]
             elif len(parts) != 3:
-                raise InvalidTopicError(f"topic {name!r}: expected topic, tenant/namespace/topic or persistent://tenant/namespace/topic")
-        for part, what in zip(parts, ("tenant", "namespace", "topic name")):
+                raise InvalidTopicError(
+                    f"topic {name!r}: expected topic, tenant/namespace/topic or persistent://tenant/namespace/topic"
+                )
+        for part, what in zip(parts, ("tenant", "namespace", "topic name"), strict=False):
             _check_part(part, what, name)
         if _PARTITION_SUFFIX.search(parts[2]):
             raise InvalidTopicError(f"topic {name!r}: names ending in -partition-N are reserved for partitions")

@@ -13,8 +13,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
 
 from kop_spark.storage import fileio as fileio_module
 from kop_spark.storage import metadata_store as metadata_module
@@ -29,7 +29,7 @@ class Boom(Exception):
 @dataclass(frozen=True)
 class Fault:
     name: str
-    make: Optional[Callable[[], BaseException]]  # None: a short write
+    make: Callable[[], BaseException] | None  # None: a short write
     after: bool = False  # raise once the real call has been made
 
     def __str__(self) -> str:
@@ -47,11 +47,11 @@ FAULTS = (
 
 
 class Injector:
-    def __init__(self, at: Optional[int] = None, fault: Optional[Fault] = None):
+    def __init__(self, at: int | None = None, fault: Fault | None = None):
         self.at = at
         self.fault = fault
         self.steps = 0
-        self.fired: Optional[str] = None
+        self.fired: str | None = None
 
     def step(self, name: str, call: Callable, *args, **kwargs):
         self.steps += 1
@@ -98,6 +98,5 @@ def injected(monkeypatch, injector: Injector) -> Iterator[Injector]:
         m.setattr(fileio_module, "os", faulty)
         m.setattr(metadata_module, "os", faulty)
         real_delete = fileio_module.FileIO.delete
-        m.setattr(fileio_module.FileIO, "delete",
-                  lambda self, path: injector.step("delete", real_delete, self, path))
+        m.setattr(fileio_module.FileIO, "delete", lambda self, path: injector.step("delete", real_delete, self, path))
         yield injector

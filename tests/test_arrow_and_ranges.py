@@ -16,9 +16,15 @@ from kop_spark.spark.offset_range import OffsetRange, rate_limit, split_ranges
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 maybe_bytes = st.one_of(st.none(), st.binary(max_size=200))
 records = st.lists(
-    st.builds(Record, value=maybe_bytes, key=maybe_bytes, timestamp_ms=st.integers(0, 2**41),
-              headers=st.lists(st.tuples(st.text(max_size=8), maybe_bytes), max_size=3)),
-    min_size=1, max_size=30,
+    st.builds(
+        Record,
+        value=maybe_bytes,
+        key=maybe_bytes,
+        timestamp_ms=st.integers(0, 2**41),
+        headers=st.lists(st.tuples(st.text(max_size=8), maybe_bytes), max_size=3),
+    ),
+    min_size=1,
+    max_size=30,
 )
 
 
@@ -27,15 +33,27 @@ def reference_rows(batch, base_offset, start, end, timestamp_type):
     for r in RecordBatch(batch).records():
         offset = base_offset + r.offset - RecordBatch(batch).base_offset
         if start <= offset < end:
-            out.append({"key": r.key, "value": r.value, "topic": "t", "partition": 4, "offset": offset,
-                        "timestamp_ms": r.timestamp_ms, "timestampType": timestamp_type,
-                        "headers": [{"key": k, "value": v} for k, v in r.headers]})
+            out.append(
+                {
+                    "key": r.key,
+                    "value": r.value,
+                    "topic": "t",
+                    "partition": 4,
+                    "offset": offset,
+                    "timestamp_ms": r.timestamp_ms,
+                    "timestampType": timestamp_type,
+                    "headers": [{"key": k, "value": v} for k, v in r.headers],
+                }
+            )
     return out
 
 
 @settings(max_examples=150, deadline=None)
-@given(batches=st.lists(st.tuples(records, st.sampled_from(list(CompressionType)), st.booleans()), min_size=1, max_size=4),
-       window=st.tuples(st.integers(0, 60), st.integers(0, 60)), headers=st.booleans())
+@given(
+    batches=st.lists(st.tuples(records, st.sampled_from(list(CompressionType)), st.booleans()), min_size=1, max_size=4),
+    window=st.tuples(st.integers(0, 60), st.integers(0, 60)),
+    headers=st.booleans(),
+)
 def test_arrow_columns_equal_the_reference_decoder(batches, window, headers):
     start, end = min(window), max(window)
     builder = ArrowRecordBuilder("t", 4, headers)
@@ -58,15 +76,29 @@ def test_arrow_columns_equal_the_reference_decoder(batches, window, headers):
     for row in expected:
         if not headers:
             row["headers"] = []
-    assert got == [{k: row[k] for k in ("key", "value", "topic", "partition", "offset", "timestamp_ms",
-                                         "timestampType", "headers")} for row in expected]
+    assert got == [
+        {
+            k: row[k]
+            for k in ("key", "value", "topic", "partition", "offset", "timestamp_ms", "timestampType", "headers")
+        }
+        for row in expected
+    ]
 
 
 def test_arrow_decoder_reads_what_a_kafka_client_wrote():
-    b = AioBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                   batch_size=1 << 20)
+    b = AioBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
     for i in range(5):
-        b.append(i, timestamp=1_700_000_000_000 + i, key=None if i % 2 else b"k", value=b"v%d" % i, headers=[("h", b"x")])
+        b.append(
+            i, timestamp=1_700_000_000_000 + i, key=None if i % 2 else b"k", value=b"v%d" % i, headers=[("h", b"x")]
+        )
     builder = ArrowRecordBuilder("t", 0, True)
     builder.add(RecordBatch(bytes(b.build())), 100)
     rb = builder.build()
@@ -99,11 +131,20 @@ def test_split_ranges_follows_sparks_calculator():
     assert [r for r in split if r.partition == 1] == [R(1, 0, 10)]
     assert [r.size for r in split if r.partition == 0] == [10] * 9
     capped = split_ranges(ranges, None, 25)
-    assert [(r.partition, r.start, r.end) for r in capped] == [(0, 0, 22), (0, 22, 45), (0, 45, 67), (0, 67, 90), (1, 0, 10)]
+    assert [(r.partition, r.start, r.end) for r in capped] == [
+        (0, 0, 22),
+        (0, 22, 45),
+        (0, 45, 67),
+        (0, 67, 90),
+        (1, 0, 10),
+    ]
 
 
-@given(sizes=st.lists(st.integers(0, 10_000), min_size=1, max_size=8), min_parts=st.integers(1, 50),
-       max_records=st.one_of(st.none(), st.integers(1, 5_000)))
+@given(
+    sizes=st.lists(st.integers(0, 10_000), min_size=1, max_size=8),
+    min_parts=st.integers(1, 50),
+    max_records=st.one_of(st.none(), st.integers(1, 5_000)),
+)
 def test_split_ranges_covers_every_offset_once(sizes, min_parts, max_records):
     ranges = [R(p, 1000, 1000 + n) for p, n in enumerate(sizes)]
     split = split_ranges(ranges, min_parts, max_records)

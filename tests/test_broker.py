@@ -27,7 +27,10 @@ NOW = int(time.time() * 1000)
 
 
 def recs(n, start=0, ts=None):
-    return [Record(value=f"v{i}".encode(), key=f"k{i}".encode(), timestamp_ms=(ts if ts is not None else NOW) + i) for i in range(start, start + n)]
+    return [
+        Record(value=f"v{i}".encode(), key=f"k{i}".encode(), timestamp_ms=(ts if ts is not None else NOW) + i)
+        for i in range(start, start + n)
+    ]
 
 
 def all_records(b, topic, p):
@@ -46,7 +49,7 @@ def test_offsets_are_continuous_across_rollovers_and_restart(root):
     expected = []
     for i in range(20):
         batch = recs(i % 4 + 1, start=len(expected))
-        p, base, n = b.produce("t", batch, partition=0)[0]
+        _p, base, n = b.produce("t", batch, partition=0)[0]
         assert base == len(expected) and n == len(batch)
         expected += batch
     assert b.describe_topic("t").partitions[0].ledgers == 7
@@ -118,7 +121,9 @@ def test_rollover_by_bytes_and_by_age(root):
     assert b.describe_topic("t").partitions[0].ledgers == 2  # 3 x 400 kB pass 1 MiB, then a new ledger
 
     name = b.topic_name("t")
-    ml = ManagedLedger("t-0", name.managed_ledger_key(0), name.data_dir(0), b.store, b.fileio, ManagedLedgerConfig(max_ledger_age_ms=0))
+    ml = ManagedLedger(
+        "t-0", name.managed_ledger_key(0), name.data_dir(0), b.store, b.fileio, ManagedLedgerConfig(max_ledger_age_ms=0)
+    )
     batch = build_record_batch(recs(1))
     before = len(ml.snapshot().ledgers)
     ml.append([batch])
@@ -212,7 +217,7 @@ def test_produce_batches_validated_like_kafka(broker):
         broker.produce_batches("t", 0, [good, bytes(bad_crc)])
     with pytest.raises(InvalidRecordError, match="control"):
         broker.produce_batches("t", 0, [build_record_batch(recs(1), is_control=True)])
-    with pytest.raises(RecordTooLargeError, match="max.message.bytes"):
+    with pytest.raises(RecordTooLargeError, match=r"max\.message\.bytes"):
         broker.produce_batches("t", 0, [build_record_batch([Record(os.urandom(3000))])])
     assert broker.list_offsets("t", 0, "latest") == 0  # refused whole: nothing written
     # Several batches in one call are one atomic append, like one PRODUCE request.
@@ -231,7 +236,13 @@ def test_log_append_time_topic(broker):
 def test_control_batches_take_offsets_but_are_not_data(broker):
     broker.create_topic("t", 1)
     broker.produce("t", recs(2), partition=0)
-    marker = build_record_batch([Record(b"\x00" * 6, key=b"\x00\x00\x00\x01")], is_control=True, is_transactional=True, producer_id=1, producer_epoch=0)
+    marker = build_record_batch(
+        [Record(b"\x00" * 6, key=b"\x00\x00\x00\x01")],
+        is_control=True,
+        is_transactional=True,
+        producer_id=1,
+        producer_epoch=0,
+    )
     broker._managed_ledger("t", 0).append([marker])  # as a transaction coordinator would write it
     broker.produce("t", recs(1, start=2), partition=0)
     assert [r.offset for r in broker.fetch("t", 0, 0)] == [0, 1, 3]
@@ -310,9 +321,11 @@ def test_corrupt_ledger_is_reported_with_its_file(root):
     b.produce("t", recs(5), partition=0)
     b.close()
     (ledger,) = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".ledger")]
-    raw = bytearray(open(ledger, "rb").read())
-    raw[60] ^= 0x40
-    open(ledger, "wb").write(bytes(raw))
+    with open(ledger, "r+b") as f:
+        f.seek(60)
+        byte = f.read(1)[0]
+        f.seek(60)
+        f.write(bytes([byte ^ 0x40]))
     with pytest.raises(CorruptRecordError, match=os.path.basename(ledger)):
         Broker(root).fetch("t", 0, 0)
 
@@ -357,11 +370,21 @@ def test_read_only_and_unreadable_root(tmp_path):
     for d, _, _ in os.walk(store):
         os.chmod(d, 0o555)
     try:
-        out = subprocess.run(prefix + [PYTHON, "-c", READ_ONLY_WRITER, str(store)], capture_output=True, text=True, env=python_subprocess_env())
+        out = subprocess.run(
+            [*prefix, PYTHON, "-c", READ_ONLY_WRITER, str(store)],
+            capture_output=True,
+            text=True,
+            env=python_subprocess_env(),
+        )
         assert "StorageError: cannot" in out.stdout, out.stdout + out.stderr
         assert str(store) in out.stdout
         os.chmod(store, 0o000)
-        out = subprocess.run(prefix + [PYTHON, "-c", READ_ONLY_WRITER, str(store)], capture_output=True, text=True, env=python_subprocess_env())
+        out = subprocess.run(
+            [*prefix, PYTHON, "-c", READ_ONLY_WRITER, str(store)],
+            capture_output=True,
+            text=True,
+            env=python_subprocess_env(),
+        )
         assert f"cannot read store root {store}" in out.stdout, out.stdout + out.stderr
     finally:
         for d, _, _ in os.walk(store):
@@ -385,5 +408,5 @@ def test_compaction_keeps_offsets_latest_values_and_young_tombstones(root):
     b.enforce_retention("c")  # compact-only: retention.ms does not delete
     assert b.list_offsets("c", 0, "earliest") == 0
     assert b.produce("c", [Record(b"new", key=b"k1")], partition=0) == [(0, 14, 1)]
-    with pytest.raises(ConfigError, match="cleanup.policy=delete"):
+    with pytest.raises(ConfigError, match=r"cleanup\.policy=delete"):
         b.create_topic("d", 1) or b.compact("d")

@@ -10,28 +10,52 @@ from .conftest import PYTHON, python_subprocess_env
 def kop(root, *args, stdin=None):
     return subprocess.run(
         [PYTHON, "-m", "kop_spark.cli", "--root", root, *args],
-        input=stdin, capture_output=True, text=True, env=python_subprocess_env(),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=python_subprocess_env(),
     )
 
 
 def test_topics_produce_consume(root):
     assert kop(root, "topics", "create", "events", "--partitions", "2", "--config", "retention.ms=-1").returncode == 0
     assert kop(root, "topics", "list").stdout.split() == ["events"]
-    out = kop(root, "produce", "events", "--key-separator", ":", "--header", "source=test", stdin="a:one\nb:two\na:three\n")
+    out = kop(
+        root, "produce", "events", "--key-separator", ":", "--header", "source=test", stdin="a:one\nb:two\na:three\n"
+    )
     assert out.returncode == 0 and "Produced 3 records" in out.stderr
     out = kop(root, "consume", "events", "--from-beginning", "--print-key", "--print-offset")
     lines = sorted(out.stdout.splitlines())
-    assert len(lines) == 3 and {l.split("\t")[1] + ":" + l.split("\t")[2] for l in lines} == {"a:one", "b:two", "a:three"}
+    assert len(lines) == 3 and {l.split("\t")[1] + ":" + l.split("\t")[2] for l in lines} == {
+        "a:one",
+        "b:two",
+        "a:three",
+    }
     assert "Processed a total of 3 messages" in out.stderr
-    recs = [json.loads(l) for l in kop(root, "consume", "events", "--from-beginning", "--format", "json").stdout.splitlines()]
+    recs = [
+        json.loads(l)
+        for l in kop(root, "consume", "events", "--from-beginning", "--format", "json").stdout.splitlines()
+    ]
     assert {r["value"] for r in recs} == {"one", "two", "three"}
     assert all(r["headers"] == [{"key": "source", "value": "test"}] for r in recs)
     three = next(r for r in recs if r["value"] == "three")
     out = kop(root, "consume", "events", "--partition", str(three["partition"]), "--offset", str(three["offset"]))
     assert out.stdout == "three\n"
-    out = kop(root, "consume", "events", "--partition", str(three["partition"]), "--from-timestamp", str(three["timestamp"]), "--format", "json")
+    out = kop(
+        root,
+        "consume",
+        "events",
+        "--partition",
+        str(three["partition"]),
+        "--from-timestamp",
+        str(three["timestamp"]),
+        "--format",
+        "json",
+    )
     same_partition = sorted((r for r in recs if r["partition"] == three["partition"]), key=lambda r: r["offset"])
-    assert [json.loads(l)["value"] for l in out.stdout.splitlines()] == [r["value"] for r in same_partition if r["timestamp"] >= three["timestamp"]]
+    assert [json.loads(l)["value"] for l in out.stdout.splitlines()] == [
+        r["value"] for r in same_partition if r["timestamp"] >= three["timestamp"]
+    ]
     assert kop(root, "consume", "events").stdout == ""  # default start is latest, as in Kafka
 
     desc = kop(root, "topics", "describe", "events").stdout.splitlines()
@@ -63,7 +87,10 @@ def test_dump_ledger(root):
     with open(ledger, "r+b") as f:
         f.truncate(os.path.getsize(ledger) - 100)
     out = kop(root, "dump-ledger", ledger)
-    assert "corrupt or torn entry" in out.stdout and len([l for l in out.stdout.splitlines() if l.startswith("position:")]) == 1
+    assert (
+        "corrupt or torn entry" in out.stdout
+        and len([l for l in out.stdout.splitlines() if l.startswith("position:")]) == 1
+    )
     assert out.returncode == 1  # confirmed data is damaged
 
 
@@ -89,14 +116,26 @@ def test_groups_tools(root):
     b = Broker(root)
     b.create_topic("orders", 2)
     for p in range(2):
-        b.produce("orders", [Record(f"{p}-{i}".encode(), timestamp_ms=1_800_000_000_000 + i) for i in range(10)], partition=p)
+        b.produce(
+            "orders", [Record(f"{p}-{i}".encode(), timestamp_ms=1_800_000_000_000 + i) for i in range(10)], partition=p
+        )
     b.commit_offsets("my-group", {("orders", 0): 4, ("orders", 1): 10})
     b.close()
 
     assert kop(root, "groups", "list").stdout.split() == ["my-group"]
     out = kop(root, "groups", "describe", "my-group").stdout.splitlines()
     assert out[1] == "Consumer group 'my-group' has no active members."
-    assert out[3].split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]
+    assert out[3].split() == [
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "CURRENT-OFFSET",
+        "LOG-END-OFFSET",
+        "LAG",
+        "CONSUMER-ID",
+        "HOST",
+        "CLIENT-ID",
+    ]
     assert out[4].split() == ["my-group", "orders", "0", "4", "10", "6", "-", "-", "-"]
     assert out[5].split() == ["my-group", "orders", "1", "10", "10", "0", "-", "-", "-"]
     assert out[3].index("TOPIC") == out[4].index("orders")  # columns line up
@@ -108,14 +147,28 @@ def test_groups_tools(root):
 
     assert reset("--all-topics", "--to-earliest") == {("orders", 0): 0, ("orders", 1): 0}
     assert reset("--topic", "orders:1", "--shift-by", "5") == {("orders", 1): 10}  # clamped to the log end
-    assert reset("--topic", "orders", "--shift-by", "-7") == {("orders", 0): 0, ("orders", 1): 3}  # clamped to the start
+    assert reset("--topic", "orders", "--shift-by", "-7") == {
+        ("orders", 0): 0,
+        ("orders", 1): 3,
+    }  # clamped to the start
     assert reset("--topic", "orders:0", "--to-offset", "99") == {("orders", 0): 10}
     assert reset("--topic", "orders:0", "--to-current") == {("orders", 0): 4}
     assert reset("--topic", "orders:0", "--to-datetime", "2027-01-15T08:00:00.003Z") == {("orders", 0): 3}
-    assert reset("--topic", "orders:0", "--by-duration", "PT1H") == {("orders", 0): 0}  # all records are newer than an hour ago
-    assert json.loads(kop(root, "groups", "describe", "my-group", "--output", "json").stdout)[0]["current_offset"] == 4  # dry run
-    text = kop(root, "groups", "reset-offsets", "my-group", "--topic", "orders:0", "--to-latest", "--execute").stdout.splitlines()
-    assert text[1].split() == ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"] and text[2].split() == ["my-group", "orders", "0", "10"]
+    assert reset("--topic", "orders:0", "--by-duration", "PT1H") == {
+        ("orders", 0): 0
+    }  # all records are newer than an hour ago
+    assert (
+        json.loads(kop(root, "groups", "describe", "my-group", "--output", "json").stdout)[0]["current_offset"] == 4
+    )  # dry run
+    text = kop(
+        root, "groups", "reset-offsets", "my-group", "--topic", "orders:0", "--to-latest", "--execute"
+    ).stdout.splitlines()
+    assert text[1].split() == ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"] and text[2].split() == [
+        "my-group",
+        "orders",
+        "0",
+        "10",
+    ]
     assert json.loads(kop(root, "groups", "describe", "my-group", "--output", "json").stdout)[0]["lag"] == 0
 
     bad = kop(root, "groups", "reset-offsets", "my-group", "--all-topics")
@@ -127,7 +180,10 @@ def test_groups_tools(root):
 
     out = kop(root, "groups", "delete-offsets", "my-group", "--topic", "orders:1").stdout.splitlines()
     assert out[-1].split() == ["orders", "1", "Successful"]
-    assert kop(root, "groups", "delete", "my-group").stdout.strip() == "Deletion of requested consumer groups ('my-group') was successful."
+    assert (
+        kop(root, "groups", "delete", "my-group").stdout.strip()
+        == "Deletion of requested consumer groups ('my-group') was successful."
+    )
     missing = kop(root, "groups", "describe", "my-group")
     assert missing.returncode == 1 and "Consumer group 'my-group' does not exist." in missing.stderr
 
@@ -139,8 +195,13 @@ def _interrupted(root, *args, stdin_path=None, after_s=0.0, started=None):
     import time
 
     with open(stdin_path or os.devnull, "rb") as stdin:
-        p = subprocess.Popen([PYTHON, "-m", "kop_spark.cli", "--root", root, *args], stdin=stdin,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=python_subprocess_env())
+        p = subprocess.Popen(
+            [PYTHON, "-m", "kop_spark.cli", "--root", root, *args],
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=python_subprocess_env(),
+        )
         if started is None:
             p.stdout.readline()
         else:
@@ -171,9 +232,18 @@ def test_ctrl_c_during_produce_keeps_every_acknowledged_record(root, tmp_path):
 
     for _ in range(6):
         before = sum(watcher.list_offsets("big", p, "latest") for p in range(3))
-        rc, err = _interrupted(root, "--conf", "managedLedgerMaxEntriesPerLedger=3", "produce", "big",
-                               "--key-separator", ":", stdin_path=str(lines), after_s=rng.uniform(0, 0.8),
-                               started=grew(before))
+        rc, err = _interrupted(
+            root,
+            "--conf",
+            "managedLedgerMaxEntriesPerLedger=3",
+            "produce",
+            "big",
+            "--key-separator",
+            ":",
+            stdin_path=str(lines),
+            after_s=rng.uniform(0, 0.8),
+            started=grew(before),
+        )
         if rc == 0:  # the run finished before the interrupt: fine, but not what we are here for
             acknowledged += 300_000
             continue

@@ -18,8 +18,13 @@ COMMITTER = __file__.replace("test_concurrency.py", "committer_process.py")
 
 
 def _start(script, *args):
-    p = subprocess.Popen([PYTHON, script, *map(str, args)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         text=True, env=python_subprocess_env())
+    p = subprocess.Popen(
+        [PYTHON, script, *map(str, args)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=python_subprocess_env(),
+    )
     assert p.stdout.readline().strip() == "ready"
     return p
 
@@ -118,8 +123,12 @@ def test_expiry_racing_commits_in_other_processes(tmp_path):
     out, _ = keeper.communicate("stop\n", timeout=300)
     assert keeper.returncode == 0 and int(out) > 0
     b = Broker(root)
-    erased = [f"{g}-{i}" for g in committers for i in range(1, 61)
-              if {tp: o.offset for tp, o in b.fetch_offsets(f"{g}-{i}").items()} != {("t", 0): i + 1}]
+    erased = [
+        f"{g}-{i}"
+        for g in committers
+        for i in range(1, 61)
+        if {tp: o.offset for tp, o in b.fetch_offsets(f"{g}-{i}").items()} != {("t", 0): i + 1}
+    ]
     assert not erased, f"fresh commits erased by expiry: {erased}"
 
 

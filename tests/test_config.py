@@ -10,7 +10,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_conf_file_lists_every_setting_with_its_default():
-    assert (REPO / "conf" / "kop.conf").read_text() == render_conf_file(), "run: python -m kop_spark.config > conf/kop.conf"
+    assert (REPO / "conf" / "kop.conf").read_text() == render_conf_file(), (
+        "run: python -m kop_spark.config > conf/kop.conf"
+    )
 
 
 def test_precedence_defaults_then_file_then_code(tmp_path, monkeypatch):

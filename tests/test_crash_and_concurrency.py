@@ -19,7 +19,10 @@ WRITER = os.path.join(os.path.dirname(__file__), "writer_process.py")
 def start_writer(root, name, appends, max_entries=4):
     p = subprocess.Popen(
         [PYTHON, WRITER, root, name, str(appends), str(max_entries)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=python_subprocess_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=python_subprocess_env(),
     )
     assert p.stdout.readline().strip() == "ready"
     return p
@@ -63,7 +66,7 @@ def check_log(root, confirmed):
     values = [r.value.decode() for r in records]
     dupes = [v for v, n in Counter(values).items() if n > 1]
     assert not dupes, f"duplicated records: {dupes[:5]}"
-    by_value = {v: r.offset for v, r in zip(values, records)}
+    by_value = {v: r.offset for v, r in zip(values, records, strict=False)}
     for name, appends in confirmed.items():
         for i, (base, count) in appends.items():
             for j in range(count):

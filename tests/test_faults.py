@@ -14,8 +14,8 @@ and both the interrupted Broker and a new one go on writing.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import pytest
 
@@ -26,26 +26,26 @@ from .conftest import read_partition
 from .faults import FAULTS, Fault, Injector, injected
 
 CONF = {"managedLedgerMaxEntriesPerLedger": 2, "managedLedgerMergeInPassing": 3}
-Offsets = Dict[Tuple[str, int], int]
+Offsets = dict[tuple[str, int], int]
 
 
 @dataclass
 class Ledger:
     """What the test told the store, and what the store acknowledged."""
 
-    acked: Dict[Tuple[str, int, int], bytes] = field(default_factory=dict)  # (topic, partition, offset) -> value
-    attempted: Dict[bytes, Tuple[str, int]] = field(default_factory=dict)  # value -> (topic, partition)
-    in_flight: List[bytes] = field(default_factory=list)  # values of the append a fault interrupted
-    commits: Dict[str, Offsets] = field(default_factory=dict)  # group -> last acknowledged commit
-    commit_in_flight: Optional[Tuple[str, Offsets]] = None
+    acked: dict[tuple[str, int, int], bytes] = field(default_factory=dict)  # (topic, partition, offset) -> value
+    attempted: dict[bytes, tuple[str, int]] = field(default_factory=dict)  # value -> (topic, partition)
+    in_flight: list[bytes] = field(default_factory=list)  # values of the append a fault interrupted
+    commits: dict[str, Offsets] = field(default_factory=dict)  # group -> last acknowledged commit
+    commit_in_flight: tuple[str, Offsets] | None = None
     counter: itertools.count = field(default_factory=itertools.count)
 
-    def produce(self, b: Broker, topic: str, partition: int, n: int, key: Optional[bytes] = None) -> None:
+    def produce(self, b: Broker, topic: str, partition: int, n: int, key: bytes | None = None) -> None:
         values = [f"v{next(self.counter)}".encode() for _ in range(n)]
         self.in_flight = values
         for v in values:
             self.attempted[v] = (topic, partition)
-        ((_, base, count),) = b.produce(topic, [Record(v, key if key is not None else v) for v in values], partition)
+        ((_, base, _count),) = b.produce(topic, [Record(v, key if key is not None else v) for v in values], partition)
         for i, v in enumerate(values):
             self.acked[(topic, partition, base + i)] = v
         self.in_flight = []
@@ -68,7 +68,6 @@ class Ledger:
         self.commits[group] = offsets
         self.commit_in_flight = None
 
-
     def settle(self, b: Broker) -> None:
         """Whatever an interrupted operation did or did not do is now the state to keep."""
         self.in_flight = []
@@ -79,15 +78,17 @@ class Ledger:
             self.commit_in_flight = None
 
 
-def check_store(root: str, ledger: Ledger, compacted: Set[str] = frozenset(), expiring: Set[str] = frozenset()) -> None:
+def check_store(root: str, ledger: Ledger, compacted: set[str] = frozenset(), expiring: set[str] = frozenset()) -> None:
     b = Broker(root, conf=CONF)
     assert b.verify() == {}, "damage in what the metadata confirms"
-    visible: Dict[bytes, Tuple[str, int, int]] = {}
+    visible: dict[bytes, tuple[str, int, int]] = {}
     for topic in b.list_topics():
         for p in range(b.partitions_for(topic)):
             start, end, records = read_partition(b, topic, p)
             if topic not in compacted:
-                assert [r.offset for r in records] == list(range(start, end)), f"{topic}-{p}: offsets must run {start}..{end - 1}"
+                assert [r.offset for r in records] == list(range(start, end)), (
+                    f"{topic}-{p}: offsets must run {start}..{end - 1}"
+                )
             for r in records:
                 assert r.value not in visible, f"{r.value!r} appears twice"
                 visible[r.value] = (topic, p, r.offset)
@@ -100,7 +101,9 @@ def check_store(root: str, ledger: Ledger, compacted: Set[str] = frozenset(), ex
     assert all(in_flight) or not any(in_flight), "an interrupted append is visible in part"
     for group, offsets in ledger.commits.items():
         got = {tp: o.offset for tp, o in b.fetch_offsets(group).items()}
-        in_flight_commit = ledger.commit_in_flight[1] if ledger.commit_in_flight and ledger.commit_in_flight[0] == group else None
+        in_flight_commit = (
+            ledger.commit_in_flight[1] if ledger.commit_in_flight and ledger.commit_in_flight[0] == group else None
+        )
         if group not in expiring:
             assert got in (offsets, in_flight_commit), f"group {group}: committed {offsets}, now {got}"
     b.close()
@@ -111,8 +114,8 @@ class Scenario:
     name: str
     setup: Callable[[Broker, Ledger], None]
     operation: Callable[[Broker, Ledger, str], None]
-    compacted: Set[str] = frozenset()
-    expiring: Set[str] = frozenset()
+    compacted: set[str] = frozenset()
+    expiring: set[str] = frozenset()
 
 
 def _setup_topic(b: Broker, ledger: Ledger) -> None:
@@ -170,21 +173,29 @@ def _delete(b: Broker, ledger: Ledger, root: str) -> None:
 
 
 SCENARIOS = [
-    Scenario("append and roll over", _setup_topic, lambda b, l, root: [l.produce(b, "t", 0, 3), l.produce(b, "t", 0, 1)]),
+    Scenario(
+        "append and roll over", _setup_topic, lambda b, l, root: [l.produce(b, "t", 0, 3), l.produce(b, "t", 0, 1)]
+    ),
     Scenario("seal on close", _setup_topic, lambda b, l, root: b.close()),
     Scenario("fence", _setup_topic, _fence),
     Scenario("staging", _setup_topic, lambda b, l, root: l.stage(b, "t", 1, 3, batch_id=1)),
     Scenario("compaction", _setup_compacted, lambda b, l, root: b.compact("c"), compacted={"c"}),
     # Retention is applied by every CAS of a partition; a produce rolls a ledger over and trims the head.
     Scenario("retention", _setup_retention, lambda b, l, root: [l.produce(b, "r", 0, 2), b.enforce_retention("r")]),
-    Scenario("merge and orphan removal", _setup_merge, lambda b, l, root: b.maintenance(target_ledger_bytes=1 << 20, orphan_grace_ms=0)),
+    Scenario(
+        "merge and orphan removal",
+        _setup_merge,
+        lambda b, l, root: b.maintenance(target_ledger_bytes=1 << 20, orphan_grace_ms=0),
+    ),
     Scenario("group commit", _setup_groups, lambda b, l, root: l.commit(b, "g", {("t", 0): 3, ("t", 1): 2})),
     Scenario("expiry", _setup_groups, lambda b, l, root: b.expire_offsets(), expiring={"old"}),
     Scenario("topic deletion", _setup_deletion, _delete),
 ]
 
 
-def _run(root: str, scenario: Scenario, monkeypatch, at: Optional[int] = None, fault: Optional[Fault] = None) -> Tuple[Injector, Ledger]:
+def _run(
+    root: str, scenario: Scenario, monkeypatch, at: int | None = None, fault: Fault | None = None
+) -> tuple[Injector, Ledger]:
     ledger = Ledger()
     b = Broker(root, conf=CONF)
     scenario.setup(b, ledger)

@@ -44,7 +44,7 @@ def test_a_full_disk_loses_nothing_acknowledged(small_fs):
                 commits[f"g{i % 2}"] = i
             else:
                 values = [f"{i}/{j}".encode() + b"x" * 900 for j in range(4)]
-                ((p, base, n),) = b.produce("t", [Record(v) for v in values], partition=i % 2)
+                ((p, base, _),) = b.produce("t", [Record(v) for v in values], partition=i % 2)
                 acked.update({(p, base + j): v for j, v in enumerate(values)})
         except StorageError as e:
             assert str(small_fs) in str(e), f"the error does not name the path: {e}"
@@ -66,7 +66,7 @@ def test_a_full_disk_loses_nothing_acknowledged(small_fs):
     check()
     ballast.unlink()
     for b in writers:  # the same writers go on, with no repair
-        ((p, base, n),) = b.produce("t", [Record(b"after")], partition=0)
+        ((p, base, _n),) = b.produce("t", [Record(b"after")], partition=0)
         acked[(p, base)] = b"after"
         b.commit_offsets("g0", {("t", 0): 1})
         commits["g0"] = 1

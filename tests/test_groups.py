@@ -8,9 +8,13 @@ import time
 
 import pytest
 
-from kop_spark import Broker
-from kop_spark import OffsetAndMetadata
-from kop_spark.errors import GroupIdNotFoundError, OffsetMetadataTooLargeError, PartitionNotFoundError, TopicNotFoundError
+from kop_spark import Broker, OffsetAndMetadata
+from kop_spark.errors import (
+    GroupIdNotFoundError,
+    OffsetMetadataTooLargeError,
+    PartitionNotFoundError,
+    TopicNotFoundError,
+)
 
 from .conftest import PYTHON, python_subprocess_env
 
@@ -94,7 +98,13 @@ def test_expiry_of_groups_without_consumers(b):
 
 
 def test_two_processes_see_each_others_commits(b):
-    child = subprocess.Popen([PYTHON, COMMITTER, b.root, "shared", "one-partition"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=python_subprocess_env())
+    child = subprocess.Popen(
+        [PYTHON, COMMITTER, b.root, "shared", "one-partition"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=python_subprocess_env(),
+    )
     assert child.stdout.readline().strip() == "ready"
     child.stdin.write("go\n")
     child.stdin.flush()
@@ -107,7 +117,9 @@ def test_two_processes_see_each_others_commits(b):
         child.kill()
         child.wait()
     b.commit_offsets("shared", {("t", 3): 12345})
-    out = subprocess.run([PYTHON, COMMITTER, b.root, "shared", "fetch"], capture_output=True, text=True, env=python_subprocess_env())
+    out = subprocess.run(
+        [PYTHON, COMMITTER, b.root, "shared", "fetch"], capture_output=True, text=True, env=python_subprocess_env()
+    )
     assert "t 3 12345" in out.stdout.splitlines()
 
 
@@ -118,7 +130,13 @@ def test_kill_9_during_many_partition_commits_is_all_or_nothing(root):
     rng = random.Random(7)
     last_seen = 0
     for _ in range(12):
-        child = subprocess.Popen([PYTHON, COMMITTER, root, "g", "all-partitions"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=python_subprocess_env())
+        child = subprocess.Popen(
+            [PYTHON, COMMITTER, root, "g", "all-partitions"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=python_subprocess_env(),
+        )
         assert child.stdout.readline().strip() == "ready"
         child.stdin.write("go\n")
         child.stdin.flush()

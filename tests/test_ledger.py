@@ -35,7 +35,7 @@ def values(entries):
 
 @pytest.mark.parametrize("sealed", [True, False])
 def test_write_read_table(tmp_path, sealed):
-    fio, rows, length, batches = make_ledger(tmp_path, seal=sealed)
+    fio, rows, length, _batches = make_ledger(tmp_path, seal=sealed)
     reader = LedgerReader(fio, "l.ledger", length, sealed)
     table = reader.table()
     assert table.rows == rows
@@ -49,7 +49,7 @@ def test_write_read_table(tmp_path, sealed):
 
 
 def test_recover_sealed_and_unsealed(tmp_path):
-    fio, rows, length, _ = make_ledger(tmp_path, seal=True)
+    fio, rows, _length, _ = make_ledger(tmp_path, seal=True)
     rec = recover(fio, "l.ledger")
     assert rec.sealed and rec.error is None and rec.rows == rows and rec.ledger_id == 42
 
@@ -61,7 +61,7 @@ def test_every_flipped_byte_is_detected_never_returned(tmp_path, data):
     the original data (the flip hit bytes no read covers)."""
     sealed = data.draw(st.booleans())
     d = tempfile.mkdtemp(dir=tmp_path)
-    fio, rows, length, batches = make_ledger(d, seal=sealed)
+    fio, _rows, length, batches = make_ledger(d, seal=sealed)
     original = [r.value for b in batches for r in RecordBatch(b).records()]
     path = Path(d) / "l.ledger"
     raw = bytearray(path.read_bytes())
@@ -79,7 +79,7 @@ def test_every_flipped_byte_is_detected_never_returned(tmp_path, data):
 def test_recovery_truncates_at_first_torn_entry(tmp_path):
     """A writer killed mid-write leaves a prefix of the file: recovery keeps exactly the whole
     entries before the cut, at every possible cut."""
-    fio, rows, length, batches = make_ledger(tmp_path, n_entries=4, seal=False)
+    fio, rows, length, _batches = make_ledger(tmp_path, n_entries=4, seal=False)
     full = (tmp_path / "l.ledger").read_bytes()
     ends = [r.position for r in rows[1:]] + [length]
     for cut in range(FILE_HEADER.size, length + 1):
@@ -92,7 +92,7 @@ def test_recovery_truncates_at_first_torn_entry(tmp_path):
 
 
 def test_recovery_stops_at_first_corrupt_entry(tmp_path):
-    fio, rows, length, _ = make_ledger(tmp_path, n_entries=5, seal=False)
+    fio, rows, _length, _ = make_ledger(tmp_path, n_entries=5, seal=False)
     raw = bytearray((tmp_path / "l.ledger").read_bytes())
     raw[rows[2].position + 40] ^= 0xFF
     (tmp_path / "l.ledger").write_bytes(bytes(raw))
@@ -102,7 +102,7 @@ def test_recovery_stops_at_first_corrupt_entry(tmp_path):
 
 
 def test_writer_reopen_truncates_unconfirmed_tail(tmp_path):
-    fio, rows, length, _ = make_ledger(tmp_path, n_entries=3, seal=False)
+    fio, _rows, length, _ = make_ledger(tmp_path, n_entries=3, seal=False)
     with open(tmp_path / "l.ledger", "ab") as f:
         f.write(b"half-written garbage")
     w = LedgerWriter.reopen(fio, "l.ledger", 42, length)
@@ -114,5 +114,5 @@ def test_writer_reopen_truncates_unconfirmed_tail(tmp_path):
 
 def test_not_a_ledger(tmp_path):
     (tmp_path / "x.ledger").write_bytes(b"hello world, certainly not a ledger")
-    with pytest.raises(CorruptRecordError, match="x.ledger"):
+    with pytest.raises(CorruptRecordError, match=r"x\.ledger"):
         recover(FileIO(str(tmp_path)), "x.ledger")

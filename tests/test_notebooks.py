@@ -11,7 +11,10 @@ NOTEBOOKS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "note
 
 def test_there_are_notebooks():
     assert [os.path.basename(n) for n in NOTEBOOKS] == [
-        "01_quick_start.py", "02_exactly_once_pipeline.py", "03_consumer_group_lag.py"]
+        "01_quick_start.py",
+        "02_exactly_once_pipeline.py",
+        "03_consumer_group_lag.py",
+    ]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)

@@ -37,42 +37,42 @@ def test_group_partition_is_kafkas():
 
 def test_offset_commit_key_bytes():
     # version 1 | group "g" | topic "t" | partition 3
-    assert encode_key(OffsetCommitKey("g", "t", 3)) == bytes.fromhex("0001" "0001" "67" "0001" "74" "00000003")
-    assert decode_key(bytes.fromhex("0000" "0002" "6767" "0001" "74" "00000001")) == OffsetCommitKey("gg", "t", 1)
+    assert encode_key(OffsetCommitKey("g", "t", 3)) == bytes.fromhex("000100016700017400000003")
+    assert decode_key(bytes.fromhex("00000002676700017400000001")) == OffsetCommitKey("gg", "t", 1)
 
 
 def test_group_metadata_key_bytes():
-    assert encode_key(GroupMetadataKey("grp")) == bytes.fromhex("0002" "0003" "677270")
-    assert decode_key(bytes.fromhex("0002" "0003" "677270")) == GroupMetadataKey("grp")
+    assert encode_key(GroupMetadataKey("grp")) == bytes.fromhex("00020003677270")
+    assert decode_key(bytes.fromhex("00020003677270")) == GroupMetadataKey("grp")
 
 
 def test_offset_commit_value_v3_bytes():
     # version 3 | offset 42 | leader epoch -1 | metadata "m" | commit timestamp 1000
-    expected = bytes.fromhex("0003" "000000000000002a" "ffffffff" "0001" "6d" "00000000000003e8")
+    expected = bytes.fromhex("0003000000000000002affffffff00016d00000000000003e8")
     assert encode_offset_value(OffsetCommitValue(42, "m", 1000)) == expected
     assert decode_offset_value(expected) == OffsetCommitValue(42, "m", 1000)
 
 
 def test_offset_commit_value_v1_when_expiring():
     # version 1 | offset 7 | metadata "" | commit 5 | expire 9
-    expected = bytes.fromhex("0001" "0000000000000007" "0000" "0000000000000005" "0000000000000009")
+    expected = bytes.fromhex("00010000000000000007000000000000000000050000000000000009")
     assert encode_offset_value(OffsetCommitValue(7, "", 5, expire_timestamp=9)) == expected
     assert decode_offset_value(expected) == OffsetCommitValue(7, "", 5, 9)
 
 
 def test_offset_commit_value_v0_v2_v4_read():
-    v0 = bytes.fromhex("0000" "0000000000000001" "0002" "6869" "0000000000000002")
+    v0 = bytes.fromhex("00000000000000000001000268690000000000000002")
     assert decode_offset_value(v0) == OffsetCommitValue(1, "hi", 2)
-    v2 = bytes.fromhex("0002" "0000000000000001" "0000" "0000000000000003")
+    v2 = bytes.fromhex("0002000000000000000100000000000000000003")
     assert decode_offset_value(v2) == OffsetCommitValue(1, "", 3)
     # v4 is flexible: compact string (length + 1 as unsigned varint) and an empty tagged-field section.
-    v4 = bytes.fromhex("0004" "0000000000000005" "00000002" "03" "6869" "0000000000000006" "00")
+    v4 = bytes.fromhex("0004000000000000000500000002036869000000000000000600")
     assert decode_offset_value(v4) == OffsetCommitValue(5, "hi", 6, -1, 2)
 
 
 def test_group_metadata_value_v3_bytes_and_older_versions():
     empty = GroupMetadataValue("consumer", 0, None, None, 77, ())
-    expected = bytes.fromhex("0003" "0008" + b"consumer".hex() + "00000000" "ffff" "ffff" "000000000000004d" "00000000")
+    expected = bytes.fromhex("00030008" + b"consumer".hex() + "00000000ffffffff000000000000004d00000000")
     assert encode_group_value(empty) == expected
     assert decode_group_value(expected) == empty
     member = MemberMetadata("m1", "c1", "/h", 10000, b"\x01", b"\x02", 30000, None)
@@ -80,16 +80,34 @@ def test_group_metadata_value_v3_bytes_and_older_versions():
     assert decode_group_value(encode_group_value(v3)) == v3
     # v0: no state timestamp, no rebalance timeout, no instance id.
     v0 = (
-        struct.pack(">h", 0) + b"\x00\x08consumer" + struct.pack(">i", 1) + b"\x00\x05range" + b"\x00\x02m1"
-        + struct.pack(">i", 1) + b"\x00\x02m1" + b"\x00\x02c1" + b"\x00\x02/h" + struct.pack(">i", 10000)
-        + struct.pack(">i", 1) + b"\x01" + struct.pack(">i", 1) + b"\x02"
+        struct.pack(">h", 0)
+        + b"\x00\x08consumer"
+        + struct.pack(">i", 1)
+        + b"\x00\x05range"
+        + b"\x00\x02m1"
+        + struct.pack(">i", 1)
+        + b"\x00\x02m1"
+        + b"\x00\x02c1"
+        + b"\x00\x02/h"
+        + struct.pack(">i", 10000)
+        + struct.pack(">i", 1)
+        + b"\x01"
+        + struct.pack(">i", 1)
+        + b"\x02"
     )
     decoded = decode_group_value(v0)
     assert (decoded.generation, decoded.protocol, decoded.current_state_timestamp) == (1, "range", -1)
     assert decoded.members == (MemberMetadata("m1", "c1", "/h", 10000, b"\x01", b"\x02", -1, None),)
 
 
-@given(st.text(max_size=50), st.text(max_size=50), st.integers(0, 2**31 - 1), st.integers(0, 2**62), st.text(max_size=100), st.integers(0, 2**42))
+@given(
+    st.text(max_size=50),
+    st.text(max_size=50),
+    st.integers(0, 2**31 - 1),
+    st.integers(0, 2**62),
+    st.text(max_size=100),
+    st.integers(0, 2**42),
+)
 def test_round_trips(group, topic, partition, offset, metadata, ts):
     assert decode_key(encode_key(OffsetCommitKey(group, topic, partition))) == OffsetCommitKey(group, topic, partition)
     v = OffsetCommitValue(offset, metadata, ts)
@@ -97,7 +115,7 @@ def test_round_trips(group, topic, partition, offset, metadata, ts):
 
 
 def test_garbage_is_corrupt():
-    for bad in (b"", b"\x00\x01\x00", b"\x00\x09\x00\x00", bytes.fromhex("0001" "0001" "67" "0001" "74" "00000003ff")):
+    for bad in (b"", b"\x00\x01\x00", b"\x00\x09\x00\x00", bytes.fromhex("000100016700017400000003ff")):
         with pytest.raises(CorruptRecordError):
             decode_key(bad)
     with pytest.raises(CorruptRecordError):

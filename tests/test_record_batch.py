@@ -31,7 +31,15 @@ def as_tuples(recs):
 
 
 def kafka_python_build(recs, codec):
-    b = KBuilder(magic=2, compression_type=int(codec), is_transactional=0, producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+    b = KBuilder(
+        magic=2,
+        compression_type=int(codec),
+        is_transactional=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
+    )
     for i, r in enumerate(recs):
         b.append(i, r.timestamp_ms, r.key, r.value, list(r.headers))
     return bytes(b.build())
@@ -92,7 +100,15 @@ def test_kafka_python_batches_decode_here(recs, codec):
 @settings(max_examples=20, deadline=None)
 @given(records, codecs)
 def test_aiokafka_batches_decode_here(recs, codec):
-    b = AioBuilder(magic=2, compression_type=int(codec), is_transactional=0, producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+    b = AioBuilder(
+        magic=2,
+        compression_type=int(codec),
+        is_transactional=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
+    )
     for i, r in enumerate(recs):
         b.append(i, timestamp=r.timestamp_ms, key=r.key, value=r.value, headers=list(r.headers))
     batch = RecordBatch(bytes(b.build()))
@@ -103,11 +119,31 @@ def test_aiokafka_batches_decode_here(recs, codec):
 def test_header_fields_are_kafka_layout():
     recs = [Record(b"v", b"k", 1000), Record(b"w", None, 1005)]
     b = build_record_batch(
-        recs, base_offset=7, partition_leader_epoch=3, producer_id=99, producer_epoch=2, base_sequence=11,
-        is_transactional=True, compression=CompressionType.NONE,
+        recs,
+        base_offset=7,
+        partition_leader_epoch=3,
+        producer_id=99,
+        producer_epoch=2,
+        base_sequence=11,
+        is_transactional=True,
+        compression=CompressionType.NONE,
     )
-    (base, length, epoch, magic, crc, attrs, last_delta, base_ts, max_ts, pid, pepoch, seq, count) = struct.unpack_from(">qiibIhiqqqhii", b)
-    assert (base, epoch, magic, attrs, last_delta, base_ts, max_ts, pid, pepoch, seq, count) == (7, 3, 2, 0x10, 1, 1000, 1005, 99, 2, 11, 2)
+    (base, length, epoch, magic, _crc, attrs, last_delta, base_ts, max_ts, pid, pepoch, seq, count) = (
+        struct.unpack_from(">qiibIhiqqqhii", b)
+    )
+    assert (base, epoch, magic, attrs, last_delta, base_ts, max_ts, pid, pepoch, seq, count) == (
+        7,
+        3,
+        2,
+        0x10,
+        1,
+        1000,
+        1005,
+        99,
+        2,
+        11,
+        2,
+    )
     assert length == len(b) - 12
     rb = RecordBatch(b)
     assert rb.is_transactional and not rb.is_control
@@ -132,7 +168,13 @@ def test_log_append_time_overrides_record_timestamps():
 
 
 def test_control_batch_is_recognised():
-    b = build_record_batch([Record(value=b"\x00\x00\x00\x00\x00\x00", key=b"\x00\x00\x00\x01")], is_control=True, is_transactional=True, producer_id=1, producer_epoch=0)
+    b = build_record_batch(
+        [Record(value=b"\x00\x00\x00\x00\x00\x00", key=b"\x00\x00\x00\x01")],
+        is_control=True,
+        is_transactional=True,
+        producer_id=1,
+        producer_epoch=0,
+    )
     assert RecordBatch(b).is_control
     assert KBatch(b).is_control_batch
 
@@ -182,4 +224,9 @@ def test_kafka_framing_of_lz4_and_snappy():
 def test_garbage_compressed_payload_is_corrupt():
     for codec in (CompressionType.GZIP, CompressionType.SNAPPY, CompressionType.LZ4, CompressionType.ZSTD):
         with pytest.raises(CorruptRecordError):
-            decompress(codec, b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01\x00\x00\x00\x09garbage!!" if codec == CompressionType.SNAPPY else b"not compressed at all")
+            decompress(
+                codec,
+                b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01\x00\x00\x00\x09garbage!!"
+                if codec == CompressionType.SNAPPY
+                else b"not compressed at all",
+            )

@@ -17,8 +17,11 @@ T0 = 1_900_000_000_000  # far enough ahead that retention keeps everything
 @pytest.fixture(scope="module")
 def big_partition(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("big"))
-    conf = {"managedLedgerMaxEntriesPerLedger": BATCHES_PER_LEDGER, "journalSyncData": False,
-            "managedLedgerMergeInPassing": 0}  # 1000 ledgers to search between, as a long-lived log has
+    conf = {
+        "managedLedgerMaxEntriesPerLedger": BATCHES_PER_LEDGER,
+        "journalSyncData": False,
+        "managedLedgerMergeInPassing": 0,
+    }  # 1000 ledgers to search between, as a long-lived log has
     b = Broker(root, conf=conf)
     b.create_topic("t", 1)
     offset = 0
@@ -26,9 +29,11 @@ def big_partition(tmp_path_factory):
         batches = []
         for _ in range(BATCHES_PER_LEDGER):
             # Record at offset o has timestamp T0 + 2*o: growing, with gaps to search between.
-            batches.append(build_record_batch(
-                [Record(b"x" * 8, timestamp_ms=T0 + 2 * (offset + i)) for i in range(RECORDS_PER_BATCH)]
-            ))
+            batches.append(
+                build_record_batch(
+                    [Record(b"x" * 8, timestamp_ms=T0 + 2 * (offset + i)) for i in range(RECORDS_PER_BATCH)]
+                )
+            )
             offset += RECORDS_PER_BATCH
         b.produce_batches("t", 0, batches)
     b.close()
@@ -49,7 +54,12 @@ def test_seek_to_any_offset_reads_one_entry(big_partition):
         before = (b.stats.entries_read, b.stats.tables_loaded, b.stats.entries_scanned)
         (r,) = b.fetch("t", 0, offset, max_records=1)
         assert r.offset == offset and r.timestamp_ms == T0 + 2 * offset
-        entries, tables, scanned = (a - c for a, c in zip((b.stats.entries_read, b.stats.tables_loaded, b.stats.entries_scanned), before))
+        entries, tables, scanned = (
+            a - c
+            for a, c in zip(
+                (b.stats.entries_read, b.stats.tables_loaded, b.stats.entries_scanned), before, strict=False
+            )
+        )
         assert entries == 1 and tables <= 1 and scanned == 0, (offset, entries, tables, scanned)
 
 

@@ -28,6 +28,7 @@ def _small_ledgers(root, n, old=False):
 
 def _read_in_spark(spark, reader, planned):
     """Run the planned partitions in Spark's executors, as a query's tasks would."""
+
     def offsets(p):
         return [o for rb in reader.read(p) for o in rb.column("offset").to_pylist()]
 
@@ -42,7 +43,9 @@ def _merge_everything(root):
 
 def test_a_batch_read_planned_before_maintenance_reads_every_offset(spark, root):
     _small_ledgers(root, 40)
-    reader = KopBatchReader(SourceOptions.parse({"kop.root": root, "subscribe": "t", "minPartitions": "3"}, streaming=False))
+    reader = KopBatchReader(
+        SourceOptions.parse({"kop.root": root, "subscribe": "t", "minPartitions": "3"}, streaming=False)
+    )
     planned = reader.partitions()
     _merge_everything(root)
     assert _read_in_spark(spark, reader, planned) == list(range(40))
@@ -50,7 +53,9 @@ def test_a_batch_read_planned_before_maintenance_reads_every_offset(spark, root)
 
 def test_a_micro_batch_planned_before_maintenance_reads_every_offset(spark, root):
     _small_ledgers(root, 30)
-    reader = KopStreamReader(SourceOptions.parse({"kop.root": root, "subscribe": "t", "startingOffsets": "earliest"}, streaming=True))
+    reader = KopStreamReader(
+        SourceOptions.parse({"kop.root": root, "subscribe": "t", "startingOffsets": "earliest"}, streaming=True)
+    )
     start = reader.initialOffset()
     planned = reader.partitions(start, reader.latestOffset(start, reader.getDefaultReadLimit()))
     _merge_everything(root)
@@ -82,5 +87,8 @@ def test_offsets_past_the_end_are_an_option_error(spark, root, option):
     df = spark.read.format("kop").option("kop.root", root).option("subscribe", "t").option(option, value)
     for k, v in other.items():
         df = df.option(k, v)
-    with pytest.raises(SPARK_ERRORS, match=rf"option '{option}': offset 99 for t-0 is past the latest offset 4; valid offsets are 0 to 4"):
+    with pytest.raises(
+        SPARK_ERRORS,
+        match=rf"option '{option}': offset 99 for t-0 is past the latest offset 4; valid offsets are 0 to 4",
+    ):
         df.load().count()

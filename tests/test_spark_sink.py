@@ -21,10 +21,16 @@ from kop_spark.storage.managed_ledger import LedgerStager
 from .conftest import PYTHON, python_subprocess_env
 
 HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
-SCHEMA = StructType([
-    StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
-    StructField("partition", IntegerType()), StructField("headers", HEADERS), StructField("timestamp", TimestampType()),
-])
+SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("headers", HEADERS),
+        StructField("timestamp", TimestampType()),
+    ]
+)
 
 
 def write(df, root, **options):
@@ -77,8 +83,14 @@ def test_written_records_read_back_by_broker_and_a_kafka_client(spark, root, bro
     broker.create_topic("out", partitions=3)
     rng = random.Random(3)
     rows = [
-        (None if i % 4 == 0 else f"key-{rng.randrange(50)}".encode(), f"value-{i}".encode(), "out", None,
-         [Row(key="h", value=str(i).encode()), Row(key="n", value=None)], ts(NOW - 1000 * i))
+        (
+            None if i % 4 == 0 else f"key-{rng.randrange(50)}".encode(),
+            f"value-{i}".encode(),
+            "out",
+            None,
+            [Row(key="h", value=str(i).encode()), Row(key="n", value=None)],
+            ts(NOW - 1000 * i),
+        )
         for i in range(200)
     ]
     write(spark.createDataFrame(rows, SCHEMA).repartition(3), root, **{"compression.type": "zstd"})
@@ -106,7 +118,9 @@ def test_keyless_records_round_robin_from_each_tasks_id_across_arrow_batches(spa
     broker.create_topic("rr", partitions=3)
     schema = StructType([StructField("value", BinaryType())])
     # Three tasks of one record each: each starts at its own task id, so they spread.
-    write(spark.createDataFrame(spark.sparkContext.parallelize([(b"a",), (b"b",), (b"c",)], 3), schema), root, topic="rr")
+    write(
+        spark.createDataFrame(spark.sparkContext.parallelize([(b"a",), (b"b",), (b"c",)], 3), schema), root, topic="rr"
+    )
     assert sorted(r.partition for r in all_records(broker, "rr")) == [0, 1, 2]
     # One task, Arrow batches of two rows: the rotation carries on from batch to batch.
     previous = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
@@ -117,17 +131,19 @@ def test_keyless_records_round_robin_from_each_tasks_id_across_arrow_batches(spa
     finally:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
     placed = {r.value: r.partition for r in all_records(broker, "rr") if r.value.startswith(b"v")}
-    assert [placed[v] for v, in rows] == [0, 1, 2, 0, 1, 2]
+    assert [placed[v] for (v,) in rows] == [0, 1, 2, 0, 1, 2]
 
 
 def test_string_columns_topic_column_and_partition_column(spark, root, broker):
     broker.create_topic("a", partitions=2)
     broker.create_topic("b", partitions=4)
-    df = spark.createDataFrame([("k1", "v1", "a", 1), ("k2", "v2", "b", 3), (None, "v3", "b", None)],
-                               "key string, value string, topic string, partition int")
+    df = spark.createDataFrame(
+        [("k1", "v1", "a", 1), ("k2", "v2", "b", 3), (None, "v3", "b", None)],
+        "key string, value string, topic string, partition int",
+    )
     write(df, root)
     assert [(r.key, r.value) for r in broker.fetch("a", 1, 0)] == [(b"k1", b"v1")]
-    assert [(r.key, r.value) for r in broker.fetch("b", 3, 0)][0] == (b"k2", b"v2")
+    assert next((r.key, r.value) for r in broker.fetch("b", 3, 0)) == (b"k2", b"v2")
     # The topic option overrides the column.
     before = broker.list_offsets("b", 1, "latest")
     write(df.where("partition = 1"), root, topic="b")
@@ -145,18 +161,25 @@ def test_compression_types_decode_with_a_kafka_client(spark, root, broker, codec
     assert sorted(values) == sorted(f"v{i}".encode() * 20 for i in range(300))
 
 
-@pytest.mark.parametrize("ddl, options, message", [
-    ("key string", {"topic": "t"}, "Required attribute 'value' not found"),
-    ("value int", {"topic": "t"}, "value attribute type must be a string or binary"),
-    ("value string, key array<int>", {"topic": "t"}, "key attribute type must be a string or binary"),
-    ("value string", {}, "topic option required when no 'topic' attribute is present"),
-    ("value string, topic int", {}, "topic attribute type must be a string"),
-    ("value string, partition string", {"topic": "t"}, "partition attribute type must be an int"),
-    ("value string, headers string", {"topic": "t"}, "headers attribute type must be an array<struct<key:string,value:binary>>"),
-    ("value string", {"topic": "missing"}, "topic 'missing' does not exist"),
-    ("value string", {"topic": "t", "compression.type": "brotli"}, "option 'compression.type'"),
-    ("value string", {"topic": "t", "batch.size": "-1"}, "option 'batch.size'"),
-])
+@pytest.mark.parametrize(
+    "ddl, options, message",
+    [
+        ("key string", {"topic": "t"}, "Required attribute 'value' not found"),
+        ("value int", {"topic": "t"}, "value attribute type must be a string or binary"),
+        ("value string, key array<int>", {"topic": "t"}, "key attribute type must be a string or binary"),
+        ("value string", {}, "topic option required when no 'topic' attribute is present"),
+        ("value string, topic int", {}, "topic attribute type must be a string"),
+        ("value string, partition string", {"topic": "t"}, "partition attribute type must be an int"),
+        (
+            "value string, headers string",
+            {"topic": "t"},
+            "headers attribute type must be an array<struct<key:string,value:binary>>",
+        ),
+        ("value string", {"topic": "missing"}, "topic 'missing' does not exist"),
+        ("value string", {"topic": "t", "compression.type": "brotli"}, "option 'compression.type'"),
+        ("value string", {"topic": "t", "batch.size": "-1"}, "option 'batch.size'"),
+    ],
+)
 def test_bad_input_is_refused_before_anything_is_written(spark, root, broker, ddl, options, message):
     broker.create_topic("t", partitions=1)
     df = spark.createDataFrame([], ddl)
@@ -192,10 +215,22 @@ def test_stream_write_and_a_rerun_batch_is_applied_once(spark, root, broker, tmp
     broker.create_topic("out", partitions=2)
     for i in range(60):
         broker.produce("in", [Record(value=f"v{i}".encode(), key=f"k{i % 7}".encode())])
-    df = (spark.readStream.format("kop").option("kop.root", root).option("subscribe", "in")
-          .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "25").load())
-    q = (df.selectExpr("key", "value").writeStream.format("kop").option("kop.root", root).option("topic", "out")
-         .option("checkpointLocation", str(tmp_path / "ck")).start())
+    df = (
+        spark.readStream.format("kop")
+        .option("kop.root", root)
+        .option("subscribe", "in")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "25")
+        .load()
+    )
+    q = (
+        df.selectExpr("key", "value")
+        .writeStream.format("kop")
+        .option("kop.root", root)
+        .option("topic", "out")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
     q.processAllAvailable()
     q.stop()
     assert sorted(r.value for r in all_records(broker, "out")) == sorted(f"v{i}".encode() for i in range(60))
@@ -203,8 +238,14 @@ def test_stream_write_and_a_rerun_batch_is_applied_once(spark, root, broker, tmp
     last = max(int(n) for n in os.listdir(tmp_path / "ck" / "commits") if n.isdigit())
     for name in (str(last), f".{last}.crc"):
         os.remove(tmp_path / "ck" / "commits" / name)
-    q = (df.selectExpr("key", "value").writeStream.format("kop").option("kop.root", root).option("topic", "out")
-         .option("checkpointLocation", str(tmp_path / "ck")).start())
+    q = (
+        df.selectExpr("key", "value")
+        .writeStream.format("kop")
+        .option("kop.root", root)
+        .option("topic", "out")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
     q.processAllAvailable()
     q.stop()
     assert sorted(r.value for r in all_records(broker, "out")) == sorted(f"v{i}".encode() for i in range(60))
@@ -218,16 +259,27 @@ def test_exactly_once_through_driver_kills(root, tmp_path):
         b.create_topic("in", partitions=2)
         b.create_topic("out", partitions=2)
         for i in range(0, 600, 6):
-            b.produce("in", [Record(value=f"e{j}".encode(), key=f"user{j % 13}".encode(),
-                                    headers=[("seq", str(j).encode())]) for j in range(i, i + 6)])
+            b.produce(
+                "in",
+                [
+                    Record(value=f"e{j}".encode(), key=f"user{j % 13}".encode(), headers=[("seq", str(j).encode())])
+                    for j in range(i, i + 6)
+                ],
+            )
     rng = random.Random(os.getpid())
     env = python_subprocess_env()
     ck = str(tmp_path / "ck")
     kills = 0
     for attempt in range(8):
         log = tmp_path / f"driver-{attempt}.err"  # shown if the last run fails: what the driver said
-        proc = subprocess.Popen([PYTHON, "-m", "tests.spark_pipeline_process", root, ck], env=env,
-                                stdout=subprocess.PIPE, stderr=open(log, "w"), text=True)
+        with open(log, "w") as err:  # the child has its own copy of the descriptor
+            proc = subprocess.Popen(
+                [PYTHON, "-m", "tests.spark_pipeline_process", root, ck],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
         if attempt < 4:
             assert proc.stdout.readline().strip() == "started"
             timer = threading.Timer(rng.uniform(0.2, 4.0), lambda p=proc: p.send_signal(signal.SIGKILL))
@@ -249,16 +301,22 @@ def test_exactly_once_through_driver_kills(root, tmp_path):
         for p in range(2):
             assert [r.offset for r in got if r.partition == p] == list(range(b.list_offsets("out", p, "latest")))
         for r in got:  # keyed records keep their key, so they land where the key says
-            assert r.headers == (("seq", r.value[len("out:e"):]),)
-        assert {tp: o.offset for tp, o in b.fetch_offsets("pipeline").items()} == \
-            {("in", p): b.list_offsets("in", p, "latest") for p in range(2)}
+            assert r.headers == (("seq", r.value[len("out:e") :]),)
+        assert {tp: o.offset for tp, o in b.fetch_offsets("pipeline").items()} == {
+            ("in", p): b.list_offsets("in", p, "latest") for p in range(2)
+        }
     assert kills >= 1
 
 
 def test_spark_write_racing_a_broker_producer(spark, root, broker):
     broker.create_topic("t", partitions=1)
-    producer = subprocess.Popen([PYTHON, "-m", "tests.writer_process", root, "w", "400", "50"], env=python_subprocess_env(),
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    producer = subprocess.Popen(
+        [PYTHON, "-m", "tests.writer_process", root, "w", "400", "50"],
+        env=python_subprocess_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert producer.stdout.readline().strip() == "ready"
     producer.stdin.write("go\n")
     producer.stdin.flush()

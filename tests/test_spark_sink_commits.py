@@ -19,12 +19,24 @@ from .test_spark_sink import all_records, staged_files
 
 
 def _query(spark, root, checkpoint, **source_options):
-    reader = (spark.readStream.format("kop").option("kop.root", root).option("subscribe", "src")
-              .option("startingOffsets", "earliest"))
+    reader = (
+        spark.readStream.format("kop")
+        .option("kop.root", root)
+        .option("subscribe", "src")
+        .option("startingOffsets", "earliest")
+    )
     for k, v in source_options.items():
         reader = reader.option(k, v)
-    return (reader.load().selectExpr("value").writeStream.format("kop").option("kop.root", root)
-            .option("topic", "dst").option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    return (
+        reader.load()
+        .selectExpr("value")
+        .writeStream.format("kop")
+        .option("kop.root", root)
+        .option("topic", "dst")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
 
 
 def _values(b, topic):
@@ -126,7 +138,9 @@ def test_a_rerun_after_a_thousand_batch_jobs_is_not_applied_twice(spark, root, b
     q = _query(spark, root, checkpoint)
     q.awaitTermination(300)
     values = _values(broker, "dst")
-    assert [v for v in values if v.startswith(b"q")] == sorted(f"q{i}".encode() for i in range(50)), "the rerun was applied twice"
+    assert [v for v in values if v.startswith(b"q")] == sorted(f"q{i}".encode() for i in range(50)), (
+        "the rerun was applied twice"
+    )
     assert len(values) == 50 + 1100
     for p in (0, 1):  # batch jobs leave no record behind; the query keeps its own
         ml: ManagedLedger = broker._managed_ledger("dst", p)

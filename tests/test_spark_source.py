@@ -15,8 +15,8 @@ from pyspark.sql import Row
 
 import kop_spark
 from kop_spark import Broker, CompressionType, Record
-from kop_spark.spark.source import KopBatchReader, source_schema
 from kop_spark.spark.options import SourceOptions
+from kop_spark.spark.source import KopBatchReader, source_schema
 
 from .conftest import PYTHON, python_subprocess_env
 
@@ -34,11 +34,15 @@ def produce(b, topic, partition, n, *, start=0, ts=None, batch=1, compression=Co
     offsets = []
     for i in range(start, start + n, batch):
         records = [
-            Record(value=f"{topic}-{partition}-{j}".encode(), key=f"k{j}".encode(),
-                   timestamp_ms=now_ms() if ts is None else ts + j, headers=[("n", str(j).encode())])
+            Record(
+                value=f"{topic}-{partition}-{j}".encode(),
+                key=f"k{j}".encode(),
+                timestamp_ms=now_ms() if ts is None else ts + j,
+                headers=[("n", str(j).encode())],
+            )
             for j in range(i, min(i + batch, start + n))
         ]
-        (_, base, count), = b.produce(topic, records, partition=partition, compression=compression)
+        ((_, base, count),) = b.produce(topic, records, partition=partition, compression=compression)
         offsets.extend(range(base, base + count))
     return offsets
 
@@ -84,13 +88,14 @@ def test_schema_is_the_kafka_sources(spark, root, broker):
     broker.create_topic("t", partitions=1)
     plain = kop(spark, root, subscribe="t")
     assert plain.schema.simpleString() == (
-        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
-        "timestamp:timestamp,timestampType:int>"
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,timestampType:int>"
     )
     with_headers = kop(spark, root, subscribe="t", includeHeaders="true")
     assert with_headers.schema.simpleString().endswith(",headers:array<struct<key:string,value:binary>>>")
     with pytest.raises(SPARK_ERRORS, match="fixed schema"):
-        spark.read.format("kop").schema("value string").option("kop.root", root).option("subscribe", "t").load().collect()
+        spark.read.format("kop").schema("value string").option("kop.root", root).option(
+            "subscribe", "t"
+        ).load().collect()
 
 
 def test_spark_reads_every_offset_the_broker_assigned(spark, root, small_ledgers):
@@ -100,13 +105,21 @@ def test_spark_reads_every_offset_the_broker_assigned(spark, root, small_ledgers
     rng = random.Random(7)
     for _ in range(60):
         p = rng.randrange(3)
-        produce(b, "t", p, rng.randint(1, 7), start=rng.randrange(10_000), batch=rng.randint(1, 4),
-                compression=rng.choice(list(CompressionType)))
+        produce(
+            b,
+            "t",
+            p,
+            rng.randint(1, 7),
+            start=rng.randrange(10_000),
+            batch=rng.randint(1, 4),
+            compression=rng.choice(list(CompressionType)),
+        )
     b.produce("t", [Record(value=None, key=b"tombstone", timestamp_ms=now_ms())], partition=0)
     assert len(b.snapshot("t", 0).ledgers) > 10
     actual = kop(spark, root, subscribe="t", includeHeaders="true")
-    assert_df_equality(actual, expected_df(spark, b, "t", range(3), include_headers=True),
-                       ignore_row_order=True, ignore_nullable=True)
+    assert_df_equality(
+        actual, expected_df(spark, b, "t", range(3), include_headers=True), ignore_row_order=True, ignore_nullable=True
+    )
 
 
 def test_format_is_found_without_register_and_register_is_harmless(spark, root, broker):
@@ -163,10 +176,13 @@ def test_batch_timestamps(spark, root, broker):
 
     assert read(startingTimestamp=str(base + 5), endingTimestamp=str(base + 8)) == [("t", 0, o) for o in range(5, 8)]
     by_ts = json.dumps({"t": {"0": base + 7, "1": base + 100 + 2}})
-    assert read(startingOffsetsByTimestamp=by_ts) == [("t", 0, o) for o in range(7, 10)] + [("t", 1, o) for o in range(2, 10)]
+    assert read(startingOffsetsByTimestamp=by_ts) == [("t", 0, o) for o in range(7, 10)] + [
+        ("t", 1, o) for o in range(2, 10)
+    ]
     # startingTimestamp wins over startingOffsetsByTimestamp and startingOffsets, as in Spark.
-    assert read(startingTimestamp=str(base + 9), startingOffsetsByTimestamp=by_ts, startingOffsets="earliest") == \
-        [("t", 0, 9)] + [("t", 1, o) for o in range(10)]
+    assert read(startingTimestamp=str(base + 9), startingOffsetsByTimestamp=by_ts, startingOffsets="earliest") == [
+        ("t", 0, 9)
+    ] + [("t", 1, o) for o in range(10)]
     end_by_ts = json.dumps({"t": {"0": base + 2, "1": base + 10**9}})  # no match: latest
     assert read(endingOffsetsByTimestamp=end_by_ts) == [("t", 0, 0), ("t", 0, 1)] + [("t", 1, o) for o in range(10)]
     future = str(now_ms() + 10**9)
@@ -181,10 +197,19 @@ def test_subscribe_pattern_and_assign(spark, root, broker):
         produce(broker, t, 0, 2)
         produce(broker, t, 1, 1)
     assert {t for t, _, _ in offsets_of(kop(spark, root, subscribePattern="orders-.*"))} == {"orders-eu", "orders-us"}
-    assert offsets_of(kop(spark, root, subscribe="orders-eu, payments")) == \
-        [("orders-eu", 0, 0), ("orders-eu", 0, 1), ("orders-eu", 1, 0), ("payments", 0, 0), ("payments", 0, 1), ("payments", 1, 0)]
-    assert offsets_of(kop(spark, root, assign=json.dumps({"payments": [1], "orders-us": [0]}))) == \
-        [("orders-us", 0, 0), ("orders-us", 0, 1), ("payments", 1, 0)]
+    assert offsets_of(kop(spark, root, subscribe="orders-eu, payments")) == [
+        ("orders-eu", 0, 0),
+        ("orders-eu", 0, 1),
+        ("orders-eu", 1, 0),
+        ("payments", 0, 0),
+        ("payments", 0, 1),
+        ("payments", 1, 0),
+    ]
+    assert offsets_of(kop(spark, root, assign=json.dumps({"payments": [1], "orders-us": [0]}))) == [
+        ("orders-us", 0, 0),
+        ("orders-us", 0, 1),
+        ("payments", 1, 0),
+    ]
     with pytest.raises(SPARK_ERRORS, match="partition 5"):
         kop(spark, root, assign=json.dumps({"payments": [5]})).collect()
     assert kop(spark, root, subscribe="no-such-topic").count() == 0  # as a Kafka subscription
@@ -203,27 +228,33 @@ def test_min_partitions_and_max_records_per_partition(spark, root, broker):
     assert len(offsets_of(capped)) == 100
 
 
-@pytest.mark.parametrize("options, message", [
-    ({}, "One of the following options must be specified"),
-    ({"subscribe": "a", "assign": '{"a":[0]}'}, "Only one of the following options"),
-    ({"subscribe": " , "}, "No topics to subscribe to"),
-    ({"assign": "[0]"}, "option 'assign': expected e.g."),
-    ({"subscribe": "t", "startingOffsets": "latest"}, "starting offset can't be latest for batch queries"),
-    ({"subscribe": "t", "endingOffsets": "earliest"}, "ending offset can't be earliest for batch queries"),
-    ({"subscribe": "t", "startingOffsets": '{"t":{"0":-1}}'}, "startingOffsets for t-0 can't be latest"),
-    ({"subscribe": "t", "startingOffsets": "{oops"}, "option 'startingOffsets': expected e.g."),
-    ({"subscribe": "t", "startingOffsets": "yesterday"}, "option 'startingOffsets': expected 'earliest'"),
-    ({"subscribe": "t", "startingTimestamp": "noon"}, "option 'startingTimestamp': expected a single long"),
-    ({"subscribe": "t", "startingOffsetsByTimestampStrategy": "closest"}, "option 'startingOffsetsByTimestampStrategy'"),
-    ({"subscribe": "t", "failOnDataLoss": "maybe"}, "option 'failOnDataLoss'"),
-    ({"subscribe": "t", "minPartitions": "0"}, "Invalid value '0' for option 'minPartitions'"),
-    ({"subscribe": "t", "maxRecordsPerPartition": "x"}, "option 'maxRecordsPerPartition'"),
-    ({"subscribe": "t", "kafka.auto.offset.reset": "earliest"}, "'auto.offset.reset' is not supported"),
-    ({"subscribe": "t", "kafka.value.deserializer": "x"}, "'value.deserializer' is not supported"),
-    ({"subscribe": "t", "kafka.enable.auto.commit": "true"}, "'enable.auto.commit' is not supported"),
-    ({"subscribe": "t", "kop.noSuchSetting": "1"}, "option 'kop.nosuchsetting': unknown setting"),
-    ({"subscribe": "t", "startingOffsets": "group"}, "set option 'group.id'"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({}, "One of the following options must be specified"),
+        ({"subscribe": "a", "assign": '{"a":[0]}'}, "Only one of the following options"),
+        ({"subscribe": " , "}, "No topics to subscribe to"),
+        ({"assign": "[0]"}, "option 'assign': expected e.g."),
+        ({"subscribe": "t", "startingOffsets": "latest"}, "starting offset can't be latest for batch queries"),
+        ({"subscribe": "t", "endingOffsets": "earliest"}, "ending offset can't be earliest for batch queries"),
+        ({"subscribe": "t", "startingOffsets": '{"t":{"0":-1}}'}, "startingOffsets for t-0 can't be latest"),
+        ({"subscribe": "t", "startingOffsets": "{oops"}, "option 'startingOffsets': expected e.g."),
+        ({"subscribe": "t", "startingOffsets": "yesterday"}, "option 'startingOffsets': expected 'earliest'"),
+        ({"subscribe": "t", "startingTimestamp": "noon"}, "option 'startingTimestamp': expected a single long"),
+        (
+            {"subscribe": "t", "startingOffsetsByTimestampStrategy": "closest"},
+            "option 'startingOffsetsByTimestampStrategy'",
+        ),
+        ({"subscribe": "t", "failOnDataLoss": "maybe"}, "option 'failOnDataLoss'"),
+        ({"subscribe": "t", "minPartitions": "0"}, "Invalid value '0' for option 'minPartitions'"),
+        ({"subscribe": "t", "maxRecordsPerPartition": "x"}, "option 'maxRecordsPerPartition'"),
+        ({"subscribe": "t", "kafka.auto.offset.reset": "earliest"}, "'auto.offset.reset' is not supported"),
+        ({"subscribe": "t", "kafka.value.deserializer": "x"}, "'value.deserializer' is not supported"),
+        ({"subscribe": "t", "kafka.enable.auto.commit": "true"}, "'enable.auto.commit' is not supported"),
+        ({"subscribe": "t", "kop.noSuchSetting": "1"}, "option 'kop.nosuchsetting': unknown setting"),
+        ({"subscribe": "t", "startingOffsets": "group"}, "set option 'group.id'"),
+    ],
+)
 def test_bad_batch_options_are_named(spark, root, broker, options, message):
     broker.create_topic("t", partitions=1)
     with pytest.raises(SPARK_ERRORS, match=message):
@@ -234,8 +265,12 @@ def test_bad_batch_options_are_named(spark, root, broker, options, message):
 def test_endings_are_refused_in_streaming(spark, root, broker, tmp_path, option):
     broker.create_topic("t", partitions=1)
     with pytest.raises(SPARK_ERRORS, match="not valid in streaming queries"):
-        q = kop(spark, root, stream=True, subscribe="t", **{option: "1"}).writeStream.format("noop") \
-            .option("checkpointLocation", str(tmp_path / "ck")).start()
+        q = (
+            kop(spark, root, stream=True, subscribe="t", **{option: "1"})
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .start()
+        )
         try:
             q.processAllAvailable()
         finally:
@@ -306,8 +341,15 @@ def test_max_offsets_per_trigger_is_shared_by_backlog(spark, root, broker, tmp_p
 def test_min_offsets_per_trigger_waits_for_enough_records(spark, root, broker, tmp_path):
     broker.create_topic("t", partitions=1)
     produce(broker, "t", 0, 3)
-    df = kop(spark, root, stream=True, subscribe="t", startingOffsets="earliest",
-             minOffsetsPerTrigger="10", maxTriggerDelay="1h")
+    df = kop(
+        spark,
+        root,
+        stream=True,
+        subscribe="t",
+        startingOffsets="earliest",
+        minOffsetsPerTrigger="10",
+        maxTriggerDelay="1h",
+    )
     q = start(df, tmp_path, sink="noop")
     q.processAllAvailable()  # the first trigger runs at once, as in Spark
     produce(broker, "t", 0, 6)
@@ -322,8 +364,15 @@ def test_min_offsets_per_trigger_waits_for_enough_records(spark, root, broker, t
 def test_max_trigger_delay_lets_a_small_batch_through(spark, root, broker, tmp_path):
     broker.create_topic("t", partitions=1)
     produce(broker, "t", 0, 3)
-    df = kop(spark, root, stream=True, subscribe="t", startingOffsets="earliest",
-             minOffsetsPerTrigger="1000", maxTriggerDelay="0s")
+    df = kop(
+        spark,
+        root,
+        stream=True,
+        subscribe="t",
+        startingOffsets="earliest",
+        minOffsetsPerTrigger="1000",
+        maxTriggerDelay="0s",
+    )
     q = start(df, tmp_path, sink="noop")
     q.processAllAvailable()
     produce(broker, "t", 0, 2)
@@ -346,8 +395,13 @@ def test_max_bytes_per_trigger(spark, root, broker, tmp_path):
 
 def test_available_now_stops_at_what_was_there(spark, root, broker, tmp_path):
     broker.create_topic("t", partitions=1)
-    producer = subprocess.Popen([PYTHON, "-m", "tests.writer_process", root, "w", "1000000", "50"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=python_subprocess_env())
+    producer = subprocess.Popen(
+        [PYTHON, "-m", "tests.writer_process", root, "w", "1000000", "50"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=python_subprocess_env(),
+    )
     confirmed = []
     try:
         assert producer.stdout.readline().strip() == "ready"
@@ -385,7 +439,13 @@ def test_new_topics_and_partitions_start_from_earliest(spark, root, broker, tmp_
     q.processAllAvailable()
     q.stop()
     assert sorted(tuple(r) for r in spark.table("grow").collect()) == [
-        ("ev-a", 0, 2), ("ev-a", 1, 0), ("ev-a", 1, 1), ("ev-b", 0, 0), ("ev-b", 0, 1), ("ev-b", 0, 2)]
+        ("ev-a", 0, 2),
+        ("ev-a", 1, 0),
+        ("ev-a", 1, 1),
+        ("ev-b", 0, 0),
+        ("ev-b", 0, 1),
+        ("ev-b", 0, 2),
+    ]
     assert max(batch_sizes(q)) <= 4  # new partitions count against the limit from their earliest offset
 
 
@@ -396,8 +456,16 @@ def _trim_under_query(spark, root, tmp_path, fail_on_data_loss, name):
     keep_all = Broker(root, conf={"retention.ms": -1, "managedLedgerMaxEntriesPerLedger": 5})
     keep_all.create_topic("t", partitions=1)
     produce(keep_all, "t", 0, 10, ts=old)
-    df = kop(spark, root, stream=True, subscribe="t", startingOffsets="earliest", failOnDataLoss=fail_on_data_loss,
-             minOffsetsPerTrigger="100", maxTriggerDelay="1h")
+    df = kop(
+        spark,
+        root,
+        stream=True,
+        subscribe="t",
+        startingOffsets="earliest",
+        failOnDataLoss=fail_on_data_loss,
+        minOffsetsPerTrigger="100",
+        maxTriggerDelay="1h",
+    )
     q = start(df.select("offset"), tmp_path, query_name=name)
     q.processAllAvailable()
     produce(keep_all, "t", 0, 20, start=10, ts=old)
@@ -437,7 +505,12 @@ def test_deleted_topic_is_data_loss(spark, root, broker, tmp_path):
     produce(broker, "stays", 0, 2)
     q.processAllAvailable()
     q.stop()
-    assert sorted(tuple(r) for r in spark.table("del").collect()) == [("gone", 0), ("gone", 1), ("stays", 0), ("stays", 1)]
+    assert sorted(tuple(r) for r in spark.table("del").collect()) == [
+        ("gone", 0),
+        ("gone", 1),
+        ("stays", 0),
+        ("stays", 1),
+    ]
 
     broker.create_topic("gone2", partitions=1)
     produce(broker, "gone2", 0, 2)
@@ -458,8 +531,15 @@ def test_group_offsets_follow_the_query(spark, root, broker, tmp_path):
     broker.create_topic("t", partitions=2)
     produce(broker, "t", 0, 20)
     produce(broker, "t", 1, 7)
-    df = kop(spark, root, stream=True, subscribe="t", startingOffsets="earliest", maxOffsetsPerTrigger="5",
-             **{"group.id": "etl"})
+    df = kop(
+        spark,
+        root,
+        stream=True,
+        subscribe="t",
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger="5",
+        **{"group.id": "etl"},
+    )
     q = start(df, tmp_path, sink="noop")
     q.processAllAvailable()
     q.stop()
@@ -470,9 +550,14 @@ def test_group_offsets_follow_the_query(spark, root, broker, tmp_path):
     q = start(df, tmp_path, sink="noop", trigger={"availableNow": True})
     assert q.awaitTermination(120)
     assert {tp: o.offset for tp, o in broker.fetch_offsets("etl").items()} == {("t", 0): 23, ("t", 1): 7}
-    out = subprocess.run([PYTHON, "-m", "kop_spark.cli", "--root", root, "groups", "describe", "--group", "etl"],
-                         capture_output=True, text=True, env=python_subprocess_env(), check=True).stdout
-    lag_line = [line.split() for line in out.splitlines() if line.split()[:3] == ["etl", "t", "0"]][0]
+    out = subprocess.run(
+        [PYTHON, "-m", "kop_spark.cli", "--root", root, "groups", "describe", "--group", "etl"],
+        capture_output=True,
+        text=True,
+        env=python_subprocess_env(),
+        check=True,
+    ).stdout
+    lag_line = next(line.split() for line in out.splitlines() if line.split()[:3] == ["etl", "t", "0"])
     assert lag_line[3:6] == ["23", "23", "0"]  # CURRENT-OFFSET LOG-END-OFFSET LAG
 
 
@@ -485,8 +570,9 @@ def test_starting_offsets_group(spark, root, broker, tmp_path):
     q = start(df.select("partition", "offset"), tmp_path, query_name="resumed")
     q.processAllAvailable()
     q.stop()
-    assert sorted(tuple(r) for r in spark.table("resumed").collect()) == \
-        [(0, o) for o in range(6, 10)] + [(1, o) for o in range(4)]
+    assert sorted(tuple(r) for r in spark.table("resumed").collect()) == [(0, o) for o in range(6, 10)] + [
+        (1, o) for o in range(4)
+    ]
     assert {tp: o.offset for tp, o in broker.fetch_offsets("resume").items()} == {("t", 0): 10, ("t", 1): 4}
 
 
@@ -495,8 +581,10 @@ def test_an_installed_kop_spark_is_found_by_spark_from_anywhere(root, broker, tm
     broker.create_topic("t", partitions=1)
     produce(broker, "t", 0, 4)
     env = {k: v for k, v in python_subprocess_env().items() if k != "PYTHONPATH"}
-    script = ("from pyspark.sql import SparkSession\n"
-              "s = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
-              f"print('rows', s.read.format('kop').option('kop.root', {root!r}).option('subscribe', 't').load().count())\n")
+    script = (
+        "from pyspark.sql import SparkSession\n"
+        "s = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
+        f"print('rows', s.read.format('kop').option('kop.root', {root!r}).option('subscribe', 't').load().count())\n"
+    )
     out = subprocess.run([PYTHON, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert "rows 4" in out.stdout, out.stderr[-2000:]

@@ -6,7 +6,6 @@ earlier version, and a writer pile-up of small ledgers."""
 import os
 import struct
 import time
-from typing import Tuple
 
 import crc32c
 import pytest
@@ -52,7 +51,9 @@ def test_records_without_timestamps_are_kept_by_retention(rolling):
 
 def test_max_timestamp_comes_from_the_records_not_the_header(rolling):
     rolling.produce_batches("t", 0, [_patched(build_record_batch([Record(b"now", timestamp_ms=NOW)]), max_timestamp=0)])
-    rolling.produce_batches("t", 0, [_patched(build_record_batch([Record(b"soon", timestamp_ms=NOW + 1)]), max_timestamp=NOW + 100 * DAY)])
+    rolling.produce_batches(
+        "t", 0, [_patched(build_record_batch([Record(b"soon", timestamp_ms=NOW + 1)]), max_timestamp=NOW + 100 * DAY)]
+    )
     rolling.produce("t", [Record(b"last", timestamp_ms=NOW + 2)], 0)
     rolling.enforce_retention("t")
     assert [r.value for r in rolling.fetch("t", 0, 0)] == [b"now", b"soon", b"last"], "retention trusted a header"
@@ -66,7 +67,9 @@ def RecordMax(batch: bytes) -> int:
 
 
 def test_timestamp_type_is_the_topics_not_the_batchs(rolling):
-    flagged = _patched(build_record_batch([Record(b"x", timestamp_ms=NOW - 5)]), max_timestamp=NOW + 7, log_append_time=True)
+    flagged = _patched(
+        build_record_batch([Record(b"x", timestamp_ms=NOW - 5)]), max_timestamp=NOW + 7, log_append_time=True
+    )
     rolling.produce_batches("t", 0, [flagged])
     (r,) = rolling.fetch("t", 0, 0)
     assert (r.timestamp_ms, r.timestamp_type) == (NOW - 5, TimestampType.CREATE_TIME)
@@ -155,13 +158,18 @@ def _damage_as_an_earlier_version_did(b: Broker, topic: str) -> str:
     from kop_spark.storage.fileio import FileIO
     from kop_spark.storage.ledger import LedgerWriter
 
-    w = LedgerWriter(b.fileio, ledger.file, ledger.id, FileIO(os.path.dirname(path)).reopen(os.path.basename(path), rows[-1].position))
+    w = LedgerWriter(
+        b.fileio,
+        ledger.file,
+        ledger.id,
+        FileIO(os.path.dirname(path)).reopen(os.path.basename(path), rows[-1].position),
+    )
     w.seal(rows[:-1], rows[-1].relative_index)
     w.close()
     return path
 
 
-def damaged_store(root: str) -> Tuple[Broker, str]:
+def damaged_store(root: str) -> tuple[Broker, str]:
     """A store with topic 'bad' (b0-b2 in a ledger whose last confirmed entry was destroyed, then
     b3 and b4, which fenced it) and topic 'good' (g0-g3 in one-entry ledgers). Returns a Broker on
     it and the damaged ledger's path."""
@@ -248,7 +256,9 @@ def test_a_file_condemned_deleted_and_acquitted_before_the_cas_is_never_referred
 
     def swap_after_orphan_removal(self, run, new):
         other = Broker(root)
-        removed.extend(other._managed_ledger("t", 0).remove_orphans(other.fileio.walk_files(other.topic_name("t").data_dir(0)), 0))
+        removed.extend(
+            other._managed_ledger("t", 0).remove_orphans(other.fileio.walk_files(other.topic_name("t").data_dir(0)), 0)
+        )
         return real_swap(self, run, new)
 
     monkeypatch.setattr(ManagedLedger, "_swap", swap_after_orphan_removal)

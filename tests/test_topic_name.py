@@ -16,8 +16,24 @@ def test_kop_name_mapping():
 
 @pytest.mark.parametrize(
     "name",
-    ["", ".", "..", "a b", "a/b", "../../etc", "a/../b", "x" * 250, "persistent://a/b", "non-persistent://a/b/c",
-     "persistent://../b/c", "t/ns/..", "snow☃", "orders-partition-1", "a\x00b", "/abs"],
+    [
+        "",
+        ".",
+        "..",
+        "a b",
+        "a/b",
+        "../../etc",
+        "a/../b",
+        "x" * 250,
+        "persistent://a/b",
+        "non-persistent://a/b/c",
+        "persistent://../b/c",
+        "t/ns/..",
+        "snow☃",
+        "orders-partition-1",
+        "a\x00b",
+        "/abs",
+    ],
 )
 def test_illegal_names_are_refused(name):
     with pytest.raises(InvalidTopicError):

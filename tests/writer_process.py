@@ -14,6 +14,6 @@ if sys.stdin.readline().strip() != "go":  # a start line, so concurrent writers 
 for i in range(appends):
     n = rng.randint(1, 5)
     records = [Record(value=f"{name}/{i}/{j}".encode(), key=name.encode()) for j in range(n)]
-    (_, base, count), = b.produce("t", records, partition=0)
+    ((_, base, count),) = b.produce("t", records, partition=0)
     print(f"{i} {base} {count}", flush=True)
 b.close()

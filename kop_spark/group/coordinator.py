@@ -17,10 +17,17 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Protocol, Tuple
+from typing import NamedTuple, Protocol
 
-from ..errors import CorruptRecordError, KopError, LogEndMovedError, OffsetMetadataTooLargeError, TopicAlreadyExistsError
+from ..errors import (
+    CorruptRecordError,
+    KopError,
+    LogEndMovedError,
+    OffsetMetadataTooLargeError,
+    TopicAlreadyExistsError,
+)
 from ..record import Record, RecordBatch, build_record_batch
 from .offsets_topic import (
     GroupMetadataKey,
@@ -36,7 +43,7 @@ from .offsets_topic import (
     partition_for_group,
 )
 
-TopicPartition = Tuple[str, int]
+TopicPartition = tuple[str, int]
 _DECISION_ATTEMPTS = 100
 # Only the coordinator reads the offsets topic, and its reads find merged or compacted-away
 # ledgers' offsets again in the current metadata, so their files need little grace; a short one
@@ -55,12 +62,12 @@ NO_OFFSET = OffsetAndMetadata(-1, "", -1)
 
 
 class OffsetsLog(Protocol):
-    def create_topic(self, topic: str, partitions: Optional[int] = None, config: Optional[Mapping] = None) -> None: ...
+    def create_topic(self, topic: str, partitions: int | None = None, config: Mapping | None = None) -> None: ...
     def partitions_for(self, topic: str) -> int: ...
     def produce_batches(self, topic: str, partition: int, batches, **kwargs) -> int: ...
-    def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int = ...) -> List[bytes]: ...
+    def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int = ...) -> list[bytes]: ...
     def list_offsets(self, topic: str, partition: int, spec) -> int: ...
-    def compact_partition(self, topic: str, partition: int) -> Optional[int]: ...
+    def compact_partition(self, topic: str, partition: int) -> int | None: ...
 
 
 @dataclass
@@ -73,8 +80,8 @@ class GroupStats:
 
 @dataclass
 class _Group:
-    offsets: Dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
-    metadata: Optional[GroupMetadataValue] = None
+    offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
+    metadata: GroupMetadataValue | None = None
 
     @property
     def last_commit_ms(self) -> int:
@@ -84,7 +91,7 @@ class _Group:
 @dataclass
 class _Partition:
     next_offset: int = 0
-    groups: Dict[str, _Group] = field(default_factory=dict)
+    groups: dict[str, _Group] = field(default_factory=dict)
     dirty: int = 0  # records read since the table was last compacted
 
     def live_keys(self) -> int:
@@ -110,13 +117,13 @@ class GroupCoordinator:
         self._log = log
         self.topic = topic
         self._configured_partitions = num_partitions
-        self._num_partitions: Optional[int] = None
+        self._num_partitions: int | None = None
         self.retention_ms = retention_ms
         self.metadata_max_size = metadata_max_size
         self.check_interval_ms = check_interval_ms
         self.compaction_threshold = compaction_threshold
         self.stats = GroupStats()
-        self._partitions: Dict[int, _Partition] = {}
+        self._partitions: dict[int, _Partition] = {}
         self._last_expiry_check = _now()
         self._lock = threading.RLock()  # one coordinator may serve several threads
 
@@ -161,7 +168,7 @@ class GroupCoordinator:
         return state
 
     @staticmethod
-    def _apply(state: _Partition, key: Optional[bytes], value: Optional[bytes]) -> None:
+    def _apply(state: _Partition, key: bytes | None, value: bytes | None) -> None:
         if key is None:
             raise CorruptRecordError("offsets topic record without a key")
         k = decode_key(key)
@@ -173,7 +180,9 @@ class GroupCoordinator:
             else:
                 v = decode_offset_value(value)
                 group = state.groups.setdefault(k.group, _Group())
-                group.offsets[(k.topic, k.partition)] = OffsetAndMetadata(v.offset, v.metadata, v.commit_timestamp, v.expire_timestamp)
+                group.offsets[(k.topic, k.partition)] = OffsetAndMetadata(
+                    v.offset, v.metadata, v.commit_timestamp, v.expire_timestamp
+                )
         else:
             if value is None:
                 state.groups.pop(k.group, None)
@@ -182,13 +191,13 @@ class GroupCoordinator:
         if group is not None and not group.offsets and group.metadata is None:
             state.groups.pop(k.group, None)
 
-    def _write(self, p: int, records: List[Record], if_log_end: Optional[int] = None) -> None:
+    def _write(self, p: int, records: list[Record], if_log_end: int | None = None) -> None:
         """One batch, so one entry: the records are applied all together or not at all. With
         ``if_log_end``, only while the partition still ends there (else ``LogEndMovedError``)."""
         if records:
             self._log.produce_batches(self.topic, p, [build_record_batch(records)], expected_log_end_offset=if_log_end)
 
-    def _decide_and_write(self, p: int, decide: Callable[[_Partition], List[Record]]) -> None:
+    def _decide_and_write(self, p: int, decide: Callable[[_Partition], list[Record]]) -> None:
         """Write what ``decide`` makes of the partition's table, in the append that checks the
         table is still complete: a commit that lands in between makes it decide again."""
         for _ in range(_DECISION_ATTEMPTS):
@@ -201,7 +210,7 @@ class GroupCoordinator:
             return
         raise KopError(f"{self.topic}-{p}: gave up after {_DECISION_ATTEMPTS} commits raced a deletion")
 
-    def _group(self, group: str) -> Tuple[int, _Partition]:
+    def _group(self, group: str) -> tuple[int, _Partition]:
         if not isinstance(group, str) or not group:
             raise KopError(f"invalid group id {group!r}: a non-empty string is needed")
         p = self.partition_for(group)
@@ -216,12 +225,12 @@ class GroupCoordinator:
         group: str,
         offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
         *,
-        expire_timestamp_ms: Optional[int] = None,
+        expire_timestamp_ms: int | None = None,
     ) -> None:
         """OffsetCommit: every offset in one entry, applied all together or not at all."""
         with self._lock:
             now = _now()
-            values: Dict[TopicPartition, OffsetCommitValue] = {}
+            values: dict[TopicPartition, OffsetCommitValue] = {}
             for tp, o in offsets.items():
                 offset, metadata = (o, "") if isinstance(o, int) else (o.offset, o.metadata or "")
                 if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
@@ -231,18 +240,24 @@ class GroupCoordinator:
                         f"group {group!r}: metadata for {tp[0]}-{tp[1]} is {len(metadata.encode())} bytes, "
                         f"more than offsetMetadataMaxSize={self.metadata_max_size}"
                     )
-                values[tp] = OffsetCommitValue(offset, metadata, now, -1 if expire_timestamp_ms is None else expire_timestamp_ms)
+                values[tp] = OffsetCommitValue(
+                    offset, metadata, now, -1 if expire_timestamp_ms is None else expire_timestamp_ms
+                )
             p, state = self._group(group)
             records = []
             if group not in state.groups or state.groups[group].metadata is None:
                 value = GroupMetadataValue(protocol_type="consumer", current_state_timestamp=now)
                 records.append(Record(encode_group_value(value), encode_key(GroupMetadataKey(group)), now))
             for (topic, partition), v in sorted(values.items()):
-                records.append(Record(encode_offset_value(v), encode_key(OffsetCommitKey(group, topic, partition)), now))
+                records.append(
+                    Record(encode_offset_value(v), encode_key(OffsetCommitKey(group, topic, partition)), now)
+                )
             self._write(p, records)
             self._load(p)
 
-    def fetch(self, group: str, partitions: Optional[Iterable[TopicPartition]] = None) -> Dict[TopicPartition, OffsetAndMetadata]:
+    def fetch(
+        self, group: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
         """OffsetFetch: the group's committed offsets; -1 for asked-for partitions with none."""
         with self._lock:
             _, state = self._group(group)
@@ -251,7 +266,7 @@ class GroupCoordinator:
                 return committed
             return {tp: committed.get(tp, NO_OFFSET) for tp in partitions}
 
-    def list_groups(self) -> List[str]:
+    def list_groups(self) -> list[str]:
         with self._lock:
             groups = set()
             for p in range(self.num_partitions):
@@ -260,9 +275,9 @@ class GroupCoordinator:
 
     def delete_group(self, group: str) -> bool:
         """Tombstone the group and all its offsets; False if it had none."""
-        existed: List[bool] = []
+        existed: list[bool] = []
 
-        def decide(state: _Partition) -> List[Record]:
+        def decide(state: _Partition) -> list[Record]:
             existed[:] = [group in state.groups]
             g = state.groups.get(group)
             return [] if g is None else self._tombstones(group, g, g.offsets, whole=True)
@@ -272,12 +287,12 @@ class GroupCoordinator:
             self._decide_and_write(p, decide)
         return existed[0]
 
-    def delete_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> List[TopicPartition]:
+    def delete_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
         """Tombstone some of a group's offsets; returns those that existed."""
         asked = list(partitions)
-        present: List[TopicPartition] = []
+        present: list[TopicPartition] = []
 
-        def decide(state: _Partition) -> List[Record]:
+        def decide(state: _Partition) -> list[Record]:
             g = state.groups.get(group)
             present[:] = [tp for tp in asked if g is not None and tp in g.offsets]
             if g is None or not present:
@@ -290,7 +305,7 @@ class GroupCoordinator:
         return present
 
     @staticmethod
-    def _tombstones(group: str, g: _Group, partitions: Iterable[TopicPartition], whole: bool) -> List[Record]:
+    def _tombstones(group: str, g: _Group, partitions: Iterable[TopicPartition], whole: bool) -> list[Record]:
         now = _now()
         records = [Record(None, encode_key(OffsetCommitKey(group, t, p)), now) for t, p in sorted(partitions)]
         if whole and g.metadata is not None:
@@ -299,15 +314,15 @@ class GroupCoordinator:
 
     # -- expiry and compaction --------------------------------------------------------------
 
-    def expire(self, now: Optional[int] = None, partitions: Optional[Iterable[int]] = None) -> int:
+    def expire(self, now: int | None = None, partitions: Iterable[int] | None = None) -> int:
         """Drop offsets past retention: a whole group once ``offsetsRetentionMinutes`` have passed
         since its last commit (it has no active consumer: KIP-211's empty group), or one offset
         whose explicit expire timestamp passed. Returns the number of offsets dropped."""
         now = _now() if now is None else now
         dropped = [0]
 
-        def decide(state: _Partition) -> List[Record]:
-            records: List[Record] = []
+        def decide(state: _Partition) -> list[Record]:
+            records: list[Record] = []
             dropped[0] = 0
             for name, g in list(state.groups.items()):
                 if g.offsets and now - g.last_commit_ms >= self.retention_ms:
@@ -326,7 +341,7 @@ class GroupCoordinator:
                 total += dropped[0]
         return total
 
-    def compact(self, partitions: Optional[Iterable[int]] = None) -> None:
+    def compact(self, partitions: Iterable[int] | None = None) -> None:
         with self._lock:
             for p in range(self.num_partitions) if partitions is None else partitions:
                 if self._log.compact_partition(self.topic, p) is not None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import List, NamedTuple, Optional, Tuple, Union
+from typing import NamedTuple
 
 from ..errors import CorruptRecordError
 
@@ -75,26 +75,26 @@ class MemberMetadata:
     subscription: bytes
     assignment: bytes
     rebalance_timeout: int = -1
-    group_instance_id: Optional[str] = None
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True)
 class GroupMetadataValue:
     protocol_type: str = "consumer"
     generation: int = 0
-    protocol: Optional[str] = None
-    leader: Optional[str] = None
+    protocol: str | None = None
+    leader: str | None = None
     current_state_timestamp: int = -1
-    members: Tuple[MemberMetadata, ...] = field(default_factory=tuple)
+    members: tuple[MemberMetadata, ...] = field(default_factory=tuple)
 
 
-Key = Union[OffsetCommitKey, GroupMetadataKey]
+Key = OffsetCommitKey | GroupMetadataKey
 
 
 # -- primitive writers and readers ----------------------------------------------------------
 
 
-def _string(s: Optional[str], nullable: bool = False) -> bytes:
+def _string(s: str | None, nullable: bool = False) -> bytes:
     if s is None:
         if not nullable:
             raise ValueError("null in a non-nullable string field")
@@ -131,7 +131,7 @@ class _Reader:
     def int64(self) -> int:
         return struct.unpack(">q", self._take(8))[0]
 
-    def string(self, nullable: bool = False) -> Optional[str]:
+    def string(self, nullable: bool = False) -> str | None:
         n = self.int16()
         if n == -1 and nullable:
             return None
@@ -149,7 +149,7 @@ class _Reader:
                 return result
             shift += 7
 
-    def compact_string(self) -> Optional[str]:
+    def compact_string(self) -> str | None:
         n = self.uvarint() - 1
         return None if n < 0 else self._take(n).decode("utf-8")
 
@@ -168,7 +168,12 @@ class _Reader:
 
 def encode_key(key: Key) -> bytes:
     if isinstance(key, OffsetCommitKey):
-        return struct.pack(">h", OFFSET_COMMIT_KEY_VERSION) + _string(key.group) + _string(key.topic) + struct.pack(">i", key.partition)
+        return (
+            struct.pack(">h", OFFSET_COMMIT_KEY_VERSION)
+            + _string(key.group)
+            + _string(key.topic)
+            + struct.pack(">i", key.partition)
+        )
     return struct.pack(">h", GROUP_METADATA_KEY_VERSION) + _string(key.group)
 
 
@@ -194,9 +199,13 @@ def decode_key(data: bytes) -> Key:
 def encode_offset_value(v: OffsetCommitValue) -> bytes:
     if v.expire_timestamp >= 0:
         return (
-            struct.pack(">hq", 1, v.offset) + _string(v.metadata) + struct.pack(">qq", v.commit_timestamp, v.expire_timestamp)
+            struct.pack(">hq", 1, v.offset)
+            + _string(v.metadata)
+            + struct.pack(">qq", v.commit_timestamp, v.expire_timestamp)
         )
-    return struct.pack(">hqi", 3, v.offset, v.leader_epoch) + _string(v.metadata) + struct.pack(">q", v.commit_timestamp)
+    return (
+        struct.pack(">hqi", 3, v.offset, v.leader_epoch) + _string(v.metadata) + struct.pack(">q", v.commit_timestamp)
+    )
 
 
 def decode_offset_value(data: bytes) -> OffsetCommitValue:
@@ -228,7 +237,11 @@ def encode_group_value(v: GroupMetadataValue) -> bytes:
     out.append(struct.pack(">i", len(v.members)))
     for m in v.members:
         out += [_string(m.member_id), _string(m.group_instance_id, True), _string(m.client_id), _string(m.client_host)]
-        out += [struct.pack(">ii", m.rebalance_timeout, m.session_timeout), _bytes(m.subscription), _bytes(m.assignment)]
+        out += [
+            struct.pack(">ii", m.rebalance_timeout, m.session_timeout),
+            _bytes(m.subscription),
+            _bytes(m.assignment),
+        ]
     return b"".join(out)
 
 
@@ -242,13 +255,15 @@ def decode_group_value(data: bytes) -> GroupMetadataValue:
     protocol = r.string(True)
     leader = r.string(True)
     state_ts = r.int64() if version >= 2 else -1
-    members: List[MemberMetadata] = []
+    members: list[MemberMetadata] = []
     for _ in range(r.int32()):
         member_id = r.string()
         instance = r.string(True) if version >= 3 else None
         client_id, client_host = r.string(), r.string()
         rebalance = r.int32() if version >= 1 else -1
         session = r.int32()
-        members.append(MemberMetadata(member_id, client_id, client_host, session, r.bytes_(), r.bytes_(), rebalance, instance))
+        members.append(
+            MemberMetadata(member_id, client_id, client_host, session, r.bytes_(), r.bytes_(), rebalance, instance)
+        )
     r.done()
     return GroupMetadataValue(protocol_type, generation, protocol, leader, state_ts, tuple(members))

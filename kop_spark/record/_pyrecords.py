@@ -8,7 +8,6 @@ so a change to one is a change to both.
 from __future__ import annotations
 
 import struct
-from typing import List, Optional, Tuple
 
 from ..errors import CorruptRecordError, InvalidRecordError
 from ..partitioner import murmur2
@@ -19,7 +18,7 @@ _I32 = struct.Struct("<i").pack
 _I64 = struct.Struct("<q").pack
 
 # (validity or None, int32 offsets, data, offset of the first row)
-BinaryColumn = Tuple[Optional[memoryview], memoryview, memoryview, int]
+BinaryColumn = tuple[memoryview | None, memoryview, memoryview, int]
 
 
 def _put(data: bytearray, ends: bytearray, valid: bytearray, buf, start: int, length: int) -> None:
@@ -31,15 +30,42 @@ def _put(data: bytearray, ends: bytearray, valid: bytearray, buf, start: int, le
     ends += _I32(len(data))
 
 
-def decode_records(payload, count: int, base_offset: int, base_ts: int, log_append_ts: Optional[int],
-                   start: int, end: int, include_headers: bool, columns: Tuple[bytearray, ...]) -> None:
+def decode_records(
+    payload,
+    count: int,
+    base_offset: int,
+    base_ts: int,
+    log_append_ts: int | None,
+    start: int,
+    end: int,
+    include_headers: bool,
+    columns: tuple[bytearray, ...],
+) -> None:
     """Append the records of an uncompressed records section whose offsets lie in ``[start, end)``
     to the builder's 16 bytearray columns (see ``ArrowRecordBuilder``)."""
-    (offsets, timestamps, ts_types, kdata, kends, kvalid, vdata, vends, vvalid,
-     header_ends, hkdata, hkends, hkvalid, hvdata, hvends, hvvalid) = columns
+    (
+        offsets,
+        timestamps,
+        ts_types,
+        kdata,
+        kends,
+        kvalid,
+        vdata,
+        vends,
+        vvalid,
+        header_ends,
+        hkdata,
+        hkends,
+        hkvalid,
+        hvdata,
+        hvends,
+        hvvalid,
+    ) = columns
     buf = memoryview(payload)
     size = len(buf)
-    header_total = struct.unpack_from("<i", header_ends, len(header_ends) - 4)[0] if include_headers and header_ends else 0
+    header_total = (
+        struct.unpack_from("<i", header_ends, len(header_ends) - 4)[0] if include_headers and header_ends else 0
+    )
     ts_type = _I32(0 if log_append_ts is None else 1)
     pos = 0
     try:
@@ -63,7 +89,9 @@ def decode_records(payload, count: int, base_offset: int, base_ts: int, log_appe
                 if i == 0:
                     record_end = pos + fields[0]
                     if fields[0] < 0 or record_end > size:
-                        raise CorruptRecordError(f"record of {fields[0]} bytes overruns its batch at offset {base_offset}")
+                        raise CorruptRecordError(
+                            f"record of {fields[0]} bytes overruns its batch at offset {base_offset}"
+                        )
             offset = base_offset + fields[2]
             if offset < start or offset >= end:
                 pos = record_end
@@ -113,7 +141,7 @@ def decode_records(payload, count: int, base_offset: int, base_ts: int, log_appe
 class _Binary:
     """Row access to a binary column tuple: ``get(i)`` is the row's bytes, or None when null."""
 
-    def __init__(self, column: Optional[BinaryColumn]):
+    def __init__(self, column: BinaryColumn | None):
         self.present = column is not None
         if self.present:
             validity, offsets, data, self.offset = column
@@ -121,7 +149,7 @@ class _Binary:
             self.ends = memoryview(offsets).cast("B").cast("i")
             self.data = memoryview(data).cast("B")
 
-    def get(self, i: int) -> Optional[bytes]:
+    def get(self, i: int) -> bytes | None:
         if not self.present:
             return None
         j = self.offset + i
@@ -130,8 +158,17 @@ class _Binary:
         return bytes(self.data[self.ends[j] : self.ends[j + 1]])
 
 
-def encode_records(keys: Optional[BinaryColumn], values: Optional[BinaryColumn], timestamps, headers, rows,
-                   count: int, max_bytes: int, now_ms: int, seal: bool) -> List[Tuple[bytes, int, int, int]]:
+def encode_records(
+    keys: BinaryColumn | None,
+    values: BinaryColumn | None,
+    timestamps,
+    headers,
+    rows,
+    count: int,
+    max_bytes: int,
+    now_ms: int,
+    seal: bool,
+) -> list[tuple[bytes, int, int, int]]:
     """Encode ``count`` rows as the records sections of batches, each closed after the record that
     brings it to ``max_bytes``: ``[(records, count, first timestamp, max timestamp)]``.
 
@@ -187,7 +224,7 @@ def encode_records(keys: Optional[BinaryColumn], values: Optional[BinaryColumn],
     return chunks
 
 
-def key_partitions(n: int, keys: Optional[BinaryColumn], num_partitions: int) -> bytes:
+def key_partitions(n: int, keys: BinaryColumn | None, num_partitions: int) -> bytes:
     """Kafka's default partition of each of ``n`` keys, as int32s; -1 for a null key."""
     if num_partitions <= 0:
         raise ValueError("num_partitions must be positive")

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import os
 from types import ModuleType
-from typing import Optional
 
 from . import _pyrecords
 
-compiled: Optional[ModuleType] = None
+compiled: ModuleType | None = None
 if not os.environ.get("KOP_SPARK_NO_EXTENSIONS"):
     try:
         from . import _crecords as compiled

@@ -12,7 +12,6 @@ from __future__ import annotations
 import struct
 import time
 from types import ModuleType
-from typing import List, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -95,15 +94,40 @@ class ArrowRecordBuilder:
         if compression:
             payload = decompress(compression, bytes(payload))
         log_append_ts = batch.max_timestamp if batch.attributes & TIMESTAMP_TYPE_MASK else None
-        self._decode_records(payload, batch.record_count, base_offset, batch.base_timestamp, log_append_ts,
-                             start, end, self.include_headers, self._columns)
+        self._decode_records(
+            payload,
+            batch.record_count,
+            base_offset,
+            batch.base_timestamp,
+            log_append_ts,
+            start,
+            end,
+            self.include_headers,
+            self._columns,
+        )
 
     def build(self) -> pa.RecordBatch:
         """The records added so far as one Arrow batch; the builder starts empty again."""
-        (offsets, timestamps, ts_types, kdata, kends, kvalid, vdata, vends, vvalid,
-         header_ends, hkdata, hkends, hkvalid, hvdata, hvends, hvvalid) = self._columns
+        (
+            offsets,
+            timestamps,
+            ts_types,
+            kdata,
+            kends,
+            kvalid,
+            vdata,
+            vends,
+            vvalid,
+            header_ends,
+            hkdata,
+            hkends,
+            hkvalid,
+            hvdata,
+            hvends,
+            hvvalid,
+        ) = self._columns
         n = len(self)
-        columns: List[pa.Array] = [
+        columns: list[pa.Array] = [
             _binary_column(kdata, kends, kvalid, pa.binary()),
             _binary_column(vdata, vends, vvalid, pa.binary()),
             pa.repeat(pa.scalar(self.topic, pa.string()), n),
@@ -117,19 +141,23 @@ class ArrowRecordBuilder:
             try:
                 header_keys.validate(full=True)
             except pa.ArrowInvalid:
-                first, last = struct.unpack_from("<q", offsets)[0], struct.unpack_from("<q", offsets, len(offsets) - 8)[0]
+                first, last = (
+                    struct.unpack_from("<q", offsets)[0],
+                    struct.unpack_from("<q", offsets, len(offsets) - 8)[0],
+                )
                 raise CorruptRecordError(
                     f"{self.topic}-{self.partition}: a record header key is not UTF-8 (offsets {first} to {last})"
                 ) from None
-            entries = pa.StructArray.from_arrays([header_keys, _binary_column(hvdata, hvends, hvvalid, pa.binary())],
-                                                 ["key", "value"])
+            entries = pa.StructArray.from_arrays(
+                [header_keys, _binary_column(hvdata, hvends, hvvalid, pa.binary())], ["key", "value"]
+            )
             list_ends = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(header_ends)])
             columns.append(pa.ListArray.from_arrays(list_ends, entries, HEADERS_TYPE))
         self._reset()
         return pa.RecordBatch.from_arrays(columns, schema=self._schema)
 
 
-def _binary_parts(array: Optional[pa.Array]):
+def _binary_parts(array: pa.Array | None):
     """A binary or string array as the codec takes it: ``(validity, int32 offsets, data, offset)``."""
     if array is None:
         return None
@@ -142,17 +170,17 @@ def _binary_parts(array: Optional[pa.Array]):
 
 
 def encode_arrow(
-    values: Optional[pa.Array],
-    keys: Optional[pa.Array] = None,
-    timestamps_ms: Optional[pa.Array] = None,
-    headers: Optional[pa.Array] = None,
+    values: pa.Array | None,
+    keys: pa.Array | None = None,
+    timestamps_ms: pa.Array | None = None,
+    headers: pa.Array | None = None,
     *,
-    rows: Optional[pa.Array] = None,
+    rows: pa.Array | None = None,
     compression: CompressionType = CompressionType.NONE,
     batch_bytes: int = 16384,
-    now_ms: Optional[int] = None,
+    now_ms: int | None = None,
     codec: ModuleType = _speedups.codec,
-) -> List[bytes]:
+) -> list[bytes]:
     """Encode Arrow columns as record batches, as a Kafka producer with ``batch.size`` would: a
     batch closes after the record that brings its records to ``batch_bytes``.
 
@@ -172,8 +200,13 @@ def encode_arrow(
     hs = None
     if headers is not None:
         entries = headers.values.flatten()  # key and value children, the struct's nulls folded in
-        hs = (headers.buffers()[0] if headers.null_count else None, headers.buffers()[1], headers.offset,
-              _binary_parts(entries[0]), _binary_parts(entries[1]))
+        hs = (
+            headers.buffers()[0] if headers.null_count else None,
+            headers.buffers()[1],
+            headers.offset,
+            _binary_parts(entries[0]),
+            _binary_parts(entries[1]),
+        )
     selected = None
     if rows is not None:
         rows = rows.cast(pa.uint64())
@@ -183,12 +216,23 @@ def encode_arrow(
     if now_ms is None:
         now_ms = int(time.time() * 1000)
     seal = compression == CompressionType.NONE  # the codec frames uncompressed batches itself
-    chunks = codec.encode_records(_binary_parts(keys), _binary_parts(values), ts, hs, selected,
-                                  n if rows is None else len(rows), batch_bytes, now_ms, seal)
+    chunks = codec.encode_records(
+        _binary_parts(keys),
+        _binary_parts(values),
+        ts,
+        hs,
+        selected,
+        n if rows is None else len(rows),
+        batch_bytes,
+        now_ms,
+        seal,
+    )
     if seal:
         return [batch for batch, _, _, _ in chunks]
-    return [seal_record_batch(records, count, first_ts, max_ts, compression=compression)
-            for records, count, first_ts, max_ts in chunks]
+    return [
+        seal_record_batch(records, count, first_ts, max_ts, compression=compression)
+        for records, count, first_ts, max_ts in chunks
+    ]
 
 
 def key_partitions(keys: pa.Array, num_partitions: int, *, codec: ModuleType = _speedups.codec) -> pa.Array:

@@ -31,7 +31,7 @@ class CompressionType(enum.IntEnum):
     ZSTD = 4
 
     @classmethod
-    def from_name(cls, name: str) -> "CompressionType":
+    def from_name(cls, name: str) -> CompressionType:
         """Parse Kafka's ``compression.type`` names (none, gzip, snappy, lz4, zstd)."""
         try:
             return cls[name.strip().upper()]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import struct
 import time
-from typing import Iterable, List, Optional, Sequence
+from collections.abc import Iterable, Sequence
 
 import crc32c
 
@@ -64,26 +64,28 @@ def check_framing(buffer: bytes | bytearray | memoryview) -> None:
         raise CorruptRecordError(f"record batch has magic {magic}; only magic {MAGIC} (Kafka 0.11+) is supported")
     (length,) = _I32.unpack_from(buffer, LENGTH_OFFSET)
     if length + LOG_OVERHEAD != len(buffer):
-        raise CorruptRecordError(f"record batch says it is {length + LOG_OVERHEAD} bytes long but {len(buffer)} bytes were given")
+        raise CorruptRecordError(
+            f"record batch says it is {length + LOG_OVERHEAD} bytes long but {len(buffer)} bytes were given"
+        )
 
 
 class RecordBatch:
     """A read-only view of one record batch. Construction checks the framing; ``validate()`` the CRC."""
 
     __slots__ = (
-        "buffer",
-        "base_offset",
-        "batch_length",
-        "partition_leader_epoch",
-        "magic",
-        "crc",
         "attributes",
-        "last_offset_delta",
-        "base_timestamp",
-        "max_timestamp",
-        "producer_id",
-        "producer_epoch",
+        "base_offset",
         "base_sequence",
+        "base_timestamp",
+        "batch_length",
+        "buffer",
+        "crc",
+        "last_offset_delta",
+        "magic",
+        "max_timestamp",
+        "partition_leader_epoch",
+        "producer_epoch",
+        "producer_id",
         "record_count",
     )
 
@@ -150,14 +152,14 @@ class RecordBatch:
                 f"stored {self.crc:#010x}, computed {actual:#010x}"
             )
 
-    def records(self) -> List[BatchRecord]:
+    def records(self) -> list[BatchRecord]:
         """Decode every record (control records included), with absolute offsets and timestamps."""
         payload = memoryview(self.buffer)[HEADER_SIZE:]
         codec = self.attributes & COMPRESSION_MASK
         if codec:
             payload = memoryview(decompress(codec, bytes(payload)))
         log_append = self.attributes & TIMESTAMP_TYPE_MASK
-        out: List[BatchRecord] = []
+        out: list[BatchRecord] = []
         pos = 0
         base_offset, base_ts, max_ts = self.base_offset, self.base_timestamp, self.max_timestamp
         try:
@@ -165,7 +167,9 @@ class RecordBatch:
                 length, pos = read_varint(payload, pos)
                 end = pos + length
                 if length < 0 or end > len(payload):
-                    raise CorruptRecordError(f"record of {length} bytes overruns its batch at base offset {base_offset}")
+                    raise CorruptRecordError(
+                        f"record of {length} bytes overruns its batch at base offset {base_offset}"
+                    )
                 pos += 1  # record attributes: unused by Kafka
                 ts_delta, pos = read_varint(payload, pos)
                 offset_delta, pos = read_varint(payload, pos)
@@ -182,7 +186,9 @@ class RecordBatch:
                     hvalue, pos = _read_bytes(payload, pos)
                     headers.append((hkey.decode("utf-8"), hvalue))
                 if pos != end:
-                    raise CorruptRecordError(f"record length {length} does not match its contents at base offset {base_offset}")
+                    raise CorruptRecordError(
+                        f"record length {length} does not match its contents at base offset {base_offset}"
+                    )
                 out.append(
                     BatchRecord(
                         base_offset + offset_delta,
@@ -254,9 +260,9 @@ def build_record_batch(
     is_transactional: bool = False,
     is_control: bool = False,
     timestamp_type: TimestampType = TimestampType.CREATE_TIME,
-    log_append_time_ms: Optional[int] = None,
-    offset_deltas: Optional[Sequence[int]] = None,
-    last_offset_delta: Optional[int] = None,
+    log_append_time_ms: int | None = None,
+    offset_deltas: Sequence[int] | None = None,
+    last_offset_delta: int | None = None,
 ) -> bytes:
     """Encode records into one batch, as a Kafka producer (``MemoryRecordsBuilder``) would.
 
@@ -264,7 +270,7 @@ def build_record_batch(
     and ``last_offset_delta`` rebuild a batch that compaction thinned out: the survivors keep their
     offsets, and the batch still spans the offsets of the original.
     """
-    now: Optional[int] = None
+    now: int | None = None
     body = bytearray()
     count = 0
     first_ts = max_ts = NO_TIMESTAMP
@@ -283,11 +289,21 @@ def build_record_batch(
     if count == 0:
         raise InvalidRecordError("a record batch needs at least one record")
     return seal_record_batch(
-        body, count, first_ts, max_ts,
-        compression=compression, base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
-        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
-        is_transactional=is_transactional, is_control=is_control, timestamp_type=timestamp_type,
-        log_append_time_ms=log_append_time_ms, last_offset_delta=last_offset_delta,
+        body,
+        count,
+        first_ts,
+        max_ts,
+        compression=compression,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        is_transactional=is_transactional,
+        is_control=is_control,
+        timestamp_type=timestamp_type,
+        log_append_time_ms=log_append_time_ms,
+        last_offset_delta=last_offset_delta,
     )
 
 
@@ -306,8 +322,8 @@ def seal_record_batch(
     is_transactional: bool = False,
     is_control: bool = False,
     timestamp_type: TimestampType = TimestampType.CREATE_TIME,
-    log_append_time_ms: Optional[int] = None,
-    last_offset_delta: Optional[int] = None,
+    log_append_time_ms: int | None = None,
+    last_offset_delta: int | None = None,
 ) -> bytes:
     """Frame an encoded records section of ``count`` records as a batch: compress it, write the
     header, sign it with the CRC-32C."""
@@ -352,7 +368,11 @@ def with_timestamps(batch: bytes | bytearray | memoryview, timestamp_type: Times
     sets them from the topic's ``message.timestamp.type`` and the records (LogValidator); the
     batch as it is when both already hold."""
     (attributes,) = struct.unpack_from(">h", batch, ATTRIBUTES_OFFSET)
-    wanted = attributes | TIMESTAMP_TYPE_MASK if timestamp_type == TimestampType.LOG_APPEND_TIME else attributes & ~TIMESTAMP_TYPE_MASK
+    wanted = (
+        attributes | TIMESTAMP_TYPE_MASK
+        if timestamp_type == TimestampType.LOG_APPEND_TIME
+        else attributes & ~TIMESTAMP_TYPE_MASK
+    )
     if wanted == attributes and struct.unpack_from(">q", batch, MAX_TIMESTAMP_OFFSET)[0] == max_timestamp:
         return bytes(batch)
     out = bytearray(batch)
@@ -368,7 +388,7 @@ def with_log_append_time(batch: bytes | bytearray | memoryview, timestamp_ms: in
     return with_timestamps(batch, TimestampType.LOG_APPEND_TIME, timestamp_ms)
 
 
-def split_batches(data: bytes | memoryview) -> List[memoryview]:
+def split_batches(data: bytes | memoryview) -> list[memoryview]:
     """Split concatenated batches (a PRODUCE request's or a FETCH response's record set)."""
     view = memoryview(data)
     out = []

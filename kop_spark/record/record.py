@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Optional, Sequence, Tuple
+from typing import NamedTuple
 
-Header = Tuple[str, Optional[bytes]]
+Header = tuple[str, bytes | None]
 
 
 class TimestampType(enum.IntEnum):
@@ -20,9 +21,9 @@ class TimestampType(enum.IntEnum):
 class Record:
     """A record to produce. ``timestamp_ms=None`` means now, as in a Kafka producer."""
 
-    value: Optional[bytes]
-    key: Optional[bytes] = None
-    timestamp_ms: Optional[int] = None
+    value: bytes | None
+    key: bytes | None = None
+    timestamp_ms: int | None = None
     headers: Sequence[Header] = field(default_factory=tuple)
 
 
@@ -31,9 +32,9 @@ class BatchRecord(NamedTuple):
 
     offset: int
     timestamp_ms: int
-    key: Optional[bytes]
-    value: Optional[bytes]
-    headers: Tuple[Header, ...]
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...]
 
 
 class ConsumerRecord(NamedTuple):
@@ -44,6 +45,6 @@ class ConsumerRecord(NamedTuple):
     offset: int
     timestamp_ms: int
     timestamp_type: TimestampType
-    key: Optional[bytes]
-    value: Optional[bytes]
-    headers: Tuple[Header, ...]
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...]

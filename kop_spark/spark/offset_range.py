@@ -5,7 +5,7 @@ Pure functions of offsets, so they are tested without Spark."""
 from __future__ import annotations
 
 import math
-from typing import Dict, List, NamedTuple, Optional
+from typing import NamedTuple
 
 from .options import PartitionOffsets, TopicPartition
 
@@ -23,7 +23,7 @@ class OffsetRange(NamedTuple):
         return self.end - self.start
 
 
-def split_ranges(ranges: List[OffsetRange], min_partitions: Optional[int], max_records: Optional[int]) -> List[OffsetRange]:
+def split_ranges(ranges: list[OffsetRange], min_partitions: int | None, max_records: int | None) -> list[OffsetRange]:
     """Split ranges into tasks as Spark's ``KafkaOffsetRangeCalculator``: first so that none holds
     more than ``max_records``; then, if there are fewer than ``min_partitions``, split the large
     ranges in proportion to their size (small ones stay whole)."""
@@ -47,7 +47,7 @@ def _part_count(size: int, total: int, min_partitions: int) -> int:
     return max(math.floor(size / total * min_partitions + 0.5), 1)  # Scala's Math.round
 
 
-def _divide(r: OffsetRange, parts: int) -> List[OffsetRange]:
+def _divide(r: OffsetRange, parts: int) -> list[OffsetRange]:
     if parts <= 1 or r.size <= 1:
         return [r]
     step = r.size / parts
@@ -58,7 +58,7 @@ def _divide(r: OffsetRange, parts: int) -> List[OffsetRange]:
 def rate_limit(limit: int, start: PartitionOffsets, latest: PartitionOffsets) -> PartitionOffsets:
     """End offsets admitting about ``limit`` records, shared in proportion to each partition's backlog
     as Spark's Kafka source does; no partition with a backlog is starved of at least one."""
-    backlog: Dict[TopicPartition, int] = {}
+    backlog: dict[TopicPartition, int] = {}
     for tp, end in latest.items():
         size = end - start.get(tp, end)
         if size > 0:

@@ -5,7 +5,6 @@ Spark's Kafka connector calls this part the offset reader; here it is a thin lay
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional
 
 from ..broker import Broker
 from ..errors import ConfigError, PartitionNotFoundError, TopicNotFoundError, UnknownTopicOrPartitionError
@@ -46,7 +45,7 @@ class KopOffsetReader:
 
     # -- what there is ---------------------------------------------------------------------
 
-    def topic_partitions(self) -> List[TopicPartition]:
+    def topic_partitions(self) -> list[TopicPartition]:
         """The partitions the subscription covers now. Topics subscribed to that do not exist (yet)
         contribute none, as with a Kafka consumer's subscription."""
         sub = self.options.subscription
@@ -65,7 +64,7 @@ class KopOffsetReader:
                 continue
         return out
 
-    def snapshots(self, partitions: List[TopicPartition]) -> Dict[TopicPartition, Snapshot]:
+    def snapshots(self, partitions: list[TopicPartition]) -> dict[TopicPartition, Snapshot]:
         """Snapshots of the partitions that exist; missing ones (deleted topics) are left out."""
         out = {}
         for tp in partitions:
@@ -75,11 +74,11 @@ class KopOffsetReader:
                 continue
         return out
 
-    def current(self) -> Dict[TopicPartition, Snapshot]:
+    def current(self) -> dict[TopicPartition, Snapshot]:
         """Snapshots of the partitions the subscription covers now."""
         return self.snapshots(self.topic_partitions())
 
-    def starting(self) -> Dict[TopicPartition, Snapshot]:
+    def starting(self) -> dict[TopicPartition, Snapshot]:
         """``current()`` for a read that starts now: with ``assign``, every assigned partition must exist."""
         snapshots = self.current()
         for tp in self.options.subscription.assigned:
@@ -93,7 +92,7 @@ class KopOffsetReader:
 
     # -- resolving startingOffsets / endingOffsets ------------------------------------------
 
-    def resolve(self, limit: OffsetLimit, snapshots: Dict[TopicPartition, Snapshot], option: str) -> PartitionOffsets:
+    def resolve(self, limit: OffsetLimit, snapshots: dict[TopicPartition, Snapshot], option: str) -> PartitionOffsets:
         """Concrete offsets of ``limit`` for the partitions in ``snapshots``."""
         earliest = {tp: s.log_start_offset for tp, s in snapshots.items()}
         latest = {tp: s.next_offset for tp, s in snapshots.items()}
@@ -126,7 +125,7 @@ class KopOffsetReader:
                     out[tp] = self._in_range(off, tp, earliest, latest, option)
             return out
         if isinstance(limit, GlobalTimestamp):
-            timestamps = {tp: limit.timestamp for tp in snapshots}
+            timestamps = dict.fromkeys(snapshots, limit.timestamp)
         else:
             assert isinstance(limit, SpecificTimestamps)
             if set(limit.timestamps) != set(snapshots):
@@ -148,33 +147,43 @@ class KopOffsetReader:
             out[tp] = off
         return out
 
-    def _in_range(self, off: int, tp: TopicPartition, earliest: PartitionOffsets, latest: PartitionOffsets,
-                  option: Optional[str]) -> int:
+    def _in_range(
+        self, off: int, tp: TopicPartition, earliest: PartitionOffsets, latest: PartitionOffsets, option: str | None
+    ) -> int:
         """``off`` of ``option`` (None: the group's committed offset) checked against the log: below
         its start the offsets are gone (data loss); past its end they never existed, which for an
         option is a mistake in the option."""
         what = f"option '{option}'" if option else "the group's committed offset"
         if off > latest[tp]:
             if option:
-                raise ConfigError(f"{what}: offset {off} for {tp_name(tp)} is past the latest offset {latest[tp]}; "
-                                  f"valid offsets are {earliest[tp]} to {latest[tp]}, or -2 (earliest) and -1 (latest)")
+                raise ConfigError(
+                    f"{what}: offset {off} for {tp_name(tp)} is past the latest offset {latest[tp]}; "
+                    f"valid offsets are {earliest[tp]} to {latest[tp]}, or -2 (earliest) and -1 (latest)"
+                )
             self.report_data_loss(f"{what} for {tp_name(tp)} was {off} but the latest offset is {latest[tp]}")
             return latest[tp]
         if off < earliest[tp]:
-            self.report_data_loss(f"{what} for {tp_name(tp)} was {off} but the earliest available offset is "
-                                  f"{earliest[tp]}: offsets {off} to {earliest[tp] - 1} were removed by retention")
+            self.report_data_loss(
+                f"{what} for {tp_name(tp)} was {off} but the earliest available offset is "
+                f"{earliest[tp]}: offsets {off} to {earliest[tp] - 1} were removed by retention"
+            )
             return earliest[tp]
         return off
 
     # -- planning ----------------------------------------------------------------------------
 
-    def plan(self, ranges: List[OffsetRange], snapshots: Dict[TopicPartition, Snapshot]) -> List[KopInputPartition]:
+    def plan(self, ranges: list[OffsetRange], snapshots: dict[TopicPartition, Snapshot]) -> list[KopInputPartition]:
         o = self.options
         return [
             KopInputPartition(
-                root=o.root, topic=r.topic, partition=r.partition, start=r.start, end=r.end,
+                root=o.root,
+                topic=r.topic,
+                partition=r.partition,
+                start=r.start,
+                end=r.end,
                 ledgers=tuple(snapshots[(r.topic, r.partition)].slices(r.start, r.end)),
-                include_headers=o.include_headers, fail_on_data_loss=o.fail_on_data_loss,
+                include_headers=o.include_headers,
+                fail_on_data_loss=o.fail_on_data_loss,
                 conf=tuple(sorted((k, str(v)) for k, v in o.conf.items())),
             )
             for r in ranges
@@ -183,7 +192,7 @@ class KopOffsetReader:
     def estimated_bytes(self, snapshot: Snapshot, start: int, end: int) -> int:
         """Bytes of ``[start, end)``, prorated within each ledger (for ``maxBytesPerTrigger``)."""
         total = 0
-        for ledger in snapshot.ledgers[max(snapshot.ledger_for_offset(start), 0):]:
+        for ledger in snapshot.ledgers[max(snapshot.ledger_for_offset(start), 0) :]:
             if ledger.base_offset >= end:
                 break
             lo, hi = max(start, ledger.base_offset), min(end, ledger.end_offset)
@@ -193,7 +202,7 @@ class KopOffsetReader:
 
     # -- consumer groups ---------------------------------------------------------------------
 
-    def commit(self, group: str, offsets: PartitionOffsets, live: Optional[Dict[TopicPartition, Snapshot]] = None) -> None:
+    def commit(self, group: str, offsets: PartitionOffsets, live: dict[TopicPartition, Snapshot] | None = None) -> None:
         """Commit ``offsets`` of the partitions that still exist (``live``, else looked up)."""
         live = self.snapshots(list(offsets)) if live is None else live
         kept = {tp: off for tp, off in offsets.items() if tp in live}

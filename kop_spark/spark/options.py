@@ -9,14 +9,14 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 from ..config import SETTINGS, Config
 from ..errors import ConfigError
 
-TopicPartition = Tuple[str, int]
-PartitionOffsets = Dict[TopicPartition, int]
+TopicPartition = tuple[str, int]
+PartitionOffsets = dict[TopicPartition, int]
 
 EARLIEST_OFFSET = -2  # in startingOffsets / endingOffsets JSON, as in Spark's Kafka source
 LATEST_OFFSET = -1
@@ -86,16 +86,16 @@ class SpecificTimestamps:
     no_match_latest: bool
 
 
-OffsetLimit = Union[Earliest, Latest, GroupOffsets, SpecificOffsets, GlobalTimestamp, SpecificTimestamps]
+OffsetLimit = Earliest | Latest | GroupOffsets | SpecificOffsets | GlobalTimestamp | SpecificTimestamps
 
 
 @dataclass(frozen=True)
 class Subscription:
     """Which topic partitions to read: exactly one of subscribe, subscribePattern, assign."""
 
-    topics: Tuple[str, ...] = ()
-    pattern: Optional[str] = None
-    assigned: Tuple[TopicPartition, ...] = ()
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assigned: tuple[TopicPartition, ...] = ()
 
     @property
     def is_assign(self) -> bool:
@@ -105,22 +105,22 @@ class Subscription:
 @dataclass(frozen=True)
 class SourceOptions:
     root: str
-    conf: Dict[str, str]
+    conf: dict[str, str]
     subscription: Subscription
     starting: OffsetLimit
     ending: OffsetLimit
     fail_on_data_loss: bool = True
     include_headers: bool = False
-    group_id: Optional[str] = None
-    max_offsets_per_trigger: Optional[int] = None
-    min_offsets_per_trigger: Optional[int] = None
+    group_id: str | None = None
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = 15 * 60_000
-    max_bytes_per_trigger: Optional[int] = None
-    min_partitions: Optional[int] = None
-    max_records_per_partition: Optional[int] = None
+    max_bytes_per_trigger: int | None = None
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], *, streaming: bool) -> "SourceOptions":
+    def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         opts = {k.lower(): str(v) for k, v in options.items()}
         for name in opts:
             if name.startswith("kafka.") and name[6:] in _UNSUPPORTED_KAFKA:
@@ -129,14 +129,21 @@ class SourceOptions:
             for name, message in _STREAM_ONLY_ENDINGS.items():
                 if name in opts:
                     raise ConfigError(message)
-        starting = _offset_limit(opts, "startingTimestamp", "startingOffsetsByTimestamp", "startingOffsets",
-                                 Latest() if streaming else Earliest())
+        starting = _offset_limit(
+            opts,
+            "startingTimestamp",
+            "startingOffsetsByTimestamp",
+            "startingOffsets",
+            Latest() if streaming else Earliest(),
+        )
         ending = _offset_limit(opts, "endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets", Latest())
         group_id = _group_id(opts)
         if not streaming:
             _check_batch_limits(starting, ending)
         if isinstance(starting, GroupOffsets) and group_id is None:
-            raise ConfigError("option 'startingOffsets' is 'group' but no consumer group is named: set option 'group.id'")
+            raise ConfigError(
+                "option 'startingOffsets' is 'group' but no consumer group is named: set option 'group.id'"
+            )
         if isinstance(ending, GroupOffsets):
             raise ConfigError("option 'endingOffsets' cannot be 'group'; use 'latest' or offsets")
         root, conf = store_options(opts)
@@ -158,7 +165,7 @@ class SourceOptions:
         )
 
 
-def store_options(opts: Dict[str, str]) -> Tuple[str, Dict[str, str]]:
+def store_options(opts: dict[str, str]) -> tuple[str, dict[str, str]]:
     """The store root (``kop.root``, else ``path``, else conf/kop.conf's storageRoot) and the
     ``kop.<setting>`` overrides of conf/kop.conf."""
     conf = {k[4:]: v for k, v in opts.items() if k.startswith("kop.") and k != "kop.root"}
@@ -178,7 +185,7 @@ def store_options(opts: Dict[str, str]) -> Tuple[str, Dict[str, str]]:
     return root, overrides
 
 
-def _group_id(opts: Dict[str, str]) -> Optional[str]:
+def _group_id(opts: dict[str, str]) -> str | None:
     named = {opts[k] for k in ("group.id", "kafka.group.id") if k in opts}
     if len(named) > 1:
         raise ConfigError(f"options 'group.id' and 'kafka.group.id' name different groups: {sorted(named)}")
@@ -188,14 +195,16 @@ def _group_id(opts: Dict[str, str]) -> Optional[str]:
     return group
 
 
-def _subscription(opts: Dict[str, str]) -> Subscription:
+def _subscription(opts: dict[str, str]) -> Subscription:
     given = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
     if not given:
         raise ConfigError(
             "One of the following options must be specified for the kop source: subscribe, subscribePattern, assign."
         )
     if len(given) > 1:
-        raise ConfigError("Only one of the following options can be specified for the kop source: subscribe, subscribePattern, assign.")
+        raise ConfigError(
+            "Only one of the following options can be specified for the kop source: subscribe, subscribePattern, assign."
+        )
     kind = given[0]
     value = opts[kind].strip()
     if kind == "subscribe":
@@ -205,7 +214,9 @@ def _subscription(opts: Dict[str, str]) -> Subscription:
         return Subscription(topics=topics)
     if kind == "subscribepattern":
         if not value:
-            raise ConfigError(f"Pattern to subscribe is empty as specified value for option 'subscribePattern' is '{value}'")
+            raise ConfigError(
+                f"Pattern to subscribe is empty as specified value for option 'subscribePattern' is '{value}'"
+            )
         try:
             re.compile(value)
         except re.error as e:
@@ -217,11 +228,13 @@ def _subscription(opts: Dict[str, str]) -> Subscription:
     return Subscription(assigned=tuple(sorted(set(assigned))))
 
 
-def _offset_limit(opts: Dict[str, str], global_ts: str, by_ts: str, offsets: str, default: OffsetLimit) -> OffsetLimit:
+def _offset_limit(opts: dict[str, str], global_ts: str, by_ts: str, offsets: str, default: OffsetLimit) -> OffsetLimit:
     # Precedence as in Spark: a global timestamp, then per-partition timestamps, then offsets.
     strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
-        raise ConfigError(f"option 'startingOffsetsByTimestampStrategy': expected 'error' or 'latest', got {strategy!r}")
+        raise ConfigError(
+            f"option 'startingOffsetsByTimestampStrategy': expected 'error' or 'latest', got {strategy!r}"
+        )
     latest_if_none = strategy == "latest" or offsets == "endingOffsets"
     if global_ts.lower() in opts:
         text = opts[global_ts.lower()].strip()
@@ -249,7 +262,9 @@ def _offset_limit(opts: Dict[str, str], global_ts: str, by_ts: str, offsets: str
     values = _json_partition_values(text, offsets, '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}')
     for tp, off in values.items():
         if off < EARLIEST_OFFSET:
-            raise ConfigError(f"option '{offsets}': offset {off} for {tp[0]}-{tp[1]} is not an offset, -1 (latest) or -2 (earliest)")
+            raise ConfigError(
+                f"option '{offsets}': offset {off} for {tp[0]}-{tp[1]} is not an offset, -1 (latest) or -2 (earliest)"
+            )
     return SpecificOffsets(values)
 
 
@@ -284,7 +299,7 @@ def _json_partition_values(text: str, option: str, example: str) -> PartitionOff
         raise ConfigError(f"option '{option}': expected e.g. {example}, got {text}") from None
 
 
-def _json_assign(text: str) -> List[TopicPartition]:
+def _json_assign(text: str) -> list[TopicPartition]:
     try:
         parsed = json.loads(text)
         out = []
@@ -298,7 +313,7 @@ def _json_assign(text: str) -> List[TopicPartition]:
         raise ConfigError(f'option \'assign\': expected e.g. {{"topicA":[0,1],"topicB":[0,1]}}, got {text}') from None
 
 
-def bool_option(opts: Dict[str, str], name: str, default: bool) -> bool:
+def bool_option(opts: dict[str, str], name: str, default: bool) -> bool:
     text = opts.get(name.lower())
     if text is None:
         return default
@@ -308,7 +323,7 @@ def bool_option(opts: Dict[str, str], name: str, default: bool) -> bool:
     return word == "true"
 
 
-def positive_option(opts: Dict[str, str], name: str) -> Optional[int]:
+def positive_option(opts: dict[str, str], name: str) -> int | None:
     text = opts.get(name.lower())
     if text is None:
         return None
@@ -321,7 +336,7 @@ def positive_option(opts: Dict[str, str], name: str) -> Optional[int]:
     return value
 
 
-def _duration_ms(opts: Dict[str, str], name: str, default: str) -> int:
+def _duration_ms(opts: dict[str, str], name: str, default: str) -> int:
     text = opts.get(name.lower(), default).strip().lower()
     m = _DURATION.fullmatch(text)
     if m is None or int(m.group(1)) < 0:

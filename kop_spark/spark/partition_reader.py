@@ -8,8 +8,8 @@ moved its offsets to other files meanwhile: then it reads the metadata to find t
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Tuple
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
@@ -29,12 +29,12 @@ _FLUSH_BYTES = 32 << 20
 INSTRUCTION_FAIL = (
     "Some data may have been lost because they are not available in the store any more; either the data was "
     "removed by retention or the topic was deleted before all the data in the topic was processed. If you "
-    "don't want your streaming query to fail on such cases, set the source option \"failOnDataLoss\" to \"false\"."
+    'don\'t want your streaming query to fail on such cases, set the source option "failOnDataLoss" to "false".'
 )
 INSTRUCTION_SKIP = (
     "Some data may have been lost because they are not available in the store any more; either the data was "
     "removed by retention or the topic was deleted before all the data in the topic was processed. If you "
-    "want your streaming query to fail on such cases, set the source option \"failOnDataLoss\" to \"true\"."
+    'want your streaming query to fail on such cases, set the source option "failOnDataLoss" to "true".'
 )
 
 
@@ -52,10 +52,10 @@ class KopInputPartition(InputPartition):
     partition: int
     start: int
     end: int
-    ledgers: Tuple[LedgerSlice, ...]
+    ledgers: tuple[LedgerSlice, ...]
     include_headers: bool
     fail_on_data_loss: bool
-    conf: Tuple[Tuple[str, str], ...] = ()  # the source's kop.* settings, to re-plan by offset
+    conf: tuple[tuple[str, str], ...] = ()  # the source's kop.* settings, to re-plan by offset
 
 
 _REPLANS = 5
@@ -92,7 +92,7 @@ def read_partition(p: KopInputPartition) -> Iterator[pa.RecordBatch]:
         yield builder.build()
 
 
-def _replan(p: KopInputPartition, position: int) -> Tuple[int, Tuple[LedgerSlice, ...]]:
+def _replan(p: KopInputPartition, position: int) -> tuple[int, tuple[LedgerSlice, ...]]:
     """Where the offsets from ``position`` on are now, and where reading can resume."""
     from ..broker import Broker  # the metadata, read only when a planned file went away
 
@@ -100,13 +100,18 @@ def _replan(p: KopInputPartition, position: int) -> Tuple[int, Tuple[LedgerSlice
         try:
             snap = broker.snapshot(p.topic, p.partition)
         except UnknownTopicOrPartitionError:
-            report_data_loss(f"Cannot read offsets {position} to {p.end - 1} of {p.topic}-{p.partition}: the topic "
-                             f"was deleted after the batch was planned", p.fail_on_data_loss)
+            report_data_loss(
+                f"Cannot read offsets {position} to {p.end - 1} of {p.topic}-{p.partition}: the topic "
+                f"was deleted after the batch was planned",
+                p.fail_on_data_loss,
+            )
             return p.end, ()
     if position < snap.log_start_offset:
         resume = min(snap.log_start_offset, p.end)
-        report_data_loss(f"Cannot read offsets {position} to {resume - 1} of {p.topic}-{p.partition}: retention removed "
-                         f"them after the batch was planned (the log now starts at {snap.log_start_offset})",
-                         p.fail_on_data_loss)
+        report_data_loss(
+            f"Cannot read offsets {position} to {resume - 1} of {p.topic}-{p.partition}: retention removed "
+            f"them after the batch was planned (the log now starts at {snap.log_start_offset})",
+            p.fail_on_data_loss,
+        )
         position = resume
     return position, tuple(snap.slices(position, p.end))

@@ -15,8 +15,8 @@ import logging
 import threading
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,7 +38,13 @@ from pyspark.sql.types import (
 )
 
 from ..broker import SINK_HEARTBEAT_MS, STAGING_DIR, Broker, StagedPartition
-from ..errors import ConfigError, InvalidRecordError, PartitionNotFoundError, TopicAlreadyExistsError, TopicNotFoundError
+from ..errors import (
+    ConfigError,
+    InvalidRecordError,
+    PartitionNotFoundError,
+    TopicAlreadyExistsError,
+    TopicNotFoundError,
+)
 from ..record import CompressionType
 from ..record.arrow import encode_arrow, key_partitions
 from ..storage.managed_ledger import StagedLedger
@@ -53,35 +59,44 @@ _COLUMNS = ("key", "value", "topic", "partition", "timestamp", "headers")
 @dataclass(frozen=True)
 class SinkOptions:
     root: str
-    conf: Dict[str, str]
-    topic: Optional[str]
+    conf: dict[str, str]
+    topic: str | None
     compression: CompressionType
     batch_size: int
     auto_create: bool
-    num_partitions: Optional[int]
+    num_partitions: int | None
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         opts = {k.lower(): str(v) for k, v in options.items()}
         root, conf = store_options(opts)
         codec_name = opts.get("compression.type", opts.get("kafka.compression.type", "none"))
         try:
             codec = CompressionType.from_name(codec_name.strip().lower())
         except (ValueError, KeyError, ConfigError):
-            raise ConfigError(f"option 'compression.type': expected none, gzip, snappy, lz4 or zstd, got {codec_name!r}") from None
+            raise ConfigError(
+                f"option 'compression.type': expected none, gzip, snappy, lz4 or zstd, got {codec_name!r}"
+            ) from None
         batch_size = positive_option(opts, "batch.size") or positive_option(opts, "kafka.batch.size") or 16384
         topic = opts.get("topic")
         if topic is not None and not topic.strip():
             raise ConfigError("option 'topic' is empty")
-        return cls(root, conf, topic, codec, batch_size, bool_option(opts, "auto.create.topics.enable", False),
-                   positive_option(opts, "num.partitions"))
+        return cls(
+            root,
+            conf,
+            topic,
+            codec,
+            batch_size,
+            bool_option(opts, "auto.create.topics.enable", False),
+            positive_option(opts, "num.partitions"),
+        )
 
 
-def check_schema(schema: StructType, topic_option: Optional[str]) -> None:
+def check_schema(schema: StructType, topic_option: str | None) -> None:
     """Refuse a DataFrame the Kafka sink would refuse, with its messages, before anything is written."""
     fields = {f.name.lower(): f.dataType for f in schema.fields}
 
-    def check(name: str, allowed: Tuple[type, ...], expected: str) -> None:
+    def check(name: str, allowed: tuple[type, ...], expected: str) -> None:
         t = fields.get(name)
         if t is not None and not isinstance(t, allowed):
             raise ConfigError(f"{name} attribute type must be {expected}, not {t.simpleString()}")
@@ -107,8 +122,13 @@ def _is_headers_type(t: DataType) -> bool:
     if not isinstance(t, ArrayType) or not isinstance(t.elementType, StructType):
         return False
     fields = t.elementType.fields
-    return (len(fields) == 2 and fields[0].name == "key" and isinstance(fields[0].dataType, StringType)
-            and fields[1].name == "value" and isinstance(fields[1].dataType, BinaryType))
+    return (
+        len(fields) == 2
+        and fields[0].name == "key"
+        and isinstance(fields[0].dataType, StringType)
+        and fields[1].name == "value"
+        and isinstance(fields[1].dataType, BinaryType)
+    )
 
 
 @dataclass(frozen=True)
@@ -118,10 +138,13 @@ class KopCommitMessage(WriterCommitMessage):
     writer: str
     batch_id: int
     task: int
-    staged: Tuple[Tuple[str, int, StagedLedger], ...]
+    staged: tuple[tuple[str, int, StagedLedger], ...]
 
 
-def _int(value: int, type_: pa.DataType = pa.int64()) -> pa.Scalar:
+_INT64 = pa.int64()
+
+
+def _int(value: int, type_: pa.DataType = _INT64) -> pa.Scalar:
     # A typed scalar: pyarrow converts a bare Python int by first trying to import numpy, which
     # costs more than the kernel it feeds.
     return pa.scalar(value, type_)
@@ -144,8 +167,8 @@ class _TaskOutput:
         self._dir = f"{staging_dir(writer, batch_id)}/{self.task}-{attempt}-{uuid.uuid4().hex[:8]}"
         self._broker = Broker(options.root, options.conf)
         self._heartbeat = _Heartbeat(self._broker, f"{self._dir}/.alive")
-        self._partitions: Dict[str, int] = {}
-        self._staged: Dict[Tuple[str, int], StagedPartition] = {}
+        self._partitions: dict[str, int] = {}
+        self._staged: dict[tuple[str, int], StagedPartition] = {}
         self._round_robin = self.task
 
     def partitions_of(self, topic: str) -> int:
@@ -171,7 +194,7 @@ class _TaskOutput:
             mask = pc.equal(topics, topic)
             self._add_topic(topic, {name: col.filter(mask) for name, col in columns.items()})
 
-    def _add_topic(self, topic: str, columns: Dict[str, pa.Array]) -> None:
+    def _add_topic(self, topic: str, columns: dict[str, pa.Array]) -> None:
         count = self.partitions_of(topic)
         n = len(columns["value"])
         partition, key = columns.get("partition"), columns.get("key")
@@ -182,7 +205,9 @@ class _TaskOutput:
             bad = pc.or_(pc.less(partition, _int(0, pa.int32())), pc.greater_equal(partition, _int(count, pa.int32())))
             if pc.any(bad).as_py():
                 p = partition.filter(bad)[0].as_py()
-                raise PartitionNotFoundError(f"topic {topic!r} has no partition {p}: it has partitions 0 to {count - 1}")
+                raise PartitionNotFoundError(
+                    f"topic {topic!r} has no partition {p}: it has partitions 0 to {count - 1}"
+                )
             chosen = pc.coalesce(partition, chosen)
         if chosen.null_count:
             keyless = chosen.is_null()
@@ -204,13 +229,22 @@ class _TaskOutput:
             self._stage(topic, p, columns, order.slice(at, rows))
             at += rows
 
-    def _stage(self, topic: str, partition: int, columns: Dict[str, pa.Array], rows: Optional[pa.Array]) -> None:
+    def _stage(self, topic: str, partition: int, columns: dict[str, pa.Array], rows: pa.Array | None) -> None:
         staged = self._staged.get((topic, partition))
         if staged is None:
             path = f"{self._dir}/{uuid.uuid4().hex}.ledger"
             staged = self._staged[(topic, partition)] = self._broker.stage(topic, partition, path)
-        staged.append(encode_arrow(columns["value"], columns.get("key"), columns.get("timestamp"), columns.get("headers"),
-                                   rows=rows, compression=self.options.compression, batch_bytes=self.options.batch_size))
+        staged.append(
+            encode_arrow(
+                columns["value"],
+                columns.get("key"),
+                columns.get("timestamp"),
+                columns.get("headers"),
+                rows=rows,
+                compression=self.options.compression,
+                batch_bytes=self.options.batch_size,
+            )
+        )
 
     def finish(self) -> KopCommitMessage:
         staged = tuple((tp[0], tp[1], s.finish()) for tp, s in sorted(self._staged.items()))
@@ -275,15 +309,16 @@ def _write(options: SinkOptions, writer: str, batch_id: int, batches: Iterator[p
         raise
 
 
-def _commit(options: SinkOptions, messages: Sequence[Optional[WriterCommitMessage]], batch_id: int, *,
-            streaming: bool) -> None:
+def _commit(
+    options: SinkOptions, messages: Sequence[WriterCommitMessage | None], batch_id: int, *, streaming: bool
+) -> None:
     """Record the whole batch in one CAS, then append it (``SinkCommits``); a rerun of a recorded
     batch completes the record and its own output goes."""
     ours = sorted((m for m in messages if isinstance(m, KopCommitMessage)), key=lambda m: m.task)
     if not ours:
         return
     writer = ours[0].writer
-    by_partition: Dict[Tuple[str, int], List[StagedLedger]] = defaultdict(list)
+    by_partition: dict[tuple[str, int], list[StagedLedger]] = defaultdict(list)
     for m in ours:
         for topic, p, ledger in m.staged:
             by_partition[(topic, p)].append(ledger)
@@ -292,7 +327,9 @@ def _commit(options: SinkOptions, messages: Sequence[Optional[WriterCommitMessag
         broker.remove_staged(writer, batch_id)
 
 
-def _abort(options: SinkOptions, messages: Sequence[Optional[WriterCommitMessage]], writer: Optional[str], batch_id: int) -> None:
+def _abort(
+    options: SinkOptions, messages: Sequence[WriterCommitMessage | None], writer: str | None, batch_id: int
+) -> None:
     writers = {m.writer for m in messages if isinstance(m, KopCommitMessage)} | ({writer} if writer else set())
     with Broker(options.root, options.conf) as broker:
         for w in writers:
@@ -309,10 +346,10 @@ class KopBatchWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return _write(self.options, self.job, 0, iterator)
 
-    def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         _commit(self.options, messages, 0, streaming=False)
 
-    def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         _abort(self.options, messages, self.job, 0)
 
 
@@ -331,10 +368,10 @@ class KopStreamWriter(DataSourceStreamArrowWriter):
             raise RuntimeError("kop stream writer: the task carries no streaming query id or batch id")
         return _write(self.options, query, int(batch), iterator)
 
-    def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _commit(self.options, messages, batchId, streaming=True)
 
-    def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _abort(self.options, messages, None, batchId)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Dict, Iterator, List, Optional, Sequence
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -33,6 +33,7 @@ from pyspark.sql.types import (
 )
 
 from ..errors import ConfigError
+from ..storage.managed_ledger import Snapshot
 from ._compat import (
     ReadAllAvailable,
     ReadLimit,
@@ -43,7 +44,6 @@ from ._compat import (
 )
 from .offset_range import OffsetRange, rate_limit, split_ranges
 from .offset_reader import KopOffsetReader, tp_name
-from ..storage.managed_ledger import Snapshot
 from .options import PartitionOffsets, SourceOptions, TopicPartition, bool_option
 from .partition_reader import KopInputPartition, read_partition
 from .sink import KopBatchWriter, KopStreamWriter, prepare
@@ -68,7 +68,7 @@ def source_schema(include_headers: bool) -> StructType:
 
 def offsets_to_json(offsets: PartitionOffsets) -> dict:
     """``{"topic": {"partition": offset}}`` with keys in sorted (JSON-canonical) order."""
-    nested: Dict[str, Dict[str, int]] = {}
+    nested: dict[str, dict[str, int]] = {}
     for (topic, p), off in offsets.items():
         nested.setdefault(topic, {})[str(p)] = off
     return json.loads(json.dumps(nested, sort_keys=True))
@@ -154,13 +154,13 @@ class KopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: SourceOptions):
         self.options = options
-        self._offset_reader: Optional[KopOffsetReader] = None
-        self._initial: Optional[dict] = None
-        self._available_now: Optional[PartitionOffsets] = None
+        self._offset_reader: KopOffsetReader | None = None
+        self._initial: dict | None = None
+        self._available_now: PartitionOffsets | None = None
         self._last_trigger_ms = 0
-        self._committed: Optional[PartitionOffsets] = None
-        self._last_end: Optional[dict] = None
-        self._latest: Optional[PartitionOffsets] = None  # as of the last latestOffset(), for progress
+        self._committed: PartitionOffsets | None = None
+        self._last_end: dict | None = None
+        self._latest: PartitionOffsets | None = None  # as of the last latestOffset(), for progress
 
     @property
     def _reader(self) -> KopOffsetReader:
@@ -193,11 +193,11 @@ class KopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # The run ends at what is there now, whatever producers write meanwhile.
         self._available_now = self._reader.latest()
 
-    def reportLatestOffset(self) -> Optional[dict]:
+    def reportLatestOffset(self) -> dict | None:
         # Spark asks right after latestOffset(); the offsets it saw are the ones to report.
         return offsets_to_json(self._latest if self._latest is not None else self._reader.latest())
 
-    def latestOffset(self, start: Optional[dict] = None, limit: Optional[ReadLimit] = None) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         if start is None:  # PySpark < 4.2 passes neither and cannot limit batches: read all there is
             start, limit = self._last_end or {}, ReadAllAvailable()
         self._last_end = self._latest_offset(start, limit)
@@ -221,8 +221,13 @@ class KopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = {tp: begin[tp] if tp in begin else snapshots[tp].log_start_offset for tp in latest}
         return offsets_to_json(self._admit(begin, latest, limit, snapshots))
 
-    def _admit(self, begin: PartitionOffsets, latest: PartitionOffsets, limit: ReadLimit,
-               snapshots: Dict[TopicPartition, Snapshot]) -> PartitionOffsets:
+    def _admit(
+        self,
+        begin: PartitionOffsets,
+        latest: PartitionOffsets,
+        limit: ReadLimit,
+        snapshots: dict[TopicPartition, Snapshot],
+    ) -> PartitionOffsets:
         if isinstance(limit, ReadAllAvailable):
             return latest
         o = self.options
@@ -241,8 +246,9 @@ class KopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = self._byte_limit(max_bytes, begin, end, snapshots)
         return end
 
-    def _byte_limit(self, max_bytes: int, begin: PartitionOffsets, end: PartitionOffsets,
-                    snapshots: Dict[TopicPartition, Snapshot]) -> PartitionOffsets:
+    def _byte_limit(
+        self, max_bytes: int, begin: PartitionOffsets, end: PartitionOffsets, snapshots: dict[TopicPartition, Snapshot]
+    ) -> PartitionOffsets:
         """Shrink ``end`` so the batch holds about ``max_bytes``, shared in proportion to each
         partition's bytes; a soft limit, like the file sources' (at least one record per partition)."""
         sizes = {tp: self._reader.estimated_bytes(snapshots[tp], begin[tp], end[tp]) for tp in end}
@@ -259,7 +265,7 @@ class KopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict) -> None:
         self._commit_group(offsets_from_json(end))
 
-    def _commit_group(self, offsets: PartitionOffsets, live: Optional[Dict[TopicPartition, Snapshot]] = None) -> None:
+    def _commit_group(self, offsets: PartitionOffsets, live: dict[TopicPartition, Snapshot] | None = None) -> None:
         group = self.options.group_id
         if group is None or not offsets or offsets == self._committed:
             return
@@ -273,7 +279,9 @@ class KopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         snapshots = self._reader.snapshots(list(until))
         gone = sorted((set(begin) - set(until)) | (set(until) - set(snapshots)))
         if gone:
-            self._reader.report_data_loss(f"{', '.join(tp_name(tp) for tp in gone)} are gone. Some data may have been missed")
+            self._reader.report_data_loss(
+                f"{', '.join(tp_name(tp) for tp in gone)} are gone. Some data may have been missed"
+            )
         ranges = []
         for tp in sorted(snapshots):
             snap = snapshots[tp]
@@ -282,10 +290,14 @@ class KopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             else:
                 lo = snap.log_start_offset
                 if lo != 0:
-                    self._reader.report_data_loss(f"Added partition {tp_name(tp)} starts from {lo} instead of 0. Some data may have been missed")
+                    self._reader.report_data_loss(
+                        f"Added partition {tp_name(tp)} starts from {lo} instead of 0. Some data may have been missed"
+                    )
             hi = until[tp]
             if hi < lo:
-                self._reader.report_data_loss(f"Partition {tp_name(tp)}'s offset was changed from {lo} to {hi}, some data may have been missed")
+                self._reader.report_data_loss(
+                    f"Partition {tp_name(tp)}'s offset was changed from {lo} to {hi}, some data may have been missed"
+                )
                 continue
             if lo < snap.log_start_offset:
                 trimmed_to = min(snap.log_start_offset, hi)
@@ -312,4 +324,4 @@ def register(spark) -> None:
     spark.dataSource.register(KopDataSource)
 
 
-__all__: List[str] = ["KopDataSource", "register", "source_schema"]
+__all__: list[str] = ["KopDataSource", "register", "source_schema"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-from typing import List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -25,7 +25,7 @@ def _storage_error(action: str, path: str, e: BaseException) -> StorageError:
     return cls(f"cannot {action} {path}: {reason}")
 
 
-def write_all(fd: int, data: bytes | memoryview, position: Optional[int] = None) -> int:
+def write_all(fd: int, data: bytes | memoryview, position: int | None = None) -> int:
     """Write every byte of ``data`` (at ``position``, or at the file offset), resuming short
     writes; a write that makes no progress is a full disk. Returns the bytes written."""
     view = memoryview(data)
@@ -164,7 +164,7 @@ class FileIO:
         except (OSError, pa.ArrowException) as e:
             raise _storage_error("look for", full, e) from e
 
-    def list_dir(self, path: str) -> List[str]:
+    def list_dir(self, path: str) -> list[str]:
         """Names in a directory; empty if it does not exist."""
         full = self.full_path(path)
         try:
@@ -263,14 +263,14 @@ class FileIO:
         except OSError as e:
             raise _storage_error("delete", full, e) from e
 
-    def walk_files(self, path: str) -> List[Tuple[str, float]]:
+    def walk_files(self, path: str) -> list[tuple[str, float]]:
         """``(path relative to the root, modification time in seconds)`` of every file under ``path``."""
         full = self.full_path(path)
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(full, recursive=True, allow_not_found=True))
         except (OSError, pa.ArrowException) as e:
             raise _storage_error("list", full, e) from e
-        return [(i.path[len(self.root) + 1:], i.mtime.timestamp()) for i in infos if i.type == pafs.FileType.File]
+        return [(i.path[len(self.root) + 1 :], i.mtime.timestamp()) for i in infos if i.type == pafs.FileType.File]
 
     def sync_dir(self, full_dir: str) -> None:
         """Make a directory's new entries durable (POSIX needs the directory itself fsynced)."""
@@ -298,7 +298,7 @@ class FileIO:
             raise StorageError(f"cannot write to store root {full}: permission denied")
 
 
-def optional_local_dir(uri: str) -> Optional[str]:
+def optional_local_dir(uri: str) -> str | None:
     """The local directory a URI names, or None when it is not on the local filesystem."""
     if "://" not in uri:
         return os.path.abspath(uri)

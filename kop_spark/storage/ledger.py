@@ -27,8 +27,9 @@ import logging
 import struct
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import NamedTuple
 
 import crc32c
 
@@ -75,9 +76,9 @@ class EntryTable:
     """A ledger's entry rows with their search keys: relative indexes, and the running maximum of
     timestamps (timestamps need not grow, so that is what Kafka's time index searches too)."""
 
-    __slots__ = ("rows", "relative_indexes", "running_max_ts")
+    __slots__ = ("relative_indexes", "rows", "running_max_ts")
 
-    def __init__(self, rows: List[EntryInfo]):
+    def __init__(self, rows: list[EntryInfo]):
         self.rows = rows
         self.relative_indexes = [r.relative_index for r in rows]
         running, top = [], -(1 << 63)
@@ -97,7 +98,7 @@ class EntryTable:
         """Index of the first row whose entry reaches ``timestamp``; ``len(self)`` if none does."""
         return bisect.bisect_left(self.running_max_ts, timestamp)
 
-    def extended(self, more: List[EntryInfo]) -> "EntryTable":
+    def extended(self, more: list[EntryInfo]) -> EntryTable:
         return EntryTable(self.rows + more) if more else self
 
 
@@ -134,7 +135,7 @@ def ledger_file_header(ledger_id: int) -> bytes:
     return head + struct.pack(">I", crc32c.crc32c(head))
 
 
-def _entry_parts(batch: bytes | memoryview, relative_index: int, broker_timestamp: int) -> Tuple[Tuple, int]:
+def _entry_parts(batch: bytes | memoryview, relative_index: int, broker_timestamp: int) -> tuple[tuple, int]:
     """An entry as the pieces to write (metadata, the batch with its base offset set to the
     relative index) and the batch's max timestamp. Checks the batch's framing and magic."""
     check_framing(batch)
@@ -142,10 +143,12 @@ def _entry_parts(batch: bytes | memoryview, relative_index: int, broker_timestam
     prefix = _BASE_OFFSET.pack(relative_index) + bytes(batch[8:_BATCH_PREFIX])
     meta = ENTRY_METADATA.pack(ENTRY_MAGIC, len(batch), relative_index, broker_timestamp, count, 0)[:_METADATA_CRC_SPAN]
     crc = crc32c.crc32c(prefix, crc32c.crc32c(meta))
-    return (meta, _CRC.pack(crc), prefix, memoryview(batch)[_BATCH_PREFIX:]), _MAX_TS.unpack_from(batch, MAX_TIMESTAMP_OFFSET)[0]
+    return (meta, _CRC.pack(crc), prefix, memoryview(batch)[_BATCH_PREFIX:]), _MAX_TS.unpack_from(
+        batch, MAX_TIMESTAMP_OFFSET
+    )[0]
 
 
-def _parse_entry(buf, pos: int, path: str, *, verify_batch: bool) -> Tuple[Entry, int]:
+def _parse_entry(buf, pos: int, path: str, *, verify_batch: bool) -> tuple[Entry, int]:
     """Parse and check the entry at ``buf[pos:]``; return it and the max timestamp of its batch."""
     end_meta = pos + ENTRY_METADATA.size
     if end_meta > len(buf):
@@ -156,7 +159,9 @@ def _parse_entry(buf, pos: int, path: str, *, verify_batch: bool) -> Tuple[Entry
     if size < HEADER_SIZE or end_meta + size > len(buf):
         raise CorruptRecordError(f"{path}: entry at byte {pos} claims {size} bytes, beyond the data")
     view = memoryview(buf)
-    actual = crc32c.crc32c(view[end_meta : end_meta + _BATCH_PREFIX], crc32c.crc32c(view[pos : pos + _METADATA_CRC_SPAN]))
+    actual = crc32c.crc32c(
+        view[end_meta : end_meta + _BATCH_PREFIX], crc32c.crc32c(view[pos : pos + _METADATA_CRC_SPAN])
+    )
     if actual != crc:
         raise CorruptRecordError(f"{path}: entry at byte {pos} fails its metadata checksum")
     batch = bytes(view[end_meta : end_meta + size])
@@ -184,7 +189,7 @@ class LedgerWriter:
         self._file = file
 
     @classmethod
-    def create(cls, fileio: FileIO, path: str, ledger_id: int) -> "LedgerWriter":
+    def create(cls, fileio: FileIO, path: str, ledger_id: int) -> LedgerWriter:
         f = fileio.create(path)
         try:
             f.write(ledger_file_header(ledger_id))
@@ -195,7 +200,7 @@ class LedgerWriter:
         return cls(fileio, path, ledger_id, f)
 
     @classmethod
-    def reopen(cls, fileio: FileIO, path: str, ledger_id: int, length: int) -> "LedgerWriter":
+    def reopen(cls, fileio: FileIO, path: str, ledger_id: int, length: int) -> LedgerWriter:
         """Resume a ledger this writer owns, dropping anything after its confirmed ``length``."""
         return cls(fileio, path, ledger_id, fileio.reopen(path, length))
 
@@ -203,7 +208,9 @@ class LedgerWriter:
     def position(self) -> int:
         return self._file.position
 
-    def append(self, batches: Sequence[bytes | memoryview], first_relative_index: int, broker_timestamp: int) -> List[EntryInfo]:
+    def append(
+        self, batches: Sequence[bytes | memoryview], first_relative_index: int, broker_timestamp: int
+    ) -> list[EntryInfo]:
         """Write batches as consecutive entries (not yet durable: call ``sync``)."""
         parts: list = []
         rows = []
@@ -260,9 +267,9 @@ class _TableCache:
     def __init__(self, capacity: int = 4096):
         self._capacity = capacity
         self._lock = threading.Lock()
-        self._items: "OrderedDict[tuple, Tuple[int, EntryTable]]" = OrderedDict()
+        self._items: OrderedDict[tuple, tuple[int, EntryTable]] = OrderedDict()
 
-    def get(self, key) -> Optional[Tuple[int, EntryTable]]:
+    def get(self, key) -> tuple[int, EntryTable] | None:
         with self._lock:
             item = self._items.get(key)
             if item is not None:
@@ -324,10 +331,12 @@ class LedgerReader:
             _TABLES.put(key, self.length, table)
         return table
 
-    def _load_sealed_table(self) -> Tuple[int, List[EntryInfo]]:
+    def _load_sealed_table(self) -> tuple[int, list[EntryInfo]]:
         self.stats.tables_loaded += 1
         if self.length < FILE_HEADER.size + TRAILER.size:
-            raise CorruptRecordError(f"{self._full()}: sealed ledger of {self.length} bytes is too short for its trailer")
+            raise CorruptRecordError(
+                f"{self._full()}: sealed ledger of {self.length} bytes is too short for its trailer"
+            )
         with self.fileio.open_input(self.path) as f:
             trailer = f.read_at(TRAILER.size, self.length - TRAILER.size)
             table_pos, n, _records, table_crc, trailer_crc, magic = TRAILER.unpack(trailer)
@@ -341,7 +350,7 @@ class LedgerReader:
             raise CorruptRecordError(f"{self._full()}: entry table fails its checksum")
         return table_pos, [EntryInfo(*r) for r in TABLE_ROW.iter_unpack(table)]
 
-    def _scan_rows(self, start: int, end: int) -> List[EntryInfo]:
+    def _scan_rows(self, start: int, end: int) -> list[EntryInfo]:
         rows = []
         for entry, max_ts in _scan(self.fileio, self.path, start, end, verify_batch=False):
             rows.append(EntryInfo(entry.position, entry.relative_index, max_ts))
@@ -349,7 +358,7 @@ class LedgerReader:
         self.stats.bytes_read += end - start
         return rows
 
-    def read(self, first_entry: int, max_bytes: int, last_entry: Optional[int] = None) -> List[Entry]:
+    def read(self, first_entry: int, max_bytes: int, last_entry: int | None = None) -> list[Entry]:
         """Read and verify entries from table row ``first_entry`` on (to ``last_entry`` at most):
         at least one, then more while their total size stays within ``max_bytes``."""
         rows = self.table().rows
@@ -388,7 +397,7 @@ def scan_entries(fileio: FileIO, path: str, start: int, end: int) -> Iterator[En
         yield entry
 
 
-def _scan(fileio: FileIO, path: str, start: int, end: int, *, verify_batch: bool) -> Iterator[Tuple[Entry, int]]:
+def _scan(fileio: FileIO, path: str, start: int, end: int, *, verify_batch: bool) -> Iterator[tuple[Entry, int]]:
     """Entries in ``[start, end)``; raises CorruptRecordError at the first bad one."""
     full = fileio.full_path(path)
     with fileio.open_input(path) as f:
@@ -407,7 +416,7 @@ def _scan(fileio: FileIO, path: str, start: int, end: int, *, verify_batch: bool
                 raise CorruptRecordError(f"{full}: entry at byte {pos} is cut short (file ends at {pos + len(buf)})")
             (size,) = struct.unpack_from(">i", buf, pos - buf_start + 2)
             need = ENTRY_METADATA.size + max(size, 0)
-            if pos - buf_start + need > len(buf) and 0 <= size and pos + need <= end:
+            if pos - buf_start + need > len(buf) and size >= 0 and pos + need <= end:
                 buf, buf_start = fill(pos, max(_SCAN_CHUNK, need)), pos
             entry, max_ts = _parse_entry(buf, pos - buf_start, full, verify_batch=verify_batch)
             yield entry._replace(position=pos), max_ts
@@ -419,12 +428,12 @@ class Recovered:
     """What a scan of a ledger file found: its valid entries and where validity ended."""
 
     ledger_id: int
-    rows: List[EntryInfo]
-    entries: List[Entry]
+    rows: list[EntryInfo]
+    entries: list[Entry]
     valid_length: int
     file_length: int
     sealed: bool
-    error: Optional[str]
+    error: str | None
 
 
 def recover(fileio: FileIO, path: str) -> Recovered:
@@ -446,8 +455,8 @@ def recover(fileio: FileIO, path: str) -> Recovered:
         sealed = True
     except CorruptRecordError:
         pass
-    rows: List[EntryInfo] = []
-    entries: List[Entry] = []
+    rows: list[EntryInfo] = []
+    entries: list[Entry] = []
     error = None
     valid = FILE_HEADER.size
     try:

@@ -35,9 +35,10 @@ import math
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import NamedTuple
 
 from ..errors import BadVersionError, CorruptRecordError, KopError, LogEndMovedError, StorageError
 from ..record import Record, RecordBatch, build_record_batch
@@ -90,7 +91,7 @@ class LedgerInfo(NamedTuple):
     max_timestamp: int
     created_ms: int
     state: str
-    owner: Optional[str]
+    owner: str | None
     modified_ms: int = -1  # when entries were last added (-1 in metadata of earlier versions)
 
     @property
@@ -106,12 +107,32 @@ class LedgerInfo(NamedTuple):
         return self.modified_ms if self.modified_ms >= 0 else self.created_ms
 
 
-def _ledger_record(ledger_id: int, file: str, base_offset: int, entries: int, records: int, length: int,
-                   max_timestamp: int, now: int, state: str = SEALED, owner: Optional[str] = None) -> dict:
+def _ledger_record(
+    ledger_id: int,
+    file: str,
+    base_offset: int,
+    entries: int,
+    records: int,
+    length: int,
+    max_timestamp: int,
+    now: int,
+    state: str = SEALED,
+    owner: str | None = None,
+) -> dict:
     """A ledger as the managed ledger's metadata lists it (the fields of ``LedgerInfo``)."""
-    return {"id": ledger_id, "file": file, "base_offset": base_offset, "entries": entries, "records": records,
-            "length": length, "max_timestamp": max_timestamp, "created_ms": now, "modified_ms": now,
-            "state": state, "owner": owner}
+    return {
+        "id": ledger_id,
+        "file": file,
+        "base_offset": base_offset,
+        "entries": entries,
+        "records": records,
+        "length": length,
+        "max_timestamp": max_timestamp,
+        "created_ms": now,
+        "modified_ms": now,
+        "state": state,
+        "owner": owner,
+    }
 
 
 def _trash(meta: dict, files: Iterable[str], delete_after_ms: int) -> None:
@@ -163,8 +184,9 @@ class LedgerSlice(NamedTuple):
     end_offset: int
 
 
-def read_slice(fileio: FileIO, ledger: LedgerSlice, start: int, end: int, max_bytes: int = 8 << 20,
-               stats: Optional[IOStats] = None) -> Iterator[ReadEntry]:
+def read_slice(
+    fileio: FileIO, ledger: LedgerSlice, start: int, end: int, max_bytes: int = 8 << 20, stats: IOStats | None = None
+) -> Iterator[ReadEntry]:
     """The entries of ``ledger`` holding offsets in ``[start, end)``, read ``max_bytes`` at a time."""
     reader = LedgerReader(fileio, ledger.file, ledger.length, ledger.sealed, stats or IOStats())
     table = reader.table()
@@ -196,7 +218,7 @@ class LedgerStager:
         self.path = path
         self._fileio = fileio
         self._writer = LedgerWriter.create(fileio, path, uuid.uuid4().int >> 65)
-        self._rows: List[EntryInfo] = []
+        self._rows: list[EntryInfo] = []
         self._records = 0
 
     def append(self, batches: Sequence[bytes], broker_timestamp: int) -> None:
@@ -227,19 +249,25 @@ class Snapshot:
     version: int
     log_start_offset: int
     next_offset: int
-    ledgers: Tuple[LedgerInfo, ...]
-    _bases: Tuple[int, ...] = field(repr=False, default=())
-    _running_max_ts: Tuple[int, ...] = field(repr=False, default=())
+    ledgers: tuple[LedgerInfo, ...]
+    _bases: tuple[int, ...] = field(repr=False, default=())
+    _running_max_ts: tuple[int, ...] = field(repr=False, default=())
 
     @classmethod
-    def of(cls, meta: dict, version: int) -> "Snapshot":
+    def of(cls, meta: dict, version: int) -> Snapshot:
         ledgers = tuple(LedgerInfo(**l) for l in meta["ledgers"])
         running, top = [], -(1 << 63)
         for l in ledgers:
             top = max(top, l.max_timestamp)
             running.append(top)
-        return cls(version, meta["log_start_offset"], meta["next_offset"], ledgers,
-                   tuple(l.base_offset for l in ledgers), tuple(running))
+        return cls(
+            version,
+            meta["log_start_offset"],
+            meta["next_offset"],
+            ledgers,
+            tuple(l.base_offset for l in ledgers),
+            tuple(running),
+        )
 
     def ledger_for_offset(self, offset: int) -> int:
         return bisect.bisect_right(self._bases, offset) - 1
@@ -247,14 +275,18 @@ class Snapshot:
     def ledger_for_timestamp(self, timestamp: int) -> int:
         return bisect.bisect_left(self._running_max_ts, timestamp)
 
-    def slices(self, start: int, end: int) -> List[LedgerSlice]:
+    def slices(self, start: int, end: int) -> list[LedgerSlice]:
         """The ledgers holding offsets in ``[start, end)``."""
         out = []
-        for ledger in self.ledgers[max(self.ledger_for_offset(start), 0):]:
+        for ledger in self.ledgers[max(self.ledger_for_offset(start), 0) :]:
             if ledger.base_offset >= end:
                 break
             if ledger.end_offset > start and ledger.entries:
-                out.append(LedgerSlice(ledger.file, ledger.length, ledger.state == SEALED, ledger.base_offset, ledger.end_offset))
+                out.append(
+                    LedgerSlice(
+                        ledger.file, ledger.length, ledger.state == SEALED, ledger.base_offset, ledger.end_offset
+                    )
+                )
         return out
 
     @property
@@ -263,10 +295,16 @@ class Snapshot:
 
 
 def _empty_metadata(log_start_offset: int = 0) -> dict:
-    return {"log_start_offset": log_start_offset, "next_offset": log_start_offset, "ledgers": [], "producers": {}, "trash": []}
+    return {
+        "log_start_offset": log_start_offset,
+        "next_offset": log_start_offset,
+        "ledgers": [],
+        "producers": {},
+        "trash": [],
+    }
 
 
-Change = Callable[[dict, int], Optional[dict]]
+Change = Callable[[dict, int], dict | None]
 
 
 class ManagedLedger:
@@ -281,8 +319,8 @@ class ManagedLedger:
         store: MetadataStore,
         fileio: FileIO,
         config: ManagedLedgerConfig = ManagedLedgerConfig(),
-        writer_id: Optional[str] = None,
-        stats: Optional[IOStats] = None,
+        writer_id: str | None = None,
+        stats: IOStats | None = None,
     ):
         self.name = name  # for messages, e.g. "orders-0"
         self.key = key
@@ -295,9 +333,9 @@ class ManagedLedger:
         self._lock = threading.RLock()
         # The metadata as our own last CAS left it. None whenever that is unknown (a CAS that
         # raised, or anything raised while one was being prepared): the next write reads afresh.
-        self._state: Optional[Versioned] = None
-        self._writer: Optional[LedgerWriter] = None
-        self._rows: List[EntryInfo] = []  # every row written to our open ledger, confirmed or not
+        self._state: Versioned | None = None
+        self._writer: LedgerWriter | None = None
+        self._rows: list[EntryInfo] = []  # every row written to our open ledger, confirmed or not
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -378,7 +416,7 @@ class ManagedLedger:
     def reader(self, ledger: LedgerInfo) -> LedgerReader:
         return LedgerReader(self.fileio, ledger.file, ledger.length, ledger.state == SEALED, self.stats)
 
-    def read(self, snapshot: Snapshot, offset: int, max_bytes: int, max_records: Optional[int] = None) -> List[ReadEntry]:
+    def read(self, snapshot: Snapshot, offset: int, max_bytes: int, max_records: int | None = None) -> list[ReadEntry]:
         """Entries from the one holding ``offset`` on, within one ledger: at least one, then more
         within ``max_bytes``, and no more than needed to cover ``max_records`` records. Offsets
         that compaction emptied are stepped over. Empty only when nothing is left at or after
@@ -398,7 +436,7 @@ class ManagedLedger:
                 k += len(entries)
         return []
 
-    def entry_for_timestamp(self, snapshot: Snapshot, timestamp: int) -> Optional[ReadEntry]:
+    def entry_for_timestamp(self, snapshot: Snapshot, timestamp: int) -> ReadEntry | None:
         """The first entry whose batch, or one before it, reaches ``timestamp``; None if none does."""
         i = snapshot.ledger_for_timestamp(timestamp)
         if i >= len(snapshot.ledgers):
@@ -421,9 +459,9 @@ class ManagedLedger:
         self,
         batches: Sequence[bytes],
         *,
-        idempotence_key: Optional[Tuple[str, int]] = None,
-        broker_timestamp: Optional[int] = None,
-        expected_next_offset: Optional[int] = None,
+        idempotence_key: tuple[str, int] | None = None,
+        broker_timestamp: int | None = None,
+        expected_next_offset: int | None = None,
     ) -> AppendResult:
         """Append record batches as consecutive entries, atomically; return the first offset.
         With ``expected_next_offset`` the append happens only if the log still ends there
@@ -432,9 +470,9 @@ class ManagedLedger:
         if not batches:
             raise ValueError("nothing to append")
         count = sum(RecordBatch(b).offset_span for b in batches)
-        result: List[AppendResult] = []
+        result: list[AppendResult] = []
 
-        def change(meta: dict, now: int) -> Optional[dict]:
+        def change(meta: dict, now: int) -> dict | None:
             result.clear()  # from an attempt whose CAS lost
             if idempotence_key is not None:
                 seen = meta["producers"].get(idempotence_key[0])
@@ -445,7 +483,9 @@ class ManagedLedger:
                         result.append(AppendResult(-1, count, True))
                     return None
             if expected_next_offset is not None and meta["next_offset"] != expected_next_offset:
-                raise LogEndMovedError(f"{self.name}: the log end moved from {expected_next_offset} to {meta['next_offset']}")
+                raise LogEndMovedError(
+                    f"{self.name}: the log end moved from {expected_next_offset} to {meta['next_offset']}"
+                )
             ledger = self._writable_tail(meta, now)
             base = meta["next_offset"]
             writer = self._writer
@@ -460,7 +500,12 @@ class ManagedLedger:
             ledger["modified_ms"] = now
             meta["next_offset"] = base + count
             if idempotence_key is not None:
-                meta["producers"][idempotence_key[0]] = {"seq": idempotence_key[1], "base_offset": base, "count": count, "ts": now}
+                meta["producers"][idempotence_key[0]] = {
+                    "seq": idempotence_key[1],
+                    "base_offset": base,
+                    "count": count,
+                    "ts": now,
+                }
             result.append(AppendResult(base, count))
             return meta
 
@@ -473,7 +518,7 @@ class ManagedLedger:
         """Where a ledger of this partition lives (a staged one once it is appended)."""
         return f"{self.data_dir}/{ledger_id:016x}.ledger"
 
-    def append_ledgers(self, staged: Sequence[StagedLedger], sink_key: Tuple[str, int]) -> AppendResult:
+    def append_ledgers(self, staged: Sequence[StagedLedger], sink_key: tuple[str, int]) -> AppendResult:
         """Append staged ledgers whole, as the partition's next ledgers, in one CAS that gives them
         offsets: an exactly-once sink's commit. ``sink_key`` = (writer, batch): a batch the writer
         already appended (or an older one) is not appended again. Several appliers of one recorded
@@ -481,16 +526,18 @@ class ManagedLedger:
         place by the other, and the partition's record of the batch lets exactly one CAS through."""
         staged = [s for s in staged if s.records]
         moved = [(s, self.ledger_path(s.ledger_id)) for s in staged]
-        result: List[AppendResult] = []
+        result: list[AppendResult] = []
 
         def already(meta: dict) -> bool:
             seen = meta.get("sinks", {}).get(sink_key[0])
             if seen is not None and sink_key[1] <= seen["batch"]:
-                result.append(AppendResult(seen["base_offset"] if sink_key[1] == seen["batch"] else -1, seen["count"], True))
+                result.append(
+                    AppendResult(seen["base_offset"] if sink_key[1] == seen["batch"] else -1, seen["count"], True)
+                )
                 return True
             return False
 
-        def change(meta: dict, now: int) -> Optional[dict]:
+        def change(meta: dict, now: int) -> dict | None:
             result.clear()
             if already(meta):
                 return None
@@ -503,10 +550,17 @@ class ManagedLedger:
                 ledgers[-1]["state"] = CLOSED  # fence its writer at its confirmed length
             base = offset = meta["next_offset"]
             for s, path in moved:
-                ledgers.append(_ledger_record(s.ledger_id, path, offset, s.entries, s.records, s.length, s.max_timestamp, now))
+                ledgers.append(
+                    _ledger_record(s.ledger_id, path, offset, s.entries, s.records, s.length, s.max_timestamp, now)
+                )
                 offset += s.records
             meta["next_offset"] = offset
-            meta.setdefault("sinks", {})[sink_key[0]] = {"batch": sink_key[1], "base_offset": base, "count": offset - base, "ts": now}
+            meta.setdefault("sinks", {})[sink_key[0]] = {
+                "batch": sink_key[1],
+                "base_offset": base,
+                "count": offset - base,
+                "ts": now,
+            }
             result.append(AppendResult(base, offset - base))
             return meta
 
@@ -526,14 +580,16 @@ class ManagedLedger:
         if self.fileio.exists(staged):
             self.fileio.rename(staged, path)
         elif not self.fileio.exists(path):
-            raise StorageError(f"{self.name}: staged ledger {self.fileio.full_path(staged)} is gone, and was not moved "
-                               f"to {self.fileio.full_path(path)}")
+            raise StorageError(
+                f"{self.name}: staged ledger {self.fileio.full_path(staged)} is gone, and was not moved "
+                f"to {self.fileio.full_path(path)}"
+            )
 
     def forget_sink(self, writer: str) -> None:
         """Drop a writer's record of its last batch (a batch job's, once its commit is complete:
         Spark never runs a batch job again, so nothing needs it)."""
 
-        def change(meta: dict, now: int) -> Optional[dict]:
+        def change(meta: dict, now: int) -> dict | None:
             if writer not in meta.get("sinks", {}):
                 return None
             del meta["sinks"][writer]
@@ -547,8 +603,13 @@ class ManagedLedger:
         ledgers = meta["ledgers"]
         tail = ledgers[-1] if ledgers else None
         writer = self._writer
-        if tail is not None and tail["state"] == OPEN and tail["owner"] == self.writer_id \
-                and writer is not None and writer.ledger_id == tail["id"]:
+        if (
+            tail is not None
+            and tail["state"] == OPEN
+            and tail["owner"] == self.writer_id
+            and writer is not None
+            and writer.ledger_id == tail["id"]
+        ):
             del self._rows[tail["entries"] :]  # forget rows of appends that were never confirmed
             writer.rewind(tail["length"])
             cfg = self.config
@@ -608,14 +669,24 @@ class ManagedLedger:
     def _new_ledger(self, meta: dict, now: int) -> dict:
         self._writer = self._create_ledger_file()
         self._rows = []
-        ledger = _ledger_record(self._writer.ledger_id, self._writer.path, meta["next_offset"], 0, 0, FILE_HEADER.size,
-                                -1, now, OPEN, self.writer_id)
+        ledger = _ledger_record(
+            self._writer.ledger_id,
+            self._writer.path,
+            meta["next_offset"],
+            0,
+            0,
+            FILE_HEADER.size,
+            -1,
+            now,
+            OPEN,
+            self.writer_id,
+        )
         meta["ledgers"].append(ledger)
         return ledger
 
     # -- the log cleaner: compaction and merging --------------------------------------------
 
-    def compact(self) -> Optional[int]:
+    def compact(self) -> int | None:
         """Keep only the latest record of each key (and tombstones younger than
         ``delete_retention_ms``), as Kafka's log cleaner does, without changing any offset.
 
@@ -625,7 +696,7 @@ class ManagedLedger:
         changed under the compaction (another compaction or retention won; nothing is lost).
         """
 
-        def close_tail(meta: dict, now: int) -> Optional[dict]:
+        def close_tail(meta: dict, now: int) -> dict | None:
             tail = meta["ledgers"][-1] if meta["ledgers"] else None
             if tail is None or tail["state"] != OPEN:
                 return None
@@ -645,10 +716,10 @@ class ManagedLedger:
                 return None
             return kept
 
-    def _compacted_entries(self, snap: Snapshot) -> Iterator[Tuple[bytes, int, int, int]]:
+    def _compacted_entries(self, snap: Snapshot) -> Iterator[tuple[bytes, int, int, int]]:
         """(batch, relative index, broker timestamp, records kept) of the entries compaction keeps."""
         contents = []
-        latest: Dict[bytes, int] = {}
+        latest: dict[bytes, int] = {}
         for ledger in snap.ledgers:
             reader = self.reader(ledger)
             entries = reader.read(0, 1 << 62) if len(reader.table()) else []
@@ -663,8 +734,11 @@ class ManagedLedger:
         base = snap.ledgers[0].base_offset
         for e, batch, records in contents:
             survivors = [
-                r for r in records
-                if r.key is not None and latest[r.key] == r.offset and (r.value is not None or r.timestamp_ms >= horizon)
+                r
+                for r in records
+                if r.key is not None
+                and latest[r.key] == r.offset
+                and (r.value is not None or r.timestamp_ms >= horizon)
             ]
             if survivors:
                 rebuilt = build_record_batch(
@@ -683,7 +757,7 @@ class ManagedLedger:
         indexes move to the new ledger's base. Ledgers of ``target_bytes / 2`` or more are left as
         they are, so a ledger is rewritten a few times at most. Closed ledgers that were never
         sealed (their writer died) come out sealed. Returns how many ledgers went away."""
-        runs: List[List[LedgerInfo]] = [[]]
+        runs: list[list[LedgerInfo]] = [[]]
         for ledger in self.snapshot().ledgers:
             small = ledger.state != OPEN and ledger.length < target_bytes // 2
             if not small or sum(l.length for l in runs[-1]) + ledger.length > target_bytes:
@@ -699,7 +773,7 @@ class ManagedLedger:
         The append this follows is already confirmed, so a failure here is only logged."""
         if self.config.merge_in_passing < 2 or self._state is None:
             return
-        run: List[LedgerInfo] = []  # newest first
+        run: list[LedgerInfo] = []  # newest first
         for ledger in reversed([LedgerInfo(**l) for l in self._state.value["ledgers"]]):
             tier = _tier(ledger.length)
             small = ledger.state != OPEN and tier < _TIERS_MERGED_IN_PASSING
@@ -714,10 +788,12 @@ class ManagedLedger:
         try:
             self._merge(run[::-1])
         except (KopError, OSError) as e:
-            log.warning("%s: merging %d small ledgers in passing failed (the append stands): %s", self.name, len(run), e)
+            log.warning(
+                "%s: merging %d small ledgers in passing failed (the append stands): %s", self.name, len(run), e
+            )
 
-    def _merge(self, run: List[LedgerInfo]) -> bool:
-        def entries() -> Iterator[Tuple[bytes, int, int, int]]:
+    def _merge(self, run: list[LedgerInfo]) -> bool:
+        def entries() -> Iterator[tuple[bytes, int, int, int]]:
             for ledger in run:
                 reader = self.reader(ledger)
                 k, n = 0, len(reader.table())
@@ -731,13 +807,14 @@ class ManagedLedger:
         new, _ = self._write_ledger(base, run[-1].end_offset, entries(), max(l.modified_ms for l in run))
         return self._swap(run, new)
 
-    def _write_ledger(self, base: int, end: int, entries: Iterator[Tuple[bytes, int, int, int]],
-                      modified_ms: int) -> Tuple[Optional[dict], int]:
+    def _write_ledger(
+        self, base: int, end: int, entries: Iterator[tuple[bytes, int, int, int]], modified_ms: int
+    ) -> tuple[dict | None, int]:
         """A sealed ledger of ``entries`` spanning offsets ``[base, end)``, not yet referred to by
         anything; None when there are no entries. Returns it and the records in it."""
         writer = self._create_ledger_file()
         try:
-            rows: List[EntryInfo] = []
+            rows: list[EntryInfo] = []
             records = 0
             for batch, rel, broker_ts, count in entries:
                 rows += writer.append([batch], rel, broker_ts)
@@ -752,12 +829,20 @@ class ManagedLedger:
             writer.close()
             delete_quietly(self.fileio, writer.path)
             raise
-        new = _ledger_record(writer.ledger_id, writer.path, base, len(rows), end - base, length,
-                             max(r.max_timestamp for r in rows), now_ms())
+        new = _ledger_record(
+            writer.ledger_id,
+            writer.path,
+            base,
+            len(rows),
+            end - base,
+            length,
+            max(r.max_timestamp for r in rows),
+            now_ms(),
+        )
         new["modified_ms"] = modified_ms if modified_ms >= 0 else new["modified_ms"]
         return new, records
 
-    def _swap(self, run: List[LedgerInfo], new: Optional[dict]) -> bool:
+    def _swap(self, run: list[LedgerInfo], new: dict | None) -> bool:
         """Replace ``run`` (adjacent ledgers, as a snapshot saw them) by ``new`` in one CAS, if
         they are still there unchanged; ``new`` None drops their offsets altogether. The old files
         go to the trash. False (and ``new`` deleted) when retention, another cleaner or a fenced
@@ -789,7 +874,7 @@ class ManagedLedger:
 
     # -- checking and repair ---------------------------------------------------------------
 
-    def check(self) -> List[str]:
+    def check(self) -> list[str]:
         """Everything wrong with this partition: metadata whose offsets do not run through its
         ledgers, and confirmed entries that are missing, torn or corrupt. Empty when all is well."""
         snap = self.snapshot()
@@ -799,9 +884,11 @@ class ManagedLedger:
     def _check_ledgers(self, snap: Snapshot) -> Iterator[LedgerCheck]:
         for l in snap.ledgers:
             if l.entries:
-                yield check_ledger(self.fileio, l.file, l.base_offset, l.entries, l.records, l.length, l.state == SEALED)
+                yield check_ledger(
+                    self.fileio, l.file, l.base_offset, l.entries, l.records, l.length, l.state == SEALED
+                )
 
-    def repair(self, dry_run: bool = False) -> Optional[Tuple[int, int]]:
+    def repair(self, dry_run: bool = False) -> tuple[int, int] | None:
         """Truncate the log at its first damaged entry, as Kafka's log recovery does: the intact
         entries before it stay (rewritten as a sealed ledger), everything after goes, and the log
         end moves back to the last intact offset. Idempotence records past the new end are
@@ -821,13 +908,15 @@ class ManagedLedger:
             ledger = snap.ledgers[at]
             kept = (
                 (e.batch, e.relative_index, e.broker_timestamp, e.record_count)
-                for e in islice(intact_entries(self.fileio, ledger.file, ledger.length, ledger.state == SEALED),
-                                damaged.intact_entries)
+                for e in islice(
+                    intact_entries(self.fileio, ledger.file, ledger.length, ledger.state == SEALED),
+                    damaged.intact_entries,
+                )
             )
             new, _ = self._write_ledger(ledger.base_offset, damaged.intact_end, kept, ledger.modified_ms)
             return self._truncate(snap, at, new, damaged.intact_end)
 
-    def _truncate(self, snap: Snapshot, at: int, new: Optional[dict], end: int) -> Tuple[int, int]:
+    def _truncate(self, snap: Snapshot, at: int, new: dict | None, end: int) -> tuple[int, int]:
         replaced = [l.id for l in snap.ledgers[at:]]
 
         def change(meta: dict, now: int) -> dict:
@@ -859,14 +948,14 @@ class ManagedLedger:
             self._retry(lambda meta, now: meta)
             self._retry(lambda meta, now: meta)
 
-    def remove_orphans(self, files: Iterable[Tuple[str, float]], grace_ms: int) -> List[str]:
+    def remove_orphans(self, files: Iterable[tuple[str, float]], grace_ms: int) -> list[str]:
         """Delete ``files`` (path, modification time in s) of this partition that no metadata
         refers to and that are older than ``grace_ms``. They are condemned first, by a CAS that
         checks they are still unreferenced; a writer's CAS that would refer to a condemned file
         fails. So a file a writer is about to confirm is never deleted, whatever the grace."""
         files = list(files)
 
-        def condemn(meta: dict, now: int) -> Optional[dict]:
+        def condemn(meta: dict, now: int) -> dict | None:
             known = _referenced(meta) | set(meta.get("condemned", []))
             new = [f for f, mtime in files if f not in known and now - mtime * 1000 >= grace_ms]
             if not new:
@@ -874,13 +963,14 @@ class ManagedLedger:
             meta["condemned"] = sorted(set(meta.get("condemned", [])) | set(new))
             return meta
 
-        def acquit(done: List[str]) -> Change:
-            def change(meta: dict, now: int) -> Optional[dict]:
+        def acquit(done: list[str]) -> Change:
+            def change(meta: dict, now: int) -> dict | None:
                 left = [f for f in meta.get("condemned", []) if f not in done]
                 if left == meta.get("condemned", []):
                     return None
                 meta["condemned"] = left
                 return meta
+
             return change
 
         with self._lock:
@@ -952,8 +1042,10 @@ class ManagedLedger:
     def _expire_producers(self, meta: dict, now: int) -> None:
         """Forget idempotent producers and exactly-once writers by time, never by count (as Kafka's
         producer.id.expiration.ms and transactional.id.expiration.ms)."""
-        for table, expiration in ((meta["producers"], self.config.producer_expiration_ms),
-                                  (meta.get("sinks", {}), self.config.sink_expiration_ms)):
+        for table, expiration in (
+            (meta["producers"], self.config.producer_expiration_ms),
+            (meta.get("sinks", {}), self.config.sink_expiration_ms),
+        ):
             for writer in [w for w, p in table.items() if p["ts"] < now - expiration]:
                 del table[writer]
 

@@ -18,7 +18,7 @@ import logging
 import os
 import re
 import uuid
-from typing import List, NamedTuple, Optional
+from typing import NamedTuple
 
 from ..errors import BadVersionError, CorruptMetadataError, StorageError
 from .fileio import write_all
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 class Versioned(NamedTuple):
     """A key's value (None when absent or deleted) and its version (0 when it never existed)."""
 
-    value: Optional[dict]
+    value: dict | None
     version: int
 
 
@@ -41,14 +41,14 @@ class MetadataStore(abc.ABC):
     def get(self, key: str) -> Versioned: ...
 
     @abc.abstractmethod
-    def put(self, key: str, value: Optional[dict], expected_version: int) -> int:
+    def put(self, key: str, value: dict | None, expected_version: int) -> int:
         """Set ``key`` to ``value`` (None deletes) if its version is still ``expected_version``.
 
         Returns the new version; raises ``BadVersionError`` if another writer got there first.
         """
 
     @abc.abstractmethod
-    def list_keys(self, prefix: str) -> List[str]:
+    def list_keys(self, prefix: str) -> list[str]:
         """Keys under ``prefix`` that were ever written (some may since have been deleted)."""
 
     def create(self, key: str, value: dict) -> int:
@@ -59,7 +59,7 @@ class MetadataStore(abc.ABC):
         return self.put(key, value, current.version)
 
 
-def _check_key(key: str) -> List[str]:
+def _check_key(key: str) -> list[str]:
     parts = key.split("/")
     for p in parts:
         if not _SEGMENT.match(p) or p in (".", ".."):
@@ -76,7 +76,7 @@ class FileMetadataStore(MetadataStore):
         return os.path.join(self.directory, *_check_key(key))
 
     @staticmethod
-    def _versions(d: str) -> List[int]:
+    def _versions(d: str) -> list[int]:
         try:
             names = os.listdir(d)
         except FileNotFoundError:
@@ -107,7 +107,7 @@ class FileMetadataStore(MetadataStore):
                 ) from e
         raise StorageError(f"metadata {d} keeps changing under the reader")
 
-    def put(self, key: str, value: Optional[dict], expected_version: int) -> int:
+    def put(self, key: str, value: dict | None, expected_version: int) -> int:
         d = self._dir(key)
         new_version = expected_version + 1
         target = os.path.join(d, f"{new_version:020d}.json")
@@ -180,7 +180,7 @@ class FileMetadataStore(MetadataStore):
         finally:
             lock.release()
 
-    def discard_unreadable(self, key: str, dry_run: bool = False) -> List[str]:
+    def discard_unreadable(self, key: str, dry_run: bool = False) -> list[str]:
         """Remove the newest versions of ``key`` that cannot be parsed (torn writes of earlier
         versions of kop), so that the last whole one is current again; the files removed (with
         ``dry_run``, the files that would be)."""
@@ -199,7 +199,7 @@ class FileMetadataStore(MetadataStore):
                     removed.append(path)
         return removed
 
-    def list_keys(self, prefix: str) -> List[str]:
+    def list_keys(self, prefix: str) -> list[str]:
         base = self._dir(prefix) if prefix else self.directory
         out = []
         for dirpath, dirnames, filenames in os.walk(base):
@@ -235,7 +235,7 @@ class _KeyLock:
             os.close(self._fd)  # closing drops the flock
             self._fd = -1
 
-    def __enter__(self) -> "_KeyLock":
+    def __enter__(self) -> _KeyLock:
         self.acquire()
         return self
 
