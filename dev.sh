@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for set-up, the demo and the tests. Creates .venv and installs what is missing.
 #   ./dev.sh demo   set up, then run the main job on the embedded local store
-#   ./dev.sh test   set up, then run the whole test suite
+#   ./dev.sh test   set up, then check lint, formatting and types, then run the whole test suite
+#   ./dev.sh check  set up, then only lint, formatting and types (seconds)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -44,6 +45,13 @@ setup_java() {
     fi
 }
 
+check() {
+    # The gates CI keeps: ruff's lint and format, and mypy (settings in pyproject.toml).
+    "$VENV/bin/ruff" check kop_spark pyspark_kop tests bench setup.py
+    "$VENV/bin/ruff" format --check --quiet kop_spark pyspark_kop tests bench setup.py
+    "$VENV/bin/mypy"
+}
+
 export PYSPARK_PYTHON="$PWD/$VENV/bin/python"
 export PYSPARK_DRIVER_PYTHON="$PWD/$VENV/bin/python"
 
@@ -53,9 +61,12 @@ case "${1:-}" in
         exec "$VENV/bin/python" -m kop_spark.demo "$@" ;;
     test)
         setup_python; setup_java; shift
+        check
         exec "$VENV/bin/python" -m pytest -q "$@" ;;
+    check)
+        setup_python; check ;;
     setup)
         setup_python; setup_java ;;
     *)
-        echo "usage: ./dev.sh demo|test|setup" >&2; exit 2 ;;
+        echo "usage: ./dev.sh demo|test|check|setup" >&2; exit 2 ;;
 esac

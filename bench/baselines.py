@@ -21,7 +21,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from kop_spark.spark.source import source_schema
+from kop_spark.spark.schema import source_schema
 
 
 @dataclass(frozen=True)

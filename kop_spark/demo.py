@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
 from . import Broker, Record
 from .cli import main as kop
+from .clock import now_ms
 
 SOURCE, SINK, GROUP = "clicks", "clicks-enriched", "click-enricher"
 EVENTS_PER_RUN = 2000
@@ -27,7 +27,7 @@ def produce_events(b: Broker) -> int:
         if topic not in b.list_topics():
             b.create_topic(topic, partitions=3)
     start = sum(b.list_offsets(SOURCE, p, "latest") for p in range(3))
-    now = int(time.time() * 1000)
+    now = now_ms()
     for i in range(start, start + EVENTS_PER_RUN, 100):
         b.produce(
             SOURCE,
@@ -100,7 +100,7 @@ def main(argv: list[str]) -> None:
         sample = b.fetch(SINK, 0, b.list_offsets(SINK, 0, "earliest"), max_records=1)
     print(f"\n{SOURCE}: {counts[SOURCE]} records   {SINK}: {counts[SINK]} records")
     if sample:
-        print(f"e.g. {SINK}-0@{sample[0].offset}: {sample[0].value.decode()}")
+        print(f"e.g. {SINK}-0@{sample[0].offset}: {(sample[0].value or b'').decode()}")
     if counts[SOURCE] != counts[SINK]:
         sys.exit("the output does not hold every input record exactly once")
 

@@ -107,3 +107,13 @@ class BadVersionError(KopError):
 
 class LogEndMovedError(KopError):
     """A conditional append found the log end past the offset its decision was made at."""
+
+
+class OrphanRemovedError(StorageError):
+    """A file written for a change was condemned as an orphan (by maintenance with a short grace)
+    before the change could refer to it. Nothing was applied; the operation can be run again."""
+
+
+class ManagedLedgerDeletedError(Exception):
+    """The managed ledger does not exist (never created, or deleted). Internal to the store: the
+    Broker turns it into ``TopicNotFoundError`` or ``PartitionNotFoundError``."""

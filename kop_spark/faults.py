@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import os
 
+from .layout import fault_file
 from .storage.fileio import FileIO
-
-FAULTS_DIR = "_faults"
 
 
 def crash_point(fileio: FileIO, point: str, reached: int) -> None:
     """Die here if a test asked for it at the ``reached``-th time this point is reached."""
-    path = f"{FAULTS_DIR}/{point}"
+    path = fault_file(point)
     if not fileio.exists(path):
         return
     if int(fileio.read_at(path, 0, 32).decode().strip() or 0) == reached:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from .errors import InvalidTopicError
 
 MAX_NAME_LENGTH = 249
-_MAX_FILE_NAME = 255
 _LEGAL = re.compile(r"^[a-zA-Z0-9._\-]+$")
 _PARTITION_SUFFIX = re.compile(r"-partition-\d+$")
 PERSISTENT = "persistent://"
@@ -78,19 +77,12 @@ class TopicName:
             return self.local_name
         return f"{self.tenant}/{self.namespace}/{self.local_name}"
 
-    # Where things live; Pulsar's managed ledger names are tenant/namespace/persistent/topic.
-    @property
-    def metadata_key(self) -> str:
-        return f"topics/{self.tenant}/{self.namespace}/{self.local_name}"
 
-    def _partition_path(self, partition: int) -> str:
-        # One path component per partition while it fits a file name (255 bytes); a name near
-        # Kafka's 249 characters would not, so its partitions go one directory deeper.
-        flat = f"{self.local_name}-partition-{partition}"
-        return flat if len(flat) <= _MAX_FILE_NAME else f"{self.local_name}/partition-{partition}"
+# A topic (as its user names it) and a partition of it: Kafka's TopicPartition, as a plain tuple so
+# that users' ``("orders", 0)`` keys are ones.
+TopicPartition = tuple[str, int]
 
-    def managed_ledger_key(self, partition: int) -> str:
-        return f"managed-ledgers/{self.tenant}/{self.namespace}/persistent/{self._partition_path(partition)}"
 
-    def data_dir(self, partition: int) -> str:
-        return f"ledgers/{self.tenant}/{self.namespace}/{self._partition_path(partition)}"
+def partition_label(tp: TopicPartition) -> str:
+    """``orders-0``, as Kafka writes a topic partition in messages."""
+    return f"{tp[0]}-{tp[1]}"

@@ -6,7 +6,7 @@ import time
 import pytest
 from kafka.record.default_records import DefaultRecordBatch as KBatch
 
-from kop_spark import Broker, Record
+from kop_spark import Broker, Record, layout
 from kop_spark.errors import (
     ConfigError,
     CorruptRecordError,
@@ -21,7 +21,7 @@ from kop_spark.errors import (
     TopicNotFoundError,
 )
 from kop_spark.partitioner import partition_for_key
-from kop_spark.record import CompressionType, TimestampType, build_record_batch
+from kop_spark.record import CompressionType, RecordBatch, TimestampType, build_record_batch
 
 NOW = int(time.time() * 1000)
 
@@ -122,13 +122,18 @@ def test_rollover_by_bytes_and_by_age(root):
 
     name = b.topic_name("t")
     ml = ManagedLedger(
-        "t-0", name.managed_ledger_key(0), name.data_dir(0), b.store, b.fileio, ManagedLedgerConfig(max_ledger_age_ms=0)
+        "t-0",
+        layout.managed_ledger_key(name, 0),
+        layout.data_dir(name, 0),
+        b.store,
+        b.fileio,
+        ManagedLedgerConfig(max_ledger_age_ms=0),
     )
     batch = build_record_batch(recs(1))
-    before = len(ml.snapshot().ledgers)
+    before = len(ml.view().ledgers)
     ml.append([batch])
     ml.append([batch])
-    assert len(ml.snapshot().ledgers) == before + 2  # every append finds its ledger too old
+    assert len(ml.view().ledgers) == before + 2  # every append finds its ledger too old
 
 
 def test_retention_by_time_and_size_with_grace_period(root):
@@ -139,7 +144,7 @@ def test_retention_by_time_and_size_with_grace_period(root):
     b.produce("old", recs(2, ts=NOW), partition=0)
     b.enforce_retention()
     assert b.list_offsets("old", 0, "earliest") == 2
-    ledger_dir = os.path.join(root, b.topic_name("old").data_dir(0))
+    ledger_dir = os.path.join(root, layout.data_dir(b.topic_name("old"), 0))
     # The dropped ledger's file stays for readers that planned on it, until the grace period ends.
     assert len(os.listdir(ledger_dir)) == 3
     b.close()
@@ -152,7 +157,7 @@ def test_retention_by_time_and_size_with_grace_period(root):
     # Kafka keeps deleting the oldest while the log stays >= retention.bytes without it.
     d = b.describe_topic("big").partitions[0]
     assert d.log_start_offset == 3 and d.log_end_offset == 4 and d.ledgers == 1
-    assert len(os.listdir(os.path.join(root, b.topic_name("big").data_dir(0)))) == 1
+    assert len(os.listdir(os.path.join(root, layout.data_dir(b.topic_name("big"), 0)))) == 1
     assert [r.value for r in b.fetch("big", 0, 3)] == [b"v3"]
 
 
@@ -208,6 +213,44 @@ def test_produce_batches_and_fetch_batches_are_kafka_bytes(broker):
     assert len(broker.fetch_batches("t", 0, 0, max_bytes=1)) == 1  # at least one batch
 
 
+def test_produce_splits_many_records_into_batches_as_a_producer_does(broker):
+    broker.create_topic("t", 2)
+    values = [os.urandom(100) for _ in range(10_000)]
+    versions = [broker.view("t", p).version for p in (0, 1)]
+    written = broker.produce("t", [Record(v, key=b"k%d" % (i % 7)) for i, v in enumerate(values)])
+    assert sum(n for _, _, n in written) == 10_000
+    for p, base, _ in written:
+        assert base == 0 and broker.view("t", p).version == versions[p] + 1  # one append per partition
+        batches = [RecordBatch(b) for b in fetch_all_batches(broker, "t", p)]
+        assert len(batches) > 1
+        assert all(len(b.buffer) <= 16384 for b in batches), "batches keep to batch.size"
+    # Each partition holds its records in the order they were given.
+    for p in (0, 1):
+        got = [r.value for r in all_records(broker, "t", p)]
+        assert got == [v for i, v in enumerate(values) if partition_for_key(b"k%d" % (i % 7), 2) == p]
+
+
+def test_produce_refuses_a_record_too_large_for_any_batch(broker):
+    broker.create_topic("t", 1, config={"max.message.bytes": 2000})
+    with pytest.raises(RecordTooLargeError, match=r"t-0.*max\.message\.bytes=2000"):
+        broker.produce("t", [Record(b"small"), Record(os.urandom(3000)), Record(b"small")], partition=0)
+    assert broker.list_offsets("t", 0, "latest") == 0  # refused whole: nothing written
+    # A record bigger than batch.size but within max.message.bytes gets a batch of its own.
+    assert broker.produce("t", [Record(b"a"), Record(os.urandom(1500)), Record(b"b")], partition=0, batch_size=500) == [
+        (0, 0, 3)
+    ]
+    assert [len(RecordBatch(b).records()) for b in fetch_all_batches(broker, "t", 0)] == [1, 1, 1]
+
+
+def fetch_all_batches(b, topic, p):
+    out, off, end = [], b.list_offsets(topic, p, "earliest"), b.list_offsets(topic, p, "latest")
+    while off < end:
+        batches = b.fetch_batches(topic, p, off)
+        out += batches
+        off = RecordBatch(batches[-1]).last_offset + 1
+    return out
+
+
 def test_produce_batches_validated_like_kafka(broker):
     broker.create_topic("t", 1, config={"max.message.bytes": 2000})
     good = build_record_batch(recs(2))
@@ -243,7 +286,7 @@ def test_control_batches_take_offsets_but_are_not_data(broker):
         producer_id=1,
         producer_epoch=0,
     )
-    broker._managed_ledger("t", 0).append([marker])  # as a transaction coordinator would write it
+    broker.managed_ledger("t", 0).append([marker])  # as a transaction coordinator would write it
     broker.produce("t", recs(1, start=2), partition=0)
     assert [r.offset for r in broker.fetch("t", 0, 0)] == [0, 1, 3]
     assert broker.list_offsets("t", 0, "latest") == 4
@@ -285,7 +328,7 @@ def test_deleted_topic_files_removed_after_grace(root):
     b = Broker(root)
     b.create_topic("gone", 1, config={"file.delete.delay.ms": 0})
     b.produce("gone", recs(3), partition=0)
-    ledger_dir = os.path.join(root, b.topic_name("gone").data_dir(0))
+    ledger_dir = os.path.join(root, layout.data_dir(b.topic_name("gone"), 0))
     assert os.listdir(ledger_dir)
     b.delete_topic("gone")
     assert not os.listdir(ledger_dir)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from kop_spark import Broker, Record
+from kop_spark import Broker, Record, layout
 from kop_spark.record import build_record_batch
 
 from .conftest import read_partition
@@ -165,7 +165,7 @@ def _setup_merge(b: Broker, ledger: Ledger) -> None:
     for i in range(4):
         ledger.produce(other if i % 2 else b, "t", 0, 1)
     other.close()
-    b.fileio.create(b.topic_name("t").data_dir(0) + "/00000000deadbeef.ledger").close()
+    b.fileio.create(layout.ledger_file(layout.data_dir(b.topic_name("t"), 0), 0xDEADBEEF)).close()
 
 
 def _delete(b: Broker, ledger: Ledger, root: str) -> None:

@@ -7,8 +7,9 @@ import time
 import pytest
 
 from kop_spark import Broker, Record
+from kop_spark.spark.batch_reader import KopBatchReader
+from kop_spark.spark.micro_batch_stream import KopMicroBatchStream
 from kop_spark.spark.options import SourceOptions
-from kop_spark.spark.source import KopBatchReader, KopStreamReader
 
 from .test_spark_source import SPARK_ERRORS
 
@@ -53,7 +54,7 @@ def test_a_batch_read_planned_before_maintenance_reads_every_offset(spark, root)
 
 def test_a_micro_batch_planned_before_maintenance_reads_every_offset(spark, root):
     _small_ledgers(root, 30)
-    reader = KopStreamReader(
+    reader = KopMicroBatchStream(
         SourceOptions.parse({"kop.root": root, "subscribe": "t", "startingOffsets": "earliest"}, streaming=True)
     )
     start = reader.initialOffset()

@@ -16,7 +16,7 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, St
 
 from kop_spark import Broker, Record
 from kop_spark.record import build_record_batch
-from kop_spark.storage.managed_ledger import LedgerStager
+from kop_spark.storage.staging import LedgerStager
 
 from .conftest import PYTHON, python_subprocess_env
 
@@ -342,7 +342,7 @@ def test_maintenance_merges_small_ledgers_and_removes_orphans(root):
     for i in range(41):
         b.produce("t", [Record(value=f"v{i}".encode(), key=f"k{i % 5}".encode(), timestamp_ms=int(time.time() * 1000))])
     before = [(r.offset, r.key, r.value, r.timestamp_ms) for r in b.fetch("t", 0, 0, max_records=100)]
-    assert len(b.snapshot("t", 0).ledgers) == 21
+    assert len(b.view("t", 0).ledgers) == 21
     orphan = LedgerStager(b.fileio, "_staging/crashed-query/3/0-0/x.ledger")
     orphan.append([build_record_batch([Record(value=b"x", timestamp_ms=1)])], 0)
     fresh = LedgerStager(b.fileio, "_staging/running-query/1/0-0/y.ledger")
@@ -357,7 +357,7 @@ def test_maintenance_merges_small_ledgers_and_removes_orphans(root):
     with Broker(root) as again:
         assert [(r.offset, r.key, r.value, r.timestamp_ms) for r in again.fetch("t", 0, 0, max_records=100)] == before
         assert again.list_offsets("t", 0, 17) == 0  # timestamps still index
-        snap = again.snapshot("t", 0)
+        snap = again.view("t", 0)
         assert [(l.base_offset, l.end_offset, l.state) for l in snap.ledgers] == [(0, 40, "sealed"), (40, 41, "sealed")]
         for offset in (0, 13, 39, 40):
             assert again.fetch("t", 0, offset, max_records=1)[0].value == f"v{offset}".encode()

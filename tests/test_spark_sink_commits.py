@@ -11,8 +11,10 @@ import pytest
 from pyspark.sql.functions import udf
 
 from kop_spark import Broker, Record
-from kop_spark import broker as broker_module
-from kop_spark.spark.sink import KopBatchWriter, SinkOptions
+from kop_spark.broker import SINK_LEASE_MS
+from kop_spark.clock import ManualClock, now_ms
+from kop_spark.spark.options import SinkOptions
+from kop_spark.spark.sink import KopBatchWriter
 from kop_spark.storage.managed_ledger import ManagedLedger
 
 from .test_spark_sink import all_records, staged_files
@@ -51,7 +53,7 @@ def _crash_commit_after(root, partitions_applied):
 
 
 @pytest.mark.parametrize("change", ["more partitions", "other minPartitions", "maintenance first"])
-def test_a_commit_cut_between_partitions_is_completed_by_the_rerun(spark, root, broker, tmp_path, change, monkeypatch):
+def test_a_commit_cut_between_partitions_is_completed_by_the_rerun(spark, root, broker, tmp_path, change):
     broker.create_topic("src", partitions=2)
     broker.create_topic("dst", partitions=2)
     for p in (0, 1):  # keyless: where a record goes depends on the tasks, which the change moves
@@ -70,8 +72,8 @@ def test_a_commit_cut_between_partitions_is_completed_by_the_rerun(spark, root, 
         broker.create_partitions("dst", 4)
         q = _query(spark, root, checkpoint)
     elif change == "maintenance first":  # a driver that is gone for good: maintenance rolls the batch forward
-        monkeypatch.setattr(broker_module, "SINK_LEASE_MS", 0)
-        Broker(root).maintenance()
+        later = ManualClock(now_ms() + SINK_LEASE_MS + 1)  # the driver's lease has run out
+        Broker(root, clock=later).maintenance()
         assert _values(broker, "dst") == expected and not broker.sink_commits.pending()
         q = _query(spark, root, checkpoint)  # and the rerun, finding the batch done, adds nothing
     else:
@@ -143,6 +145,6 @@ def test_a_rerun_after_a_thousand_batch_jobs_is_not_applied_twice(spark, root, b
     )
     assert len(values) == 50 + 1100
     for p in (0, 1):  # batch jobs leave no record behind; the query keeps its own
-        ml: ManagedLedger = broker._managed_ledger("dst", p)
-        assert len(ml.snapshot() and ml.store.get(ml.key).value.get("sinks", {})) <= 1
+        ml: ManagedLedger = broker.managed_ledger("dst", p)
+        assert len(ml.view() and ml.store.get(ml.key).value.get("sinks", {})) <= 1
     assert uuid.UUID(next(iter(broker.store.list_keys("sinks"))).split("/")[1])

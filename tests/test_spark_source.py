@@ -15,8 +15,9 @@ from pyspark.sql import Row
 
 import kop_spark
 from kop_spark import Broker, CompressionType, Record
+from kop_spark.spark.batch_reader import KopBatchReader
 from kop_spark.spark.options import SourceOptions
-from kop_spark.spark.source import KopBatchReader, source_schema
+from kop_spark.spark.schema import source_schema
 
 from .conftest import PYTHON, python_subprocess_env
 
@@ -115,7 +116,7 @@ def test_spark_reads_every_offset_the_broker_assigned(spark, root, small_ledgers
             compression=rng.choice(list(CompressionType)),
         )
     b.produce("t", [Record(value=None, key=b"tombstone", timestamp_ms=now_ms())], partition=0)
-    assert len(b.snapshot("t", 0).ledgers) > 10
+    assert len(b.view("t", 0).ledgers) > 10
     actual = kop(spark, root, subscribe="t", includeHeaders="true")
     assert_df_equality(
         actual, expected_df(spark, b, "t", range(3), include_headers=True), ignore_row_order=True, ignore_nullable=True

@@ -10,7 +10,7 @@ import time
 import crc32c
 import pytest
 
-from kop_spark import Broker, Record
+from kop_spark import Broker, Record, layout
 from kop_spark.errors import InvalidRecordError, InvalidTopicError, TopicNotFoundError
 from kop_spark.record import TimestampType, build_record_batch
 from kop_spark.record.default_record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, MAX_TIMESTAMP_OFFSET
@@ -148,8 +148,8 @@ def _damage_as_an_earlier_version_did(b: Broker, topic: str) -> str:
     sealed with one entry fewer than the metadata confirms (issue #11's store)."""
     from kop_spark.storage.ledger import LedgerReader
 
-    ml = b._managed_ledger(topic, 0)
-    snap = ml.snapshot()
+    ml = b.managed_ledger(topic, 0)
+    snap = ml.view()
     ledger = snap.ledgers[-1]
     rows = LedgerReader(b.fileio, ledger.file, ledger.length, False).table().rows
     path = b.fileio.full_path(ledger.file)
@@ -218,7 +218,7 @@ def test_repair_restores_metadata_torn_by_an_earlier_version(root):
     b.create_topic("t", 1)
     b.produce("t", [Record(b"a")], 0)
     b.close()
-    key_dir = os.path.join(root, "_metadata", *b.topic_name("t").managed_ledger_key(0).split("/"))
+    key_dir = os.path.join(root, "_metadata", *layout.managed_ledger_key(b.topic_name("t"), 0).split("/"))
     newest = sorted(n for n in os.listdir(key_dir) if n.endswith(".json"))[-1]
     with open(os.path.join(key_dir, f"{int(newest[:-5]) + 1:020d}.json"), "wb") as f:
         f.write(b'{"ledgers": [{"id"')  # what a short write used to link in
@@ -245,23 +245,26 @@ def test_writers_taking_turns_do_not_pile_up_ledgers(root):
 def test_a_file_condemned_deleted_and_acquitted_before_the_cas_is_never_referred_to(root, monkeypatch):
     """Orphan removal (condemn by CAS, delete, acquit by CAS) lands between a merge writing its new
     ledger and the CAS that would swap it in: the swap must not refer to the deleted file."""
-    from kop_spark.storage.managed_ledger import ManagedLedger
+    from kop_spark.storage.log_cleaner import LogCleaner
+    from kop_spark.storage.orphans import remove_orphans
 
     b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 0})
     b.create_topic("t", 1)
     for i in range(4):
         b.produce("t", [Record(f"v{i}".encode())], 0)
-    real_swap = ManagedLedger._swap
+    real_swap = LogCleaner.swap
     removed = []
 
     def swap_after_orphan_removal(self, run, new):
         other = Broker(root)
         removed.extend(
-            other._managed_ledger("t", 0).remove_orphans(other.fileio.walk_files(other.topic_name("t").data_dir(0)), 0)
+            remove_orphans(
+                other.managed_ledger("t", 0), other.fileio.walk_files(layout.data_dir(other.topic_name("t"), 0)), 0
+            )
         )
         return real_swap(self, run, new)
 
-    monkeypatch.setattr(ManagedLedger, "_swap", swap_after_orphan_removal)
+    monkeypatch.setattr(LogCleaner, "swap", swap_after_orphan_removal)
     assert b.maintenance(target_ledger_bytes=1 << 20).ledgers_merged == 0
     monkeypatch.undo()
     assert len(removed) == 1, "the merge's new ledger was unreferenced, so removable"

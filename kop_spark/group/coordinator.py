@@ -16,11 +16,11 @@ The coordinator sits below the Broker and reaches the offsets topic through the 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import (
     CorruptRecordError,
     KopError,
@@ -29,6 +29,7 @@ from ..errors import (
     TopicAlreadyExistsError,
 )
 from ..record import Record, RecordBatch, build_record_batch
+from ..topic_name import TopicPartition
 from .offsets_topic import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -43,7 +44,6 @@ from .offsets_topic import (
     partition_for_group,
 )
 
-TopicPartition = tuple[str, int]
 _DECISION_ATTEMPTS = 100
 # Only the coordinator reads the offsets topic, and its reads find merged or compacted-away
 # ledgers' offsets again in the current metadata, so their files need little grace; a short one
@@ -64,9 +64,11 @@ NO_OFFSET = OffsetAndMetadata(-1, "", -1)
 class OffsetsLog(Protocol):
     def create_topic(self, topic: str, partitions: int | None = None, config: Mapping | None = None) -> None: ...
     def partitions_for(self, topic: str) -> int: ...
-    def produce_batches(self, topic: str, partition: int, batches, **kwargs) -> int: ...
+    def produce_batches(
+        self, topic: str, partition: int, batches: Sequence[bytes], *, expected_log_end_offset: int | None = None
+    ) -> int: ...
     def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int = ...) -> list[bytes]: ...
-    def list_offsets(self, topic: str, partition: int, spec) -> int: ...
+    def list_offsets(self, topic: str, partition: int, spec: str | int) -> int: ...
     def compact_partition(self, topic: str, partition: int) -> int | None: ...
 
 
@@ -98,10 +100,6 @@ class _Partition:
         return sum(len(g.offsets) + (g.metadata is not None) for g in self.groups.values())
 
 
-def _now() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class GroupCoordinator:
     def __init__(
         self,
@@ -113,7 +111,9 @@ class GroupCoordinator:
         metadata_max_size: int,
         check_interval_ms: int,
         compaction_threshold: int = 200,
+        clock: Clock = SYSTEM_CLOCK,
     ):
+        self._clock = clock
         self._log = log
         self.topic = topic
         self._configured_partitions = num_partitions
@@ -124,7 +124,7 @@ class GroupCoordinator:
         self.compaction_threshold = compaction_threshold
         self.stats = GroupStats()
         self._partitions: dict[int, _Partition] = {}
-        self._last_expiry_check = _now()
+        self._last_expiry_check = self._clock.now_ms()
         self._lock = threading.RLock()  # one coordinator may serve several threads
 
     # -- the offsets topic ------------------------------------------------------------------
@@ -229,7 +229,7 @@ class GroupCoordinator:
     ) -> None:
         """OffsetCommit: every offset in one entry, applied all together or not at all."""
         with self._lock:
-            now = _now()
+            now = self._clock.now_ms()
             values: dict[TopicPartition, OffsetCommitValue] = {}
             for tp, o in offsets.items():
                 offset, metadata = (o, "") if isinstance(o, int) else (o.offset, o.metadata or "")
@@ -268,7 +268,7 @@ class GroupCoordinator:
 
     def list_groups(self) -> list[str]:
         with self._lock:
-            groups = set()
+            groups: set[str] = set()
             for p in range(self.num_partitions):
                 groups.update(self._load(p).groups)
             return sorted(groups)
@@ -304,9 +304,8 @@ class GroupCoordinator:
             self._decide_and_write(p, decide)
         return present
 
-    @staticmethod
-    def _tombstones(group: str, g: _Group, partitions: Iterable[TopicPartition], whole: bool) -> list[Record]:
-        now = _now()
+    def _tombstones(self, group: str, g: _Group, partitions: Iterable[TopicPartition], whole: bool) -> list[Record]:
+        now = self._clock.now_ms()
         records = [Record(None, encode_key(OffsetCommitKey(group, t, p)), now) for t, p in sorted(partitions)]
         if whole and g.metadata is not None:
             records.append(Record(None, encode_key(GroupMetadataKey(group)), now))
@@ -318,7 +317,7 @@ class GroupCoordinator:
         """Drop offsets past retention: a whole group once ``offsetsRetentionMinutes`` have passed
         since its last commit (it has no active consumer: KIP-211's empty group), or one offset
         whose explicit expire timestamp passed. Returns the number of offsets dropped."""
-        now = _now() if now is None else now
+        now = self._clock.now_ms() if now is None else now
         dropped = [0]
 
         def decide(state: _Partition) -> list[Record]:
@@ -353,7 +352,7 @@ class GroupCoordinator:
         """The log cleaner's job, done in passing: expire on schedule, and compact a partition
         whose dirty records far outnumber its live keys, so loading it stays fast (a cold load
         replays at most a few hundred records more than the live ones)."""
-        now = _now()
+        now = self._clock.now_ms()
         if now - self._last_expiry_check >= self.check_interval_ms:
             self._last_expiry_check = now
             self.expire(now)

@@ -131,11 +131,12 @@ class _Reader:
     def int64(self) -> int:
         return struct.unpack(">q", self._take(8))[0]
 
-    def string(self, nullable: bool = False) -> str | None:
+    def string(self) -> str:
+        return self._take(self.int16()).decode("utf-8")
+
+    def nullable_string(self) -> str | None:
         n = self.int16()
-        if n == -1 and nullable:
-            return None
-        return self._take(n).decode("utf-8")
+        return None if n == -1 else self._take(n).decode("utf-8")
 
     def bytes_(self) -> bytes:
         return self._take(self.int32())
@@ -252,13 +253,13 @@ def decode_group_value(data: bytes) -> GroupMetadataValue:
         raise CorruptRecordError(f"GroupMetadataValue has unknown version {version}")
     protocol_type = r.string()
     generation = r.int32()
-    protocol = r.string(True)
-    leader = r.string(True)
+    protocol = r.nullable_string()
+    leader = r.nullable_string()
     state_ts = r.int64() if version >= 2 else -1
     members: list[MemberMetadata] = []
     for _ in range(r.int32()):
         member_id = r.string()
-        instance = r.string(True) if version >= 3 else None
+        instance = r.nullable_string() if version >= 3 else None
         client_id, client_host = r.string(), r.string()
         rebalance = r.int32() if version >= 1 else -1
         session = r.int32()

@@ -11,17 +11,15 @@ import struct
 
 from ..errors import CorruptRecordError, InvalidRecordError
 from ..partitioner import murmur2
+from .codec import BinaryColumn, Buffer, EncodedChunk, HeaderColumn, TimestampColumn
 from .default_record_batch import encode_record, seal_record_batch
 from .varint import read_varint
 
 _I32 = struct.Struct("<i").pack
 _I64 = struct.Struct("<q").pack
 
-# (validity or None, int32 offsets, data, offset of the first row)
-BinaryColumn = tuple[memoryview | None, memoryview, memoryview, int]
 
-
-def _put(data: bytearray, ends: bytearray, valid: bytearray, buf, start: int, length: int) -> None:
+def _put(data: bytearray, ends: bytearray, valid: bytearray, buf: Buffer, start: int, length: int) -> None:
     if length < 0:
         valid.append(0)
     else:
@@ -31,7 +29,7 @@ def _put(data: bytearray, ends: bytearray, valid: bytearray, buf, start: int, le
 
 
 def decode_records(
-    payload,
+    payload: Buffer,
     count: int,
     base_offset: int,
     base_ts: int,
@@ -43,24 +41,7 @@ def decode_records(
 ) -> None:
     """Append the records of an uncompressed records section whose offsets lie in ``[start, end)``
     to the builder's 16 bytearray columns (see ``ArrowRecordBuilder``)."""
-    (
-        offsets,
-        timestamps,
-        ts_types,
-        kdata,
-        kends,
-        kvalid,
-        vdata,
-        vends,
-        vvalid,
-        header_ends,
-        hkdata,
-        hkends,
-        hkvalid,
-        hvdata,
-        hvends,
-        hvvalid,
-    ) = columns
+    offsets, timestamps, ts_types, kdata, kends, kvalid, vdata, vends, vvalid, header_ends = columns[:10]
     buf = memoryview(payload)
     size = len(buf)
     header_total = (
@@ -112,30 +93,37 @@ def decode_records(
             timestamps += _I64((base_ts + fields[1] if log_append_ts is None else log_append_ts) * 1000)
             ts_types += ts_type
             if include_headers:
-                record = buf[:record_end]
-                n, pos = read_varint(record, pos)
-                if n < 0:
-                    raise CorruptRecordError(f"record at offset {offset} has a negative header count")
-                for _ in range(n):
-                    hk, pos = read_varint(record, pos)
-                    if hk < 0:
-                        raise CorruptRecordError(f"record at offset {offset} has a header with a null key")
-                    if pos + hk > record_end:
-                        raise CorruptRecordError(f"record at offset {offset} overruns its length")
-                    _put(hkdata, hkends, hkvalid, buf, pos, hk)
-                    pos += hk
-                    hv, pos = read_varint(record, pos)
-                    if pos + max(hv, 0) > record_end:
-                        raise CorruptRecordError(f"record at offset {offset} overruns its length")
-                    _put(hvdata, hvends, hvvalid, buf, pos, hv)
-                    pos += max(hv, 0)
-                header_total += n
+                header_total += _decode_headers(buf[:record_end], pos, offset, columns[10:])
                 header_ends += _I32(header_total)
-                if pos != record_end:
-                    raise CorruptRecordError(f"record at offset {offset} does not match its length")
             pos = record_end
     except IndexError:
         raise CorruptRecordError(f"record batch at offset {base_offset} ends inside a record") from None
+
+
+def _decode_headers(record: memoryview, pos: int, offset: int, columns: tuple[bytearray, ...]) -> int:
+    """Append the headers of the record ending at ``len(record)`` whose headers start at ``pos``
+    to the header key and value columns; return how many there were."""
+    hkdata, hkends, hkvalid, hvdata, hvends, hvvalid = columns
+    record_end = len(record)
+    n, pos = read_varint(record, pos)
+    if n < 0:
+        raise CorruptRecordError(f"record at offset {offset} has a negative header count")
+    for _ in range(n):
+        hk, pos = read_varint(record, pos)
+        if hk < 0:
+            raise CorruptRecordError(f"record at offset {offset} has a header with a null key")
+        if pos + hk > record_end:
+            raise CorruptRecordError(f"record at offset {offset} overruns its length")
+        _put(hkdata, hkends, hkvalid, record, pos, hk)
+        pos += hk
+        hv, pos = read_varint(record, pos)
+        if pos + max(hv, 0) > record_end:
+            raise CorruptRecordError(f"record at offset {offset} overruns its length")
+        _put(hvdata, hvends, hvvalid, record, pos, hv)
+        pos += max(hv, 0)
+    if pos != record_end:
+        raise CorruptRecordError(f"record at offset {offset} does not match its length")
+    return n
 
 
 class _Binary:
@@ -143,7 +131,7 @@ class _Binary:
 
     def __init__(self, column: BinaryColumn | None):
         self.present = column is not None
-        if self.present:
+        if column is not None:
             validity, offsets, data, self.offset = column
             self.validity = memoryview(validity).cast("B") if validity is not None else None
             self.ends = memoryview(offsets).cast("B").cast("i")
@@ -161,14 +149,14 @@ class _Binary:
 def encode_records(
     keys: BinaryColumn | None,
     values: BinaryColumn | None,
-    timestamps,
-    headers,
-    rows,
+    timestamps: TimestampColumn | None,
+    headers: HeaderColumn | None,
+    rows: Buffer | None,
     count: int,
     max_bytes: int,
     now_ms: int,
     seal: bool,
-) -> list[tuple[bytes, int, int, int]]:
+) -> list[EncodedChunk]:
     """Encode ``count`` rows as the records sections of batches, each closed after the record that
     brings it to ``max_bytes``: ``[(records, count, first timestamp, max timestamp)]``.
 
@@ -208,13 +196,15 @@ def encode_records(
             first_ts = max_ts = ts
         elif ts > max_ts:
             max_ts = ts
-        pairs = []
+        pairs: list[tuple[bytes, bytes | None]] = []
         if headers is not None:
             j = h_offset + row
             if h_validity is None or h_validity[j >> 3] >> (j & 7) & 1:
-                pairs = [(hkeys.get(h), hvalues.get(h)) for h in range(h_ends[j], h_ends[j + 1])]
-        if any(hk is None for hk, _ in pairs):
-            raise InvalidRecordError(f"row {row} has a header with a null key")
+                for h in range(h_ends[j], h_ends[j + 1]):
+                    hk = hkeys.get(h)
+                    if hk is None:
+                        raise InvalidRecordError(f"row {row} has a header with a null key")
+                    pairs.append((hk, hvalues.get(h)))
         encode_record(out, delta, ts - first_ts, key_col.get(row), value_col.get(row), pairs)
         if len(out) >= max_bytes or i == count - 1:
             n = i + 1 - start

@@ -8,16 +8,21 @@ still works. Set ``KOP_SPARK_NO_EXTENSIONS=1`` to run the reference on purpose.
 from __future__ import annotations
 
 import os
-from types import ModuleType
 
 from . import _pyrecords
+from .codec import RecordsCodec
 
-compiled: ModuleType | None = None
-if not os.environ.get("KOP_SPARK_NO_EXTENSIONS"):
+
+def _compiled() -> RecordsCodec | None:
+    if os.environ.get("KOP_SPARK_NO_EXTENSIONS"):
+        return None
     try:
-        from . import _crecords as compiled
+        from . import _crecords
     except ImportError:
-        pass
+        return None
+    return _crecords
 
-reference: ModuleType = _pyrecords
-codec: ModuleType = compiled or reference
+
+compiled: RecordsCodec | None = _compiled()
+reference: RecordsCodec = _pyrecords
+codec: RecordsCodec = compiled or reference

@@ -10,14 +10,14 @@ the Kafka source schema: binary, string, int32, int64 and ``timestamp[us, tz=UTC
 from __future__ import annotations
 
 import struct
-import time
-from types import ModuleType
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..clock import now_ms as wall_clock_ms
 from ..errors import CorruptRecordError
 from . import _speedups
+from .codec import BinaryColumn, Buffer, RecordsCodec
 from .compression import CompressionType, decompress
 from .default_record_batch import COMPRESSION_MASK, HEADER_SIZE, TIMESTAMP_TYPE_MASK, RecordBatch, seal_record_batch
 
@@ -65,7 +65,7 @@ class ArrowRecordBuilder:
     the header list ends; data, end offsets and validity of header keys, then of header values.
     """
 
-    def __init__(self, topic: str, partition: int, include_headers: bool, *, codec: ModuleType = _speedups.codec):
+    def __init__(self, topic: str, partition: int, include_headers: bool, *, codec: RecordsCodec = _speedups.codec):
         self.topic = topic
         self.partition = partition
         self.include_headers = include_headers
@@ -89,7 +89,7 @@ class ArrowRecordBuilder:
         ``[start, end)``. Control batches hold no data and add nothing."""
         if batch.is_control or base_offset + batch.last_offset_delta < start or base_offset >= end:
             return
-        payload = memoryview(batch.buffer)[HEADER_SIZE:]
+        payload: Buffer = memoryview(batch.buffer)[HEADER_SIZE:]
         compression = batch.attributes & COMPRESSION_MASK
         if compression:
             payload = decompress(compression, bytes(payload))
@@ -157,7 +157,7 @@ class ArrowRecordBuilder:
         return pa.RecordBatch.from_arrays(columns, schema=self._schema)
 
 
-def _binary_parts(array: pa.Array | None):
+def _binary_parts(array: pa.Array | None) -> BinaryColumn | None:
     """A binary or string array as the codec takes it: ``(validity, int32 offsets, data, offset)``."""
     if array is None:
         return None
@@ -179,7 +179,7 @@ def encode_arrow(
     compression: CompressionType = CompressionType.NONE,
     batch_bytes: int = 16384,
     now_ms: int | None = None,
-    codec: ModuleType = _speedups.codec,
+    codec: RecordsCodec = _speedups.codec,
 ) -> list[bytes]:
     """Encode Arrow columns as record batches, as a Kafka producer with ``batch.size`` would: a
     batch closes after the record that brings its records to ``batch_bytes``.
@@ -214,7 +214,7 @@ def encode_arrow(
             raise ValueError("row numbers must not be null")
         selected = memoryview(rows.buffers()[1])[rows.offset * 8 : (rows.offset + len(rows)) * 8]
     if now_ms is None:
-        now_ms = int(time.time() * 1000)
+        now_ms = wall_clock_ms()
     seal = compression == CompressionType.NONE  # the codec frames uncompressed batches itself
     chunks = codec.encode_records(
         _binary_parts(keys),
@@ -235,7 +235,7 @@ def encode_arrow(
     ]
 
 
-def key_partitions(keys: pa.Array, num_partitions: int, *, codec: ModuleType = _speedups.codec) -> pa.Array:
+def key_partitions(keys: pa.Array, num_partitions: int, *, codec: RecordsCodec = _speedups.codec) -> pa.Array:
     """Where Kafka's default partitioner sends each key (``toPositive(murmur2(key)) % n``), as an
     int32 array, null where the key is null."""
     parts = codec.key_partitions(len(keys), _binary_parts(keys), num_partitions)

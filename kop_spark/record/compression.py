@@ -110,7 +110,7 @@ def _snappy_decompress(data: bytes) -> bytes:
     return bytes(out)
 
 
-def _snappy_block(block) -> bytes:
+def _snappy_block(block: bytes | memoryview) -> bytes:
     # A raw snappy block starts with its uncompressed length as a varint; pyarrow needs it up front.
     size = shift = 0
     for i in range(5):

@@ -17,12 +17,13 @@ Compression (attribute bits 0-2) applies to the records section only.
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Iterable, Sequence
 
 import crc32c
 
+from ..clock import now_ms as wall_clock_ms
 from ..errors import CorruptRecordError, InvalidRecordError
+from .codec import Buffer
 from .compression import CompressionType, compress, decompress
 from .record import BatchRecord, Header, Record, TimestampType
 from .varint import read_varint, write_varint
@@ -213,7 +214,7 @@ class RecordBatch:
         )
 
 
-def _read_bytes(buf, pos: int):
+def _read_bytes(buf: Buffer, pos: int) -> tuple[bytes | None, int]:
     n, pos = read_varint(buf, pos)
     if n < 0:
         return None, pos
@@ -223,7 +224,14 @@ def _read_bytes(buf, pos: int):
     return bytes(buf[pos:end]), end
 
 
-def encode_record(out: bytearray, offset_delta: int, ts_delta: int, key, value, headers: Sequence[Header]) -> None:
+def encode_record(
+    out: bytearray,
+    offset_delta: int,
+    ts_delta: int,
+    key: Buffer | None,
+    value: Buffer | None,
+    headers: Sequence[tuple[str | bytes, Buffer | None]],
+) -> None:
     """Append one record (length-prefixed) to ``out``; header keys may be str or UTF-8 bytes."""
     body = bytearray(b"\x00")  # attributes
     write_varint(ts_delta, body)
@@ -278,7 +286,7 @@ def build_record_batch(
         ts = rec.timestamp_ms
         if ts is None:
             if now is None:
-                now = int(time.time() * 1000)
+                now = wall_clock_ms()
             ts = now
         if count == 1:
             first_ts = max_ts = ts

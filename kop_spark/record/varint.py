@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..errors import CorruptRecordError
+from .codec import Buffer
 
 
 def write_varint(value: int, out: bytearray) -> None:
@@ -14,7 +15,7 @@ def write_varint(value: int, out: bytearray) -> None:
     out.append(v)
 
 
-def read_varint(buf, pos: int) -> tuple[int, int]:
+def read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
     """Decode the ZigZag varint at ``buf[pos]``; return ``(value, position after it)``."""
     result = shift = 0
     try:

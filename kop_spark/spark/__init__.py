@@ -1,5 +1,6 @@
 """The Spark layer: ``format("kop")`` as a PySpark Python data source."""
 
-from .source import KopDataSource, register, source_schema
+from .data_source import KopDataSource, register
+from .schema import source_schema
 
 __all__ = ["KopDataSource", "register", "source_schema"]

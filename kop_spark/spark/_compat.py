@@ -16,26 +16,26 @@ try:
     )
 except ImportError:  # PySpark < 4.2
 
-    class ReadLimit:  # type: ignore[no-redef]
+    class ReadLimit:  # type: ignore[no-redef]  # a stand-in where PySpark has none
         pass
 
     @dataclass
-    class ReadAllAvailable(ReadLimit):  # type: ignore[no-redef]
+    class ReadAllAvailable(ReadLimit):  # type: ignore[no-redef]  # a stand-in where PySpark has none
         pass
 
     @dataclass
-    class ReadMinRows(ReadLimit):  # type: ignore[no-redef]
+    class ReadMinRows(ReadLimit):  # type: ignore[no-redef]  # a stand-in where PySpark has none
         min_rows: int
 
     @dataclass
-    class ReadMaxRows(ReadLimit):  # type: ignore[no-redef]
+    class ReadMaxRows(ReadLimit):  # type: ignore[no-redef]  # a stand-in where PySpark has none
         max_rows: int
 
     @dataclass
-    class ReadMaxBytes(ReadLimit):  # type: ignore[no-redef]
+    class ReadMaxBytes(ReadLimit):  # type: ignore[no-redef]  # a stand-in where PySpark has none
         max_bytes: int
 
-    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]  # a stand-in where PySpark has none
         pass
 
 

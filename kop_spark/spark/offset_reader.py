@@ -1,6 +1,8 @@
 """The driver's view of the store for a ``kop`` read: which topic partitions the subscription
-covers now, their offsets, offsets for timestamps and consumer groups, and read plans.
-Spark's Kafka connector calls this part the offset reader; here it is a thin layer over the Broker."""
+covers now, their offsets, offsets for timestamps and consumer groups, the offset ranges of a
+batch (reporting data loss as Spark's Kafka source does) and the input partitions planned from
+them. Spark's Kafka connector calls this part the offset reader; here it is a thin layer over
+the Broker."""
 
 from __future__ import annotations
 
@@ -8,8 +10,9 @@ import re
 
 from ..broker import Broker
 from ..errors import ConfigError, PartitionNotFoundError, TopicNotFoundError, UnknownTopicOrPartitionError
-from ..storage.managed_ledger import Snapshot
-from .offset_range import OffsetRange
+from ..storage.read_plan import PartitionView
+from ..topic_name import TopicPartition, partition_label
+from .offset_range import OffsetRange, split_ranges
 from .options import (
     EARLIEST_OFFSET,
     LATEST_OFFSET,
@@ -22,13 +25,10 @@ from .options import (
     SourceOptions,
     SpecificOffsets,
     SpecificTimestamps,
-    TopicPartition,
 )
 from .partition_reader import KopInputPartition, report_data_loss
 
-
-def tp_name(tp: TopicPartition) -> str:
-    return f"{tp[0]}-{tp[1]}"
+Views = dict[TopicPartition, PartitionView]
 
 
 class KopOffsetReader:
@@ -56,7 +56,7 @@ class KopOffsetReader:
             topics = [t for t in self.broker.list_topics() if pattern.fullmatch(t)]
         else:
             topics = list(sub.topics)
-        out = []
+        out: list[TopicPartition] = []
         for topic in sorted(set(topics)):
             try:
                 out.extend((topic, p) for p in range(self.broker.partitions_for(topic)))
@@ -64,56 +64,57 @@ class KopOffsetReader:
                 continue
         return out
 
-    def snapshots(self, partitions: list[TopicPartition]) -> dict[TopicPartition, Snapshot]:
-        """Snapshots of the partitions that exist; missing ones (deleted topics) are left out."""
+    def views(self, partitions: list[TopicPartition]) -> Views:
+        """Views of the partitions that exist; missing ones (deleted topics) are left out."""
         out = {}
         for tp in partitions:
             try:
-                out[tp] = self.broker.snapshot(*tp)
+                out[tp] = self.broker.view(*tp)
             except UnknownTopicOrPartitionError:
                 continue
         return out
 
-    def current(self) -> dict[TopicPartition, Snapshot]:
-        """Snapshots of the partitions the subscription covers now."""
-        return self.snapshots(self.topic_partitions())
+    def current(self) -> Views:
+        """Views of the partitions the subscription covers now."""
+        return self.views(self.topic_partitions())
 
-    def starting(self) -> dict[TopicPartition, Snapshot]:
+    def starting(self) -> Views:
         """``current()`` for a read that starts now: with ``assign``, every assigned partition must exist."""
-        snapshots = self.current()
+        views = self.current()
         for tp in self.options.subscription.assigned:
-            if tp not in snapshots:
-                self.broker.snapshot(*tp)  # raises TopicNotFoundError / PartitionNotFoundError naming it
-                raise PartitionNotFoundError(f"assigned partition {tp_name(tp)} does not exist")
-        return snapshots
+            if tp not in views:
+                self.broker.view(*tp)  # raises TopicNotFoundError / PartitionNotFoundError naming it
+                raise PartitionNotFoundError(f"assigned partition {partition_label(tp)} does not exist")
+        return views
 
     def latest(self) -> PartitionOffsets:
-        return {tp: s.next_offset for tp, s in self.current().items()}
+        return {tp: s.log_end_offset for tp, s in self.current().items()}
 
     # -- resolving startingOffsets / endingOffsets ------------------------------------------
 
-    def resolve(self, limit: OffsetLimit, snapshots: dict[TopicPartition, Snapshot], option: str) -> PartitionOffsets:
-        """Concrete offsets of ``limit`` for the partitions in ``snapshots``."""
-        earliest = {tp: s.log_start_offset for tp, s in snapshots.items()}
-        latest = {tp: s.next_offset for tp, s in snapshots.items()}
+    def resolve(self, limit: OffsetLimit, views: Views, option: str) -> PartitionOffsets:
+        """Concrete offsets of ``limit`` for the partitions in ``views``."""
+        earliest = {tp: s.log_start_offset for tp, s in views.items()}
+        latest = {tp: s.log_end_offset for tp, s in views.items()}
         if isinstance(limit, Earliest):
             return earliest
         if isinstance(limit, Latest):
             return latest
         if isinstance(limit, GroupOffsets):
+            assert self.options.group_id is not None  # SourceOptions.parse requires one for 'group'
             committed = self.broker.fetch_offsets(self.options.group_id)
             out = {}
-            for tp in snapshots:
+            for tp in views:
                 c = committed.get(tp)
                 out[tp] = earliest[tp] if c is None else self._in_range(c.offset, tp, earliest, latest, None)
             return out
         if isinstance(limit, SpecificOffsets):
             specified = set(limit.offsets)
-            if specified != set(snapshots):
+            if specified != set(views):
                 raise ConfigError(
                     f"If {option} contains specific offsets, you must specify all TopicPartitions.\n"
                     f"Use -1 for latest, -2 for earliest.\n"
-                    f"Specified: {sorted(tp_name(tp) for tp in specified)} Assigned: {sorted(tp_name(tp) for tp in snapshots)}"
+                    f"Specified: {sorted(partition_label(tp) for tp in specified)} Assigned: {sorted(partition_label(tp) for tp in views)}"
                 )
             out = {}
             for tp, off in limit.offsets.items():
@@ -125,13 +126,13 @@ class KopOffsetReader:
                     out[tp] = self._in_range(off, tp, earliest, latest, option)
             return out
         if isinstance(limit, GlobalTimestamp):
-            timestamps = dict.fromkeys(snapshots, limit.timestamp)
+            timestamps = dict.fromkeys(views, limit.timestamp)
         else:
             assert isinstance(limit, SpecificTimestamps)
-            if set(limit.timestamps) != set(snapshots):
+            if set(limit.timestamps) != set(views):
                 raise ConfigError(
                     f"If {option} contains specific timestamps, you must specify all TopicPartitions.\n"
-                    f"Specified: {sorted(tp_name(tp) for tp in limit.timestamps)} Assigned: {sorted(tp_name(tp) for tp in snapshots)}"
+                    f"Specified: {sorted(partition_label(tp) for tp in limit.timestamps)} Assigned: {sorted(partition_label(tp) for tp in views)}"
                 )
             timestamps = limit.timestamps
         out = {}
@@ -140,7 +141,7 @@ class KopOffsetReader:
             if off < 0:
                 if not limit.no_match_latest:
                     raise ConfigError(
-                        f"No offset matched from request of topic-partition {tp_name(tp)} and timestamp {ts} "
+                        f"No offset matched from request of topic-partition {partition_label(tp)} and timestamp {ts} "
                         f"(option '{option}'); set startingOffsetsByTimestampStrategy=latest to start at the latest offset instead"
                     )
                 off = latest[tp]
@@ -157,14 +158,14 @@ class KopOffsetReader:
         if off > latest[tp]:
             if option:
                 raise ConfigError(
-                    f"{what}: offset {off} for {tp_name(tp)} is past the latest offset {latest[tp]}; "
+                    f"{what}: offset {off} for {partition_label(tp)} is past the latest offset {latest[tp]}; "
                     f"valid offsets are {earliest[tp]} to {latest[tp]}, or -2 (earliest) and -1 (latest)"
                 )
-            self.report_data_loss(f"{what} for {tp_name(tp)} was {off} but the latest offset is {latest[tp]}")
+            self.report_data_loss(f"{what} for {partition_label(tp)} was {off} but the latest offset is {latest[tp]}")
             return latest[tp]
         if off < earliest[tp]:
             self.report_data_loss(
-                f"{what} for {tp_name(tp)} was {off} but the earliest available offset is "
+                f"{what} for {partition_label(tp)} was {off} but the earliest available offset is "
                 f"{earliest[tp]}: offsets {off} to {earliest[tp] - 1} were removed by retention"
             )
             return earliest[tp]
@@ -172,7 +173,55 @@ class KopOffsetReader:
 
     # -- planning ----------------------------------------------------------------------------
 
-    def plan(self, ranges: list[OffsetRange], snapshots: dict[TopicPartition, Snapshot]) -> list[KopInputPartition]:
+    def batch_ranges(self, start: PartitionOffsets, end: PartitionOffsets) -> list[OffsetRange]:
+        """The tasks of a batch read of ``[start, end)`` per partition."""
+        ranges = []
+        for tp in sorted(start):
+            if start[tp] > end[tp]:
+                raise ConfigError(
+                    f"Beginning offset {start[tp]} is after the ending offset {end[tp]} for topic {tp[0]} "
+                    f"partition {tp[1]}. You either provided an invalid fromOffset, or the topic has been damaged"
+                )
+            ranges.append(OffsetRange(tp[0], tp[1], start[tp], end[tp]))
+        return split_ranges(ranges, self.options.min_partitions, self.options.max_records_per_partition)
+
+    def stream_ranges(self, begin: PartitionOffsets, until: PartitionOffsets, views: Views) -> list[OffsetRange]:
+        """The tasks of a micro-batch ``[begin, until)``, as Spark's Kafka source plans them:
+        partitions that went away, that appeared past offset 0, that moved backwards or lost
+        offsets to retention are data loss (fail or warn, per ``failOnDataLoss``)."""
+        gone = sorted((set(begin) - set(until)) | (set(until) - set(views)))
+        if gone:
+            self.report_data_loss(
+                f"{', '.join(partition_label(tp) for tp in gone)} are gone. Some data may have been missed"
+            )
+        ranges = []
+        for tp in sorted(views):
+            view = views[tp]
+            if tp in begin:
+                lo = begin[tp]
+            else:
+                lo = view.log_start_offset
+                if lo != 0:
+                    self.report_data_loss(
+                        f"Added partition {partition_label(tp)} starts from {lo} instead of 0. Some data may have been missed"
+                    )
+            hi = until[tp]
+            if hi < lo:
+                self.report_data_loss(
+                    f"Partition {partition_label(tp)}'s offset was changed from {lo} to {hi}, some data may have been missed"
+                )
+                continue
+            if lo < view.log_start_offset:
+                trimmed_to = min(view.log_start_offset, hi)
+                self.report_data_loss(
+                    f"Cannot fetch offsets {lo} to {trimmed_to - 1} of {partition_label(tp)}: the earliest available "
+                    f"offset is now {view.log_start_offset}"
+                )
+                lo = trimmed_to
+            ranges.append(OffsetRange(tp[0], tp[1], lo, hi))
+        return split_ranges(ranges, self.options.min_partitions, self.options.max_records_per_partition)
+
+    def plan(self, ranges: list[OffsetRange], views: Views) -> list[KopInputPartition]:
         o = self.options
         return [
             KopInputPartition(
@@ -181,7 +230,7 @@ class KopOffsetReader:
                 partition=r.partition,
                 start=r.start,
                 end=r.end,
-                ledgers=tuple(snapshots[(r.topic, r.partition)].slices(r.start, r.end)),
+                ledgers=tuple(views[(r.topic, r.partition)].slices(r.start, r.end)),
                 include_headers=o.include_headers,
                 fail_on_data_loss=o.fail_on_data_loss,
                 conf=tuple(sorted((k, str(v)) for k, v in o.conf.items())),
@@ -189,22 +238,11 @@ class KopOffsetReader:
             for r in ranges
         ]
 
-    def estimated_bytes(self, snapshot: Snapshot, start: int, end: int) -> int:
-        """Bytes of ``[start, end)``, prorated within each ledger (for ``maxBytesPerTrigger``)."""
-        total = 0
-        for ledger in snapshot.ledgers[max(snapshot.ledger_for_offset(start), 0) :]:
-            if ledger.base_offset >= end:
-                break
-            lo, hi = max(start, ledger.base_offset), min(end, ledger.end_offset)
-            if hi > lo and ledger.records:
-                total += ledger.length * (hi - lo) // ledger.records
-        return total
-
     # -- consumer groups ---------------------------------------------------------------------
 
-    def commit(self, group: str, offsets: PartitionOffsets, live: dict[TopicPartition, Snapshot] | None = None) -> None:
+    def commit(self, group: str, offsets: PartitionOffsets, live: Views | None = None) -> None:
         """Commit ``offsets`` of the partitions that still exist (``live``, else looked up)."""
-        live = self.snapshots(list(offsets)) if live is None else live
+        live = self.views(list(offsets)) if live is None else live
         kept = {tp: off for tp, off in offsets.items() if tp in live}
         if kept:
             self.broker.commit_offsets(group, kept)

@@ -1,7 +1,8 @@
-"""The options of ``format("kop")`` reads: Kafka source names, meanings, defaults and precedence.
+"""The options of ``format("kop")``, read and write: Kafka source and sink names, meanings,
+defaults and precedence, over one case-insensitive map (Spark's ``CaseInsensitiveMap``).
 
 Parsing happens once on the driver; every malformed value is a ``ConfigError`` naming its option.
-Options Spark's Kafka source refuses are refused here with the same explanation.
+Options Spark's Kafka connector refuses are refused here with the same explanation.
 """
 
 from __future__ import annotations
@@ -9,13 +10,14 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from ..config import SETTINGS, Config
 from ..errors import ConfigError
+from ..record import CompressionType
+from ..topic_name import TopicPartition
 
-TopicPartition = tuple[str, int]
 PartitionOffsets = dict[TopicPartition, int]
 
 EARLIEST_OFFSET = -2  # in startingOffsets / endingOffsets JSON, as in Spark's Kafka source
@@ -52,6 +54,54 @@ _STREAM_ONLY_ENDINGS = {
 }
 _DURATION = re.compile(r"(-?[0-9]+)\s*(us|ms|s|m|min|h|d)?")
 _DURATION_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class OptionMap(Mapping[str, str]):
+    """Options as Spark passes them, looked up by name whatever its case; typed readers name the
+    option in their errors."""
+
+    def __init__(self, options: Mapping[str, object]):
+        self._options = {k.lower(): str(v) for k, v in options.items()}
+
+    def __getitem__(self, name: str) -> str:
+        return self._options[name.lower()]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._options
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._options)
+
+    def __len__(self) -> int:
+        return len(self._options)
+
+    def boolean(self, name: str, default: bool) -> bool:
+        text = self.get(name)
+        if text is None:
+            return default
+        word = text.strip().lower()
+        if word not in ("true", "false"):
+            raise ConfigError(f"option '{name}': expected 'true' or 'false', got {text!r}")
+        return word == "true"
+
+    def positive(self, name: str) -> int | None:
+        text = self.get(name)
+        if text is None:
+            return None
+        try:
+            value = int(text.strip())
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise ConfigError(f"Invalid value '{text}' for option '{name}', must be a positive integer")
+        return value
+
+    def duration_ms(self, name: str, default: str) -> int:
+        text = self.get(name, default).strip().lower()
+        m = _DURATION.fullmatch(text)
+        if m is None or int(m.group(1)) < 0:
+            raise ConfigError(f"option '{name}': expected a duration such as '15m', '30s' or '500ms', got {text!r}")
+        return int(int(m.group(1)) * _DURATION_MS[m.group(2)])
 
 
 @dataclass(frozen=True)
@@ -121,7 +171,7 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
-        opts = {k.lower(): str(v) for k, v in options.items()}
+        opts = OptionMap(options)
         for name in opts:
             if name.startswith("kafka.") and name[6:] in _UNSUPPORTED_KAFKA:
                 raise ConfigError(_UNSUPPORTED_KAFKA[name[6:]])
@@ -153,19 +203,19 @@ class SourceOptions:
             subscription=_subscription(opts),
             starting=starting,
             ending=ending,
-            fail_on_data_loss=bool_option(opts, "failOnDataLoss", True),
-            include_headers=bool_option(opts, "includeHeaders", False),
+            fail_on_data_loss=opts.boolean("failOnDataLoss", True),
+            include_headers=opts.boolean("includeHeaders", False),
             group_id=group_id,
-            max_offsets_per_trigger=positive_option(opts, "maxOffsetsPerTrigger"),
-            min_offsets_per_trigger=positive_option(opts, "minOffsetsPerTrigger"),
-            max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", "15m"),
-            max_bytes_per_trigger=positive_option(opts, "maxBytesPerTrigger"),
-            min_partitions=positive_option(opts, "minPartitions"),
-            max_records_per_partition=positive_option(opts, "maxRecordsPerPartition"),
+            max_offsets_per_trigger=opts.positive("maxOffsetsPerTrigger"),
+            min_offsets_per_trigger=opts.positive("minOffsetsPerTrigger"),
+            max_trigger_delay_ms=opts.duration_ms("maxTriggerDelay", "15m"),
+            max_bytes_per_trigger=opts.positive("maxBytesPerTrigger"),
+            min_partitions=opts.positive("minPartitions"),
+            max_records_per_partition=opts.positive("maxRecordsPerPartition"),
         )
 
 
-def store_options(opts: dict[str, str]) -> tuple[str, dict[str, str]]:
+def store_options(opts: OptionMap) -> tuple[str, dict[str, str]]:
     """The store root (``kop.root``, else ``path``, else conf/kop.conf's storageRoot) and the
     ``kop.<setting>`` overrides of conf/kop.conf."""
     conf = {k[4:]: v for k, v in opts.items() if k.startswith("kop.") and k != "kop.root"}
@@ -185,7 +235,7 @@ def store_options(opts: dict[str, str]) -> tuple[str, dict[str, str]]:
     return root, overrides
 
 
-def _group_id(opts: dict[str, str]) -> str | None:
+def _group_id(opts: OptionMap) -> str | None:
     named = {opts[k] for k in ("group.id", "kafka.group.id") if k in opts}
     if len(named) > 1:
         raise ConfigError(f"options 'group.id' and 'kafka.group.id' name different groups: {sorted(named)}")
@@ -195,7 +245,7 @@ def _group_id(opts: dict[str, str]) -> str | None:
     return group
 
 
-def _subscription(opts: dict[str, str]) -> Subscription:
+def _subscription(opts: OptionMap) -> Subscription:
     given = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
     if not given:
         raise ConfigError(
@@ -228,7 +278,7 @@ def _subscription(opts: dict[str, str]) -> Subscription:
     return Subscription(assigned=tuple(sorted(set(assigned))))
 
 
-def _offset_limit(opts: dict[str, str], global_ts: str, by_ts: str, offsets: str, default: OffsetLimit) -> OffsetLimit:
+def _offset_limit(opts: OptionMap, global_ts: str, by_ts: str, offsets: str, default: OffsetLimit) -> OffsetLimit:
     # Precedence as in Spark: a global timestamp, then per-partition timestamps, then offsets.
     strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
@@ -245,10 +295,10 @@ def _offset_limit(opts: dict[str, str], global_ts: str, by_ts: str, offsets: str
     if by_ts.lower() in opts:
         example = '{"topicA": {"0": 1700000000000, "1": 1700000000000}}'
         return SpecificTimestamps(_json_partition_values(opts[by_ts.lower()], by_ts, example), latest_if_none)
-    text = opts.get(offsets.lower())
-    if text is None:
+    given = opts.get(offsets.lower())
+    if given is None:
         return default
-    text = text.strip()
+    text = given.strip()
     word = text.lower()
     if word == "earliest":
         return Earliest()
@@ -313,32 +363,32 @@ def _json_assign(text: str) -> list[TopicPartition]:
         raise ConfigError(f'option \'assign\': expected e.g. {{"topicA":[0,1],"topicB":[0,1]}}, got {text}') from None
 
 
-def bool_option(opts: dict[str, str], name: str, default: bool) -> bool:
-    text = opts.get(name.lower())
-    if text is None:
-        return default
-    word = text.strip().lower()
-    if word not in ("true", "false"):
-        raise ConfigError(f"option '{name}': expected 'true' or 'false', got {text!r}")
-    return word == "true"
+@dataclass(frozen=True)
+class SinkOptions:
+    """The options of ``format("kop")`` writes (Spark's Kafka sink names; ``kafka.`` prefixes accepted)."""
 
+    root: str
+    conf: dict[str, str]
+    topic: str | None
+    compression: CompressionType
+    batch_size: int
+    auto_create: bool
+    num_partitions: int | None
 
-def positive_option(opts: dict[str, str], name: str) -> int | None:
-    text = opts.get(name.lower())
-    if text is None:
-        return None
-    try:
-        value = int(text.strip())
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ConfigError(f"Invalid value '{text}' for option '{name}', must be a positive integer")
-    return value
-
-
-def _duration_ms(opts: dict[str, str], name: str, default: str) -> int:
-    text = opts.get(name.lower(), default).strip().lower()
-    m = _DURATION.fullmatch(text)
-    if m is None or int(m.group(1)) < 0:
-        raise ConfigError(f"option '{name}': expected a duration such as '15m', '30s' or '500ms', got {text!r}")
-    return int(int(m.group(1)) * _DURATION_MS[m.group(2)])
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        opts = OptionMap(options)
+        root, conf = store_options(opts)
+        codec_name = opts.get("compression.type", opts.get("kafka.compression.type", "none"))
+        try:
+            codec = CompressionType.from_name(codec_name.strip().lower())
+        except (ValueError, KeyError, ConfigError):
+            raise ConfigError(
+                f"option 'compression.type': expected none, gzip, snappy, lz4 or zstd, got {codec_name!r}"
+            ) from None
+        batch_size = opts.positive("batch.size") or opts.positive("kafka.batch.size") or 16384
+        topic = opts.get("topic")
+        if topic is not None and not topic.strip():
+            raise ConfigError("option 'topic' is empty")
+        auto_create = opts.boolean("auto.create.topics.enable", False)
+        return cls(root, conf, topic, codec, batch_size, auto_create, opts.positive("num.partitions"))

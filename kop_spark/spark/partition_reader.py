@@ -17,8 +17,7 @@ from pyspark.sql.datasource import InputPartition
 from ..errors import DataLossError, FileMissingError, UnknownTopicOrPartitionError
 from ..record import RecordBatch
 from ..record.arrow import ArrowRecordBuilder
-from ..storage.fileio import FileIO
-from ..storage.managed_ledger import LedgerSlice, read_slice
+from ..storage.read_plan import LedgerSlice, SliceReader
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +60,12 @@ class KopInputPartition(InputPartition):
 _REPLANS = 5
 
 
+def read_input_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if not isinstance(partition, KopInputPartition):
+        return iter(())  # Spark's stand-in partition when there is nothing to read
+    return read_partition(partition)
+
+
 def read_partition(p: KopInputPartition) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``[p.start, p.end)`` as Arrow batches in Spark's Kafka source schema.
 
@@ -68,7 +73,7 @@ def read_partition(p: KopInputPartition) -> Iterator[pa.RecordBatch]:
     rolled into another by maintenance, or dropped by retention), the offsets still to read are
     looked up again in the current metadata, as Spark's Kafka source reads by offset. Only
     offsets below the log start now are data loss."""
-    fileio = FileIO(p.root)
+    files = SliceReader(p.root)
     builder = ArrowRecordBuilder(p.topic, p.partition, p.include_headers)
     position, ledgers = p.start, p.ledgers
     for attempt in range(_REPLANS + 1):
@@ -77,7 +82,7 @@ def read_partition(p: KopInputPartition) -> Iterator[pa.RecordBatch]:
                 start, end = max(position, ledger.base_offset), min(p.end, ledger.end_offset)
                 if start >= end:
                     continue
-                for entry in read_slice(fileio, ledger, start, end):
+                for entry in files.read(ledger, start, end):
                     builder.add(RecordBatch(entry.entry.batch), entry.base_offset, start, end)
                     position = max(position, entry.base_offset + entry.entry.offset_span)
                     if len(builder) >= _FLUSH_RECORDS or builder.size_in_bytes >= _FLUSH_BYTES:
@@ -98,7 +103,7 @@ def _replan(p: KopInputPartition, position: int) -> tuple[int, tuple[LedgerSlice
 
     with Broker(p.root, dict(p.conf)) as broker:
         try:
-            snap = broker.snapshot(p.topic, p.partition)
+            view = broker.view(p.topic, p.partition)
         except UnknownTopicOrPartitionError:
             report_data_loss(
                 f"Cannot read offsets {position} to {p.end - 1} of {p.topic}-{p.partition}: the topic "
@@ -106,12 +111,12 @@ def _replan(p: KopInputPartition, position: int) -> tuple[int, tuple[LedgerSlice
                 p.fail_on_data_loss,
             )
             return p.end, ()
-    if position < snap.log_start_offset:
-        resume = min(snap.log_start_offset, p.end)
+    if position < view.log_start_offset:
+        resume = min(view.log_start_offset, p.end)
         report_data_loss(
             f"Cannot read offsets {position} to {resume - 1} of {p.topic}-{p.partition}: retention removed "
-            f"them after the batch was planned (the log now starts at {snap.log_start_offset})",
+            f"them after the batch was planned (the log now starts at {view.log_start_offset})",
             p.fail_on_data_loss,
         )
         position = resume
-    return position, tuple(snap.slices(position, p.end))
+    return position, tuple(view.slices(position, p.end))

@@ -3,7 +3,7 @@
 Each task attempt stages one ledger per partition it writes to, under ``_staging/`` where no reader
 looks, and beats its heart there while it runs, so maintenance leaves a live job's output alone.
 The driver's commit records the whole batch in one CAS and then appends it partition by partition
-(``kop_spark.sink_commit``): a batch Spark runs again after a crash completes what was recorded,
+(``kop_spark.broker.sink_commits``): a batch Spark runs again after a crash completes what was recorded,
 and its own output is dropped, whatever its routing. Records land in partitions as a Kafka
 producer puts them (the partition column, else murmur2 of the key, else round robin from the
 task's partition id).
@@ -15,7 +15,7 @@ import logging
 import threading
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -26,109 +26,22 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    DataType,
-    IntegerType,
-    StringType,
-    StructType,
-    TimestampNTZType,
-    TimestampType,
-)
+from pyspark.sql.types import StructType
 
-from ..broker import SINK_HEARTBEAT_MS, STAGING_DIR, Broker, StagedPartition
+from ..broker import SINK_HEARTBEAT_MS, Broker, StagedLedger, StagedPartition
 from ..errors import (
-    ConfigError,
     InvalidRecordError,
     PartitionNotFoundError,
     TopicAlreadyExistsError,
     TopicNotFoundError,
 )
-from ..record import CompressionType
 from ..record.arrow import encode_arrow, key_partitions
-from ..storage.managed_ledger import StagedLedger
-from .options import bool_option, positive_option, store_options
+from .options import SinkOptions
+from .schema import check_sink_schema
 
 log = logging.getLogger(__name__)
 
-_HEADERS_TYPE = "array<struct<key:string,value:binary>>"
 _COLUMNS = ("key", "value", "topic", "partition", "timestamp", "headers")
-
-
-@dataclass(frozen=True)
-class SinkOptions:
-    root: str
-    conf: dict[str, str]
-    topic: str | None
-    compression: CompressionType
-    batch_size: int
-    auto_create: bool
-    num_partitions: int | None
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
-        opts = {k.lower(): str(v) for k, v in options.items()}
-        root, conf = store_options(opts)
-        codec_name = opts.get("compression.type", opts.get("kafka.compression.type", "none"))
-        try:
-            codec = CompressionType.from_name(codec_name.strip().lower())
-        except (ValueError, KeyError, ConfigError):
-            raise ConfigError(
-                f"option 'compression.type': expected none, gzip, snappy, lz4 or zstd, got {codec_name!r}"
-            ) from None
-        batch_size = positive_option(opts, "batch.size") or positive_option(opts, "kafka.batch.size") or 16384
-        topic = opts.get("topic")
-        if topic is not None and not topic.strip():
-            raise ConfigError("option 'topic' is empty")
-        return cls(
-            root,
-            conf,
-            topic,
-            codec,
-            batch_size,
-            bool_option(opts, "auto.create.topics.enable", False),
-            positive_option(opts, "num.partitions"),
-        )
-
-
-def check_schema(schema: StructType, topic_option: str | None) -> None:
-    """Refuse a DataFrame the Kafka sink would refuse, with its messages, before anything is written."""
-    fields = {f.name.lower(): f.dataType for f in schema.fields}
-
-    def check(name: str, allowed: tuple[type, ...], expected: str) -> None:
-        t = fields.get(name)
-        if t is not None and not isinstance(t, allowed):
-            raise ConfigError(f"{name} attribute type must be {expected}, not {t.simpleString()}")
-
-    if "value" not in fields:
-        raise ConfigError("Required attribute 'value' not found")
-    check("value", (StringType, BinaryType), "a string or binary")
-    check("key", (StringType, BinaryType), "a string or binary")
-    if topic_option is None:
-        if "topic" not in fields:
-            raise ConfigError(
-                "topic option required when no 'topic' attribute is present. Use the topic option for setting a topic."
-            )
-        check("topic", (StringType,), "a string")
-    check("partition", (IntegerType,), "an int")
-    check("timestamp", (TimestampType, TimestampNTZType), "a timestamp")
-    headers = fields.get("headers")
-    if headers is not None and not _is_headers_type(headers):
-        raise ConfigError(f"headers attribute type must be an {_HEADERS_TYPE}, not {headers.simpleString()}")
-
-
-def _is_headers_type(t: DataType) -> bool:
-    if not isinstance(t, ArrayType) or not isinstance(t.elementType, StructType):
-        return False
-    fields = t.elementType.fields
-    return (
-        len(fields) == 2
-        and fields[0].name == "key"
-        and isinstance(fields[0].dataType, StringType)
-        and fields[1].name == "value"
-        and isinstance(fields[1].dataType, BinaryType)
-    )
 
 
 @dataclass(frozen=True)
@@ -150,10 +63,6 @@ def _int(value: int, type_: pa.DataType = _INT64) -> pa.Scalar:
     return pa.scalar(value, type_)
 
 
-def staging_dir(writer: str, batch_id: int) -> str:
-    return f"{STAGING_DIR}/{writer}/{batch_id}"
-
-
 class _TaskOutput:
     """One task attempt's records, encoded column-wise and staged per target partition."""
 
@@ -164,9 +73,10 @@ class _TaskOutput:
         self.options = options
         self.writer = writer
         self.batch_id = batch_id
-        self._dir = f"{staging_dir(writer, batch_id)}/{self.task}-{attempt}-{uuid.uuid4().hex[:8]}"
         self._broker = Broker(options.root, options.conf)
-        self._heartbeat = _Heartbeat(self._broker, f"{self._dir}/.alive")
+        self._sinks = self._broker.sink_commits
+        self._dir = self._sinks.task_dir(writer, batch_id, f"{self.task}-{attempt}-{uuid.uuid4().hex[:8]}")
+        self._heartbeat = _Heartbeat(lambda: self._sinks.heartbeat(self._dir))
         self._partitions: dict[str, int] = {}
         self._staged: dict[tuple[str, int], StagedPartition] = {}
         self._round_robin = self.task
@@ -232,7 +142,7 @@ class _TaskOutput:
     def _stage(self, topic: str, partition: int, columns: dict[str, pa.Array], rows: pa.Array | None) -> None:
         staged = self._staged.get((topic, partition))
         if staged is None:
-            path = f"{self._dir}/{uuid.uuid4().hex}.ledger"
+            path = self._sinks.staged_path(self._dir)
             staged = self._staged[(topic, partition)] = self._broker.stage(topic, partition, path)
         staged.append(
             encode_arrow(
@@ -256,7 +166,7 @@ class _TaskOutput:
         self._heartbeat.stop()
         for s in self._staged.values():
             s.discard()
-        self._broker.fileio.delete_tree(self._dir)
+        self._sinks.discard_task(self._dir)
         self._broker.close()
 
 
@@ -264,14 +174,13 @@ class _Heartbeat:
     """While a task writes, its staging directory says it is alive (``kop maintenance`` leaves the
     output of a job alone until none of its tasks has beaten its heart for ``SINK_LEASE_MS``)."""
 
-    def __init__(self, broker: Broker, path: str):
+    def __init__(self, beat: Callable[[], None]):
         self._stop = threading.Event()
-        beat = lambda: broker.fileio.touch(path)  # noqa: E731 - a one-line action for the thread
         beat()
         self._thread = threading.Thread(target=self._run, args=(beat,), daemon=True, name="kop-sink-heartbeat")
         self._thread.start()
 
-    def _run(self, beat) -> None:
+    def _run(self, beat: Callable[[], None]) -> None:
         while not self._stop.wait(SINK_HEARTBEAT_MS / 1000):
             try:
                 beat()
@@ -362,8 +271,8 @@ class KopStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         ctx = TaskContext.get()
-        query = ctx.getLocalProperty("sql.streaming.queryId")
-        batch = ctx.getLocalProperty("streaming.sql.batchId")
+        query = ctx.getLocalProperty("sql.streaming.queryId") if ctx else None
+        batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
         if not query or batch is None:
             raise RuntimeError("kop stream writer: the task carries no streaming query id or batch id")
         return _write(self.options, query, int(batch), iterator)
@@ -379,11 +288,11 @@ def prepare(options: Mapping[str, str], schema: StructType) -> SinkOptions:
     """Parse the options and check the DataFrame on the driver; create the ``topic`` option's topic
     when auto-creation is on, or refuse a missing one before any task runs."""
     sink = SinkOptions.parse(options)
-    check_schema(schema, sink.topic)
+    check_sink_schema(schema, sink.topic)
     if sink.topic is not None:
         with Broker(sink.root, sink.conf) as broker:
             _ensure_topic(broker, sink.topic, sink)
     return sink
 
 
-__all__ = ["KopBatchWriter", "KopStreamWriter", "SinkOptions", "check_schema", "prepare"]
+__all__ = ["KopBatchWriter", "KopStreamWriter", "prepare"]

@@ -34,6 +34,7 @@ from typing import NamedTuple
 import crc32c
 
 from ..errors import CorruptRecordError
+from ..record.codec import Buffer
 from ..record.default_record_batch import (
     ATTRIBUTES_OFFSET,
     HEADER_SIZE,
@@ -148,7 +149,7 @@ def _entry_parts(batch: bytes | memoryview, relative_index: int, broker_timestam
     )[0]
 
 
-def _parse_entry(buf, pos: int, path: str, *, verify_batch: bool) -> tuple[Entry, int]:
+def _parse_entry(buf: Buffer, pos: int, path: str, *, verify_batch: bool) -> tuple[Entry, int]:
     """Parse and check the entry at ``buf[pos:]``; return it and the max timestamp of its batch."""
     end_meta = pos + ENTRY_METADATA.size
     if end_meta > len(buf):
@@ -259,6 +260,9 @@ def delete_quietly(fileio: FileIO, path: str) -> None:
         log.warning("cannot delete unreferenced file %s (maintenance will): %s", path, e)
 
 
+_CacheKey = tuple[object, ...]  # (root, path, sealed or scanned, ...): see LedgerReader.table
+
+
 class _TableCache:
     """Entry tables by ledger file: a sealed one is immutable; an open one is extended as it grows.
 
@@ -267,16 +271,16 @@ class _TableCache:
     def __init__(self, capacity: int = 4096):
         self._capacity = capacity
         self._lock = threading.Lock()
-        self._items: OrderedDict[tuple, tuple[int, EntryTable]] = OrderedDict()
+        self._items: OrderedDict[_CacheKey, tuple[int, EntryTable]] = OrderedDict()
 
-    def get(self, key) -> tuple[int, EntryTable] | None:
+    def get(self, key: _CacheKey) -> tuple[int, EntryTable] | None:
         with self._lock:
             item = self._items.get(key)
             if item is not None:
                 self._items.move_to_end(key)
             return item
 
-    def put(self, key, covered_length: int, table: EntryTable) -> None:
+    def put(self, key: _CacheKey, covered_length: int, table: EntryTable) -> None:
         with self._lock:
             self._items[key] = (covered_length, table)
             self._items.move_to_end(key)

@@ -18,13 +18,16 @@ import logging
 import os
 import re
 import uuid
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple, TypeVar
 
 from ..errors import BadVersionError, CorruptMetadataError, StorageError
 from .fileio import write_all
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9._\-]+$")
 _KEEP_VERSIONS = 4  # older versions are pruned; readers that listed them retry
+CAS_ATTEMPTS = 10_000
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +60,44 @@ class MetadataStore(abc.ABC):
         if current.value is not None:
             raise BadVersionError(f"metadata key {key} already exists")
         return self.put(key, value, current.version)
+
+
+def retry_cas(
+    what: str,
+    attempt: Callable[[], T],
+    *,
+    lost: tuple[type[BaseException], ...] = (BadVersionError,),
+    attempts: int = CAS_ATTEMPTS,
+) -> T:
+    """Run ``attempt`` (read, decide, compare-and-set) again whenever another writer got there
+    first (it raises one of ``lost``); a bounded number of times, so a livelock is an error."""
+    for _ in range(attempts):
+        try:
+            return attempt()
+        except lost:
+            continue
+    raise StorageError(f"{what}: gave up after {attempts} lost compare-and-sets")
+
+
+class Unchanged(Exception):
+    """Raised by a change given to ``update`` to leave the key as it is."""
+
+
+def update(store: MetadataStore, key: str, change: Callable[[dict | None], dict | None]) -> Versioned:
+    """Set ``key`` to ``change(current value)`` (None deletes it) by compare-and-set, on a fresh
+    read each time another writer got there first. ``change`` may raise ``Unchanged`` to stop
+    without writing, or any error to refuse. Returns the version the change was applied to."""
+
+    def attempt() -> Versioned:
+        current = store.get(key)
+        try:
+            new = change(current.value)
+        except Unchanged:
+            return current
+        store.put(key, new, current.version)
+        return current
+
+    return retry_cas(f"metadata {key}", attempt)
 
 
 def _check_key(key: str) -> list[str]:
@@ -239,7 +280,7 @@ class _KeyLock:
         self.acquire()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 

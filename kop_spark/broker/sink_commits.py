@@ -19,19 +19,23 @@ last batch. A batch job (a new writer every time; Spark never reruns one) leaves
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from .errors import BadVersionError, StorageError
-from .faults import crash_point
-from .storage.managed_ledger import StagedLedger, now_ms
+from .. import layout
+from ..errors import BadVersionError
+from ..faults import crash_point
+from ..storage.metadata_store import Unchanged, update
+from ..storage.staging import StagedLedger
+from ..topic_name import TopicPartition
 
 if TYPE_CHECKING:
     from .broker import Broker
 
 COMMITTING, DONE = "committing", "done"
-_ATTEMPTS = 1000
-TopicPartition = tuple[str, int]
+SINK_HEARTBEAT_MS = 10_000  # a task writing staged ledgers touches its directory this often
+SINK_LEASE_MS = 60_000  # staged output with no heartbeat this long belongs to a job that is gone
 
 
 class SinkBatch(NamedTuple):
@@ -68,16 +72,13 @@ class SinkBatch(NamedTuple):
         return [l.file for ledgers in self.partitions.values() for l in ledgers]
 
 
-def sink_key(writer: str) -> str:
-    return f"sinks/{writer}"
-
-
 class SinkCommits:
     """The batch records of a store, and the commits that apply them."""
 
     def __init__(self, broker: Broker):
         self._broker = broker
         self._store = broker.store
+        self._clock = broker.clock
 
     def commit(
         self, writer: str, batch: int, staged: Mapping[TopicPartition, Sequence[StagedLedger]], *, streaming: bool
@@ -93,31 +94,34 @@ class SinkCommits:
     def _begin(
         self, writer: str, batch: int, staged: Mapping[TopicPartition, Sequence[StagedLedger]], streaming: bool
     ) -> SinkBatch | None:
-        for _ in range(_ATTEMPTS):
-            current = self._store.get(sink_key(writer))
-            if current.value is not None:
-                recorded = SinkBatch.from_json(writer, current.value)
+        record = SinkBatch(
+            writer,
+            batch,
+            COMMITTING,
+            streaming,
+            self._clock.now_ms(),
+            {tp: tuple(ls) for tp, ls in staged.items() if any(l.records for l in ls)},
+        )
+        found: list[SinkBatch | None] = []
+
+        def begin(value: dict | None) -> dict:
+            found.clear()
+            if value is not None:
+                recorded = SinkBatch.from_json(writer, value)
                 if recorded.batch > batch or (recorded.batch == batch and recorded.state == DONE):
-                    return None
+                    found.append(None)
+                    raise Unchanged
                 if recorded.batch == batch:
-                    return recorded  # a rerun: the first run's output is the batch
+                    found.append(recorded)  # a rerun: the first run's output is the batch
+                    raise Unchanged
                 if recorded.state == COMMITTING:
                     self.complete(recorded)  # an older batch left half done
-                    continue
-            record = SinkBatch(
-                writer,
-                batch,
-                COMMITTING,
-                streaming,
-                now_ms(),
-                {tp: tuple(ls) for tp, ls in staged.items() if any(l.records for l in ls)},
-            )
-            try:
-                self._store.put(sink_key(writer), record.to_json(), current.version)
-                return record
-            except BadVersionError:
-                continue
-        raise StorageError(f"sink batch record of {writer}: gave up after {_ATTEMPTS} lost compare-and-sets")
+                    raise BadVersionError("read the record again")
+            found.append(record)
+            return record.to_json()
+
+        update(self._store, layout.sink_key(writer), begin)
+        return found[-1]
 
     def complete(self, record: SinkBatch) -> None:
         """Append every partition of the batch that is not appended yet, then mark it done (a batch
@@ -132,34 +136,30 @@ class SinkCommits:
         self._set_state(record, DONE if record.streaming else None)
 
     def _set_state(self, record: SinkBatch, state: str | None) -> None:
-        for _ in range(_ATTEMPTS):
-            current = self._store.get(sink_key(record.writer))
-            if current.value is None or SinkBatch.from_json(record.writer, current.value).batch != record.batch:
-                return  # completed and moved on by another applier
-            value = None if state is None else {**current.value, "state": state, "updated_ms": now_ms()}
-            try:
-                self._store.put(sink_key(record.writer), value, current.version)
-                return
-            except BadVersionError:
-                continue
+        def change(value: dict | None) -> dict | None:
+            if value is None or SinkBatch.from_json(record.writer, value).batch != record.batch:
+                raise Unchanged  # completed and moved on by another applier
+            return None if state is None else {**value, "state": state, "updated_ms": self._clock.now_ms()}
+
+        update(self._store, layout.sink_key(record.writer), change)
 
     def record(self, writer: str) -> SinkBatch | None:
-        value = self._store.get(sink_key(writer)).value
+        value = self._store.get(layout.sink_key(writer)).value
         return None if value is None else SinkBatch.from_json(writer, value)
 
     def pending(self) -> list[SinkBatch]:
         """Batches recorded but not completed yet."""
         out = []
-        for key in self._store.list_keys("sinks"):
+        for key in self._store.list_keys(layout.SINKS):
             value = self._store.get(key).value
             if value is not None and value["state"] == COMMITTING:
-                out.append(SinkBatch.from_json(key.split("/", 1)[1], value))
+                out.append(SinkBatch.from_json(layout.writer_of_sink_key(key), value))
         return out
 
     def expire(self, older_than_ms: int) -> int:
         """Drop the records of streaming queries whose last batch is older than ``older_than_ms``."""
         dropped = 0
-        for key in self._store.list_keys("sinks"):
+        for key in self._store.list_keys(layout.SINKS):
             current = self._store.get(key)
             if (
                 current.value is not None
@@ -172,3 +172,38 @@ class SinkCommits:
                 except BadVersionError:
                     pass
         return dropped
+
+    def remove_staged(self, writer: str, batch: int) -> None:
+        """Delete what a writer staged for a batch, except what its batch record still needs."""
+        fileio = self._broker.fileio
+        record = self.record(writer)
+        needed = record is not None and record.batch == batch and record.state == COMMITTING
+        keep = set(record.staged_files) if record is not None and needed else set()
+        directory = layout.staging_dir(writer, batch)
+        if not keep:
+            fileio.delete_tree(directory)
+        else:
+            for path, _ in fileio.walk_files(directory):
+                if path not in keep:
+                    fileio.delete(path)
+        fileio.delete_dir_if_empty(layout.staging_dir(writer))
+
+    # -- what a task stages ----------------------------------------------------------------
+
+    @staticmethod
+    def task_dir(writer: str, batch: int, task: str) -> str:
+        """The staging directory of one task attempt (``task`` names the attempt uniquely)."""
+        return layout.staging_task_dir(writer, batch, task)
+
+    @staticmethod
+    def staged_path(task_dir: str) -> str:
+        """A new staged ledger's path in a task's directory."""
+        return layout.staged_ledger_file(task_dir, uuid.uuid4().hex)
+
+    def heartbeat(self, task_dir: str) -> None:
+        """Say the task writing ``task_dir`` is alive (maintenance leaves live jobs' output alone)."""
+        self._broker.fileio.touch(layout.heartbeat_file(task_dir))
+
+    def discard_task(self, task_dir: str) -> None:
+        """Delete what a failed task attempt staged."""
+        self._broker.fileio.delete_tree(task_dir)

@@ -1,0 +1,24 @@
+"""The Broker: Kafka request semantics over managed ledgers (``Broker`` is the facade)."""
+
+from ..storage.staging import StagedLedger
+from .broker import Broker, PartitionInfo, TopicDescription
+from .fetch import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetSpec
+from .maintenance import MaintenanceReport, RepairReport
+from .sink_commits import SINK_HEARTBEAT_MS, SINK_LEASE_MS, SinkCommits
+from .validation import StagedPartition
+
+__all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "SINK_HEARTBEAT_MS",
+    "SINK_LEASE_MS",
+    "Broker",
+    "MaintenanceReport",
+    "OffsetSpec",
+    "PartitionInfo",
+    "RepairReport",
+    "SinkCommits",
+    "StagedLedger",
+    "StagedPartition",
+    "TopicDescription",
+]

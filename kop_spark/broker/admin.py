@@ -1,0 +1,200 @@
+"""Topic administration: create, grow, delete and list topics, and find a partition's log.
+
+A topic is one metadata key (``layout.topic_key``): ``{"partitions", "config", "created_ms"}``,
+plus ``"deleting": true`` while it is being deleted. Creation makes the partition logs first and
+the key last, so a topic never appears without its logs; deletion marks the key first, so it
+disappears at once, and whoever comes next finishes a deletion that was interrupted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from .. import layout
+from ..clock import Clock
+from ..config import Config, parse_topic_config
+from ..errors import (
+    BadVersionError,
+    InvalidPartitionsError,
+    ManagedLedgerDeletedError,
+    PartitionNotFoundError,
+    TopicAlreadyExistsError,
+    TopicNotFoundError,
+)
+from ..storage.fileio import FileIO
+from ..storage.managed_ledger import ManagedLedger
+from ..storage.metadata_store import MetadataStore, Unchanged, update
+from ..storage.read_plan import PartitionView
+from ..topic_name import TopicName
+from .log_manager import LogManager
+
+TopicMeta = dict[str, Any]
+
+
+def standing(meta: TopicMeta | None) -> bool:
+    """A topic's key names a topic that exists: written, and not being deleted."""
+    return meta is not None and not meta.get("deleting")
+
+
+class TopicAdmin:
+    def __init__(self, store: MetadataStore, fileio: FileIO, config: Config, logs: LogManager, clock: Clock):
+        self._store = store
+        self._fileio = fileio
+        self._config = config
+        self.logs = logs
+        self._clock = clock
+
+    # -- names -------------------------------------------------------------------------------
+
+    def name(self, topic: str) -> TopicName:
+        return TopicName.parse(topic, self._config["kafkaTenant"], self._config["kafkaNamespace"])
+
+    def kafka_name(self, name: TopicName) -> str:
+        return name.kafka_name(self._config["kafkaTenant"], self._config["kafkaNamespace"])
+
+    def metadata(self, topic: str) -> tuple[TopicName, TopicMeta]:
+        name = self.name(topic)
+        meta = self._store.get(layout.topic_key(name)).value
+        if meta is None or not standing(meta):
+            raise TopicNotFoundError(f"topic {topic!r} does not exist (as {name.full_name})")
+        return name, meta
+
+    @staticmethod
+    def check_partition(topic: str, partition: int, meta: TopicMeta) -> None:
+        if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < meta["partitions"]:
+            raise PartitionNotFoundError(
+                f"topic {topic!r} has no partition {partition!r}: it has partitions 0 to {meta['partitions'] - 1}"
+            )
+
+    # -- partition logs ----------------------------------------------------------------------
+
+    def log(self, topic: str, partition: int, meta: TopicMeta | None = None) -> ManagedLedger:
+        """The open log of a partition of a topic that exists."""
+        ml = self.logs.cached(self.name(topic), partition)
+        if ml is not None:
+            return ml
+        name, meta = self.metadata(topic) if meta is None else (self.name(topic), meta)
+        self.check_partition(topic, partition, meta)
+        return self.logs.get(name, partition, meta)
+
+    def view(self, topic: str, partition: int) -> tuple[ManagedLedger, PartitionView]:
+        ml = self.log(topic, partition)
+        try:
+            return ml, ml.view()
+        except ManagedLedgerDeletedError:
+            self.logs.forget(self.name(topic))
+            self.metadata(topic)  # raises TopicNotFoundError if the topic went away
+            raise PartitionNotFoundError(f"partition {partition} of topic {topic!r} has no log") from None
+
+    def partition_logs(self, topic: str | None) -> Iterator[tuple[str, TopicName, int, ManagedLedger]]:
+        """(topic, name, partition, log) of every partition of ``topic`` or of the store. Topics
+        deleted meanwhile are skipped; deletions left half done are finished first."""
+        if topic is None:
+            for name, meta in self._pending_deletions():
+                self.finish_deletion(name, meta)
+        for t in [topic] if topic is not None else self.list_topics(include_internal=True):
+            try:
+                name, meta = self.metadata(t)
+            except TopicNotFoundError:
+                if topic is not None:
+                    raise
+                continue
+            for p in range(meta["partitions"]):
+                yield t, name, p, self.log(t, p, meta)
+
+    # -- changes -----------------------------------------------------------------------------
+
+    def create_topic(self, topic: str, partitions: int | None, config: Mapping[str, Any] | None) -> None:
+        name = self.name(topic)
+        n = self._config["defaultNumPartitions"] if partitions is None else partitions
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise InvalidPartitionsError(
+                f"topic {topic!r}: number of partitions must be at least 1, got {partitions!r}"
+            )
+        overrides = parse_topic_config(config)
+        self._fileio.ensure_writable_root()
+        key = layout.topic_key(name)
+        current = self._store.get(key)
+        if current.value is not None and current.value.get("deleting"):
+            self.finish_deletion(name, current.value)
+            current = self._store.get(key)
+        if current.value is not None:
+            raise TopicAlreadyExistsError(f"topic {topic!r} already exists")
+        self._create_logs(name, range(n))
+        value = {"partitions": n, "config": overrides, "created_ms": self._clock.now_ms()}
+        try:
+            self._store.put(key, value, current.version)
+        except BadVersionError:
+            raise TopicAlreadyExistsError(f"topic {topic!r} already exists") from None
+
+    def _create_logs(self, name: TopicName, partitions: Iterable[int]) -> None:
+        for p in partitions:
+            try:
+                ManagedLedger.create(self._store, layout.managed_ledger_key(name, p))
+            except BadVersionError:
+                pass  # left by an earlier create that crashed half way, or made by a racing one: reuse it
+
+    def create_partitions(self, topic: str, total: int) -> None:
+        name = self.name(topic)
+
+        def grow(meta: TopicMeta | None) -> TopicMeta:
+            if meta is None or not standing(meta):
+                raise TopicNotFoundError(f"topic {topic!r} does not exist")
+            old = meta["partitions"]
+            if not isinstance(total, int) or isinstance(total, bool) or total <= old:
+                raise InvalidPartitionsError(
+                    f"topic {topic!r} has {old} partitions; the new count must be larger, got {total!r}"
+                )
+            self._create_logs(name, range(old, total))
+            return {**meta, "partitions": total}
+
+        update(self._store, layout.topic_key(name), grow)
+
+    def delete_topic(self, topic: str) -> None:
+        name = self.name(topic)
+
+        def mark(meta: TopicMeta | None) -> TopicMeta:
+            if meta is None or not standing(meta):
+                raise TopicNotFoundError(f"topic {topic!r} does not exist (as {name.full_name})")
+            return {**meta, "deleting": True}
+
+        marked = update(self._store, layout.topic_key(name), mark)
+        assert marked.value is not None
+        self.finish_deletion(name, marked.value)
+
+    def finish_deletion(self, name: TopicName, meta: TopicMeta) -> None:
+        self.logs.forget(name)
+        for p in range(meta["partitions"]):
+            ml = self.logs.open(name, p, meta)
+            try:
+                ml.delete()
+                ml.purge()  # files whose grace is zero go now
+            except ManagedLedgerDeletedError:
+                pass
+
+        def remove(current: TopicMeta | None) -> None:
+            if current is None or not current.get("deleting"):
+                raise Unchanged
+            return None
+
+        update(self._store, layout.topic_key(name), remove)
+
+    def _pending_deletions(self) -> list[tuple[TopicName, TopicMeta]]:
+        out = []
+        for key in self._store.list_keys(layout.TOPICS):
+            value = self._store.get(key).value
+            if value is not None and value.get("deleting"):
+                out.append((layout.topic_of_key(key), value))
+        return out
+
+    def list_topics(self, include_internal: bool = False) -> list[str]:
+        """Kafka names of all topics, sorted."""
+        out = []
+        for key in self._store.list_keys(layout.TOPICS):
+            if not standing(self._store.get(key).value):
+                continue
+            name = layout.topic_of_key(key)
+            if include_internal or not name.local_name.startswith("__"):
+                out.append(self.kafka_name(name))
+        return sorted(out)

@@ -1,0 +1,385 @@
+"""The Broker: Kafka request semantics over managed ledgers, as a facade over small parts.
+
+This is the one place that knows what PRODUCE, FETCH and LIST_OFFSETS mean (and, with the group
+coordinator, OFFSET_COMMIT and OFFSET_FETCH). Spark, the CLI and any future protocol front-end are
+thin adapters over it. Topic administration is ``admin``, open logs ``log_manager``, reads
+``fetch``, produced-batch checks ``validation``, exactly-once sinks ``sink_commits`` and
+housekeeping ``maintenance``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .. import layout
+from ..clock import SYSTEM_CLOCK, Clock
+from ..config import Config
+from ..errors import (
+    ConfigError,
+    InvalidRecordError,
+    ManagedLedgerDeletedError,
+    StorageError,
+    TopicNotFoundError,
+)
+from ..group.coordinator import GroupCoordinator, OffsetAndMetadata
+from ..record import ConsumerRecord, Record, split_batches
+from ..record.compression import CompressionType
+from ..storage.fileio import FileIO, optional_local_dir
+from ..storage.ledger import IOStats
+from ..storage.managed_ledger import AppendResult, ManagedLedger
+from ..storage.metadata_store import FileMetadataStore
+from ..storage.read_plan import LedgerRecord, PartitionView
+from ..storage.staging import LedgerStager, StagedLedger
+from ..topic_name import TopicName, TopicPartition
+from .admin import TopicAdmin
+from .fetch import Fetcher, OffsetSpec
+from .group_offsets import GroupOffsets
+from .log_manager import LogManager
+from .maintenance import Housekeeper, MaintenanceReport, RepairReport
+from .producer_batches import ProducerBatches
+from .sink_commits import SinkCommits
+from .validation import StagedPartition, validate_produced
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    ledgers: int
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    full_name: str
+    partitions: tuple[PartitionInfo, ...]
+    config: dict[str, Any]
+
+
+class Broker:
+    """Kafka-style topics with continuous offsets, stored as ledgers under one root.
+
+    ``Broker()`` takes its root from conf/kop.conf (``storageRoot``, default ``./kop-data``);
+    ``conf`` overrides any setting of conf/kop.conf by name. One Broker may be shared by threads.
+    """
+
+    def __init__(self, root: str | None = None, conf: Mapping[str, Any] | None = None, *, clock: Clock = SYSTEM_CLOCK):
+        self.config = Config(conf)
+        self.root = str(root if root is not None else self.config["storageRoot"])
+        self.clock = clock
+        self.fileio = FileIO(self.root, sync=self.config["journalSyncData"])
+        _check_root(self.root)
+        self.store = FileMetadataStore(_metadata_dir(self.config, self.root), sync=self.config["journalSyncData"])
+        self.writer_id = uuid.uuid4().hex
+        self.stats = IOStats()
+        self.admin = TopicAdmin(
+            self.store, self.fileio, self.config, LogManager(self.store, self.fileio, self.config, self.writer_id, self.stats, clock), clock
+        )  # fmt: skip
+        self._fetcher = Fetcher(self.admin, self.fileio, self.stats)
+        self._housekeeper = Housekeeper(self)
+        self._groups = GroupOffsets(self)
+        self._lock = threading.Lock()
+        self._round_robin = 0
+
+    def close(self) -> None:
+        """Seal this broker's open ledgers, so readers get entry tables and no one must fence them."""
+        self.admin.logs.close()
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- topics ----------------------------------------------------------------------------
+
+    def topic_name(self, topic: str) -> TopicName:
+        return self.admin.name(topic)
+
+    def create_topic(self, topic: str, partitions: int | None = None, config: Mapping[str, Any] | None = None) -> None:
+        """Create a topic of ``partitions`` partitions (default ``defaultNumPartitions``), all or nothing."""
+        self.admin.create_topic(topic, partitions, config)
+
+    def create_partitions(self, topic: str, total: int) -> None:
+        """Grow a topic to ``total`` partitions (Kafka's CreatePartitions: never shrinks)."""
+        self.admin.create_partitions(topic, total)
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete a topic: it disappears at once; its files are removed after ``file.delete.delay.ms``."""
+        self.admin.delete_topic(topic)
+
+    def list_topics(self, include_internal: bool = False) -> list[str]:
+        """Kafka names of all topics, sorted."""
+        return self.admin.list_topics(include_internal)
+
+    def partitions_for(self, topic: str) -> int:
+        return int(self.admin.metadata(topic)[1]["partitions"])
+
+    def topic_config(self, topic: str) -> dict[str, Any]:
+        return self.config.topic_config(self.admin.metadata(topic)[1].get("config"))
+
+    def describe_topic(self, topic: str) -> TopicDescription:
+        name, meta = self.admin.metadata(topic)
+        parts = []
+        for p in range(meta["partitions"]):
+            view = self.view(topic, p)
+            parts.append(
+                PartitionInfo(p, view.log_start_offset, view.log_end_offset, len(view.ledgers), view.size_bytes)
+            )
+        config = self.config.topic_config(meta.get("config"))
+        return TopicDescription(self.admin.kafka_name(name), name.full_name, tuple(parts), config)
+
+    def view(self, topic: str, partition: int) -> PartitionView:
+        """The partition's log as it stands: log start and end offsets and the ledgers holding them.
+        Reads planned from it can run anywhere the root is mounted, with no metadata store
+        (``PartitionView.slices`` and ``storage.read_plan.SliceReader``)."""
+        return self.admin.view(topic, partition)[1]
+
+    # -- produce ---------------------------------------------------------------------------
+
+    def produce(
+        self,
+        topic: str,
+        records: Iterable[Record],
+        partition: int | None = None,
+        *,
+        compression: str | CompressionType = CompressionType.NONE,
+        idempotence_key: tuple[str, int] | None = None,
+        batch_size: int = 16384,
+    ) -> list[tuple[int, int, int]]:
+        """Produce records; return ``(partition, base_offset, count)`` per partition written.
+
+        With ``partition=None`` a keyed record goes where Kafka's default partitioner puts it
+        (murmur2 of the key) and records without a key share one partition, round robin across
+        calls. Records are batched as a Kafka producer batches them (``batch_size`` bytes); each
+        partition's batches are appended, in order, in one atomic append."""
+        _, meta = self.admin.metadata(topic)
+        if partition is not None:
+            self.admin.check_partition(topic, partition, meta)
+        with self._lock:
+            sticky = self._round_robin % meta["partitions"]
+            self._round_robin += partition is None
+        batches = ProducerBatches(topic, meta["partitions"], partition, sticky, compression, batch_size)
+        for r in records:
+            batches.add(r)
+        out = []
+        for p, (built, count) in batches.by_partition().items():
+            base = self.produce_batches(topic, p, built, idempotence_key=idempotence_key, _meta=meta)
+            out.append((p, base, count))
+        return out
+
+    def produce_batches(
+        self,
+        topic: str,
+        partition: int,
+        batches: Sequence[bytes],
+        *,
+        idempotence_key: tuple[str, int] | None = None,
+        expected_log_end_offset: int | None = None,
+        _meta: dict[str, Any] | None = None,
+    ) -> int:
+        """Append raw Kafka v2 batches (as in a PRODUCE request) atomically; return the base offset.
+
+        Batches are checked as a Kafka broker checks them (``validation``) and refused whole if any
+        fails. With ``idempotence_key=(writer, sequence)`` a repeated append is applied once and
+        answered with the offsets of the first. With ``expected_log_end_offset`` the append
+        happens only while the log still ends there (``LogEndMovedError`` otherwise)."""
+        meta = self.admin.metadata(topic)[1] if _meta is None else _meta
+        self.admin.check_partition(topic, partition, meta)
+        cfg = self.config.topic_config(meta.get("config"))
+        flat = [b for item in batches for b in split_batches(item)]
+        if not flat:
+            raise InvalidRecordError(f"produce to {topic}-{partition}: no record batches given")
+        now = self.clock.now_ms()
+        where = f"produce to {topic}-{partition}, batch"
+        checked = [validate_produced(f"{where} {i}", b, cfg, now) for i, b in enumerate(flat)]
+        ml = self.admin.log(topic, partition, meta)
+        return self._on_log(
+            topic,
+            lambda: (
+                ml.append(
+                    checked,
+                    idempotence_key=idempotence_key,
+                    broker_timestamp=now,
+                    expected_next_offset=expected_log_end_offset,
+                ).base_offset
+            ),
+        )
+
+    def _on_log(self, topic: str, operation: Callable[[], T]) -> T:
+        try:
+            return operation()
+        except ManagedLedgerDeletedError:
+            self.admin.logs.forget(self.topic_name(topic))
+            raise TopicNotFoundError(f"topic {topic!r} was deleted") from None
+
+    # -- staged appends: exactly-once sinks ------------------------------------------------
+
+    def stage(self, topic: str, partition: int, path: str) -> StagedPartition:
+        """Start a ledger for one partition at ``path`` (under the root) that no reader sees until
+        ``append_staged`` appends it. A Spark task stages its output this way."""
+        _, meta = self.admin.metadata(topic)
+        self.admin.check_partition(topic, partition, meta)
+        cfg = self.config.topic_config(meta.get("config"))
+        return StagedPartition(topic, partition, LedgerStager(self.fileio, path), cfg, self.clock)
+
+    def append_staged(
+        self, topic: str, partition: int, staged: Sequence[StagedLedger], sink_key: tuple[str, int]
+    ) -> AppendResult:
+        """Append staged ledgers to a partition in one atomic step that assigns their offsets.
+        Idempotent per ``sink_key`` = (writer, batch): a batch already appended is not appended again."""
+        ml = self.admin.log(topic, partition)
+        return self._on_log(topic, lambda: ml.append_ledgers(staged, sink_key))
+
+    def forget_sink(self, topic: str, partition: int, writer: str) -> None:
+        """Drop ``writer``'s record of its last batch in a partition (see ``SinkCommits``)."""
+        try:
+            self.admin.log(topic, partition).forget_sink(writer)
+        except (ManagedLedgerDeletedError, TopicNotFoundError):
+            pass
+
+    @property
+    def sink_commits(self) -> SinkCommits:
+        """Exactly-once sink commits: batch records, all or nothing across partitions."""
+        return SinkCommits(self)
+
+    def remove_staged(self, writer: str, batch: int) -> None:
+        """Delete what a writer staged for a batch, except what its batch record still needs."""
+        self.sink_commits.remove_staged(writer, batch)
+
+    # -- fetch -----------------------------------------------------------------------------
+
+    def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20) -> list[bytes]:
+        """Raw batches from the one holding ``offset`` on, with absolute ``baseOffset``, as in a
+        FETCH response: at least one batch, then more while they fit in ``max_bytes``."""
+        return self._fetcher.fetch_batches(topic, partition, offset, max_bytes)
+
+    def fetch(
+        self, topic: str, partition: int, offset: int, max_records: int = 500, max_bytes: int = 50 << 20
+    ) -> list[ConsumerRecord]:
+        """Records from ``offset`` on (at most ``max_records``); empty at the log end.
+        Control records take offsets but are never returned."""
+        return self._fetcher.fetch(topic, partition, offset, max_records, max_bytes)
+
+    def list_offsets(self, topic: str, partition: int, spec: OffsetSpec) -> int:
+        """``"earliest"`` (-2): the log start offset; ``"latest"`` (-1): the next offset to be
+        written; a timestamp in ms: the first offset whose timestamp is at or after it, or -1."""
+        return self._fetcher.list_offsets(topic, partition, spec)
+
+    # -- consumer groups (OFFSET_COMMIT, OFFSET_FETCH and group administration) -------------
+
+    @property
+    def groups(self) -> GroupCoordinator:
+        return self._groups.coordinator
+
+    def commit_offsets(
+        self,
+        group: str,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+        *,
+        expire_timestamp_ms: int | None = None,
+    ) -> None:
+        """Commit a group's offsets, all in one entry: all or nothing. The topics and partitions
+        must exist; metadata longer than ``offsetMetadataMaxSize`` is refused."""
+        self._groups.commit_offsets(group, offsets, expire_timestamp_ms)
+
+    def fetch_offsets(
+        self, group: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """A group's committed offsets; offset -1 for a partition asked for that has none."""
+        return self._groups.fetch_offsets(group, partitions)
+
+    def list_groups(self) -> list[str]:
+        return self.groups.list_groups()
+
+    def delete_group(self, group: str) -> None:
+        self._groups.delete_group(group)
+
+    def delete_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """Delete some of a group's offsets; returns the partitions that had one."""
+        return self._groups.delete_offsets(group, partitions)
+
+    def expire_offsets(self) -> int:
+        """Expire offsets past ``offsetsRetentionMinutes`` now, instead of on the next check."""
+        return self.groups.expire()
+
+    # -- housekeeping ----------------------------------------------------------------------
+
+    def compact(self, topic: str) -> None:
+        """Compact every partition of a topic whose ``cleanup.policy`` includes compact: keep the
+        latest record per key, drop tombstones older than ``delete.retention.ms``; offsets stay."""
+        for p in range(self.partitions_for(topic)):
+            self.compact_partition(topic, p)
+
+    def compact_partition(self, topic: str, partition: int) -> int | None:
+        policy = self.topic_config(topic)["cleanup.policy"]
+        if "compact" not in policy:
+            raise ConfigError(f"topic {topic!r} has cleanup.policy={policy}; compaction needs compact")
+        return self.admin.log(topic, partition).cleaner.compact()
+
+    def enforce_retention(self, topic: str | None = None) -> None:
+        """Apply retention.ms / retention.bytes now and delete files past their grace period.
+        Every partition is tried; a damaged one does not stop the others (the first error is
+        raised at the end)."""
+        self._housekeeper.enforce_retention(topic)
+
+    def maintenance(
+        self, topic: str | None = None, *, target_ledger_bytes: int = 64 << 20, orphan_grace_ms: int = 3_600_000
+    ) -> MaintenanceReport:
+        """Keep a long-running store tidy: merge runs of small ledgers (no offset changes), apply
+        retention, and delete files nothing refers to once older than ``orphan_grace_ms`` (staged
+        output of crashed Spark tasks, ledgers of appends whose commit never happened). A damaged
+        partition is reported in ``errors`` and the others are still done."""
+        return self._housekeeper.maintenance(topic, target_ledger_bytes, orphan_grace_ms)
+
+    def verify(self, topic: str | None = None) -> dict[str, list[str]]:
+        """Check every partition (of ``topic``, or of the store with internal topics): ledgers
+        against their metadata and every entry's checksums. Problems by partition; empty if none."""
+        return self._housekeeper.verify(topic)
+
+    def repair(self, topic: str | None = None, dry_run: bool = False) -> RepairReport:
+        """Repair a store damaged by an earlier version or by failing hardware: unreadable
+        metadata versions give way to the last whole one, and each damaged partition is truncated
+        at its first damaged entry (``log_recovery.repair``). The report names every offset
+        dropped and every group whose committed offset now lies past its log end."""
+        return self._housekeeper.repair(topic, dry_run)
+
+    def locate_ledger(self, file: str) -> tuple[str, LedgerRecord] | None:
+        """The managed ledger (its metadata key) that refers to ``file`` (relative to the root),
+        and its record of it: what ``kop dump-ledger`` shows beside a file's entries."""
+        return self._housekeeper.locate_ledger(file)
+
+    def managed_ledger(self, topic: str, partition: int) -> ManagedLedger:
+        """The partition's log itself (for tests and tools that work below the Broker)."""
+        return self.admin.log(topic, partition)
+
+
+def _metadata_dir(config: Config, root: str) -> str:
+    if config["metadataStoreUrl"]:
+        return str(config["metadataStoreUrl"])
+    local = optional_local_dir(root)
+    if local is None:
+        raise StorageError(
+            f"store root {root!r} is not on a local filesystem: set metadataStoreUrl to a "
+            f"local or mounted directory for the metadata store"
+        )
+    return os.path.join(local, layout.METADATA_DIR)
+
+
+def _check_root(root: str) -> None:
+    local = optional_local_dir(root)
+    if local is None:
+        return
+    if os.path.exists(local) and not os.path.isdir(local):
+        raise StorageError(f"store root {local} is not a directory")
+    if os.path.isdir(local) and not os.access(local, os.R_OK | os.X_OK):
+        raise StorageError(f"cannot read store root {local}: permission denied")

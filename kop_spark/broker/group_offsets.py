@@ -1,0 +1,76 @@
+"""OFFSET_COMMIT, OFFSET_FETCH and group administration: the Broker's front to the group
+coordinator, which keeps offsets under topics' Kafka names (one view for every adapter)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import GroupIdNotFoundError
+from ..group.coordinator import GroupCoordinator, OffsetAndMetadata
+from ..topic_name import TopicPartition
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+
+class GroupOffsets:
+    def __init__(self, broker: Broker):
+        self._broker = broker
+        self._coordinator: GroupCoordinator | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def coordinator(self) -> GroupCoordinator:
+        with self._lock:  # one coordinator per Broker, whichever thread asks first
+            if self._coordinator is None:
+                b, c = self._broker, self._broker.config
+                self._coordinator = GroupCoordinator(
+                    b,
+                    f"{c['kafkaMetadataTenant']}/{c['kafkaMetadataNamespace']}/__consumer_offsets",
+                    c["offsetsTopicNumPartitions"],
+                    retention_ms=c["offsetsRetentionMinutes"] * 60_000,
+                    metadata_max_size=c["offsetMetadataMaxSize"],
+                    check_interval_ms=c["offsetsRetentionCheckIntervalMs"],
+                    clock=b.clock,
+                )
+            return self._coordinator
+
+    def _kafka_names(self, partitions: Iterable[TopicPartition], check: bool) -> dict[TopicPartition, TopicPartition]:
+        """(Kafka name, partition) of each (topic, partition) as given; with ``check``, unknown ones are refused."""
+        admin = self._broker.admin
+        out = {}
+        metas: dict[str, dict[str, Any]] = {}
+        for topic, p in partitions:
+            if check:
+                if topic not in metas:
+                    metas[topic] = admin.metadata(topic)[1]
+                admin.check_partition(topic, p, metas[topic])
+            out[(topic, p)] = (admin.kafka_name(admin.name(topic)), p)
+        return out
+
+    def commit_offsets(
+        self, group: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata], expire_timestamp_ms: int | None
+    ) -> None:
+        names = self._kafka_names(offsets, check=True)
+        committed = {names[tp]: o for tp, o in offsets.items()}
+        self.coordinator.commit(group, committed, expire_timestamp_ms=expire_timestamp_ms)
+
+    def fetch_offsets(
+        self, group: str, partitions: Iterable[TopicPartition] | None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        if partitions is None:
+            return self.coordinator.fetch(group)
+        names = {kafka: given for given, kafka in self._kafka_names(partitions, check=False).items()}
+        return {names[tp]: o for tp, o in self.coordinator.fetch(group, names).items()}
+
+    def delete_group(self, group: str) -> None:
+        if not self.coordinator.delete_group(group):
+            raise GroupIdNotFoundError(f"group {group!r} does not exist")
+
+    def delete_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
+        names = {kafka: given for given, kafka in self._kafka_names(partitions, check=False).items()}
+        if not self.coordinator.fetch(group):
+            raise GroupIdNotFoundError(f"group {group!r} does not exist")
+        return [names[tp] for tp in self.coordinator.delete_offsets(group, names)]

@@ -1,0 +1,84 @@
+"""The partition logs a Broker has open, one managed ledger per partition, shared by its threads
+(Kafka's LogManager): opened with the broker's and the topic's settings, sealed on close."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from .. import layout
+from ..clock import Clock
+from ..config import Config
+from ..storage.fileio import FileIO
+from ..storage.ledger import IOStats
+from ..storage.managed_ledger import ManagedLedger, ManagedLedgerConfig
+from ..storage.metadata_store import MetadataStore
+from ..topic_name import TopicName
+
+
+class LogManager:
+    def __init__(
+        self, store: MetadataStore, fileio: FileIO, config: Config, writer_id: str, stats: IOStats, clock: Clock
+    ):
+        self._store = store
+        self._fileio = fileio
+        self._config = config
+        self._writer_id = writer_id
+        self._stats = stats
+        self._clock = clock
+        self._logs: dict[tuple[str, int], ManagedLedger] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: TopicName, partition: int, topic_meta: dict[str, Any]) -> ManagedLedger:
+        """The open log of a partition, opened on first use."""
+        key = (name.full_name, partition)
+        ml = self._logs.get(key)
+        if ml is not None:
+            return ml
+        ml = self.open(name, partition, topic_meta)
+        with self._lock:
+            return self._logs.setdefault(key, ml)
+
+    def cached(self, name: TopicName, partition: int) -> ManagedLedger | None:
+        return self._logs.get((name.full_name, partition))
+
+    def open(self, name: TopicName, partition: int, topic_meta: dict[str, Any]) -> ManagedLedger:
+        """A new instance on a partition's log, not kept (for a topic being deleted)."""
+        c = self._config
+        topic = c.topic_config(topic_meta.get("config"))
+        return ManagedLedger(
+            name=f"{name.kafka_name(c['kafkaTenant'], c['kafkaNamespace'])}-{partition}",
+            key=layout.managed_ledger_key(name, partition),
+            data_dir=layout.data_dir(name, partition),
+            store=self._store,
+            fileio=self._fileio,
+            config=ManagedLedgerConfig(
+                max_entries_per_ledger=c["managedLedgerMaxEntriesPerLedger"],
+                max_bytes_per_ledger=c["managedLedgerMaxSizePerLedgerMbytes"] << 20,
+                max_ledger_age_ms=c["managedLedgerMaxLedgerRolloverTimeMinutes"] * 60_000,
+                producer_expiration_ms=c["producer.id.expiration.ms"],
+                retention_ms=topic["retention.ms"],
+                retention_bytes=topic["retention.bytes"],
+                file_delete_delay_ms=topic["file.delete.delay.ms"],
+                delete_policy="delete" in topic["cleanup.policy"],
+                delete_retention_ms=topic["delete.retention.ms"],
+                merge_in_passing=c["managedLedgerMergeInPassing"],
+                sink_expiration_ms=c["transactional.id.expiration.ms"],
+            ),
+            writer_id=self._writer_id,
+            stats=self._stats,
+            clock=self._clock,
+        )
+
+    def forget(self, name: TopicName) -> None:
+        """Drop the open logs of a topic that went away."""
+        with self._lock:
+            for key in [k for k in self._logs if k[0] == name.full_name]:
+                del self._logs[key]
+
+    def close(self) -> None:
+        """Seal this broker's open ledgers, so readers get entry tables and no one must fence them."""
+        with self._lock:
+            logs, self._logs = list(self._logs.values()), {}
+        for ml in logs:
+            ml.close()

@@ -1,0 +1,154 @@
+"""Housekeeping of a store: retention, merging small ledgers, orphaned files, verification and
+repair. Every partition is tried; a damaged one is reported and does not stop the others."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .. import layout
+from ..errors import ConfigError, KopError, ManagedLedgerDeletedError, TopicNotFoundError
+from ..storage import log_recovery
+from ..storage.orphans import remove_orphans
+from ..storage.read_plan import LedgerRecord
+from .sink_commits import SINK_LEASE_MS
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class MaintenanceReport:
+    ledgers_merged: int = 0
+    files_removed: list[str] = field(default_factory=list)
+    errors: list[tuple[str, KopError]] = field(default_factory=list)  # (topic-partition or sink batch, what went wrong)
+
+    @contextlib.contextmanager
+    def item(self, what: str) -> Iterator[None]:
+        """Work on one item (a partition, a sink batch): its failure is recorded, the next is done."""
+        try:
+            yield
+        except (TopicNotFoundError, ManagedLedgerDeletedError):
+            pass  # deleted meanwhile: nothing left to tidy
+        except KopError as e:
+            log.error("%s: %s", what, e)
+            self.errors.append((what, e))
+
+    def raise_first(self) -> None:
+        if self.errors:
+            raise self.errors[0][1]
+
+
+@dataclass
+class RepairReport:
+    metadata_versions_removed: list[str] = field(default_factory=list)
+    truncated: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)  # -> [new end, old end) dropped
+    groups_past_end: list[tuple[str, str, int, int]] = field(default_factory=list)  # group, topic, partition, offset
+
+
+class Housekeeper:
+    def __init__(self, broker: Broker):
+        self._broker = broker
+
+    def enforce_retention(self, topic: str | None) -> None:
+        report = MaintenanceReport()
+        for t, _, p, ml in self._broker.admin.partition_logs(topic):
+            with report.item(f"{t}-{p}"):
+                ml.enforce_retention()
+        report.raise_first()
+
+    def maintenance(self, topic: str | None, target_ledger_bytes: int, orphan_grace_ms: int) -> MaintenanceReport:
+        if orphan_grace_ms < 0:
+            raise ConfigError(f"orphan grace must be 0 or more, got {orphan_grace_ms} ms")
+        if target_ledger_bytes < 1:
+            raise ConfigError(f"target ledger size must be at least 1 byte, got {target_ledger_bytes}")
+        b = self._broker
+        report = MaintenanceReport()
+        sinks = b.sink_commits
+        now = b.clock.now_ms()
+        for record in sinks.pending():  # batches whose commit was interrupted: roll them forward
+            if now - record.updated_ms > SINK_LEASE_MS:
+                with report.item(f"sink batch {record.batch} of {record.writer}"):
+                    sinks.complete(record)
+        pending = sinks.pending()
+        for t, name, p, ml in b.admin.partition_logs(topic):
+            with report.item(f"{t}-{p}"):
+                report.ledgers_merged += ml.cleaner.merge_ledgers(target_ledger_bytes)
+                ml.enforce_retention()
+                files = b.fileio.walk_files(layout.data_dir(name, p))
+                # A recorded batch's ledgers may sit in the partition's directory, moved there
+                # by a commit that has not appended them yet: not orphans.
+                moving = {ml.ledger_path(l.ledger_id) for r in pending for l in r.partitions.get((t, p), ())}
+                report.files_removed += remove_orphans(ml, [f for f in files if f[0] not in moving], orphan_grace_ms)
+        if topic is None:
+            recorded = {f for r in pending for f in r.staged_files}
+            report.files_removed += self._remove_dead_staging(orphan_grace_ms, recorded)
+            sinks.expire(now - b.config["transactional.id.expiration.ms"])
+        return report
+
+    def _remove_dead_staging(self, grace_ms: int, recorded: set[str]) -> list[str]:
+        """Staged files of jobs that are gone: no task of theirs has beaten its heart within
+        ``SINK_LEASE_MS``, no batch record needs them, and they are older than ``grace_ms``."""
+        fileio = self._broker.fileio
+        now = self._broker.clock.now_ms()
+        batches: dict[str, list[tuple[str, float]]] = {}
+        for path, mtime in fileio.walk_files(layout.STAGING_DIR):
+            batches.setdefault(layout.staging_batch_of(path), []).append((path, mtime))
+        removed = []
+        for files in batches.values():
+            if now - max(m for _, m in files) * 1000 < SINK_LEASE_MS:
+                continue  # a running job's tasks are writing or beating their hearts
+            for path, mtime in files:
+                if path not in recorded and now - mtime * 1000 >= grace_ms:
+                    fileio.delete(path)
+                    removed.append(path)
+        return removed
+
+    def locate_ledger(self, file: str) -> tuple[str, LedgerRecord] | None:
+        """The managed ledger (its metadata key) that refers to ``file``, and its record of it."""
+        admin = self._broker.admin
+        for topic in admin.list_topics(include_internal=True):
+            for p in range(admin.metadata(topic)[1]["partitions"]):
+                ml, view = admin.view(topic, p)
+                found = next((l for l in view.ledgers if l.file == file), None)
+                if found is not None:
+                    return ml.key, found
+        return None
+
+    def verify(self, topic: str | None) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for t, _, p, ml in self._broker.admin.partition_logs(topic):
+            try:
+                problems = log_recovery.check(ml)
+            except KopError as e:
+                problems = [str(e)]
+            if problems:
+                out[f"{t}-{p}"] = problems
+        return out
+
+    def repair(self, topic: str | None, dry_run: bool) -> RepairReport:
+        b = self._broker
+        report = RepairReport()
+        for prefix in layout.METADATA_PREFIXES:
+            for key in b.store.list_keys(prefix):
+                report.metadata_versions_removed += b.store.discard_unreadable(key, dry_run=dry_run)
+        if dry_run and report.metadata_versions_removed:
+            return report  # the logs can be judged once their metadata reads again
+        logs = list(b.admin.partition_logs(topic))
+        # The offsets topic first, so that the groups read afterwards are read from a sound log.
+        logs.sort(key=lambda item: item[0] != b.groups.topic)
+        for _, name, p, ml in logs:
+            dropped = log_recovery.repair(ml, dry_run)
+            if dropped is not None:
+                report.truncated[(b.admin.kafka_name(name), p)] = dropped
+        if report.truncated:
+            for group in b.list_groups():
+                for tp, o in b.fetch_offsets(group).items():
+                    if tp in report.truncated and o.offset > report.truncated[tp][0]:
+                        report.groups_past_end.append((group, tp[0], tp[1], o.offset))
+        return report

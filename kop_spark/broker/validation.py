@@ -1,0 +1,90 @@
+"""What a Kafka broker checks of produced record batches (Kafka's LogValidator), and the batches
+as they are stored: timestamp type from the topic, the records' true max timestamp, LogAppendTime
+stamped by the broker. Spark's staged output passes the same checks (``StagedPartition``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..clock import Clock
+from ..errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from ..record import BatchRecord, RecordBatch, TimestampType
+from ..record.default_record_batch import with_log_append_time, with_timestamps
+from ..storage.staging import LedgerStager, StagedLedger
+
+TopicConfig = Mapping[str, Any]
+
+
+def check_size(where: str, batch: bytes | memoryview, topic_config: TopicConfig) -> None:
+    max_bytes = topic_config["max.message.bytes"]
+    if len(batch) > max_bytes:
+        raise RecordTooLargeError(f"{where}: batch of {len(batch)} bytes is larger than max.message.bytes={max_bytes}")
+
+
+def check_keys(where: str, records: Sequence[BatchRecord]) -> None:
+    if any(r.key is None for r in records):
+        raise InvalidRecordError(f"{where}: Compacted topic cannot accept message without key")
+
+
+def is_compacted(topic_config: TopicConfig) -> bool:
+    return "compact" in topic_config["cleanup.policy"]
+
+
+def uses_log_append_time(topic_config: TopicConfig) -> bool:
+    return topic_config["message.timestamp.type"] == "LogAppendTime"
+
+
+def validate_produced(where: str, b: bytes | memoryview, topic_config: TopicConfig, now: int) -> bytes:
+    """Check one produced v2 batch; return it as it is to be stored."""
+    batch = RecordBatch(b)
+    check_size(where, b, topic_config)
+    if not batch.is_valid():
+        raise CorruptRecordError(f"{where}: record batch fails its CRC-32C")
+    if batch.is_control:
+        raise InvalidRecordError(f"{where}: clients may not produce control batches")
+    if batch.record_count < 1 or batch.last_offset_delta != batch.record_count - 1:
+        raise InvalidRecordError(f"{where}: {batch.record_count} records but lastOffsetDelta {batch.last_offset_delta}")
+    # The records' own times, whatever flag and maximum the header claims.
+    create_time = with_timestamps(b, TimestampType.CREATE_TIME, batch.max_timestamp)
+    records = RecordBatch(create_time).records()
+    for i, r in enumerate(records):
+        if r.offset - batch.base_offset != i:
+            raise InvalidRecordError(
+                f"{where}: record {i} has offset delta {r.offset - batch.base_offset}, expected {i}"
+            )
+    if is_compacted(topic_config):
+        check_keys(where, records)
+    if uses_log_append_time(topic_config):
+        return with_log_append_time(b, now)
+    return with_timestamps(create_time, TimestampType.CREATE_TIME, max(r.timestamp_ms for r in records))
+
+
+class StagedPartition:
+    """A partition's share of a task's output, written to a staged ledger (see ``Broker.stage``),
+    checked as produced batches are: size, keys on compacted topics, LogAppendTime stamping."""
+
+    def __init__(self, topic: str, partition: int, stager: LedgerStager, topic_config: TopicConfig, clock: Clock):
+        self.topic = topic
+        self.partition = partition
+        self._stager = stager
+        self._config = topic_config
+        self._clock = clock
+
+    def append(self, batches: Sequence[bytes]) -> None:
+        """Stage batches as the ledger's next entries."""
+        now = self._clock.now_ms()
+        where = f"{self.topic}-{self.partition}"
+        for batch in batches:
+            check_size(where, batch, self._config)
+            if is_compacted(self._config):
+                check_keys(where, RecordBatch(batch).records())
+        if uses_log_append_time(self._config):
+            batches = [with_log_append_time(b, now) for b in batches]
+        self._stager.append(batches, now)
+
+    def finish(self) -> StagedLedger:
+        return self._stager.finish()
+
+    def discard(self) -> None:
+        self._stager.discard()

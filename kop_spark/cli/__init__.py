@@ -1,0 +1,51 @@
+"""``kop``: the command line, shaped after Kafka's own tools; one module per command family.
+
+kop [--root R] [--conf k=v ...] topics create|list|describe|alter|delete ...
+kop produce TOPIC            lines from stdin (kafka-console-producer)
+kop consume TOPIC            records to stdout (kafka-console-consumer)
+kop groups list|describe|reset-offsets|delete|delete-offsets ...   (kafka-consumer-groups)
+kop dump-ledger FILE         every entry of a ledger file (kafka-dump-log)
+kop maintenance              merge small ledgers, remove files of crashed writers
+kop verify                   check every ledger against its metadata (kafka-dump-log --verify)
+kop repair                   truncate damaged partitions at their first damaged entry
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ..errors import KopError
+from . import console, dump_ledger, groups, store, topics
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kop", description="Kafka-style topics on ledgers")
+    p.add_argument("--root", help="store root (default: storageRoot of conf/kop.conf, else ./kop-data)")
+    p.add_argument("--conf", action="append", metavar="KEY=VALUE", help="override a setting of conf/kop.conf")
+    sub = p.add_subparsers(dest="command", required=True)
+    for family in (topics, console, groups, store, dump_ledger):
+        family.add_parsers(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "group_option", None):
+        args.group = args.group_option
+    if args.command == "topics" and args.action in ("create", "delete", "alter") and not args.topic:
+        print(f"kop topics {args.action}: a topic name is required", file=sys.stderr)
+        return 2
+    if args.command == "topics" and args.action == "alter" and args.partitions is None:
+        print("kop topics alter: --partitions is required", file=sys.stderr)
+        return 2
+    try:
+        return args.run(args)
+    except KopError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:  # Ctrl-C: what was acknowledged is stored; the command said how much
+        return 130

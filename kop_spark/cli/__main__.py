@@ -1,0 +1,7 @@
+"""``python -m kop_spark.cli``."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

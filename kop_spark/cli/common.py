@@ -1,0 +1,57 @@
+"""What the commands share: the store they open, key=value options, and Kafka tools' output."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+from collections.abc import Sequence
+
+from ..broker import Broker
+
+
+def key_values(pairs: Sequence[str], what: str) -> dict:
+    out = {}
+    for p in pairs or ():
+        if "=" not in p:
+            raise SystemExit(f"kop: {what} {p!r} must be key=value")
+        k, v = p.split("=", 1)
+        out[k] = v
+    return out
+
+
+def open_broker(args: argparse.Namespace) -> Broker:
+    return Broker(args.root, conf=key_values(args.conf, "--conf"))
+
+
+def text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
+def json_bytes(data: bytes | None) -> str | dict[str, str] | None:
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode()}
+
+
+def _table(rows: list[dict], columns: list[tuple[str, str, int]]) -> str:
+    """Kafka's tools pad each column to the wider of its minimum and its longest value."""
+    widths = [max([minimum] + [len(str(r[key])) for r in rows]) for _, key, minimum in columns]
+    lines = [" ".join(f"{title:<{w}}" for (title, _, _), w in zip(columns, widths, strict=False)).rstrip()]
+    lines += [
+        " ".join(f"{r[key]!s:<{w}}" for (_, key, _), w in zip(columns, widths, strict=False)).rstrip() for r in rows
+    ]
+    return "\n".join(lines)
+
+
+def emit(args: argparse.Namespace, rows: list[dict], columns: list[tuple[str, str, int]], preface: str = "") -> None:
+    if args.output == "json":
+        print(json.dumps(rows))
+        return
+    if preface:
+        print(preface)
+    print()
+    print(_table(rows, columns))

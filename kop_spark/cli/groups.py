@@ -1,0 +1,198 @@
+"""``kop groups``: list, describe, reset offsets of and delete consumer groups (kafka-consumer-groups)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+import sys
+from collections.abc import Mapping
+
+from ..broker import Broker
+from ..clock import now_ms
+from ..errors import KopError
+from .common import emit, open_broker
+
+_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
+
+
+def _group_partitions(
+    b: Broker, args: argparse.Namespace, committed: Mapping[tuple[str, int], object]
+) -> list[tuple[str, int]]:
+    if args.all_topics:
+        return sorted(committed)
+    out = []
+    for spec in args.topic:
+        topic, _, parts = spec.partition(":")
+        if parts:
+            try:
+                out += [(topic, int(p)) for p in parts.split(",")]
+            except ValueError:
+                raise KopError(f"--topic {spec!r}: partitions must be numbers, as in topic:0,1") from None
+        else:
+            out += [(topic, p) for p in range(b.partitions_for(topic))]
+    return out
+
+
+def _parse_datetime(text: str) -> int:
+    try:
+        dt = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise KopError(
+            f"--to-datetime {text!r}: expected YYYY-MM-DDTHH:mm:SS.sss, optionally with a time zone"
+        ) from None
+    return int(dt.timestamp() * 1000)
+
+
+def _parse_duration(text: str) -> int:
+    m = _DURATION.match(text)
+    if not m or text in ("P", "PT"):
+        raise KopError(f"--by-duration {text!r}: expected an ISO-8601 duration PnDTnHnMnS, e.g. PT1H30M")
+    days, hours, minutes, seconds = (float(x) if x else 0 for x in m.groups())
+    return int((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
+
+
+def _groups(args: argparse.Namespace) -> int:
+    with open_broker(args) as b:
+        if args.action == "list":
+            groups = b.list_groups()
+            print(json.dumps(groups) if args.output == "json" else "\n".join(groups))
+            return 0
+        if not args.group:
+            raise KopError(f"kop groups {args.action}: a group id is required")
+        group = args.group
+        if args.action in ("describe", "delete-offsets") and not b.fetch_offsets(group):
+            raise KopError(f"Consumer group '{group}' does not exist.")
+        if args.action == "describe":
+            rows = []
+            for (topic, p), o in sorted(b.fetch_offsets(group).items()):
+                try:
+                    end = b.list_offsets(topic, p, "latest")
+                except KopError:
+                    end = None
+                rows.append(
+                    {
+                        "group": group,
+                        "topic": topic,
+                        "partition": p,
+                        "current_offset": o.offset,
+                        "log_end_offset": "-" if end is None else end,
+                        "lag": "-" if end is None else max(end - o.offset, 0),
+                        "consumer_id": "-",
+                        "host": "-",
+                        "client_id": "-",
+                    }
+                )
+            emit(
+                args,
+                rows,
+                [
+                    ("GROUP", "group", 15),
+                    ("TOPIC", "topic", 15),
+                    ("PARTITION", "partition", 10),
+                    ("CURRENT-OFFSET", "current_offset", 15),
+                    ("LOG-END-OFFSET", "log_end_offset", 15),
+                    ("LAG", "lag", 15),
+                    ("CONSUMER-ID", "consumer_id", 15),
+                    ("HOST", "host", 15),
+                    ("CLIENT-ID", "client_id", 0),
+                ],
+                preface=f"\nConsumer group '{group}' has no active members.",
+            )
+        elif args.action == "reset-offsets":
+            _reset_offsets(b, args, group)
+        elif args.action == "delete":
+            b.delete_group(group)
+            print(f"Deletion of requested consumer groups ('{group}') was successful.")
+        elif args.action == "delete-offsets":
+            if not args.topic:
+                raise KopError("kop groups delete-offsets: --topic is required")
+            asked = _group_partitions(b, args, {})
+            deleted = set(b.delete_offsets(group, asked))
+            rows = [
+                {
+                    "topic": t,
+                    "partition": p,
+                    "status": "Successful" if (t, p) in deleted else "Error: no committed offset",
+                }
+                for t, p in asked
+            ]
+            emit(
+                args,
+                rows,
+                [("TOPIC", "topic", 30), ("PARTITION", "partition", 15), ("STATUS", "status", 15)],
+                preface=f"Request succeed for deleting offsets with topic {','.join(args.topic)} group {group}",
+            )
+    return 0
+
+
+def _reset_offsets(b: Broker, args: argparse.Namespace, group: str) -> None:
+    scenarios = [
+        o
+        for o in ("to_earliest", "to_latest", "to_current", "to_offset", "shift_by", "to_datetime", "by_duration")
+        if getattr(args, o) not in (None, False)
+    ]
+    if len(scenarios) != 1:
+        raise KopError(
+            "reset-offsets needs exactly one of --to-earliest, --to-latest, --to-current, --to-offset, "
+            "--shift-by, --to-datetime, --by-duration"
+        )
+    if bool(args.topic) == bool(args.all_topics):
+        raise KopError("reset-offsets needs --topic or --all-topics (one of them)")
+    committed = b.fetch_offsets(group)
+    new = {}
+    for topic, p in _group_partitions(b, args, committed):
+        earliest, latest = b.list_offsets(topic, p, "earliest"), b.list_offsets(topic, p, "latest")
+        current = committed.get((topic, p))
+        base = current.offset if current is not None and current.offset >= 0 else latest
+        if args.to_earliest:
+            target = earliest
+        elif args.to_latest:
+            target = latest
+        elif args.to_current:
+            target = base
+        elif args.to_offset is not None:
+            target = args.to_offset
+        elif args.shift_by is not None:
+            target = base + args.shift_by
+        else:
+            ts = _parse_datetime(args.to_datetime) if args.to_datetime else now_ms() - _parse_duration(args.by_duration)
+            found = b.list_offsets(topic, p, ts)
+            target = latest if found < 0 else found
+        new[(topic, p)] = min(max(target, earliest), latest)  # clamped into the valid range, as Kafka does
+    if args.execute:
+        b.commit_offsets(group, new)
+    rows = [{"group": group, "topic": t, "partition": p, "new_offset": o} for (t, p), o in sorted(new.items())]
+    emit(
+        args,
+        rows,
+        [
+            ("GROUP", "group", 30),
+            ("TOPIC", "topic", 30),
+            ("PARTITION", "partition", 10),
+            ("NEW-OFFSET", "new_offset", 15),
+        ],
+    )
+    if not args.execute and args.output != "json":
+        print("\n(dry run: nothing changed; add --execute to commit these offsets)", file=sys.stderr)
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    g = sub.add_parser("groups", help="consumer groups: list, describe, reset-offsets, delete, delete-offsets")
+    g.add_argument("action", choices=["list", "describe", "reset-offsets", "delete", "delete-offsets"])
+    g.add_argument("group", nargs="?")
+    g.add_argument("--group", dest="group_option", metavar="GROUP", help="the group (as kafka-consumer-groups.sh)")
+    g.add_argument("--topic", action="append", metavar="TOPIC[:P,...]", help="topic, optionally with partitions")
+    g.add_argument("--all-topics", action="store_true", help="every topic the group has offsets for")
+    g.add_argument("--to-earliest", action="store_true")
+    g.add_argument("--to-latest", action="store_true")
+    g.add_argument("--to-current", action="store_true")
+    g.add_argument("--to-offset", type=int)
+    g.add_argument("--shift-by", type=int)
+    g.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss")
+    g.add_argument("--by-duration", metavar="PnDTnHnMnS")
+    g.add_argument("--dry-run", action="store_true", help="show the new offsets only (the default)")
+    g.add_argument("--execute", action="store_true", help="commit the new offsets")
+    g.add_argument("--output", choices=["text", "json"], default="text")
+    g.set_defaults(run=_groups)

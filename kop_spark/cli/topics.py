@@ -1,0 +1,47 @@
+"""``kop topics``: create, list, describe, alter and delete topics (kafka-topics)."""
+
+from __future__ import annotations
+
+import argparse
+
+from .common import key_values, open_broker
+
+
+def _topics(args: argparse.Namespace) -> int:
+    with open_broker(args) as b:
+        if args.action == "create":
+            b.create_topic(args.topic, args.partitions, key_values(args.config, "--config"))
+            print(f"Created topic {args.topic}.")
+        elif args.action == "list":
+            for t in b.list_topics(include_internal=args.include_internal):
+                print(t)
+        elif args.action == "delete":
+            b.delete_topic(args.topic)
+            print(f"Deleted topic {args.topic}.")
+        elif args.action == "alter":
+            b.create_partitions(args.topic, args.partitions)
+            print(f"Topic {args.topic} now has {args.partitions} partitions.")
+        elif args.action == "describe":
+            names = [args.topic] if args.topic else b.list_topics(include_internal=args.include_internal)
+            for t in names:
+                d = b.describe_topic(t)
+                configs = ",".join(f"{k}={v}" for k, v in d.config.items())
+                print(
+                    f"Topic: {d.name}\tFullName: {d.full_name}\tPartitionCount: {len(d.partitions)}\tConfigs: {configs}"
+                )
+                for p in d.partitions:
+                    print(
+                        f"\tTopic: {d.name}\tPartition: {p.partition}\tLogStartOffset: {p.log_start_offset}"
+                        f"\tLogEndOffset: {p.log_end_offset}\tLedgers: {p.ledgers}\tSize: {p.size_bytes}"
+                    )
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    t = sub.add_parser("topics", help="create, list, describe, alter or delete topics")
+    t.add_argument("action", choices=["create", "list", "describe", "alter", "delete"])
+    t.add_argument("topic", nargs="?")
+    t.add_argument("--partitions", type=int)
+    t.add_argument("--config", action="append", metavar="KEY=VALUE", help="topic setting, e.g. retention.ms=3600000")
+    t.add_argument("--include-internal", action="store_true", help="also internal topics such as __consumer_offsets")
+    t.set_defaults(run=_topics)

@@ -1,0 +1,105 @@
+"""Where everything lives under a store root, and the metadata store's keys: the one module that
+knows the layout (docs/ledger-format.md draws it)::
+
+    <root>/_metadata/                        the metadata store of a local root (metadataStoreUrl)
+    <root>/ledgers/<tenant>/<ns>/<topic>-partition-<n>/<ledger id>.ledger
+    <root>/_staging/<writer>/<batch>/<task dir>/<id>.ledger    a sink's output no reader sees yet
+    <root>/_faults/<point>                   crash points armed by tests
+
+    topics/<tenant>/<ns>/<topic>                                 a topic: partitions, config
+    managed-ledgers/<tenant>/<ns>/persistent/<topic>-partition-<n>   a partition's log
+    sinks/<writer>                                               an exactly-once writer's batch record
+
+Pulsar names managed ledgers tenant/namespace/persistent/topic; so does this layout.
+"""
+
+from __future__ import annotations
+
+from .topic_name import TopicName
+
+METADATA_DIR = "_metadata"
+LEDGERS_DIR = "ledgers"
+STAGING_DIR = "_staging"
+FAULTS_DIR = "_faults"
+LEDGER_SUFFIX = ".ledger"
+
+TOPICS = "topics"
+MANAGED_LEDGERS = "managed-ledgers"
+SINKS = "sinks"
+METADATA_PREFIXES = (TOPICS, MANAGED_LEDGERS, SINKS)
+
+_MAX_FILE_NAME = 255
+
+
+def topic_key(name: TopicName) -> str:
+    return f"{TOPICS}/{name.tenant}/{name.namespace}/{name.local_name}"
+
+
+def topic_of_key(key: str) -> TopicName:
+    """The topic a ``topic_key`` names."""
+    _, tenant, namespace, local = key.split("/")
+    return TopicName(tenant, namespace, local)
+
+
+def _partition_path(name: TopicName, partition: int) -> str:
+    # One path component per partition while it fits a file name (255 bytes); a name near
+    # Kafka's 249 characters would not, so its partitions go one directory deeper.
+    flat = f"{name.local_name}-partition-{partition}"
+    return flat if len(flat) <= _MAX_FILE_NAME else f"{name.local_name}/partition-{partition}"
+
+
+def managed_ledger_key(name: TopicName, partition: int) -> str:
+    return f"{MANAGED_LEDGERS}/{name.tenant}/{name.namespace}/persistent/{_partition_path(name, partition)}"
+
+
+def data_dir(name: TopicName, partition: int) -> str:
+    return f"{LEDGERS_DIR}/{name.tenant}/{name.namespace}/{_partition_path(name, partition)}"
+
+
+def ledger_file(directory: str, ledger_id: int) -> str:
+    return f"{directory}/{ledger_id:016x}{LEDGER_SUFFIX}"
+
+
+def is_ledger_file(path: str) -> bool:
+    return path.endswith(LEDGER_SUFFIX)
+
+
+def root_depths(parts: list[str]) -> list[int]:
+    """Given a ledger file's path split into components, how many of them may lead to its store
+    root: ``ledgers/<tenant>/<ns>/<partition dir(s)>/<file>`` follows the root."""
+    return [i for i in (len(parts) - 5, len(parts) - 6) if i > 0 and parts[i] == LEDGERS_DIR]
+
+
+def staging_dir(writer: str, batch: int | None = None) -> str:
+    """A writer's staging directory, or that of one of its batches."""
+    return f"{STAGING_DIR}/{writer}" if batch is None else f"{STAGING_DIR}/{writer}/{batch}"
+
+
+def staging_task_dir(writer: str, batch: int, task: str) -> str:
+    """Where one task attempt of a writer's batch stages its ledgers."""
+    return f"{STAGING_DIR}/{writer}/{batch}/{task}"
+
+
+def heartbeat_file(task_dir: str) -> str:
+    return f"{task_dir}/.alive"
+
+
+def staged_ledger_file(task_dir: str, name: str) -> str:
+    return f"{task_dir}/{name}{LEDGER_SUFFIX}"
+
+
+def staging_batch_of(path: str) -> str:
+    """The batch directory a staged file lies in."""
+    return "/".join(path.split("/")[:3])
+
+
+def sink_key(writer: str) -> str:
+    return f"{SINKS}/{writer}"
+
+
+def writer_of_sink_key(key: str) -> str:
+    return key.split("/", 1)[1]
+
+
+def fault_file(point: str) -> str:
+    return f"{FAULTS_DIR}/{point}"

@@ -1,0 +1,28 @@
+# The compiled twin of _pyrecords (see codec.RecordsCodec for what the arguments are).
+from .codec import BinaryColumn, Buffer, EncodedChunk, HeaderColumn, TimestampColumn
+
+def decode_records(
+    payload: Buffer,
+    count: int,
+    base_offset: int,
+    base_ts: int,
+    log_append_ts: int | None,
+    start: int,
+    end: int,
+    include_headers: bool,
+    columns: tuple[bytearray, ...],
+    /,
+) -> None: ...
+def encode_records(
+    keys: BinaryColumn | None,
+    values: BinaryColumn | None,
+    timestamps: TimestampColumn | None,
+    headers: HeaderColumn | None,
+    rows: Buffer | None,
+    count: int,
+    max_bytes: int,
+    now_ms: int,
+    seal: bool,
+    /,
+) -> list[EncodedChunk]: ...
+def key_partitions(n: int, keys: BinaryColumn | None, num_partitions: int, /) -> bytes: ...

@@ -1,0 +1,51 @@
+"""The protocol of the codec's hot loops, which two twins implement (as aiokafka's ``record/``):
+``_pyrecords`` (the pure-Python reference) and ``_crecords`` (compiled; typed by ``_crecords.pyi``).
+``_speedups`` picks one. Columns travel as Arrow buffers, results as bytearray columns."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+# Anything with the buffer protocol: bytes, bytearray, memoryview, a pyarrow Buffer. (Python
+# 3.12's collections.abc.Buffer names it; the codec runs on 3.10 too.)
+Buffer = Any
+# A binary column: (validity or None, int32 end offsets, data, offset of the first row)
+BinaryColumn = tuple[Buffer | None, Buffer, Buffer, int]
+# An int64 column of milliseconds: (validity or None, values, offset of the first row)
+TimestampColumn = tuple[Buffer | None, Buffer, int]
+# A list<struct<key, value>> column: (validity or None, int32 list ends, offset, keys, values)
+HeaderColumn = tuple[Buffer | None, Buffer, int, BinaryColumn | None, BinaryColumn | None]
+# An encoded records section (or whole batch): (bytes, records, first timestamp, max timestamp)
+EncodedChunk = tuple[bytes, int, int, int]
+
+
+class RecordsCodec(Protocol):
+    def decode_records(
+        self,
+        payload: Buffer,
+        count: int,
+        base_offset: int,
+        base_ts: int,
+        log_append_ts: int | None,
+        start: int,
+        end: int,
+        include_headers: bool,
+        columns: tuple[bytearray, ...],
+        /,
+    ) -> None: ...
+
+    def encode_records(
+        self,
+        keys: BinaryColumn | None,
+        values: BinaryColumn | None,
+        timestamps: TimestampColumn | None,
+        headers: HeaderColumn | None,
+        rows: Buffer | None,
+        count: int,
+        max_bytes: int,
+        now_ms: int,
+        seal: bool,
+        /,
+    ) -> list[EncodedChunk]: ...
+
+    def key_partitions(self, n: int, keys: BinaryColumn | None, num_partitions: int, /) -> bytes: ...

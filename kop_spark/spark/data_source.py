@@ -1,0 +1,63 @@
+"""``format("kop")``: the Python data source, which hands out its readers and writers.
+
+Everything here runs on the driver except ``read()`` and ``write()``, which Spark calls on
+executors with what the driver planned (``partition_reader``, ``sink``).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from ..errors import ConfigError
+from .batch_reader import KopBatchReader
+from .micro_batch_stream import KopMicroBatchStream
+from .options import OptionMap, SourceOptions
+from .schema import source_schema
+from .sink import KopBatchWriter, KopStreamWriter, prepare
+
+
+class KopDataSource(DataSource):
+    """``format("kop")``: batch and streaming reads and writes of kop topics."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kop"
+
+    def schema(self) -> StructType:
+        return source_schema(OptionMap(self.options).boolean("includeHeaders", False))
+
+    def _check_schema(self, schema: StructType, options: SourceOptions) -> None:
+        if schema != source_schema(options.include_headers):
+            raise ConfigError("The kop source has a fixed schema and cannot be set with a custom one")
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = SourceOptions.parse(self.options, streaming=False)
+        self._check_schema(schema, options)
+        return KopBatchReader(options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        options = SourceOptions.parse(self.options, streaming=True)
+        self._check_schema(schema, options)
+        return KopMicroBatchStream(options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise ConfigError("kop topics are append-only: save mode Overwrite is not supported; use mode('append')")
+        return KopBatchWriter(prepare(self.options, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return KopStreamWriter(prepare(self.options, schema))
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("kop")`` available in ``spark`` (Spark also finds it by itself through the
+    ``pyspark_kop`` package when kop-spark is installed)."""
+    spark.dataSource.register(KopDataSource)

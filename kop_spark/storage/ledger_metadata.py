@@ -1,0 +1,264 @@
+"""A managed ledger's metadata, typed, and the changes made to it.
+
+The metadata store holds it as JSON under the partition's key (``layout.managed_ledger_key``)::
+
+    {"log_start_offset": int, "next_offset": int,
+     "ledgers":   [LedgerRecord, ...],                        oldest first, offsets contiguous
+     "producers": {writer: {"seq", "base_offset", "count", "ts"}},   idempotent appends
+     "sinks":     {writer: {"batch", "base_offset", "count", "ts"}}, exactly-once sinks' batches
+     "trash":     [{"file", "delete_after_ms"}, ...],          files no longer referred to
+     "condemned": [file, ...],                                 orphans being removed
+     "deleted":   true}                                        only once the log is deleted
+
+Every change is made to a ``LogMetadata`` read from one version and written back by
+compare-and-set on that version (``ManagedLedger.apply``); the methods here only edit the copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+OPEN, CLOSED, SEALED = "open", "closed", "sealed"
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRecord:
+    """One ledger as the managed ledger records it; writers and readers share this one type."""
+
+    id: int
+    file: str
+    base_offset: int
+    entries: int
+    records: int  # offsets the ledger spans (more than the records in it, once compacted)
+    length: int  # confirmed bytes; for a sealed ledger, the whole file with its table
+    max_timestamp: int
+    created_ms: int
+    state: str
+    owner: str | None
+    modified_ms: int = -1  # when entries were last added (-1 in metadata of earlier versions)
+
+    @classmethod
+    def new(
+        cls,
+        ledger_id: int,
+        file: str,
+        base_offset: int,
+        now: int,
+        *,
+        entries: int = 0,
+        records: int = 0,
+        length: int = 0,
+        max_timestamp: int = -1,
+        state: str = SEALED,
+        owner: str | None = None,
+    ) -> LedgerRecord:
+        return cls(ledger_id, file, base_offset, entries, records, length, max_timestamp, now, state, owner, now)
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> LedgerRecord:
+        return cls(**value)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "file": self.file,
+            "base_offset": self.base_offset,
+            "entries": self.entries,
+            "records": self.records,
+            "length": self.length,
+            "max_timestamp": self.max_timestamp,
+            "created_ms": self.created_ms,
+            "modified_ms": self.modified_ms,
+            "state": self.state,
+            "owner": self.owner,
+        }
+
+    @property
+    def end_offset(self) -> int:
+        return self.base_offset + self.records
+
+    @property
+    def sealed(self) -> bool:
+        return self.state == SEALED
+
+    @property
+    def retention_time(self) -> int:
+        """What time-based retention compares: the newest record's time, as Kafka; when no record
+        has one, the time the ledger last grew (Kafka: the segment's modification time)."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return self.modified_ms if self.modified_ms >= 0 else self.created_ms
+
+    def key(self) -> tuple[int, int, str]:
+        """What identifies this ledger as one version of metadata saw it."""
+        return self.id, self.length, self.state
+
+
+@dataclass(frozen=True, slots=True)
+class WriterRecord:
+    """An idempotent producer's last append (``seq``) or an exactly-once sink's last batch."""
+
+    seq: int
+    base_offset: int
+    count: int
+    ts: int
+
+    @property
+    def end_offset(self) -> int:
+        return self.base_offset + self.count
+
+
+@dataclass(frozen=True, slots=True)
+class TrashEntry:
+    file: str
+    delete_after_ms: int
+
+
+def _writers(table: dict[str, dict[str, int]], seq: str) -> dict[str, WriterRecord]:
+    return {w: WriterRecord(p[seq], p["base_offset"], p["count"], p["ts"]) for w, p in table.items()}
+
+
+def _writers_json(table: dict[str, WriterRecord], seq: str) -> dict[str, dict[str, int]]:
+    return {w: {seq: r.seq, "base_offset": r.base_offset, "count": r.count, "ts": r.ts} for w, r in table.items()}
+
+
+@dataclass
+class LogMetadata:
+    """The metadata of one managed ledger, as one version of it reads."""
+
+    log_start_offset: int = 0
+    next_offset: int = 0
+    ledgers: list[LedgerRecord] = field(default_factory=list)
+    producers: dict[str, WriterRecord] = field(default_factory=dict)
+    sinks: dict[str, WriterRecord] = field(default_factory=dict)  # ``seq`` is the batch id
+    trash: list[TrashEntry] = field(default_factory=list)
+    condemned: list[str] = field(default_factory=list)
+    deleted: bool = False
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> LogMetadata:
+        trash = [TrashEntry(t["file"], t["delete_after_ms"]) for t in value.get("trash", [])]
+        condemned = list(value.get("condemned", []))
+        if value.get("deleted"):
+            return cls(trash=trash, condemned=condemned, deleted=True)
+        return cls(
+            value["log_start_offset"],
+            value["next_offset"],
+            [LedgerRecord.from_json(l) for l in value["ledgers"]],
+            _writers(value.get("producers", {}), "seq"),
+            _writers(value.get("sinks", {}), "batch"),
+            trash,
+            condemned,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any]
+        if self.deleted:
+            out = {"deleted": True}
+        else:
+            out = {
+                "log_start_offset": self.log_start_offset,
+                "next_offset": self.next_offset,
+                "ledgers": [l.to_json() for l in self.ledgers],
+                "producers": _writers_json(self.producers, "seq"),
+            }
+            if self.sinks:
+                out["sinks"] = _writers_json(self.sinks, "batch")
+        out["trash"] = [{"file": t.file, "delete_after_ms": t.delete_after_ms} for t in self.trash]
+        if self.condemned:
+            out["condemned"] = self.condemned
+        return out
+
+    def copy(self) -> LogMetadata:
+        """A copy to change (ledger and writer records are immutable; only the lists are copied)."""
+        return LogMetadata(
+            self.log_start_offset,
+            self.next_offset,
+            list(self.ledgers),
+            dict(self.producers),
+            dict(self.sinks),
+            list(self.trash),
+            list(self.condemned),
+            self.deleted,
+        )
+
+    # -- what it says ------------------------------------------------------------------------
+
+    @property
+    def tail(self) -> LedgerRecord | None:
+        return self.ledgers[-1] if self.ledgers else None
+
+    def find(self, ledger_id: int) -> int:
+        """Index of the ledger with ``ledger_id``; -1 if there is none."""
+        return next((i for i, l in enumerate(self.ledgers) if l.id == ledger_id), -1)
+
+    def referenced(self) -> set[str]:
+        """Every file this version refers to: its ledgers and its trash."""
+        return {l.file for l in self.ledgers} | {t.file for t in self.trash}
+
+    # -- changes -----------------------------------------------------------------------------
+
+    def add_ledger(self, ledger: LedgerRecord) -> None:
+        """Append a ledger at the log end; its records join the log."""
+        self.ledgers.append(ledger)
+        self.next_offset = ledger.end_offset
+
+    def confirm(self, entries: int, records: int, length: int, max_timestamp: int, now: int) -> None:
+        """Confirm entries written to the open tail ledger: they become part of the log."""
+        tail = self.ledgers[-1]
+        self.ledgers[-1] = replace(
+            tail,
+            entries=tail.entries + entries,
+            records=tail.records + records,
+            length=length,
+            max_timestamp=max(tail.max_timestamp, max_timestamp),
+            modified_ms=now,
+        )
+        self.next_offset += records
+
+    def fence_tail(self) -> None:
+        """Close an open tail at its confirmed length: its writer's next change fails."""
+        tail = self.tail
+        if tail is not None and tail.state == OPEN:
+            self.ledgers[-1] = replace(tail, state=CLOSED)
+
+    def seal(self, at: int, length: int) -> None:
+        """Record that the ledger at ``at`` was sealed (its file now ``length`` bytes, with its table)."""
+        self.ledgers[at] = replace(self.ledgers[at], length=length, state=SEALED, owner=None)
+
+    def trash_files(self, files: Iterable[str], delete_after_ms: int) -> None:
+        """Files this version stops referring to, deleted once readers' grace has passed."""
+        self.trash += [TrashEntry(f, delete_after_ms) for f in files]
+
+    def replace_run(self, at: int, count: int, new: LedgerRecord | None, delete_after_ms: int) -> None:
+        """Replace ``count`` ledgers from ``at`` by ``new`` (None: their offsets hold nothing any
+        more), trashing their files. Offsets do not change; dropping the head moves the log start."""
+        run = self.ledgers[at : at + count]
+        self.trash_files([l.file for l in run], delete_after_ms)
+        self.ledgers[at : at + count] = [new] if new is not None else []
+        if new is None and at == 0 and run:
+            self.log_start_offset = run[-1].end_offset
+
+    def drop_head(self, count: int, delete_after_ms: int) -> None:
+        """Retention: drop the ``count`` oldest ledgers; the log starts after them."""
+        self.trash_files([l.file for l in self.ledgers[:count]], delete_after_ms)
+        del self.ledgers[:count]
+        self.log_start_offset = self.ledgers[0].base_offset if self.ledgers else self.next_offset
+
+    def truncate(self, at: int, new: LedgerRecord | None, end: int, delete_after_ms: int) -> None:
+        """Repair: replace the ledgers from ``at`` by ``new`` and end the log at ``end``; appends
+        remembered past the new end are forgotten, so their writers' retries append again."""
+        self.trash_files([l.file for l in self.ledgers[at:]], delete_after_ms)
+        self.ledgers[at:] = [new] if new is not None else []
+        self.next_offset = end
+        self.log_start_offset = min(self.log_start_offset, end)
+        for table in (self.producers, self.sinks):
+            for writer in [w for w, r in table.items() if r.end_offset > end]:
+                del table[writer]
+
+    def mark_deleted(self, delete_after_ms: int) -> None:
+        """The log is deleted: every ledger goes to the trash; only trash and orphans are kept."""
+        self.trash_files([l.file for l in self.ledgers], delete_after_ms)
+        self.ledgers, self.producers, self.sinks, self.deleted = [], {}, {}, True

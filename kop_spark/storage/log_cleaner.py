@@ -1,0 +1,223 @@
+"""The log cleaner: compaction and merging, which rewrite ledgers without changing any offset.
+
+Both write a new sealed ledger that nothing refers to yet, then ``swap`` it for the run of ledgers
+it replaces, in one CAS that checks the run is still there unchanged; the old files go to the
+trash. A lost race (retention, another cleaner, a fenced writer's seal) only wastes the new file.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from ..errors import KopError, OrphanRemovedError
+from ..record import Record, build_record_batch
+from .ledger import EntryInfo, delete_quietly
+from .ledger_metadata import OPEN, SEALED, LedgerRecord, LogMetadata
+from .read_plan import PartitionView, ReadEntry, ledger_reader
+
+if TYPE_CHECKING:
+    from .managed_ledger import ManagedLedger
+
+# Merging in passing: ledgers are tiered by size (below 64 KiB, below 1 MiB); a run of
+# ``merge_in_passing`` adjacent ledgers of one tier becomes one ledger of about the next tier, so
+# every record is copied a couple of times at most and a run costs a writer at most a few MiB.
+_TIER_BASE = 64 << 10
+_TIER_FACTOR = 16
+_TIERS_MERGED_IN_PASSING = 2
+
+# An entry to write: (batch, index relative to the new ledger, broker timestamp, records kept).
+NewEntry = tuple[bytes, int, int, int]
+
+log = logging.getLogger(__name__)
+
+
+def _tier(length: int) -> int:
+    return 0 if length < _TIER_BASE else int(math.log(length / _TIER_BASE, _TIER_FACTOR)) + 1
+
+
+class _Stale(Exception):
+    """The run to replace changed since it was read."""
+
+
+class LogCleaner:
+    """Compaction and merging of one managed ledger's ledgers."""
+
+    def __init__(self, log: ManagedLedger):
+        self._log = log
+
+    def compact(self) -> int | None:
+        """Keep only the latest record of each key (and tombstones younger than
+        ``delete_retention_ms``), as Kafka's log cleaner does, without changing any offset.
+
+        The whole log is rewritten into one sealed ledger that keeps the offsets of the records it
+        keeps; the offsets in between simply hold nothing any more. The open tail is sealed (or
+        fenced) first so that it is compacted too. Returns the records kept, or None when the log
+        changed under the compaction (another compaction or retention won; nothing is lost).
+        """
+        ml = self._log
+        with ml.lock:
+            ml.apply(ml.close_tail)
+            view = ml.view()
+            if not view.ledgers:
+                return 0
+            base, end = view.ledgers[0].base_offset, view.ledgers[-1].end_offset
+            new, kept = self.write_ledger(base, end, self._compacted_entries(view), ml.clock.now_ms())
+            if not self.swap(list(view.ledgers), new):
+                return None
+            return kept
+
+    def _compacted_entries(self, view: PartitionView) -> Iterator[NewEntry]:
+        contents = []
+        latest: dict[bytes, int] = {}
+        for ledger in view.ledgers:
+            reader = ledger_reader(self._log.fileio, ledger, self._log.stats)
+            entries = reader.read(0, 1 << 62) if len(reader.table()) else []
+            for e in entries:
+                batch = ReadEntry(ledger.base_offset + e.relative_index, e).record_batch()
+                records = [] if batch.is_control else batch.records()
+                contents.append((e, batch, records))
+                for r in records:
+                    if r.key is not None:
+                        latest[r.key] = r.offset
+        horizon = self._log.clock.now_ms() - self._log.config.delete_retention_ms
+        base = view.ledgers[0].base_offset
+        for e, batch, records in contents:
+            survivors = [
+                r
+                for r in records
+                if r.key is not None
+                and latest[r.key] == r.offset
+                and (r.value is not None or r.timestamp_ms >= horizon)
+            ]
+            if survivors:
+                rebuilt = build_record_batch(
+                    [Record(r.value, r.key, r.timestamp_ms, r.headers) for r in survivors],
+                    compression=batch.compression,
+                    timestamp_type=batch.timestamp_type,
+                    log_append_time_ms=batch.max_timestamp,
+                    offset_deltas=[r.offset - batch.base_offset for r in survivors],
+                    last_offset_delta=batch.last_offset_delta,
+                )
+                yield rebuilt, batch.base_offset - base, e.broker_timestamp, len(survivors)
+
+    def merge_ledgers(self, target_bytes: int) -> int:
+        """Rewrite runs of adjacent small ledgers as one ledger per run of up to ``target_bytes``,
+        without changing any offset: entries keep their batches byte for byte, only their relative
+        indexes move to the new ledger's base. Ledgers of ``target_bytes / 2`` or more are left as
+        they are, so a ledger is rewritten a few times at most. Closed ledgers that were never
+        sealed (their writer died) come out sealed. Returns how many ledgers went away."""
+        runs: list[list[LedgerRecord]] = [[]]
+        for ledger in self._log.view().ledgers:
+            small = ledger.state != OPEN and ledger.length < target_bytes // 2
+            if not small or sum(l.length for l in runs[-1]) + ledger.length > target_bytes:
+                runs.append([])
+            if small:
+                runs[-1].append(ledger)
+        with self._log.lock:
+            return sum(len(run) - 1 for run in runs if len(run) > 1 and self._merge(run))
+
+    def merge_in_passing(self) -> None:
+        """Keep the ledger list short when many writers take turns (each turn fences the last
+        writer's ledger and starts a new one): merge a run of small ledgers of one size tier.
+        The append this follows is already confirmed, so a failure here is only logged."""
+        wanted = self._log.config.merge_in_passing
+        meta = self._log.last_known
+        if wanted < 2 or meta is None:
+            return
+        run = _small_run(meta, wanted)
+        if run is None:
+            return
+        try:
+            self._merge(run)
+        except (KopError, OSError) as e:
+            log.warning(
+                "%s: merging %d small ledgers in passing failed (the append stands): %s", self._log.name, len(run), e
+            )
+
+    def _merge(self, run: list[LedgerRecord]) -> bool:
+        base = run[0].base_offset
+
+        def entries() -> Iterator[NewEntry]:
+            for ledger in run:
+                reader = ledger_reader(self._log.fileio, ledger, self._log.stats)
+                k, n = 0, len(reader.table())
+                while k < n:
+                    read = reader.read(k, 8 << 20)
+                    for e in read:
+                        yield e.batch, ledger.base_offset - base + e.relative_index, e.broker_timestamp, e.record_count
+                    k += len(read)
+
+        new, _ = self.write_ledger(base, run[-1].end_offset, entries(), max(l.modified_ms for l in run))
+        return self.swap(run, new)
+
+    def write_ledger(
+        self, base: int, end: int, entries: Iterator[NewEntry], modified_ms: int
+    ) -> tuple[LedgerRecord | None, int]:
+        """A sealed ledger of ``entries`` spanning offsets ``[base, end)``, not yet referred to by
+        anything; None when there are no entries. Returns it and the records in it."""
+        ml = self._log
+        writer = ml.create_ledger_file()
+        try:
+            rows: list[EntryInfo] = []
+            records = 0
+            for batch, rel, broker_ts, count in entries:
+                rows += writer.append([batch], rel, broker_ts)
+                records += count
+            if not rows:
+                writer.close()
+                delete_quietly(ml.fileio, writer.path)
+                return None, 0
+            length = writer.seal(rows, end - base)
+            writer.close()
+        except BaseException:
+            writer.close()
+            delete_quietly(ml.fileio, writer.path)
+            raise
+        now = ml.clock.now_ms()
+        new = LedgerRecord(
+            writer.ledger_id, writer.path, base, len(rows), end - base, length,
+            max(r.max_timestamp for r in rows), now, SEALED, None, modified_ms if modified_ms >= 0 else now,
+        )  # fmt: skip
+        return new, records
+
+    def swap(self, run: list[LedgerRecord], new: LedgerRecord | None) -> bool:
+        """Replace ``run`` (adjacent ledgers, as a view saw them) by ``new`` in one CAS, if they
+        are still there unchanged; ``new`` None drops their offsets altogether. The old files go
+        to the trash. False (and ``new`` deleted) when retention, another cleaner or a fenced
+        writer's seal got there first, or ``new`` was condemned as an orphan."""
+        replaced = [l.key() for l in run]
+        delay = self._log.config.file_delete_delay_ms
+
+        def change(meta: LogMetadata, now: int) -> LogMetadata:
+            at = meta.find(run[0].id)
+            current = meta.ledgers[at : at + len(run)] if at >= 0 else []
+            if [l.key() for l in current] != replaced:
+                raise _Stale()
+            meta.replace_run(at, len(run), new, now + delay)
+            return meta
+
+        try:
+            self._log.apply(change)
+        except (_Stale, OrphanRemovedError):
+            if new is not None:
+                delete_quietly(self._log.fileio, new.file)
+            return False
+        return True
+
+
+def _small_run(meta: LogMetadata, wanted: int) -> list[LedgerRecord] | None:
+    """The newest run of ``wanted`` adjacent small ledgers of one size tier, oldest first."""
+    run: list[LedgerRecord] = []  # newest first
+    for ledger in reversed(meta.ledgers):
+        tier = _tier(ledger.length)
+        small = ledger.state != OPEN and tier < _TIERS_MERGED_IN_PASSING
+        if small and (not run or tier == _tier(run[-1].length)):
+            run.append(ledger)
+        else:
+            run = [ledger] if small else []
+        if len(run) == wanted:
+            return run[::-1]
+    return None

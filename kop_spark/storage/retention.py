@@ -1,0 +1,61 @@
+"""Retention, as functions over a managed ledger's metadata: folded into every CAS of the log, so
+whichever writer changes it next applies them (Kafka's log retention, producer expiry and the
+delayed deletion of ``file.delete.delay.ms``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .fileio import FileIO
+from .ledger_metadata import OPEN, LogMetadata
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    retention_ms: int = 604_800_000
+    retention_bytes: int = -1
+    delete_policy: bool = True  # cleanup.policy has "delete": retention applies
+    file_delete_delay_ms: int = 60_000
+    producer_expiration_ms: int = 86_400_000
+    sink_expiration_ms: int = 604_800_000  # forget an exactly-once writer's last batch this long after it
+
+
+def apply_retention(meta: LogMetadata, policy: RetentionPolicy, now: int) -> None:
+    """Drop the oldest closed ledgers past ``retention.ms`` or beyond ``retention.bytes``."""
+    if not policy.delete_policy:
+        return
+    size = sum(l.length for l in meta.ledgers)
+    dropped = 0
+    for l in meta.ledgers:
+        if l.state == OPEN:
+            break
+        too_old = policy.retention_ms >= 0 and l.retention_time < now - policy.retention_ms
+        # Kafka drops a segment only while the log stays at or above retention.bytes without it.
+        too_big = policy.retention_bytes >= 0 and size - l.length >= policy.retention_bytes
+        if not (too_old or too_big):
+            break
+        size -= l.length
+        dropped += 1
+    if dropped:
+        meta.drop_head(dropped, now + policy.file_delete_delay_ms)
+
+
+def expire_writers(meta: LogMetadata, policy: RetentionPolicy, now: int) -> None:
+    """Forget idempotent producers and exactly-once writers by time, never by count (as Kafka's
+    producer.id.expiration.ms and transactional.id.expiration.ms)."""
+    for table, expiration in ((meta.producers, policy.producer_expiration_ms), (meta.sinks, policy.sink_expiration_ms)):
+        for writer in [w for w, r in table.items() if r.ts < now - expiration]:
+            del table[writer]
+
+
+def purge_trash(fileio: FileIO, committed: LogMetadata, meta: LogMetadata, now: int) -> None:
+    """Delete trashed files whose grace has passed. Only entries of the ``committed`` version's
+    trash qualify: a file is deleted only once a CAS that stopped referring to it has gone
+    through, never on the strength of the CAS being prepared. A crash after the delete leaves
+    a trash record of a missing file (harmless), never an unrecorded file."""
+    due = {t.file for t in committed.trash if t.delete_after_ms <= now}
+    if not due:
+        return
+    for f in due:
+        fileio.delete(f)
+    meta.trash = [t for t in meta.trash if t.file not in due]

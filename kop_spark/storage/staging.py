@@ -1,0 +1,51 @@
+"""Staged ledgers: sealed ledgers written outside any partition (by Spark tasks), which a partition
+later takes whole, in the one CAS that gives them offsets (``ManagedLedger.append_ledgers``)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from ..record import RecordBatch
+from .fileio import FileIO
+from .ledger import EntryInfo, LedgerWriter
+
+
+class StagedLedger(NamedTuple):
+    """A sealed ledger written outside any managed ledger, waiting to be appended."""
+
+    file: str
+    ledger_id: int
+    entries: int
+    records: int
+    length: int
+    max_timestamp: int
+
+
+class LedgerStager:
+    """Writes one ledger that is not yet part of a partition: entries get relative indexes from 0,
+    and ``finish`` seals it."""
+
+    def __init__(self, fileio: FileIO, path: str):
+        self.path = path
+        self._fileio = fileio
+        self._writer = LedgerWriter.create(fileio, path, uuid.uuid4().int >> 65)
+        self._rows: list[EntryInfo] = []
+        self._records = 0
+
+    def append(self, batches: Sequence[bytes], broker_timestamp: int) -> None:
+        """Write batches as the ledger's next entries, in one write."""
+        if batches:
+            self._rows += self._writer.append(batches, self._records, broker_timestamp)
+            self._records = self._rows[-1].relative_index + RecordBatch(batches[-1]).offset_span
+
+    def finish(self) -> StagedLedger:
+        length = self._writer.seal(self._rows, self._records)
+        self._writer.close()
+        max_ts = max((r.max_timestamp for r in self._rows), default=-1)
+        return StagedLedger(self.path, self._writer.ledger_id, len(self._rows), self._records, length, max_ts)
+
+    def discard(self) -> None:
+        self._writer.close()
+        self._fileio.delete(self.path)
