@@ -7,6 +7,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch as KBatch
 
 from kop_spark import Broker, Record, layout
+from kop_spark.clock import ManualClock
 from kop_spark.errors import (
     ConfigError,
     CorruptRecordError,
@@ -137,7 +138,7 @@ def test_rollover_by_bytes_and_by_age(root):
 
 
 def test_retention_by_time_and_size_with_grace_period(root):
-    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1})
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1}, clock=ManualClock(NOW))
     b.create_topic("old", 1, config={"retention.ms": 60_000, "file.delete.delay.ms": 3_600_000})
     b.produce("old", recs(2, ts=NOW - 120_000), partition=0)  # expired
     b.produce("old", recs(2, ts=NOW), partition=0)
@@ -436,7 +437,7 @@ def test_read_only_and_unreadable_root(tmp_path):
 
 
 def test_compaction_keeps_offsets_latest_values_and_young_tombstones(root):
-    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 2})
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 2}, clock=ManualClock(NOW))
     b.create_topic("c", 1, config={"cleanup.policy": "compact", "retention.ms": 1, "delete.retention.ms": 60_000})
     for i in range(12):
         b.produce("c", [Record(f"v{i}".encode(), key=f"k{i % 3}".encode(), timestamp_ms=NOW)], partition=0)

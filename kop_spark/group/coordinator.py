@@ -29,6 +29,7 @@ from ..errors import (
     TopicAlreadyExistsError,
 )
 from ..record import Record, RecordBatch, build_record_batch
+from ..retry import retry_cas
 from ..topic_name import TopicPartition
 from .offsets_topic import (
     GroupMetadataKey,
@@ -200,15 +201,13 @@ class GroupCoordinator:
     def _decide_and_write(self, p: int, decide: Callable[[_Partition], list[Record]]) -> None:
         """Write what ``decide`` makes of the partition's table, in the append that checks the
         table is still complete: a commit that lands in between makes it decide again."""
-        for _ in range(_DECISION_ATTEMPTS):
+
+        def attempt() -> None:
             state = self._load(p)
-            try:
-                self._write(p, decide(state), if_log_end=state.next_offset)
-            except LogEndMovedError:
-                continue
-            self._load(p)
-            return
-        raise KopError(f"{self.topic}-{p}: gave up after {_DECISION_ATTEMPTS} commits raced a deletion")
+            self._write(p, decide(state), if_log_end=state.next_offset)
+
+        retry_cas(f"{self.topic}-{p}", attempt, lost=(LogEndMovedError,), attempts=_DECISION_ATTEMPTS)
+        self._load(p)
 
     def _group(self, group: str) -> tuple[int, _Partition]:
         if not isinstance(group, str) or not group:

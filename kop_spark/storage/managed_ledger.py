@@ -40,11 +40,12 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import BadVersionError, LogEndMovedError, ManagedLedgerDeletedError, OrphanRemovedError, StorageError
 from ..layout import ledger_file
 from ..record import RecordBatch
+from ..retry import retry_cas
 from .fileio import FileIO
 from .ledger import IOStats, LedgerWriter
 from .ledger_metadata import LedgerRecord, LogMetadata, WriterRecord
 from .log_cleaner import LogCleaner
-from .metadata_store import MetadataStore, retry_cas
+from .metadata_store import MetadataStore
 from .own_ledger import OwnLedger
 from .read_plan import PartitionView
 from .retention import RetentionPolicy, apply_retention, expire_writers, purge_trash

@@ -19,15 +19,14 @@ import os
 import re
 import uuid
 from collections.abc import Callable
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 from ..errors import BadVersionError, CorruptMetadataError, StorageError
+from ..retry import retry_cas
 from .fileio import write_all
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9._\-]+$")
 _KEEP_VERSIONS = 4  # older versions are pruned; readers that listed them retry
-CAS_ATTEMPTS = 10_000
-T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -60,23 +59,6 @@ class MetadataStore(abc.ABC):
         if current.value is not None:
             raise BadVersionError(f"metadata key {key} already exists")
         return self.put(key, value, current.version)
-
-
-def retry_cas(
-    what: str,
-    attempt: Callable[[], T],
-    *,
-    lost: tuple[type[BaseException], ...] = (BadVersionError,),
-    attempts: int = CAS_ATTEMPTS,
-) -> T:
-    """Run ``attempt`` (read, decide, compare-and-set) again whenever another writer got there
-    first (it raises one of ``lost``); a bounded number of times, so a livelock is an error."""
-    for _ in range(attempts):
-        try:
-            return attempt()
-        except lost:
-            continue
-    raise StorageError(f"{what}: gave up after {attempts} lost compare-and-sets")
 
 
 class Unchanged(Exception):
