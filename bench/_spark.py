@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(BENCH))
-from kop_spark.record.arrow import kafka_source_schema  # noqa: E402
+from kop_spark.record.arrow import kafka_source_schema  # noqa: E402 - importable only once the checkout is on sys.path
 
 BASE_TS_MS = 1_900_000_000_000
 PARTITIONS = 2  # one task per core

@@ -79,7 +79,7 @@ def load_time(root: str, p: int, repeat: int = 5) -> float:
             t = time.perf_counter()
             state = coordinator._load(p)  # replay only: fetch_offsets would also compact in passing
             best = min(best, time.perf_counter() - t)
-            assert state.groups[GROUP].offsets[(b._kafka_name(b.topic_name("t")), 0)].offset >= 0
+            assert state.groups[GROUP].offsets[(b.admin.kafka_name(b.topic_name("t")), 0)].offset >= 0
     return best
 
 

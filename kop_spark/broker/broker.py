@@ -81,9 +81,8 @@ class Broker:
         self.store = FileMetadataStore(_metadata_dir(self.config, self.root), sync=self.config["journalSyncData"])
         self.writer_id = uuid.uuid4().hex
         self.stats = IOStats()
-        self.admin = TopicAdmin(
-            self.store, self.fileio, self.config, LogManager(self.store, self.fileio, self.config, self.writer_id, self.stats, clock), clock
-        )  # fmt: skip
+        logs = LogManager(self.store, self.fileio, self.config, self.writer_id, self.stats, clock)
+        self.admin = TopicAdmin(self.store, self.fileio, self.config, logs, clock)
         self._fetcher = Fetcher(self.admin, self.fileio, self.stats)
         self._housekeeper = Housekeeper(self)
         self._groups = GroupOffsets(self)
@@ -203,17 +202,14 @@ class Broker:
         where = f"produce to {topic}-{partition}, batch"
         checked = [validate_produced(f"{where} {i}", b, cfg, now) for i, b in enumerate(flat)]
         ml = self.admin.log(topic, partition, meta)
-        return self._on_log(
-            topic,
-            lambda: (
-                ml.append(
-                    checked,
-                    idempotence_key=idempotence_key,
-                    broker_timestamp=now,
-                    expected_next_offset=expected_log_end_offset,
-                ).base_offset
-            ),
-        )
+
+        def append() -> int:
+            expected = expected_log_end_offset
+            return ml.append(
+                checked, idempotence_key=idempotence_key, broker_timestamp=now, expected_next_offset=expected
+            ).base_offset
+
+        return self._on_log(topic, append)
 
     def _on_log(self, topic: str, operation: Callable[[], T]) -> T:
         try:
