@@ -17,15 +17,15 @@ compare-and-set on that version (``ManagedLedger.apply``); the methods here only
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, TypedDict
 
 OPEN, CLOSED, SEALED = "open", "closed", "sealed"
 
 
-@dataclass(frozen=True, slots=True)
-class LedgerRecord:
-    """One ledger as the managed ledger records it; writers and readers share this one type."""
+class LedgerRecord(NamedTuple):
+    """One ledger as the managed ledger records it; writers and readers share this one type.
+    (A named tuple: every metadata read builds one per ledger, and tuples build fastest.)"""
 
     id: int
     file: str
@@ -96,22 +96,23 @@ class LedgerRecord:
         return self.id, self.length, self.state
 
 
-@dataclass(frozen=True, slots=True)
-class WriterRecord:
+class WriterRecord(NamedTuple):
     """An idempotent producer's last append (``seq``) or an exactly-once sink's last batch."""
 
     seq: int
     base_offset: int
-    count: int
+    record_count: int
     ts: int
 
     @property
     def end_offset(self) -> int:
-        return self.base_offset + self.count
+        return self.base_offset + self.record_count
 
 
-@dataclass(frozen=True, slots=True)
-class TrashEntry:
+class TrashEntry(TypedDict):
+    """A file no version refers to any more, and when it may go. Kept as the stored dict: a busy
+    log's trash holds many entries, and every read of the metadata would otherwise rebuild them."""
+
     file: str
     delete_after_ms: int
 
@@ -121,7 +122,9 @@ def _writers(table: dict[str, dict[str, int]], seq: str) -> dict[str, WriterReco
 
 
 def _writers_json(table: dict[str, WriterRecord], seq: str) -> dict[str, dict[str, int]]:
-    return {w: {seq: r.seq, "base_offset": r.base_offset, "count": r.count, "ts": r.ts} for w, r in table.items()}
+    return {
+        w: {seq: r.seq, "base_offset": r.base_offset, "count": r.record_count, "ts": r.ts} for w, r in table.items()
+    }
 
 
 @dataclass
@@ -139,7 +142,7 @@ class LogMetadata:
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> LogMetadata:
-        trash = [TrashEntry(t["file"], t["delete_after_ms"]) for t in value.get("trash", [])]
+        trash: list[TrashEntry] = value.get("trash", [])
         condemned = list(value.get("condemned", []))
         if value.get("deleted"):
             return cls(trash=trash, condemned=condemned, deleted=True)
@@ -166,7 +169,7 @@ class LogMetadata:
             }
             if self.sinks:
                 out["sinks"] = _writers_json(self.sinks, "batch")
-        out["trash"] = [{"file": t.file, "delete_after_ms": t.delete_after_ms} for t in self.trash]
+        out["trash"] = self.trash
         if self.condemned:
             out["condemned"] = self.condemned
         return out
@@ -196,7 +199,7 @@ class LogMetadata:
 
     def referenced(self) -> set[str]:
         """Every file this version refers to: its ledgers and its trash."""
-        return {l.file for l in self.ledgers} | {t.file for t in self.trash}
+        return {l.file for l in self.ledgers} | {t["file"] for t in self.trash}
 
     # -- changes -----------------------------------------------------------------------------
 
@@ -208,8 +211,7 @@ class LogMetadata:
     def confirm(self, entries: int, records: int, length: int, max_timestamp: int, now: int) -> None:
         """Confirm entries written to the open tail ledger: they become part of the log."""
         tail = self.ledgers[-1]
-        self.ledgers[-1] = replace(
-            tail,
+        self.ledgers[-1] = tail._replace(
             entries=tail.entries + entries,
             records=tail.records + records,
             length=length,
@@ -222,15 +224,15 @@ class LogMetadata:
         """Close an open tail at its confirmed length: its writer's next change fails."""
         tail = self.tail
         if tail is not None and tail.state == OPEN:
-            self.ledgers[-1] = replace(tail, state=CLOSED)
+            self.ledgers[-1] = tail._replace(state=CLOSED)
 
     def seal(self, at: int, length: int) -> None:
         """Record that the ledger at ``at`` was sealed (its file now ``length`` bytes, with its table)."""
-        self.ledgers[at] = replace(self.ledgers[at], length=length, state=SEALED, owner=None)
+        self.ledgers[at] = self.ledgers[at]._replace(length=length, state=SEALED, owner=None)
 
     def trash_files(self, files: Iterable[str], delete_after_ms: int) -> None:
         """Files this version stops referring to, deleted once readers' grace has passed."""
-        self.trash += [TrashEntry(f, delete_after_ms) for f in files]
+        self.trash = self.trash + [TrashEntry(file=f, delete_after_ms=delete_after_ms) for f in files]
 
     def replace_run(self, at: int, count: int, new: LedgerRecord | None, delete_after_ms: int) -> None:
         """Replace ``count`` ledgers from ``at`` by ``new`` (None: their offsets hold nothing any

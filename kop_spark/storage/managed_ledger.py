@@ -261,7 +261,9 @@ class ManagedLedger:
                 if seen is not None and idempotence_key[1] <= seen.seq:
                     same = idempotence_key[1] == seen.seq
                     result.append(
-                        AppendResult(seen.base_offset, seen.count, True) if same else AppendResult(-1, count, True)
+                        AppendResult(seen.base_offset, seen.record_count, True)
+                        if same
+                        else AppendResult(-1, count, True)
                     )
                     return None
             if expected_next_offset is not None and meta.next_offset != expected_next_offset:
@@ -298,7 +300,9 @@ class ManagedLedger:
         def already(meta: LogMetadata) -> bool:
             seen = meta.sinks.get(sink_key[0])
             if seen is not None and sink_key[1] <= seen.seq:
-                result.append(AppendResult(seen.base_offset if sink_key[1] == seen.seq else -1, seen.count, True))
+                result.append(
+                    AppendResult(seen.base_offset if sink_key[1] == seen.seq else -1, seen.record_count, True)
+                )
                 return True
             return False
 

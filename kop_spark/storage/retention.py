@@ -53,9 +53,9 @@ def purge_trash(fileio: FileIO, committed: LogMetadata, meta: LogMetadata, now: 
     trash qualify: a file is deleted only once a CAS that stopped referring to it has gone
     through, never on the strength of the CAS being prepared. A crash after the delete leaves
     a trash record of a missing file (harmless), never an unrecorded file."""
-    due = {t.file for t in committed.trash if t.delete_after_ms <= now}
+    due = {t["file"] for t in committed.trash if t["delete_after_ms"] <= now}
     if not due:
         return
     for f in due:
         fileio.delete(f)
-    meta.trash = [t for t in meta.trash if t.file not in due]
+    meta.trash = [t for t in meta.trash if t["file"] not in due]
