@@ -8,6 +8,8 @@ from .conftest import PYTHON, python_subprocess_env
 
 
 def kop(root, *args, stdin=None):
+    if "consume" in args and "--timeout-ms" not in args:
+        args = (*args, "--timeout-ms", "0")  # stop at the end of what is there, instead of following
     return subprocess.run(
         [PYTHON, "-m", "kop_spark.cli", "--root", root, *args],
         input=stdin,
@@ -95,8 +97,11 @@ def test_dump_ledger(root):
 
 
 def test_errors_are_clear_and_exit_1(root):
+    out = kop(root, "topics", "list")
+    assert out.returncode == 1 and f"store root {root} does not exist" in out.stderr
+    kop(root, "topics", "create", "other")
     out = kop(root, "consume", "missing")
-    assert out.returncode == 1 and "error: topic 'missing' does not exist" in out.stderr
+    assert out.returncode == 1 and "error: topic 'missing' does not exist" in out.stderr and root in out.stderr
     out = kop(root, "topics", "create", "bad name!")
     assert out.returncode == 1 and "'bad name!'" in out.stderr
     kop(root, "topics", "create", "t")
@@ -287,3 +292,87 @@ def test_damage_is_reported_and_repaired(root):
     assert kop(root, "verify").returncode == 0
     assert kop(root, "consume", "bad", "--from-beginning").stdout == "b0\nb1\n"
     assert kop(root, "consume", "good", "--from-beginning").stdout == "g0\ng1\ng2\ng3\n"
+
+
+def test_console_producer_names_bad_lines_and_keeps_the_rest(root):
+    kop(root, "topics", "create", "t", "--partitions", "1", "--config", "max.message.bytes=2000")
+    big = "k:" + "x" * 3000
+    out = kop(root, "produce", "--topic", "t", "--property", "parse.key=true", "--property", "key.separator=:",
+              stdin=f"a:1\n{big}\nb:2\n")  # fmt: skip
+    assert out.returncode == 1 and "line 2: a record of" in out.stderr and "max.message.bytes=2000" in out.stderr
+    assert "Produced 2 records to t (acknowledged); 1 rejected." in out.stderr
+    out = kop(root, "produce", "t", "--key-separator", ":", stdin="c:3\nno separator\nd:4\n")
+    assert out.returncode == 1 and "line 2 has no key separator ':'" in out.stderr
+    assert "Produced 1 records" in out.stderr  # the line before the bad one went
+    out = kop(root, "produce", "t", "--key-separator", ":", "--property", "ignore.error=true",
+              stdin="e:5\nno separator\nf:6\n")  # fmt: skip
+    assert "Produced 2 records to t (acknowledged); 1 rejected." in out.stderr
+    got = kop(root, "consume", "t", "--from-beginning", "--property", "print.key=true").stdout.splitlines()
+    assert got == ["a\t1", "b\t2", "c\t3", "e\t5", "f\t6"]
+    out = kop(root, "produce", "t", "--key-separator", "", stdin="x\n")
+    assert out.returncode == 1 and "key separator is empty" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_console_consumer_as_kafkas(root):
+    kop(root, "topics", "create", "t", "--partitions", "2")
+    from kop_spark import Broker, Record
+
+    with Broker(root) as b:
+        for p in (0, 1):
+            b.produce("t", [Record(f"p{p}-{i}".encode(), key=b"k") for i in range(600)], partition=p)
+    first = kop(root, "consume", "t", "--from-beginning", "--max-messages", "600").stdout.splitlines()
+    assert {l[:2] for l in first} == {"p0", "p1"}, "partitions are read in turn, not one after the other"
+    assert len(kop(root, "consume", "t", "--from-beginning", "--max-messages", "-1").stdout.splitlines()) == 1200
+    out = kop(root, "consume", "--topic", "t", "--partition", "1", "--offset", "599",
+              "--property", "print.partition=true", "--property", "print.offset=true", "--property", "print.key=true")  # fmt: skip
+    assert out.stdout == "Partition:1\tOffset:599\tk\tp1-599\n"
+    out = kop(root, "consume", "t", "--partition", "0", "--offset", "3", "--from-beginning")
+    assert out.returncode == 1 and "--from-beginning and --offset" in out.stderr
+
+
+def test_console_consumer_follows_the_topic(root):
+    from kop_spark import Broker, Record
+
+    kop(root, "topics", "create", "t", "--partitions", "1")
+    with Broker(root) as b:
+        b.produce("t", [Record(b"before")], partition=0)
+        p = subprocess.Popen(
+            [PYTHON, "-m", "kop_spark.cli", "--root", root, "consume", "t", "--from-beginning", "--timeout-ms", "2000"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=python_subprocess_env(),
+        )
+        assert p.stdout.readline() == "before\n"
+        b.produce("t", [Record(b"after")], partition=0)  # while the consumer waits for more
+        assert p.stdout.readline() == "after\n"
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 0 and "Processed a total of 2 messages" in err
+
+
+def test_keyless_lines_of_separate_producers_spread_over_partitions(root):
+    kop(root, "topics", "create", "t", "--partitions", "4")
+    for i in range(8):
+        assert kop(root, "produce", "t", stdin=f"line{i}\n").returncode == 0
+    out = kop(root, "consume", "t", "--from-beginning", "--property", "print.partition=true").stdout
+    partitions = {l.split("\t")[0] for l in out.splitlines()}
+    # Each process starts its sticky partition at random: all eight on one partition is a 1 in 16,384 chance.
+    assert len(partitions) > 1, out
+
+
+def test_root_and_conf_anywhere_and_from_the_environment(root):
+    assert kop(root, "topics", "create", "t").returncode == 0
+    after = subprocess.run(
+        [PYTHON, "-m", "kop_spark.cli", "topics", "list", "--root", root], capture_output=True, text=True,
+        env=python_subprocess_env(),
+    )  # fmt: skip
+    assert after.stdout.split() == ["t"]
+    env = {**python_subprocess_env(), "KOP_ROOT": root}
+    from_env = subprocess.run(
+        [PYTHON, "-m", "kop_spark.cli", "topics", "list"], capture_output=True, text=True, env=env
+    )
+    assert from_env.stdout.split() == ["t"]
+    bad = kop(root, "topics", "list", "--conf", "noSuchSetting=1")
+    assert bad.returncode == 1 and "--conf" in bad.stderr and "kop config" in bad.stderr
+    settings = kop(root, "config", "--conf", "retention.ms=5").stdout
+    assert "retention.ms=5\t(default 604800000; topic)" in settings and "storageRoot=" in settings

@@ -57,7 +57,7 @@ class TopicAdmin:
         name = self.name(topic)
         meta = self._store.get(layout.topic_key(name)).value
         if meta is None or not standing(meta):
-            raise TopicNotFoundError(f"topic {topic!r} does not exist (as {name.full_name})")
+            raise TopicNotFoundError(f"topic {topic!r} does not exist (as {name.full_name}) in {self._fileio.uri}")
         return name, meta
 
     @staticmethod
@@ -156,7 +156,7 @@ class TopicAdmin:
 
         def mark(meta: TopicMeta | None) -> TopicMeta:
             if meta is None or not standing(meta):
-                raise TopicNotFoundError(f"topic {topic!r} does not exist (as {name.full_name})")
+                raise TopicNotFoundError(f"topic {topic!r} does not exist (as {name.full_name}) in {self._fileio.uri}")
             return {**meta, "deleting": True}
 
         marked = update(self._store, layout.topic_key(name), mark)

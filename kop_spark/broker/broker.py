@@ -10,6 +10,7 @@ housekeeping ``maintenance``.
 from __future__ import annotations
 
 import os
+import random
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -87,7 +88,14 @@ class Broker:
         self._housekeeper = Housekeeper(self)
         self._groups = GroupOffsets(self)
         self._lock = threading.Lock()
-        self._round_robin = 0
+        # Keyless records stick to one partition per call, from a random one on, as Kafka's
+        # sticky partitioner: one-shot processes (kop produce) do not all start at partition 0.
+        self._round_robin = random.randrange(1 << 30)
+
+    def root_exists(self) -> bool:
+        """Whether the store root is there (a root on a remote store is taken to be)."""
+        local = optional_local_dir(self.root)
+        return local is None or os.path.isdir(local)
 
     def close(self) -> None:
         """Seal this broker's open ledgers, so readers get entry tables and no one must fence them."""

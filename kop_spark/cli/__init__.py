@@ -17,16 +17,19 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import KopError
-from . import console, dump_ledger, groups, store, topics
+from . import console, dump_ledger, groups, settings, store, topics
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kop", description="Kafka-style topics on ledgers")
-    p.add_argument("--root", help="store root (default: storageRoot of conf/kop.conf, else ./kop-data)")
+    p.add_argument("--root", help="store root (default: $KOP_ROOT, else storageRoot of conf/kop.conf, else ./kop-data)")
     p.add_argument("--conf", action="append", metavar="KEY=VALUE", help="override a setting of conf/kop.conf")
     sub = p.add_subparsers(dest="command", required=True)
-    for family in (topics, console, groups, store, dump_ledger):
+    for family in (topics, console, groups, store, dump_ledger, settings):
         family.add_parsers(sub)
+    for command in sub.choices.values():  # also after the command, as Kafka's tools take them anywhere
+        command.add_argument("--root", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        command.add_argument("--conf", action="append", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return p
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 from collections.abc import Sequence
 
 from ..broker import Broker
+from ..errors import ConfigError, KopError
 
 
-def key_values(pairs: Sequence[str], what: str) -> dict:
+def key_values(pairs: Sequence[str] | None, what: str) -> dict:
     out = {}
     for p in pairs or ():
         if "=" not in p:
@@ -21,7 +23,22 @@ def key_values(pairs: Sequence[str], what: str) -> dict:
 
 
 def open_broker(args: argparse.Namespace) -> Broker:
-    return Broker(args.root, conf=key_values(args.conf, "--conf"))
+    """The store of ``--root`` (else ``$KOP_ROOT``, else conf/kop.conf's storageRoot). Only
+    ``topics create`` may make a root; every other command refuses one that is not there."""
+    root = args.root or os.environ.get("KOP_ROOT") or None
+    conf = key_values(args.conf, "--conf")
+    try:
+        broker = Broker(root, conf=conf)
+    except ConfigError as e:
+        raise ConfigError(f"--conf: {e}; `kop config` lists every setting") from None
+    creating = args.command == "topics" and args.action == "create"
+    if not creating and not broker.root_exists():
+        broker.close()
+        raise KopError(
+            f"store root {broker.root} does not exist: give the store with --root or KOP_ROOT "
+            f"(`kop topics create` makes a new one)"
+        )
+    return broker
 
 
 def text(data: bytes | None) -> str | None:

@@ -1,0 +1,26 @@
+"""``kop config``: every setting, its default and the value in effect (conf/kop.conf, ``--conf``),
+for users who installed with pip and have no conf/kop.conf to read."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..config import SETTINGS, Config
+from ..errors import ConfigError
+from .common import key_values
+
+
+def _config(args: argparse.Namespace) -> int:
+    try:
+        config = Config(key_values(args.conf, "--conf"))
+    except ConfigError as e:
+        raise ConfigError(f"--conf: {e}") from None
+    for name, setting in SETTINGS.items():
+        level = "topic" if setting.topic_level else "broker"
+        print(f"{name}={config[name]}\t(default {setting.default}; {level}) {setting.doc}")
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    c = sub.add_parser("config", help="print every setting with its default and the value in effect")
+    c.set_defaults(run=_config)
