@@ -454,3 +454,17 @@ def test_compaction_keeps_offsets_latest_values_and_young_tombstones(root):
     assert b.produce("c", [Record(b"new", key=b"k1")], partition=0) == [(0, 14, 1)]
     with pytest.raises(ConfigError, match=r"cleanup\.policy=delete"):
         b.create_topic("d", 1) or b.compact("d")
+
+
+def test_wrong_types_at_the_api_name_the_argument(broker):
+    with pytest.raises(TypeError, match="Record value must be bytes or None, not str"):
+        Record(value="x")
+    with pytest.raises(TypeError, match="Record key must be bytes"):
+        Record(b"v", key="k")
+    with pytest.raises(TypeError, match="timestamp_ms must be an int"):
+        Record(b"v", timestamp_ms="now")
+    with pytest.raises(TypeError, match="headers must be"):
+        Record(b"v", headers=[(b"h", b"x")])
+    with pytest.raises(TypeError, match="partitions must be an int, not str"):
+        broker.create_topic("t", partitions="4")
+    assert broker.list_topics() == []

@@ -108,7 +108,9 @@ class TopicAdmin:
     def create_topic(self, topic: str, partitions: int | None, config: Mapping[str, Any] | None) -> None:
         name = self.name(topic)
         n = self._config["defaultNumPartitions"] if partitions is None else partitions
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise TypeError(f"create_topic {topic!r}: partitions must be an int, not {type(n).__name__}")
+        if n < 1:
             raise InvalidPartitionsError(
                 f"topic {topic!r}: number of partitions must be at least 1, got {partitions!r}"
             )
