@@ -14,9 +14,9 @@ from pyspark.errors.exceptions.captured import StreamingQueryException
 from pyspark.sql import Row
 
 import kop_spark
-from kop_spark import Broker, CompressionType, Record
+from kop_spark import Broker, CompressionType, ConfigError, Record
 from kop_spark.spark.batch_reader import KopBatchReader
-from kop_spark.spark.options import SourceOptions
+from kop_spark.spark.options import SinkOptions, SourceOptions
 from kop_spark.spark.schema import source_schema
 
 from .conftest import PYTHON, python_subprocess_env
@@ -589,3 +589,17 @@ def test_an_installed_kop_spark_is_found_by_spark_from_anywhere(root, broker, tm
     )
     out = subprocess.run([PYTHON, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert "rows 4" in out.stdout, out.stderr[-2000:]
+
+
+def test_kafka_client_options_and_a_missing_root_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"'kafka\.bootstrap\.servers'.*kop\.root"):
+        SourceOptions.parse(
+            {"kop.root": str(tmp_path), "subscribe": "t", "kafka.bootstrap.servers": "h:9092"}, streaming=True
+        )
+    with pytest.raises(ConfigError, match=r"'kafka\.security\.protocol'"):
+        SinkOptions.parse({"kop.root": str(tmp_path), "topic": "t", "kafka.security.protocol": "SSL"})
+    SourceOptions.parse({"kop.root": str(tmp_path), "subscribe": "t", "kafka.group.id": "g"}, streaming=False)
+    missing = str(tmp_path / "nowhere")
+    reader = KopBatchReader(SourceOptions.parse({"kop.root": missing, "subscribe": "t"}, streaming=False))
+    with pytest.raises(ConfigError, match=f"the store {missing} does not exist"):
+        reader.partitions()

@@ -35,6 +35,9 @@ class KopOffsetReader:
     def __init__(self, options: SourceOptions):
         self.options = options
         self.broker = Broker(options.root, options.conf)
+        if not self.broker.root_exists():
+            self.broker.close()
+            raise ConfigError(f"option 'kop.root': the store {options.root} does not exist")
 
     def close(self) -> None:
         self.broker.close()

@@ -56,6 +56,21 @@ _DURATION = re.compile(r"(-?[0-9]+)\s*(us|ms|s|m|min|h|d)?")
 _DURATION_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
+# The Kafka client settings kop honours under their ``kafka.`` names; any other has no meaning
+# without brokers, and silently ignoring it (kafka.bootstrap.servers above all) would mislead.
+_SOURCE_KAFKA_OPTIONS = {"kafka.group.id"}
+_SINK_KAFKA_OPTIONS = {"kafka.compression.type", "kafka.batch.size"}
+
+
+def _refuse_kafka_options(opts: Mapping[str, str], honoured: set[str]) -> None:
+    for name in sorted(opts):
+        if name.startswith("kafka.") and name not in honoured:
+            raise ConfigError(
+                f"option '{name}' is a Kafka client setting kop cannot honour: a kop topic lives in a store, "
+                f"not on brokers; give the store with option 'kop.root' (or load(path))"
+            )
+
+
 class OptionMap(Mapping[str, str]):
     """Options as Spark passes them, looked up by name whatever its case; typed readers name the
     option in their errors."""
@@ -175,6 +190,7 @@ class SourceOptions:
         for name in opts:
             if name.startswith("kafka.") and name[6:] in _UNSUPPORTED_KAFKA:
                 raise ConfigError(_UNSUPPORTED_KAFKA[name[6:]])
+        _refuse_kafka_options(opts, _SOURCE_KAFKA_OPTIONS)
         if streaming:
             for name, message in _STREAM_ONLY_ENDINGS.items():
                 if name in opts:
@@ -378,6 +394,7 @@ class SinkOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         opts = OptionMap(options)
+        _refuse_kafka_options(opts, _SINK_KAFKA_OPTIONS)
         root, conf = store_options(opts)
         codec_name = opts.get("compression.type", opts.get("kafka.compression.type", "none"))
         try:
