@@ -376,3 +376,37 @@ def test_root_and_conf_anywhere_and_from_the_environment(root):
     assert bad.returncode == 1 and "--conf" in bad.stderr and "kop config" in bad.stderr
     settings = kop(root, "config", "--conf", "retention.ms=5").stdout
     assert "retention.ms=5\t(default 604800000; topic)" in settings and "storageRoot=" in settings
+
+
+def test_group_resets_warn_refuse_and_mark_dry_runs(root):
+    from kop_spark import Broker, Record
+
+    with Broker(root) as b:
+        b.create_topic("orders", 1)
+        b.produce("orders", [Record(b"v")] * 10, partition=0)
+        b.commit_offsets("g", {("orders", 0): 4})
+    out = kop(root, "groups", "reset-offsets", "g", "--topic", "orders:0", "--to-offset", "99", "--output", "json")
+    assert json.loads(out.stdout) == [
+        {"group": "g", "topic": "orders", "partition": 0, "new_offset": 10, "dry_run": True}
+    ]
+    assert (
+        "New offset (99) is higher than latest offset for topic partition orders-0. Value will be set to 10"
+        in out.stderr
+    )
+    both = kop(root, "groups", "reset-offsets", "g", "--topic", "orders", "--to-latest", "--dry-run", "--execute")
+    assert both.returncode == 1 and "--dry-run or --execute, not both" in both.stderr
+
+
+def test_deleting_a_topic_deletes_its_group_offsets(root):
+    from kop_spark import Broker, Record
+
+    with Broker(root) as b:
+        for t in ("orders", "other"):
+            b.create_topic(t, 1)
+            b.produce(t, [Record(b"v")] * 5, partition=0)
+        b.commit_offsets("g", {("orders", 0): 5, ("other", 0): 3})
+        b.delete_topic("orders")
+        b.create_topic("orders", 1)  # the name again: a new topic, no history
+        assert b.fetch_offsets("g") == {("other", 0): b.fetch_offsets("g")[("other", 0)]}
+    described = json.loads(kop(root, "groups", "describe", "g", "--output", "json").stdout)
+    assert [(r["topic"], r["current_offset"]) for r in described] == [("other", 3)]

@@ -93,7 +93,7 @@ class Broker:
         self._round_robin = random.randrange(1 << 30)
 
     def root_exists(self) -> bool:
-        """Whether the store root is there (a root on a remote store is taken to be)."""
+        """Whether the store root is there (a remote one is taken to be)."""
         local = optional_local_dir(self.root)
         return local is None or os.path.isdir(local)
 
@@ -121,8 +121,10 @@ class Broker:
         self.admin.create_partitions(topic, total)
 
     def delete_topic(self, topic: str) -> None:
-        """Delete a topic: it disappears at once; its files are removed after ``file.delete.delay.ms``."""
+        """Delete a topic and groups' offsets of it; its files go after ``file.delete.delay.ms``."""
+        kafka_topic = self.admin.kafka_name(self.topic_name(topic))
         self.admin.delete_topic(topic)
+        self._groups.forget_topic(kafka_topic)
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
         """Kafka names of all topics, sorted."""
@@ -255,10 +257,6 @@ class Broker:
     def sink_commits(self) -> SinkCommits:
         """Exactly-once sink commits: batch records, all or nothing across partitions."""
         return SinkCommits(self)
-
-    def remove_staged(self, writer: str, batch: int) -> None:
-        """Delete what a writer staged for a batch, except what its batch record still needs."""
-        self.sink_commits.remove_staged(writer, batch)
 
     # -- fetch -----------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import GroupIdNotFoundError
+from ..errors import GroupIdNotFoundError, TopicNotFoundError
 from ..group.coordinator import GroupCoordinator, OffsetAndMetadata
 from ..topic_name import TopicPartition
 
@@ -64,6 +64,19 @@ class GroupOffsets:
             return self.coordinator.fetch(group)
         names = {kafka: given for given, kafka in self._kafka_names(partitions, check=False).items()}
         return {names[tp]: o for tp, o in self.coordinator.fetch(group, names).items()}
+
+    def forget_topic(self, kafka_topic: str) -> None:
+        """Delete every group's offsets of a deleted topic, as Kafka does, so a topic created again
+        under the name does not inherit them. Nothing to do when there is no offsets topic yet."""
+        coordinator = self.coordinator
+        try:
+            self._broker.admin.metadata(coordinator.topic)
+        except TopicNotFoundError:
+            return
+        for group in coordinator.list_groups():
+            stale = [tp for tp in coordinator.fetch(group) if tp[0] == kafka_topic]
+            if stale:
+                coordinator.delete_offsets(group, stale)
 
     def delete_group(self, group: str) -> None:
         if not self.coordinator.delete_group(group):

@@ -127,6 +127,19 @@ def _groups(args: argparse.Namespace) -> int:
     return 0
 
 
+def _clamped(topic: str, p: int, target: int, earliest: int, latest: int) -> int:
+    """The offset moved into the log's range, with Kafka's warning when it had to be."""
+    if target > latest:
+        print(f"WARN: New offset ({target}) is higher than latest offset for topic partition {topic}-{p}. "
+              f"Value will be set to {latest}", file=sys.stderr)  # fmt: skip
+        return latest
+    if target < earliest:
+        print(f"WARN: New offset ({target}) is lower than earliest offset for topic partition {topic}-{p}. "
+              f"Value will be set to {earliest}", file=sys.stderr)  # fmt: skip
+        return earliest
+    return target
+
+
 def _reset_offsets(b: Broker, args: argparse.Namespace, group: str) -> None:
     scenarios = [
         o
@@ -140,6 +153,8 @@ def _reset_offsets(b: Broker, args: argparse.Namespace, group: str) -> None:
         )
     if bool(args.topic) == bool(args.all_topics):
         raise KopError("reset-offsets needs --topic or --all-topics (one of them)")
+    if args.dry_run and args.execute:
+        raise KopError("reset-offsets takes --dry-run or --execute, not both")
     committed = b.fetch_offsets(group)
     new = {}
     for topic, p in _group_partitions(b, args, committed):
@@ -160,10 +175,14 @@ def _reset_offsets(b: Broker, args: argparse.Namespace, group: str) -> None:
             ts = _parse_datetime(args.to_datetime) if args.to_datetime else now_ms() - _parse_duration(args.by_duration)
             found = b.list_offsets(topic, p, ts)
             target = latest if found < 0 else found
-        new[(topic, p)] = min(max(target, earliest), latest)  # clamped into the valid range, as Kafka does
+        new[(topic, p)] = _clamped(topic, p, target, earliest, latest)
     if args.execute:
         b.commit_offsets(group, new)
-    rows = [{"group": group, "topic": t, "partition": p, "new_offset": o} for (t, p), o in sorted(new.items())]
+    dry_run = not args.execute
+    rows = [
+        {"group": group, "topic": t, "partition": p, "new_offset": o, "dry_run": dry_run}
+        for (t, p), o in sorted(new.items())
+    ]
     emit(
         args,
         rows,

@@ -233,7 +233,7 @@ def _commit(
             by_partition[(topic, p)].append(ledger)
     with Broker(options.root, options.conf) as broker:
         broker.sink_commits.commit(writer, batch_id, by_partition, streaming=streaming)
-        broker.remove_staged(writer, batch_id)
+        broker.sink_commits.remove_staged(writer, batch_id)
 
 
 def _abort(
@@ -242,7 +242,7 @@ def _abort(
     writers = {m.writer for m in messages if isinstance(m, KopCommitMessage)} | ({writer} if writer else set())
     with Broker(options.root, options.conf) as broker:
         for w in writers:
-            broker.remove_staged(w, batch_id)  # what a recorded batch needs stays
+            broker.sink_commits.remove_staged(w, batch_id)  # what a recorded batch needs stays
 
 
 class KopBatchWriter(DataSourceArrowWriter):
