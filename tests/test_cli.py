@@ -410,3 +410,16 @@ def test_deleting_a_topic_deletes_its_group_offsets(root):
         assert b.fetch_offsets("g") == {("other", 0): b.fetch_offsets("g")[("other", 0)]}
     described = json.loads(kop(root, "groups", "describe", "g", "--output", "json").stdout)
     assert [(r["topic"], r["current_offset"]) for r in described] == [("other", 3)]
+
+
+def test_null_and_empty_are_told_apart_by_consume_and_dump_ledger(root):
+    from kop_spark import Broker, Record
+
+    with Broker(root) as b:
+        b.create_topic("t", 1)
+        b.produce("t", [Record(None, key=b""), Record(b"", key=None)], partition=0)
+    out = kop(root, "consume", "t", "--from-beginning", "--property", "print.key=true").stdout
+    assert out == "\tnull\nnull\t\n"
+    (ledger,) = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".ledger")]
+    dump = kop(root, "dump-ledger", ledger, "--print-data-log").stdout
+    assert "key:  value: null " in dump and "key: null value:  " in dump

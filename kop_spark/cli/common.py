@@ -45,6 +45,11 @@ def text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="backslashreplace")
 
 
+def shown(data: bytes | None) -> str:
+    """Bytes as the console tools print them: text, or ``null`` for none."""
+    return "null" if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
 def json_bytes(data: bytes | None) -> str | dict[str, str] | None:
     if data is None:
         return None

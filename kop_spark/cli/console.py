@@ -12,7 +12,7 @@ from ..broker import Broker
 from ..broker.producer_batches import estimated_size
 from ..errors import KopError
 from ..record import ConsumerRecord, Record, build_record_batch
-from .common import json_bytes, key_values, open_broker, text
+from .common import json_bytes, key_values, open_broker, shown
 
 _PRODUCE_BATCH = 1000
 _POLL_RECORDS = 500  # per partition and round, as a consumer's max.poll.records
@@ -202,9 +202,9 @@ class _OutputLayout:
             parts.append(f"Partition:{r.partition}")
         if self.offset:
             parts.append(f"Offset:{r.offset}")
-        value = text(r.value) or "null"
+        value = shown(r.value)
         if self.key:
-            value = f"{text(r.key) or 'null'}{self.separator}{value}"
+            value = f"{shown(r.key)}{self.separator}{value}"
         return "\t".join([*parts, value]) + "\n"
 
 

@@ -9,7 +9,7 @@ from .. import layout
 from ..broker import Broker
 from ..errors import KopError
 from ..storage.read_plan import LedgerRecord, ReadEntry, inspect_ledger_file
-from .common import text
+from .common import shown, text
 
 
 def _find_ledger(root: str | None, path: str) -> tuple[str, LedgerRecord] | None:
@@ -56,7 +56,7 @@ def _dump_ledger(args: argparse.Namespace) -> int:
             for r in batch.records():
                 hdrs = ",".join(f"{k}:{text(v)}" for k, v in r.headers)
                 print(
-                    f"| offset: {r.offset} CreateTime: {r.timestamp_ms} key: {text(r.key)} value: {text(r.value)} headers: [{hdrs}]"
+                    f"| offset: {r.offset} CreateTime: {r.timestamp_ms} key: {shown(r.key)} value: {shown(r.value)} headers: [{hdrs}]"
                 )
     damaged = False
     if rec.error:
