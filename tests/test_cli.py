@@ -423,3 +423,17 @@ def test_null_and_empty_are_told_apart_by_consume_and_dump_ledger(root):
     (ledger,) = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".ledger")]
     dump = kop(root, "dump-ledger", ledger, "--print-data-log").stdout
     assert "key:  value: null " in dump and "key: null value:  " in dump
+
+
+def test_console_consumer_with_a_group_resumes_and_commits(root):
+    from kop_spark import Broker, Record
+
+    with Broker(root) as b:
+        b.create_topic("t", 1)
+        b.produce("t", [Record(f"v{i}".encode()) for i in range(5)], partition=0)
+    first = kop(root, "consume", "t", "--group", "g", "--from-beginning", "--max-messages", "3").stdout
+    assert first == "v0\nv1\nv2\n"
+    again = kop(root, "consume", "t", "--group", "g", "--from-beginning").stdout
+    assert again == "v3\nv4\n"  # the group's offset wins over --from-beginning, as in Kafka
+    lag = json.loads(kop(root, "groups", "describe", "g", "--output", "json").stdout)
+    assert [(r["current_offset"], r["lag"]) for r in lag] == [(5, 0)]

@@ -17,6 +17,7 @@ from .common import json_bytes, key_values, open_broker, shown
 _PRODUCE_BATCH = 1000
 _POLL_RECORDS = 500  # per partition and round, as a consumer's max.poll.records
 _POLL_INTERVAL_S = 0.2
+_COMMIT_EVERY = 1000  # records between a --group's commits, besides the one at the end
 _BATCH_OVERHEAD = 61  # a v2 batch's header
 
 
@@ -113,7 +114,9 @@ def _topic(args: argparse.Namespace) -> str:
     return topic
 
 
-def _start(b: Broker, topic: str, p: int, args: argparse.Namespace) -> int:
+def _start(b: Broker, topic: str, p: int, args: argparse.Namespace, committed: dict[int, int]) -> int:
+    if args.offset is None and args.from_timestamp is None and p in committed:
+        return committed[p]  # a group resumes where it left off, as kafka-console-consumer --group
     if args.from_timestamp is not None:
         found = b.list_offsets(topic, p, args.from_timestamp)
         return found if found >= 0 else b.list_offsets(topic, p, "latest")  # none that late: the end
@@ -124,11 +127,11 @@ def _start(b: Broker, topic: str, p: int, args: argparse.Namespace) -> int:
     return int(args.offset)
 
 
-def _records(b: Broker, topic: str, args: argparse.Namespace) -> Iterator[ConsumerRecord]:
+def _records(b: Broker, topic: str, args: argparse.Namespace, committed: dict[int, int]) -> Iterator[ConsumerRecord]:
     """Records of every partition, a round at a time from each in turn, as a consumer's polls
     interleave them; then new ones as they come, until ``--timeout-ms`` passes without any."""
     partitions = [args.partition] if args.partition is not None else range(b.partitions_for(topic))
-    positions = {p: _start(b, topic, p, args) for p in partitions}
+    positions = {p: _start(b, topic, p, args, committed) for p in partitions}
     last_record = time.monotonic()
     while True:
         fetched = False
@@ -162,15 +165,30 @@ def _consume(args: argparse.Namespace) -> int:
     n = 0
     try:
         with open_broker(args) as b:
-            for r in _records(b, topic, args):
-                if limit is not None and n >= limit:
-                    break
-                sys.stdout.write(layout.format(r))
-                sys.stdout.flush()
-                n += 1
+            committed = _group_offsets(b, topic, args.group)
+            done: dict[int, int] = {}  # partition -> the offset after the last record printed
+            try:
+                for r in _records(b, topic, args, committed):
+                    if limit is not None and n >= limit:
+                        break
+                    sys.stdout.write(layout.format(r))
+                    sys.stdout.flush()
+                    done[r.partition] = r.offset + 1
+                    n += 1
+                    if args.group and n % _COMMIT_EVERY == 0:
+                        b.commit_offsets(args.group, {(topic, p): o for p, o in done.items()})
+            finally:  # what was printed is what the group consumed, also on Ctrl-C
+                if args.group and done:
+                    b.commit_offsets(args.group, {(topic, p): o for p, o in done.items()})
     finally:  # also on Ctrl-C, as kafka-console-consumer
         print(f"Processed a total of {n} messages", file=sys.stderr)
     return 0
+
+
+def _group_offsets(b: Broker, topic: str, group: str | None) -> dict[int, int]:
+    if not group:
+        return {}
+    return {p: o.offset for (t, p), o in b.fetch_offsets(group).items() if t == topic and o.offset >= 0}
 
 
 class _OutputLayout:
@@ -257,6 +275,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     c.add_argument("--from-beginning", action="store_true")
     c.add_argument("--offset", help="earliest, latest (the default) or an offset (needs --partition)")
     c.add_argument("--from-timestamp", type=int, metavar="MS", help="start at the first record at or after this time")
+    c.add_argument("--group", help="consume as this consumer group: resume from its offsets and commit them")
     c.add_argument("--max-messages", type=int, help="stop after this many (absent or -1: no limit)")
     c.add_argument("--format", choices=["text", "json"], default="text")
     c.add_argument("--print-key", action="store_true")
