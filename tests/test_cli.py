@@ -437,3 +437,18 @@ def test_console_consumer_with_a_group_resumes_and_commits(root):
     assert again == "v3\nv4\n"  # the group's offset wins over --from-beginning, as in Kafka
     lag = json.loads(kop(root, "groups", "describe", "g", "--output", "json").stdout)
     assert [(r["current_offset"], r["lag"]) for r in lag] == [(5, 0)]
+
+
+def test_resetting_a_group_a_spark_query_commits_to_says_the_checkpoint_wins(root):
+    from kop_spark import Broker, Record
+    from kop_spark.broker import SPARK_COMMIT, OffsetAndMetadata
+
+    with Broker(root) as b:
+        b.create_topic("t", 1)
+        b.produce("t", [Record(b"v")] * 3, partition=0)
+        b.commit_offsets("by-hand", {("t", 0): 1})
+        b.commit_offsets("by-query", {("t", 0): OffsetAndMetadata(2, SPARK_COMMIT)})
+    args = ("--topic", "t", "--to-earliest")
+    assert "checkpoint" not in kop(root, "groups", "reset-offsets", "by-hand", *args).stderr
+    note = kop(root, "groups", "reset-offsets", "by-query", *args).stderr
+    assert "last committed by a kop Spark streaming query" in note and "new checkpointLocation" in note

@@ -1,8 +1,10 @@
 """The Broker: Kafka request semantics over managed ledgers (``Broker`` is the facade)."""
 
+from ..group.coordinator import OffsetAndMetadata
 from ..storage.staging import StagedLedger
 from .broker import Broker, PartitionInfo, TopicDescription
 from .fetch import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetSpec
+from .group_offsets import SPARK_COMMIT
 from .maintenance import MaintenanceReport, RepairReport
 from .sink_commits import SINK_HEARTBEAT_MS, SINK_LEASE_MS, SinkCommits
 from .validation import StagedPartition
@@ -12,8 +14,10 @@ __all__ = [
     "LATEST_TIMESTAMP",
     "SINK_HEARTBEAT_MS",
     "SINK_LEASE_MS",
+    "SPARK_COMMIT",
     "Broker",
     "MaintenanceReport",
+    "OffsetAndMetadata",
     "OffsetSpec",
     "PartitionInfo",
     "RepairReport",

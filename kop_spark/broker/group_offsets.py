@@ -15,6 +15,11 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 
+# The metadata of offsets a Spark query commits: tools can tell that the query's checkpoint, not
+# the group, decides where the query goes on.
+SPARK_COMMIT = "kop-spark streaming query"
+
+
 class GroupOffsets:
     def __init__(self, broker: Broker):
         self._broker = broker

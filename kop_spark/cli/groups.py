@@ -9,7 +9,7 @@ import re
 import sys
 from collections.abc import Mapping
 
-from ..broker import Broker
+from ..broker import SPARK_COMMIT, Broker
 from ..clock import now_ms
 from ..errors import KopError
 from .common import emit, open_broker
@@ -193,6 +193,13 @@ def _reset_offsets(b: Broker, args: argparse.Namespace, group: str) -> None:
             ("NEW-OFFSET", "new_offset", 15),
         ],
     )
+    if any(o.metadata == SPARK_COMMIT for o in committed.values()) and args.output != "json":
+        print(
+            f"\nNote: group {group!r} was last committed by a kop Spark streaming query. A running or restarted "
+            "query goes on from its checkpoint, not from these offsets; to rewind it, start it with a new "
+            "checkpointLocation and startingOffsets=group (see the README, Spark).",
+            file=sys.stderr,
+        )
     if not args.execute and args.output != "json":
         print("\n(dry run: nothing changed; add --execute to commit these offsets)", file=sys.stderr)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from ..broker import Broker
+from ..broker import SPARK_COMMIT, Broker, OffsetAndMetadata
 from ..errors import ConfigError, PartitionNotFoundError, TopicNotFoundError, UnknownTopicOrPartitionError
 from ..storage.read_plan import PartitionView
 from ..topic_name import TopicPartition, partition_label
@@ -246,6 +246,6 @@ class KopOffsetReader:
     def commit(self, group: str, offsets: PartitionOffsets, live: Views | None = None) -> None:
         """Commit ``offsets`` of the partitions that still exist (``live``, else looked up)."""
         live = self.views(list(offsets)) if live is None else live
-        kept = {tp: off for tp, off in offsets.items() if tp in live}
+        kept = {tp: OffsetAndMetadata(off, SPARK_COMMIT) for tp, off in offsets.items() if tp in live}
         if kept:
             self.broker.commit_offsets(group, kept)
