@@ -38,9 +38,15 @@ def _choice(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+_SMALLEST_BATCH = 70
+
+
 def _int_at_least(low: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        value = int(str(text).strip())
+        try:
+            value = int(str(text).strip())
+        except ValueError:
+            raise ValueError(f"expected a whole number of at least {low}") from None
         if value < low:
             raise ValueError(f"must be at least {low}")
         return value
@@ -139,7 +145,8 @@ _SETTINGS = [
         "Keep the producer's timestamps, or stamp the broker's append time",
         True,
     ),
-    Setting("max.message.bytes", 1048588, _int_at_least(0), "Largest record batch accepted", True),
+    # 61 bytes of batch header and a few of record: no record fits a smaller batch.
+    Setting("max.message.bytes", 1048588, _int_at_least(_SMALLEST_BATCH), "Largest record batch accepted", True),
     Setting(
         "file.delete.delay.ms",
         60000,

@@ -452,3 +452,28 @@ def test_resetting_a_group_a_spark_query_commits_to_says_the_checkpoint_wins(roo
     assert "checkpoint" not in kop(root, "groups", "reset-offsets", "by-hand", *args).stderr
     note = kop(root, "groups", "reset-offsets", "by-query", *args).stderr
     assert "last committed by a kop Spark streaming query" in note and "new checkpointLocation" in note
+
+
+def test_corruption_errors_name_the_entry_position_dump_ledger_lists(root):
+    from kop_spark import Broker, Record
+
+    with Broker(root) as b:
+        b.create_topic("t", 1)
+        for i in range(3):  # three entries, so the damaged one is not at the start of the file
+            b.produce("t", [Record(f"v{i}".encode())], partition=0)
+    (ledger,) = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".ledger")]
+    positions = [
+        int(l.split()[1]) for l in kop(root, "dump-ledger", ledger).stdout.splitlines() if l.startswith("position:")
+    ]
+    with open(ledger, "r+b") as f:  # a byte of the last entry's batch body
+        f.seek(positions[2] + 70)
+        byte = f.read(1)[0]
+        f.seek(positions[2] + 70)
+        f.write(bytes([byte ^ 0xFF]))
+    err = kop(root, "consume", "t", "--from-beginning").stderr
+    assert f"entry at byte {positions[2]} " in err, err
+    assert f"corrupt or torn entry at byte {positions[2]}:" in kop(root, "dump-ledger", ledger).stdout
+    cli_max = kop(root, "topics", "create", "u", "--config", "max.message.bytes=10")
+    assert cli_max.returncode == 1 and "'max.message.bytes': must be at least 70" in cli_max.stderr
+    grace = kop(root, "maintenance", "--orphan-grace-minutes", "-5")
+    assert grace.returncode == 2 and "--orphan-grace-minutes: must be at least 0" in grace.stderr

@@ -6,10 +6,25 @@ import argparse
 import base64
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..broker import Broker
 from ..errors import ConfigError, KopError
+
+
+def at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``low``; argparse names the option in its error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number of at least {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+
+    return parse
 
 
 def key_values(pairs: Sequence[str] | None, what: str) -> dict:

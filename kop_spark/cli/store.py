@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import open_broker
+from .common import at_least, open_broker
 
 
 def _maintenance(args: argparse.Namespace) -> int:
@@ -78,9 +78,14 @@ def _repair(args: argparse.Namespace) -> int:
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     m = sub.add_parser("maintenance", help="merge small ledgers and remove orphaned files (offsets never change)")
     m.add_argument("--topic", help="only this topic (default: every topic, and staged files of crashed jobs)")
-    m.add_argument("--target-ledger-mb", type=int, default=64, help="merge small ledgers into ledgers up to this size")
     m.add_argument(
-        "--orphan-grace-minutes", type=int, default=60, help="remove unreferenced files only once they are this old"
+        "--target-ledger-mb", type=at_least(1), default=64, help="merge small ledgers into ledgers up to this size"
+    )
+    m.add_argument(
+        "--orphan-grace-minutes",
+        type=at_least(0),
+        default=60,
+        help="remove unreferenced files only once they are this old",
     )
     m.set_defaults(run=_maintenance)
 

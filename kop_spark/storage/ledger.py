@@ -149,35 +149,38 @@ def _entry_parts(batch: bytes | memoryview, relative_index: int, broker_timestam
     )[0]
 
 
-def _parse_entry(buf: Buffer, pos: int, path: str, *, verify_batch: bool) -> tuple[Entry, int]:
-    """Parse and check the entry at ``buf[pos:]``; return it and the max timestamp of its batch."""
+def _parse_entry(buf: Buffer, pos: int, path: str, file_offset: int, *, verify_batch: bool) -> tuple[Entry, int]:
+    """Parse and check the entry at ``buf[pos:]``, where ``buf`` starts at byte ``file_offset`` of the
+    file; return it and the max timestamp of its batch. Errors give the entry's byte in the file,
+    as ``kop dump-ledger`` lists it."""
+    at = file_offset + pos
     end_meta = pos + ENTRY_METADATA.size
     if end_meta > len(buf):
-        raise CorruptRecordError(f"{path}: entry at byte {pos} is cut short in its metadata")
+        raise CorruptRecordError(f"{path}: entry at byte {at} is cut short in its metadata")
     magic, size, rel, broker_ts, count, crc = ENTRY_METADATA.unpack_from(buf, pos)
     if magic != ENTRY_MAGIC:
-        raise CorruptRecordError(f"{path}: no entry starts at byte {pos} (bad entry magic {magic:#06x})")
+        raise CorruptRecordError(f"{path}: no entry starts at byte {at} (bad entry magic {magic:#06x})")
     if size < HEADER_SIZE or end_meta + size > len(buf):
-        raise CorruptRecordError(f"{path}: entry at byte {pos} claims {size} bytes, beyond the data")
+        raise CorruptRecordError(f"{path}: entry at byte {at} claims {size} bytes, beyond the data")
     view = memoryview(buf)
     actual = crc32c.crc32c(
         view[end_meta : end_meta + _BATCH_PREFIX], crc32c.crc32c(view[pos : pos + _METADATA_CRC_SPAN])
     )
     if actual != crc:
-        raise CorruptRecordError(f"{path}: entry at byte {pos} fails its metadata checksum")
+        raise CorruptRecordError(f"{path}: entry at byte {at} fails its metadata checksum")
     batch = bytes(view[end_meta : end_meta + size])
     try:
         check_framing(batch)
     except CorruptRecordError as e:
-        raise CorruptRecordError(f"{path}: entry at byte {pos} holds a malformed record batch: {e}") from None
+        raise CorruptRecordError(f"{path}: entry at byte {at} holds a malformed record batch: {e}") from None
     if verify_batch:
         rb = RecordBatch(batch)
         if not rb.is_valid():
-            raise CorruptRecordError(f"{path}: record batch of the entry at byte {pos} fails its CRC-32C")
+            raise CorruptRecordError(f"{path}: record batch of the entry at byte {at} fails its CRC-32C")
         if rb.record_count != count:
-            raise CorruptRecordError(f"{path}: entry at byte {pos} says {count} records, its batch {rb.record_count}")
+            raise CorruptRecordError(f"{path}: entry at byte {at} says {count} records, its batch {rb.record_count}")
     (max_ts,) = _MAX_TS.unpack_from(batch, MAX_TIMESTAMP_OFFSET)
-    return Entry(pos, rel, broker_ts, count, batch), max_ts
+    return Entry(at, rel, broker_ts, count, batch), max_ts
 
 
 class LedgerWriter:
@@ -383,13 +386,13 @@ class LedgerReader:
             raise CorruptRecordError(f"{self._full()}: ledger ends before its confirmed length {data_end}")
         entries = []
         for row in rows[first_entry:last]:
-            entry, _ = _parse_entry(data, row.position - start, self._full(), verify_batch=True)
+            entry, _ = _parse_entry(data, row.position - start, self._full(), start, verify_batch=True)
             if entry.relative_index != row.relative_index:
                 raise CorruptRecordError(
                     f"{self._full()}: entry at byte {row.position} has relative index {entry.relative_index}, "
                     f"its table says {row.relative_index}"
                 )
-            entries.append(entry._replace(position=row.position))
+            entries.append(entry)
         self.stats.entries_read += len(entries)
         return entries
 
@@ -422,8 +425,8 @@ def _scan(fileio: FileIO, path: str, start: int, end: int, *, verify_batch: bool
             need = ENTRY_METADATA.size + max(size, 0)
             if pos - buf_start + need > len(buf) and size >= 0 and pos + need <= end:
                 buf, buf_start = fill(pos, max(_SCAN_CHUNK, need)), pos
-            entry, max_ts = _parse_entry(buf, pos - buf_start, full, verify_batch=verify_batch)
-            yield entry._replace(position=pos), max_ts
+            entry, max_ts = _parse_entry(buf, pos - buf_start, full, buf_start, verify_batch=verify_batch)
+            yield entry, max_ts
             pos += entry.size
 
 
