@@ -1,6 +1,6 @@
 """What a Spark task reads: one offset range of one topic partition, straight from ledger files.
 
-The driver plans a ``KopInputPartition`` from a snapshot of the partition's managed ledger; the
+The driver plans a ``KopInputPartition`` from a view of the partition's log; the
 task needs nothing else, only the files under the store root, unless maintenance or retention
 moved its offsets to other files meanwhile: then it reads the metadata to find them again.
 """
