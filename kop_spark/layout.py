@@ -60,10 +60,6 @@ def ledger_file(directory: str, ledger_id: int) -> str:
     return f"{directory}/{ledger_id:016x}{LEDGER_SUFFIX}"
 
 
-def is_ledger_file(path: str) -> bool:
-    return path.endswith(LEDGER_SUFFIX)
-
-
 def root_depths(parts: list[str]) -> list[int]:
     """Given a ledger file's path split into components, how many of them may lead to its store
     root: ``ledgers/<tenant>/<ns>/<partition dir(s)>/<file>`` follows the root."""

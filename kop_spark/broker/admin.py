@@ -71,10 +71,12 @@ class TopicAdmin:
 
     def log(self, topic: str, partition: int, meta: TopicMeta | None = None) -> ManagedLedger:
         """The open log of a partition of a topic that exists."""
-        ml = self.logs.cached(self.name(topic), partition)
+        name = self.name(topic)
+        ml = self.logs.cached(name, partition)
         if ml is not None:
             return ml
-        name, meta = self.metadata(topic) if meta is None else (self.name(topic), meta)
+        if meta is None:
+            meta = self.metadata(topic)[1]
         self.check_partition(topic, partition, meta)
         return self.logs.get(name, partition, meta)
 

@@ -9,10 +9,10 @@ from ..errors import ConfigError
 from ..partitioner import partition_for_key
 from ..record import Record, build_record_batch
 from ..record.compression import CompressionType
+from ..record.default_record_batch import HEADER_SIZE
 
-# Kafka's v2 batch header, and a record's worst-case framing (length, attributes, timestamp and
-# offset deltas, key and value lengths, header count) as its producer estimates them.
-_BATCH_OVERHEAD = 61
+# A record's worst-case framing (length, attributes, timestamp and offset deltas, key and value
+# lengths, header count) as Kafka's producer estimates it.
 _RECORD_OVERHEAD = 21
 
 
@@ -46,11 +46,11 @@ class ProducerBatches:
         p = self._partition
         if p is None:
             p = partition_for_key(r.key, self._partitions) if r.key is not None else self._sticky
-        records, size = self._open.get(p, ([], _BATCH_OVERHEAD))
+        records, size = self._open.get(p, ([], HEADER_SIZE))
         grown = size + estimated_size(r)
         if records and grown > self._batch_size:
             self._close(p, records)
-            records, grown = [], _BATCH_OVERHEAD + estimated_size(r)
+            records, grown = [], HEADER_SIZE + estimated_size(r)
         records.append(r)
         self._open[p] = (records, grown)
         self._counts[p] = self._counts.get(p, 0) + 1

@@ -12,13 +12,13 @@ from ..broker import Broker
 from ..broker.producer_batches import estimated_size
 from ..errors import KopError
 from ..record import ConsumerRecord, Record, build_record_batch
+from ..record.default_record_batch import HEADER_SIZE
 from .common import json_bytes, key_values, open_broker, shown
 
 _PRODUCE_BATCH = 1000
 _POLL_RECORDS = 500  # per partition and round, as a consumer's max.poll.records
 _POLL_INTERVAL_S = 0.2
 _COMMIT_EVERY = 1000  # records between a --group's commits, besides the one at the end
-_BATCH_OVERHEAD = 61  # a v2 batch's header
 
 
 class _NoSeparator(KopError):
@@ -60,7 +60,7 @@ def _record(line: bytes, n: int, sep: bytes | None, headers: list[tuple[str, byt
             raise _NoSeparator(f"line {n} has no key separator {sep.decode()!r}: {line[:80]!r}")
         key, line = line.split(sep, 1)
     record = Record(value=line, key=key, headers=headers)
-    if estimated_size(record) + _BATCH_OVERHEAD > max_bytes:
+    if estimated_size(record) + HEADER_SIZE > max_bytes:
         size = len(build_record_batch([record]))
         if size > max_bytes:
             raise _TooLarge(f"line {n}: a record of {size} bytes is larger than max.message.bytes={max_bytes}")

@@ -53,8 +53,11 @@ class LedgerRecord(NamedTuple):
         max_timestamp: int = -1,
         state: str = SEALED,
         owner: str | None = None,
+        modified_ms: int = -1,
     ) -> LedgerRecord:
-        return cls(ledger_id, file, base_offset, entries, records, length, max_timestamp, now, state, owner, now)
+        """A ledger made at ``now``; it last grew at ``modified_ms`` (by default ``now``)."""
+        modified = modified_ms if modified_ms >= 0 else now
+        return cls(ledger_id, file, base_offset, entries, records, length, max_timestamp, now, state, owner, modified)
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> LedgerRecord:

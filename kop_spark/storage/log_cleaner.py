@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..errors import KopError, OrphanRemovedError
 from ..record import Record, build_record_batch
 from .ledger import EntryInfo, delete_quietly
-from .ledger_metadata import OPEN, SEALED, LedgerRecord, LogMetadata
+from .ledger_metadata import OPEN, LedgerRecord, LogMetadata
 from .read_plan import PartitionView, ReadEntry, ledger_reader
 
 if TYPE_CHECKING:
@@ -176,10 +176,9 @@ class LogCleaner:
             writer.close()
             delete_quietly(ml.fileio, writer.path)
             raise
-        now = ml.clock.now_ms()
-        new = LedgerRecord(
-            writer.ledger_id, writer.path, base, len(rows), end - base, length,
-            max(r.max_timestamp for r in rows), now, SEALED, None, modified_ms if modified_ms >= 0 else now,
+        new = LedgerRecord.new(
+            writer.ledger_id, writer.path, base, ml.clock.now_ms(), entries=len(rows), records=end - base,
+            length=length, max_timestamp=max(r.max_timestamp for r in rows), modified_ms=modified_ms,
         )  # fmt: skip
         return new, records
 
