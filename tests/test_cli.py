@@ -465,6 +465,9 @@ def test_corruption_errors_name_the_entry_position_dump_ledger_lists(root):
     positions = [
         int(l.split()[1]) for l in kop(root, "dump-ledger", ledger).stdout.splitlines() if l.startswith("position:")
     ]
+    from kop_spark.storage.ledger import FILE_HEADER
+
+    assert positions[0] == FILE_HEADER.size  # bytes of the file: the first entry follows its header
     with open(ledger, "r+b") as f:  # a byte of the last entry's batch body
         f.seek(positions[2] + 70)
         byte = f.read(1)[0]
