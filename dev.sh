@@ -45,6 +45,29 @@ setup_java() {
     fi
 }
 
+setup_servers() {
+    # The servers the storage-backend tests start on loopback: ZooKeeper and etcd from Debian's
+    # packages (not started as services), Azurite (Microsoft's Azure Storage emulator) from npm
+    # into .tools/. moto's S3 server comes with the Python test dependencies.
+    if ! command -v etcd >/dev/null 2>&1 || [ ! -f /usr/share/java/zookeeper.jar ]; then
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+            echo "Installing etcd and ZooKeeper for the tests (apt-get etcd-server zookeeper)..." >&2
+            apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server zookeeper >/dev/null
+        else
+            echo "The tests need etcd and ZooKeeper: sudo apt-get install etcd-server zookeeper" >&2
+            exit 1
+        fi
+    fi
+    if [ ! -x .tools/node_modules/.bin/azurite-blob ]; then
+        if ! command -v npm >/dev/null 2>&1; then
+            echo "The tests need Azurite, from npm: install Node.js 18+ and npm, then rerun" >&2
+            exit 1
+        fi
+        echo "Installing Azurite for the tests (npm, into .tools/)..." >&2
+        npm install --silent --no-audit --no-fund --prefix .tools azurite@3 >/dev/null
+    fi
+}
+
 check() {
     # The gates CI keeps: ruff's lint and format, and mypy (settings in pyproject.toml).
     "$VENV/bin/ruff" check kop_spark pyspark_kop tests bench setup.py
@@ -60,13 +83,13 @@ case "${1:-}" in
         setup_python; setup_java; shift
         exec "$VENV/bin/python" -m kop_spark.demo "$@" ;;
     test)
-        setup_python; setup_java; shift
+        setup_python; setup_java; setup_servers; shift
         check
         exec "$VENV/bin/python" -m pytest -q "$@" ;;
     check)
         setup_python; check ;;
     setup)
-        setup_python; setup_java ;;
+        setup_python; setup_java; setup_servers ;;
     *)
         echo "usage: ./dev.sh demo|test|check|setup" >&2; exit 2 ;;
 esac

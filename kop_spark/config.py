@@ -65,7 +65,25 @@ class Setting:
 
 _SETTINGS = [
     Setting("storageRoot", "./kop-data", str, "Root URI of the store (local path, or any pyarrow filesystem URI)"),
-    Setting("metadataStoreUrl", "", str, "Directory of the metadata store; empty means <storageRoot>/_metadata"),
+    Setting(
+        "metadataStoreUrl",
+        "",
+        str,
+        "Metadata store: empty = beside the data (<storageRoot>/_metadata), a directory, "
+        "zk:host:port[,host:port...][/chroot], etcd:http://host:port[,http://host:port...], or s3://, gs://, az:// URI",
+    ),
+    Setting(
+        "metadataStoreOperationTimeoutSeconds",
+        30,
+        _int_at_least(1),
+        "Give up on a metadata operation (ZooKeeper, etcd, object store) that has no answer after this long",
+    ),
+    Setting(
+        "metadataStoreSessionTimeoutMillis",
+        30000,
+        _int_at_least(1000),
+        "ZooKeeper session timeout",
+    ),
     Setting("kafkaTenant", "public", str, "Pulsar tenant of Kafka topics given by short name"),
     Setting("kafkaNamespace", "default", str, "Pulsar namespace of Kafka topics given by short name"),
     Setting("kafkaMetadataTenant", "public", str, "Tenant of the offsets topic"),

@@ -105,6 +105,12 @@ class BadVersionError(KopError):
     """A metadata compare-and-set lost against a concurrent update."""
 
 
+class MetadataStoreUnavailableError(StorageError):
+    """The metadata store's service (ZooKeeper, etcd, the object store) did not answer within
+    ``metadataStoreOperationTimeoutSeconds``. Nothing was acknowledged; a write may still land, so
+    callers read again before retrying."""
+
+
 class LogEndMovedError(KopError):
     """A conditional append found the log end past the offset its decision was made at."""
 

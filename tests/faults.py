@@ -2,7 +2,7 @@
 can be made to land at any one of them.
 
 ``FaultyOS`` stands in for the ``os`` module inside ``kop_spark.storage.fileio`` and
-``kop_spark.storage.metadata_store`` (and ``FileIO.delete``, which goes through pyarrow, is wrapped
+``kop_spark.storage.metadata.file`` (and ``FileIO.delete``, which goes through pyarrow, is wrapped
 too). At step ``at`` it raises instead of making the call, makes the call and then raises (the
 case kill -9 never shows: the step happened and clean-up code runs), or writes half of what it
 was asked to and returns the short count.
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from kop_spark.storage import fileio as fileio_module
-from kop_spark.storage import metadata_store as metadata_module
+from kop_spark.storage.metadata import file as metadata_module
 
 CHANGING = ("open", "pwrite", "pwritev", "write", "fsync", "ftruncate", "link", "unlink", "rename", "makedirs")
 

@@ -5,7 +5,7 @@ import subprocess
 import pytest
 
 from kop_spark.errors import BadVersionError
-from kop_spark.storage.metadata_store import FileMetadataStore
+from kop_spark.storage.metadata.file import FileMetadataStore
 
 from .conftest import PYTHON, python_subprocess_env
 
@@ -47,7 +47,7 @@ def test_illegal_keys_are_refused(tmp_path):
 COUNTER = r"""
 import sys
 from kop_spark.errors import BadVersionError
-from kop_spark.storage.metadata_store import FileMetadataStore
+from kop_spark.storage.metadata.file import FileMetadataStore
 s = FileMetadataStore(sys.argv[1], sync=False)
 me = sys.argv[2]
 done = 0

@@ -14,7 +14,7 @@ from kop_spark import Broker, Record, layout
 from kop_spark.errors import InvalidRecordError, InvalidTopicError, TopicNotFoundError
 from kop_spark.record import TimestampType, build_record_batch
 from kop_spark.record.default_record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, MAX_TIMESTAMP_OFFSET
-from kop_spark.storage.metadata_store import FileMetadataStore
+from kop_spark.storage.metadata.file import FileMetadataStore
 
 from .faults import FAULTS, Injector, injected
 

@@ -33,7 +33,7 @@ from ..record.compression import CompressionType
 from ..storage.fileio import FileIO, optional_local_dir
 from ..storage.ledger import IOStats
 from ..storage.managed_ledger import AppendResult, ManagedLedger
-from ..storage.metadata_store import FileMetadataStore
+from ..storage.metadata import open_metadata_store
 from ..storage.read_plan import LedgerRecord, PartitionView
 from ..storage.staging import LedgerStager, StagedLedger
 from ..topic_name import TopicName, TopicPartition
@@ -79,7 +79,12 @@ class Broker:
         self.clock = clock
         self.fileio = FileIO(self.root, sync=self.config["journalSyncData"])
         _check_root(self.root)
-        self.store = FileMetadataStore(_metadata_dir(self.config, self.root), sync=self.config["journalSyncData"])
+        self.store = open_metadata_store(
+            _metadata_url(self.config, self.root),
+            sync=self.config["journalSyncData"],
+            timeout_s=self.config["metadataStoreOperationTimeoutSeconds"],
+            session_timeout_s=self.config["metadataStoreSessionTimeoutMillis"] / 1000,
+        )
         self.writer_id = uuid.uuid4().hex
         self.stats = IOStats()
         logs = LogManager(self.store, self.fileio, self.config, self.writer_id, self.stats, clock)
@@ -365,7 +370,7 @@ class Broker:
         return self.admin.log(topic, partition)
 
 
-def _metadata_dir(config: Config, root: str) -> str:
+def _metadata_url(config: Config, root: str) -> str:
     if config["metadataStoreUrl"]:
         return str(config["metadataStoreUrl"])
     local = optional_local_dir(root)

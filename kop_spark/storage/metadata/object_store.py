@@ -1,0 +1,124 @@
+"""The metadata store as one object per key on an object store, changed by conditional writes.
+
+A key is the object ``<prefix>/<key>.json`` holding ``{"version": n, "value": ...}``. Version 1 is
+written with ``If-None-Match: *`` (create only); version n+1 with ``If-Match`` the e-tag of version
+n, so of writers that read the same version exactly one wins. The version is kept inside the
+value because an e-tag is no version: on S3 it is a hash of the content, and the same content
+written twice has the same one. With the version inside, no two versions of a key have the same
+content, so an e-tag, once replaced, never comes back. A deletion writes ``null`` as the next
+version. Nothing is ever pruned: the store keeps one object per key, replaced whole.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import obstore
+from obstore.exceptions import (
+    AlreadyExistsError,
+    InvalidPathError,
+    NotFoundError,
+    NotSupportedError,
+    PermissionDeniedError,
+    PreconditionError,
+    UnauthenticatedError,
+)
+
+from ...errors import BadVersionError, MetadataStoreUnavailableError, StorageError
+from ..metadata_store import MetadataStore, Versioned, check_key, decode_value, encode_value
+from ..object_store import ObjectLocation, open_store
+
+# obstore raises a missing object as the builtin FileNotFoundError, other conditions as its own.
+_EXPECTED = (FileNotFoundError, NotFoundError, AlreadyExistsError, PreconditionError)
+_REFUSED = (PermissionDeniedError, UnauthenticatedError, NotSupportedError, InvalidPathError)
+
+
+class ObjectMetadataStore(MetadataStore):
+    def __init__(self, location: ObjectLocation, options: Mapping[str, str], *, timeout_s: float):
+        self.location = location
+        self._store = open_store(location, options, timeout_s)
+        self._timeout = timeout_s
+        # The e-tag of the version of each key last read or written here: a compare-and-set
+        # against that version needs it, and re-reading for it would double every write's cost.
+        self._etags: dict[str, tuple[int, str]] = {}
+        self._lock = threading.Lock()
+
+    def _call(self, action: str, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self._store, *args, **kwargs)
+        except _EXPECTED:
+            raise
+        except Exception as e:  # obstore's own errors
+            text = str(e).splitlines()[0] if str(e) else type(e).__name__
+            if isinstance(e, _REFUSED) or "status code: 4" in text:  # the store answered: no
+                raise StorageError(f"cannot {action} metadata {key} on {self.location.display}: {text}") from e
+            raise MetadataStoreUnavailableError(  # no answer, a timeout, or the store failing
+                f"cannot {action} metadata {key} on {self.location.display} within "
+                f"{self._timeout:g} s (metadataStoreOperationTimeoutSeconds): {text}"
+            ) from e
+
+    def _path(self, key: str) -> str:
+        return "/".join(check_key(key)) + ".json"
+
+    def _read(self, key: str) -> tuple[Versioned, str | None]:
+        try:
+            result = self._call("read", key, obstore.get, self._path(key))
+            data = bytes(self._call("read", key, lambda _s: result.bytes()))
+        except (FileNotFoundError, NotFoundError):
+            return Versioned(None, 0), None
+        stored = decode_value(data, f"{key} on {self.location.display}")
+        if not isinstance(stored, dict) or not isinstance(stored.get("version"), int):
+            raise StorageError(f"metadata {key} on {self.location.display} is not a versioned value")
+        value = stored.get("value")
+        return Versioned(value if isinstance(value, dict) else None, stored["version"]), result.meta["e_tag"]
+
+    def get(self, key: str) -> Versioned:
+        current, etag = self._read(key)
+        if etag is not None:
+            with self._lock:
+                self._etags[key] = (current.version, etag)
+        return current
+
+    def put(self, key: str, value: dict | None, expected_version: int) -> int:
+        new_version = expected_version + 1
+        data = encode_value({"version": new_version, "value": value})
+        try:
+            if expected_version == 0:
+                result = self._call("create", key, obstore.put, self._path(key), data, mode="create")
+            else:
+                etag = self._etag_of(key, expected_version)
+                result = self._call("write", key, obstore.put, self._path(key), data, mode={"e_tag": etag})
+        except (FileNotFoundError, NotFoundError):  # metadata objects are never deleted: no bucket
+            raise StorageError(f"cannot write metadata {key}: {self.location.display} does not exist") from None
+        except (AlreadyExistsError, PreconditionError):
+            raise BadVersionError(f"metadata {key} is past version {expected_version}") from None
+        with self._lock:
+            if result["e_tag"]:
+                self._etags[key] = (new_version, result["e_tag"])
+            else:
+                self._etags.pop(key, None)
+        return new_version
+
+    def _etag_of(self, key: str, version: int) -> str:
+        with self._lock:
+            known = self._etags.get(key)
+        if known is not None and known[0] == version:
+            return known[1]
+        current, etag = self._read(key)
+        if current.version != version or etag is None:
+            raise BadVersionError(f"metadata {key} is past version {version}")
+        return etag
+
+    def list_keys(self, prefix: str) -> list[str]:
+        base = "/".join(check_key(prefix)) if prefix else None
+        # Listing is by whole path segments: "a/b.json" is under "a", the key "a" itself is not.
+        pages = self._call("list", prefix or "keys", lambda store: list(obstore.list(store, base)))
+        out = [str(m["path"])[: -len(".json")] for page in pages for m in page if str(m["path"]).endswith(".json")]
+        if prefix and self.get(prefix).version:
+            out.append(prefix)
+        return sorted(out)
+
+    def __repr__(self) -> str:
+        return f"ObjectMetadataStore({self.location.display!r})"

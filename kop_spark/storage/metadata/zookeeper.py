@@ -1,0 +1,161 @@
+"""The metadata store in ZooKeeper, as Pulsar keeps it (``metadataStoreUrl=zk:host:port[,...][/chroot]``).
+
+A key is the znode ``<chroot>/<key>``; our version is the znode's data version plus one, so a key
+that never existed is at 0 and a created one at 1. A deletion stores ``null`` instead of removing
+the znode, so versions keep increasing through deletions and recreations. Compare-and-set is
+ZooKeeper's own: ``create`` for version 0, ``set`` with the data version otherwise. Every call
+waits at most the operation timeout: kazoo queues requests while it reconnects, and would
+otherwise wait for as long as the server is away.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from ...errors import BadVersionError, ConfigError, MetadataStoreUnavailableError, StorageError
+from ..metadata_store import MetadataStore, Versioned, check_key, decode_value, encode_value
+
+try:
+    from kazoo import exceptions as zk_errors
+    from kazoo.client import KazooClient
+    from kazoo.handlers.threading import KazooTimeoutError
+except ImportError:  # an optional dependency: only stores that use ZooKeeper need it
+    KazooClient = None
+
+_MAX_ZNODE = 0xFFFFF - 1024  # ZooKeeper's default jute.maxbuffer, less the request's own fields
+_sessions: dict[tuple[str, int], _Session] = {}
+_sessions_lock = threading.Lock()
+
+
+class _Session:
+    """A kazoo client that keeps (re)connecting in the background, and whether it is connected.
+
+    Requests are sent only while connected: kazoo would queue them while it reconnects and send
+    them whenever the server is back, long after the caller was told they failed."""
+
+    def __init__(self, hosts: str, session_timeout_s: float):
+        self._connected = threading.Event()
+        self.client = KazooClient(
+            hosts=hosts, timeout=session_timeout_s, connection_retry={"max_tries": -1, "max_delay": 1}
+        )
+        self.client.add_listener(self._state_changed)
+        self.client.start_async()
+
+    def _state_changed(self, state: str) -> None:
+        if state == "CONNECTED":
+            self._connected.set()
+        else:
+            self._connected.clear()
+
+    def wait_connected(self, timeout_s: float) -> bool:
+        return self._connected.wait(timeout_s) and self.client.connected
+
+
+def parse_zk_url(url: str) -> tuple[str, str]:
+    """``zk:h1:2181,h2:2181/chroot`` -> (``h1:2181,h2:2181``, ``/chroot``)."""
+    spec = url[len("zk:") :].removeprefix("//")
+    hosts, _, chroot = spec.partition("/")
+    for host in hosts.split(","):
+        name, colon, port = host.rpartition(":")
+        if not name or not colon or not port.isdigit():
+            raise ConfigError(f"metadataStoreUrl {url!r}: expected zk:host:port[,host:port...][/chroot], got {host!r}")
+    if chroot:
+        check_key(chroot.rstrip("/"))
+    return hosts, "/" + chroot.rstrip("/") if chroot else ""
+
+
+class ZooKeeperMetadataStore(MetadataStore):
+    def __init__(self, url: str, *, timeout_s: float, session_timeout_s: float):
+        if KazooClient is None:
+            raise ConfigError(f"metadataStoreUrl {url!r} needs the kazoo package: pip install 'kop-spark[zookeeper]'")
+        self.url = url
+        self.hosts, self.chroot = parse_zk_url(url)
+        self._timeout = timeout_s
+        self._session_timeout = session_timeout_s
+
+    def _session(self) -> _Session:
+        # One session per process and ensemble, shared by every store on it; a forked child (a
+        # Spark worker) opens its own, since a session cannot cross a fork.
+        key = (self.hosts, os.getpid())
+        with _sessions_lock:
+            session = _sessions.get(key)
+            if session is None:
+                session = _sessions[key] = _Session(self.hosts, self._session_timeout)
+        if not session.wait_connected(self._timeout):
+            raise self._unavailable("connect to")
+        return session
+
+    def _client(self) -> Any:
+        return self._session().client
+
+    def _unavailable(self, action: str) -> MetadataStoreUnavailableError:
+        return MetadataStoreUnavailableError(
+            f"cannot {action} ZooKeeper {self.hosts} (metadataStoreUrl {self.url}): no answer within "
+            f"{self._timeout:g} s (metadataStoreOperationTimeoutSeconds)"
+        )
+
+    def _wait(self, action: str, call: Any) -> Any:
+        try:
+            return call.get(timeout=self._timeout)
+        except (
+            KazooTimeoutError,
+            zk_errors.ConnectionLoss,
+            zk_errors.SessionExpiredError,
+            zk_errors.ConnectionClosedError,
+        ):
+            raise self._unavailable(action) from None
+
+    def _path(self, key: str) -> str:
+        return f"{self.chroot}/{'/'.join(check_key(key))}"
+
+    def get(self, key: str) -> Versioned:
+        try:
+            data, stat = self._wait(f"read {key} from", self._client().get_async(self._path(key)))
+        except zk_errors.NoNodeError:
+            return Versioned(None, 0)
+        # A znode made only as the parent of deeper keys holds no data: an absent key.
+        value = decode_value(data, f"{key} in ZooKeeper {self.hosts}") if data else None
+        return Versioned(value if isinstance(value, dict) else None, stat.version + 1)
+
+    def put(self, key: str, value: dict | None, expected_version: int) -> int:
+        path, data = self._path(key), encode_value(value)
+        if len(data) > _MAX_ZNODE:
+            raise StorageError(
+                f"metadata {key}: {len(data)} bytes (compressed) is more than a znode holds in ZooKeeper "
+                f"{self.hosts} (jute.maxbuffer, {_MAX_ZNODE} bytes by default)"
+            )
+        client = self._client()
+        try:
+            if expected_version == 0:
+                self._wait(f"create {key} in", client.create_async(path, data, makepath=True))
+                return 1
+            stat = self._wait(f"write {key} to", client.set_async(path, data, version=expected_version - 1))
+        except (zk_errors.NodeExistsError, zk_errors.BadVersionError, zk_errors.NoNodeError):
+            raise BadVersionError(f"metadata {key} is past version {expected_version}") from None
+        return int(stat.version) + 1
+
+    def list_keys(self, prefix: str) -> list[str]:
+        client = self._client()
+        out: list[str] = []
+        pending = [prefix] if prefix else []
+        if not prefix:
+            try:
+                pending = self._wait("list", client.get_children_async(self.chroot or "/"))
+            except zk_errors.NoNodeError:
+                return []
+        while pending:
+            key = pending.pop()
+            try:
+                data, _stat = self._wait(f"read {key} from", client.get_async(self._path(key)))
+                children = self._wait(f"list {key} in", client.get_children_async(self._path(key)))
+            except zk_errors.NoNodeError:
+                continue
+            if data:
+                out.append(key)
+            pending.extend(f"{key}/{c}" for c in children)
+        return sorted(k for k in out if k != "zookeeper" and not k.startswith("zookeeper/"))
+
+    def __repr__(self) -> str:
+        return f"ZooKeeperMetadataStore({self.url!r})"

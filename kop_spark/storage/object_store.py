@@ -1,0 +1,88 @@
+"""Object-store URIs (``s3://``, ``gs://``, ``az://``, ``abfs[s]://``) and their obstore clients.
+
+Endpoints and credentials come from each cloud's standard environment variables, as obstore (the
+Rust ``object_store`` crate) reads them: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ... for S3,
+``GOOGLE_*`` for GCS, ``AZURE_STORAGE_*`` for Azure; settings named as those variables in
+lower case (``aws_endpoint_url``, ``azure_storage_account_name``, ...) override them. An
+``http://`` endpoint is used as given (a local emulator). Every request gives up after the
+operation timeout, retries included, so a store that is away is an error, never a hang.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any, NamedTuple
+
+from obstore.store import AzureStore, GCSStore, S3Store
+
+from ..errors import ConfigError
+
+SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss")
+OPTION_PREFIXES = ("aws_", "google_", "azure_")
+
+
+class ObjectLocation(NamedTuple):
+    """Where a URI points: the kind of store, its bucket (or container), and the key prefix."""
+
+    scheme: str
+    bucket: str
+    prefix: str
+    account: str | None = None
+
+    @property
+    def display(self) -> str:
+        return f"{self.scheme}://{self.bucket}/{self.prefix}".rstrip("/")
+
+
+def is_object_store_uri(uri: str) -> bool:
+    return urllib.parse.urlsplit(uri).scheme.lower() in SCHEMES
+
+
+def parse_location(uri: str) -> ObjectLocation:
+    parts = urllib.parse.urlsplit(uri)
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES or not parts.netloc:
+        raise ConfigError(f"{uri!r} is not an object-store URI (s3://bucket/prefix, gs://, az://container/prefix)")
+    prefix = parts.path.strip("/")
+    if scheme in ("abfs", "abfss"):
+        container, at, host = parts.netloc.partition("@")
+        if not at or not host.split(".")[0]:
+            raise ConfigError(f"{uri!r}: expected {scheme}://container@account.dfs.core.windows.net/prefix")
+        return ObjectLocation("az", container, prefix, host.split(".")[0])
+    return ObjectLocation("s3" if scheme == "s3a" else scheme, parts.netloc, prefix)
+
+
+def open_store(location: ObjectLocation, options: Mapping[str, str], timeout_s: float) -> Any:
+    """An obstore client for ``location``'s prefix; ``options`` override the environment."""
+    config: Any = {k: v for k, v in options.items() if k.startswith(OPTION_PREFIXES)}
+    timeout = timedelta(seconds=timeout_s)
+    client: dict[str, Any] = {"timeout": timeout, "connect_timeout": timeout}
+    retry: dict[str, Any] = {"max_retries": 3, "retry_timeout": timeout}
+    endpoint = _endpoint(location.scheme, config)
+    if endpoint.startswith("http://"):
+        client["allow_http"] = True
+    cls: Any = {"s3": S3Store, "gs": GCSStore, "az": AzureStore}[location.scheme]
+    if location.account:
+        config.setdefault("azure_storage_account_name", location.account)
+    try:
+        return cls(
+            location.bucket, prefix=location.prefix or None, config=config, client_options=client, retry_config=retry
+        )
+    except Exception as e:  # obstore reports bad configuration as plain errors of its own
+        raise ConfigError(f"cannot open {location.display}: {e}") from e
+
+
+def _endpoint(scheme: str, config: Mapping[str, str]) -> str:
+    names = {
+        "s3": ("aws_endpoint_url", "aws_endpoint"),
+        "gs": ("google_service_endpoint",),
+        "az": ("azure_storage_endpoint", "azure_endpoint"),
+    }[scheme]
+    for name in names:
+        value = config.get(name) or os.environ.get(name.upper())
+        if value:
+            return value
+    return ""

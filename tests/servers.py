@@ -1,0 +1,184 @@
+"""Real servers on loopback for the tests: ZooKeeper, etcd, moto's S3 server and Azurite.
+
+Each starts on a free port with its data in a temporary directory, is waited for until it
+answers, and can be stopped and started again on the same port and data (for outage tests).
+``./dev.sh setup`` installs them all; a missing one fails the test naming what to install.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+AZURITE = REPO / ".tools" / "node_modules" / ".bin" / "azurite-blob"
+MINIO_KEY, MINIO_SECRET = "testing", "testing-secret"
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _require(path: str | Path, what: str) -> str:
+    found = shutil.which(str(path)) if os.sep not in str(path) else (str(path) if Path(path).exists() else None)
+    if not found:
+        raise RuntimeError(f"{what} is not installed ({path}): run ./dev.sh setup, which installs it")
+    return found
+
+
+class Server:
+    """One server process: ``start`` waits until ``ready`` says it answers; ``stop`` ends it."""
+
+    def __init__(self, name: str, port: int, command: list[str], ready: Callable[[], bool], workdir: Path):
+        self.name, self.port, self.command, self._ready, self.workdir = name, port, command, ready, workdir
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = workdir / f"{name}.log"
+
+    def start(self, timeout: float = 60) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, start_new_session=True
+            )
+        deadline = time.monotonic() + timeout
+        while not self._ready():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{self.name} did not start; its log:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.1)
+
+    def stop(self, graceful: bool = False) -> None:
+        """Kill the server; ``graceful`` lets it save first (Azurite keeps its data in memory
+        and saves it every few seconds, so a killed one forgets its last writes)."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM if graceful else signal.SIGKILL)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self.process = None
+
+
+def _answers_tcp(port: int) -> Callable[[], bool]:
+    def ready() -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    return ready
+
+
+def _answers_http(url: str, body: bytes | None = None) -> Callable[[], bool]:
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, body), timeout=1):
+                return True
+        except urllib.error.HTTPError:
+            return True  # it answers, if only to refuse
+        except OSError:
+            return False
+
+    return ready
+
+
+def zookeeper(workdir: Path) -> Server:
+    port = free_port()
+    java = _require("java", "Java")
+    jar = _require("/usr/share/java/zookeeper.jar", "ZooKeeper (Debian package zookeeper)")
+    command = [
+        java,
+        "-Xmx256m",
+        "-Dzookeeper.admin.enableServer=false",
+        "-cp",
+        f"/etc/zookeeper/conf:{jar}",
+        "org.apache.zookeeper.server.ZooKeeperServerMain",
+        str(port),
+        str(workdir / "data"),
+    ]
+
+    def ready() -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.sendall(b"srvr")
+                return b"Mode" in s.recv(1024)
+        except OSError:
+            return False
+
+    return Server("zookeeper", port, command, ready, workdir)
+
+
+def etcd(workdir: Path) -> Server:
+    port, peer = free_port(), free_port()
+    command = [
+        _require("etcd", "etcd (Debian package etcd-server)"),
+        "--data-dir",
+        str(workdir / "data"),
+        "--listen-client-urls",
+        f"http://127.0.0.1:{port}",
+        "--advertise-client-urls",
+        f"http://127.0.0.1:{port}",
+        "--listen-peer-urls",
+        f"http://127.0.0.1:{peer}",
+        "--initial-advertise-peer-urls",
+        f"http://127.0.0.1:{peer}",
+        "--initial-cluster",
+        f"default=http://127.0.0.1:{peer}",
+    ]
+    return Server(
+        "etcd", port, command, _answers_http(f"http://127.0.0.1:{port}/v3/kv/range", b'{"key":"AA=="}'), workdir
+    )
+
+
+def moto_s3(workdir: Path) -> Server:
+    port = free_port()
+    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    return Server("moto", port, command, _answers_http(f"http://127.0.0.1:{port}/moto-api/"), workdir)
+
+
+def azurite(workdir: Path) -> Server:
+    port = free_port()
+    command = [
+        _require(AZURITE, "Azurite (npm package azurite)"),
+        "--blobHost",
+        "127.0.0.1",
+        "--blobPort",
+        str(port),
+        "--location",
+        str(workdir / "data"),
+        "--skipApiVersionCheck",
+        "--silent",
+    ]
+    return Server("azurite", port, command, _answers_tcp(port), workdir)
+
+
+def s3_env(port: int) -> dict[str, str]:
+    return {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": MINIO_KEY,
+        "AWS_SECRET_ACCESS_KEY": MINIO_SECRET,
+        "AWS_REGION": "us-east-1",
+    }
+
+
+def azure_env(port: int) -> dict[str, str]:
+    return {
+        "AZURE_STORAGE_ACCOUNT_NAME": AZURITE_ACCOUNT,
+        "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY,
+        "AZURE_STORAGE_ENDPOINT": f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}",
+    }

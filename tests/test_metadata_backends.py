@@ -1,0 +1,372 @@
+"""One contract for every metadata backend, each against its real server on loopback: files,
+ZooKeeper, etcd, S3 (moto's server) and Azure Blob (Azurite)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from kop_spark import Broker, Record
+from kop_spark.errors import BadVersionError, ConfigError, MetadataStoreUnavailableError
+from kop_spark.storage.ledger_metadata import LedgerRecord, LogMetadata
+from kop_spark.storage.metadata import open_metadata_store
+from kop_spark.storage.metadata_store import MetadataStore, update
+
+from . import servers
+from .conftest import PYTHON, python_subprocess_env
+
+BUCKET = "kop-test"
+TIMEOUT_S = 3
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, servers.Server]]:
+    """Every server, started once for the module and stopped after it."""
+    base = tmp_path_factory.mktemp("servers")
+    started = {}
+    try:
+        for name, make in (
+            ("zookeeper", servers.zookeeper),
+            ("etcd", servers.etcd),
+            ("s3", servers.moto_s3),
+            ("azure", servers.azurite),
+        ):
+            server = make(base / name)
+            server.start()
+            started[name] = server
+        env = {**servers.s3_env(started["s3"].port), **servers.azure_env(started["azure"].port)}
+        os.environ.update(env)  # obstore and the child processes read the clouds' variables
+        _make_bucket(started["s3"].port)
+        _make_container(started["azure"].port)
+        yield started
+    finally:
+        for server in started.values():
+            server.stop()
+
+
+def _make_bucket(port: int) -> None:
+    import boto3
+
+    boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1").create_bucket(Bucket=BUCKET)
+
+
+def _make_container(port: int) -> None:
+    from azure.storage.blob import BlobServiceClient
+
+    account = servers.AZURITE_ACCOUNT
+    url = f"http://127.0.0.1:{port}/{account}"
+    BlobServiceClient(url, credential={"account_name": account, "account_key": servers.AZURITE_KEY}).create_container(
+        BUCKET
+    )
+
+
+class Backend(NamedTuple):
+    name: str
+    url: str
+    server: servers.Server | None
+
+    def open(self) -> MetadataStore:
+        return open_metadata_store(self.url, timeout_s=TIMEOUT_S, session_timeout_s=TIMEOUT_S)
+
+
+BACKENDS = ["file", "zookeeper", "etcd", "s3", "azure"]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """A fresh, empty namespace on one backend."""
+    name, space = request.param, f"t{uuid.uuid4().hex[:12]}"
+    if name == "file":
+        return Backend(name, str(tmp_path / "metadata"), None)
+    running = request.getfixturevalue("running")
+    server = running[name]
+    url = {
+        "zookeeper": f"zk:127.0.0.1:{server.port}/{space}",
+        "etcd": f"etcd:http://127.0.0.1:{server.port}/{space}",
+        "s3": f"s3://{BUCKET}/{space}/_metadata",
+        "azure": f"az://{BUCKET}/{space}/_metadata",
+    }[name]
+    return Backend(name, url, server)
+
+
+def test_create_update_delete_and_recreate(backend: Backend) -> None:
+    s = backend.open()
+    assert s.get("a/b") == (None, 0)
+    v1 = s.create("a/b", {"n": 1})
+    assert s.get("a/b") == ({"n": 1}, v1)
+    with pytest.raises(BadVersionError):
+        s.create("a/b", {"n": 2})
+    v2 = s.put("a/b", {"n": 2}, v1)
+    with pytest.raises(BadVersionError):
+        s.put("a/b", {"n": 3}, v1)  # stale
+    assert s.get("a/b") == ({"n": 2}, v2)
+    v3 = s.put("a/b", None, v2)
+    assert s.get("a/b") == (None, v3)
+    v4 = s.create("a/b", {"n": 4})
+    assert v1 < v2 < v3 < v4, "versions keep increasing through a deletion"
+    with pytest.raises(BadVersionError):
+        s.put("a/b", {"n": 5}, v2)  # a version from before the deletion
+    assert backend.open().get("a/b") == ({"n": 4}, v4), "a second client sees the same"
+
+
+def test_a_stale_writer_loses_even_when_the_value_came_back(backend: Backend) -> None:
+    """ABA: on S3 an e-tag is a hash of the content, so the same value written again would match
+    a stale writer's If-Match, were the version not part of what is stored."""
+    a, b = backend.open(), backend.open()
+    v1 = a.create("k", {"n": 1})
+    assert a.get("k") == ({"n": 1}, v1)
+    v2 = b.put("k", {"n": 2}, v1)
+    b.put("k", {"n": 1}, v2)
+    with pytest.raises(BadVersionError):
+        a.put("k", {"n": 3}, v1)
+    assert b.get("k").value == {"n": 1}
+
+
+def test_list_keys(backend: Backend) -> None:
+    s = backend.open()
+    for key in ("topics/x", "topics/x/0", "topics/y", "topicsz", "sinks/w"):
+        s.create(key, {"k": key})
+    s.put("topics/y", None, s.get("topics/y").version)
+    assert s.list_keys("topics") == ["topics/x", "topics/x/0", "topics/y"]
+    assert s.list_keys("topics/x") == ["topics/x", "topics/x/0"]
+    assert s.list_keys("nothing") == []
+    assert s.list_keys("") == ["sinks/w", "topics/x", "topics/x/0", "topics/y", "topicsz"]
+
+
+def _large_managed_ledger(ledgers: int) -> dict:
+    now = 1_790_000_000_000
+    records = [
+        LedgerRecord.new(
+            i,
+            f"ledgers/public/default/events-partition-0/{i:016x}.ledger",
+            i * 1000,
+            now + i,
+            entries=random.randrange(1, 1000),
+            records=1000,
+            length=random.randrange(1 << 20, 1 << 27),
+            max_timestamp=now + i * 7,
+        )
+        for i in range(ledgers)
+    ]
+    return LogMetadata(0, ledgers * 1000, records).to_json()
+
+
+def test_values_at_the_size_of_a_large_managed_ledger(backend: Backend) -> None:
+    value = _large_managed_ledger(20_000)  # several MB of JSON: more than any backend takes raw
+    s = backend.open()
+    v = s.create("ledgers/big", value)
+    assert backend.open().get("ledgers/big") == (value, v)
+    value["next_offset"] += 1
+    assert s.put("ledgers/big", value, v) > v
+
+
+COUNTER = r"""
+import sys
+from kop_spark.storage.metadata import open_metadata_store
+from kop_spark.storage.metadata_store import update
+
+store = open_metadata_store(sys.argv[1], timeout_s=10, session_timeout_s=10)
+me, rounds = sys.argv[2], int(sys.argv[3])
+for i in range(rounds):
+    def change(value):
+        value = dict(value)
+        value["n"] += 1
+        value[me] = value.get(me, 0) + 1
+        return value
+    update(store, "counter", change)
+    print(i + 1, flush=True)  # acknowledged
+"""
+
+
+def _counter(backend: Backend, name: str, rounds: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [PYTHON, "-c", COUNTER, backend.url, name, str(rounds)],
+        env=python_subprocess_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+def test_racing_processes_lose_no_update(backend: Backend) -> None:
+    """Three processes increment one value by compare-and-set: exactly one winner per version."""
+    s = backend.open()
+    s.create("counter", {"n": 0})
+    procs = [_counter(backend, f"w{i}", 40) for i in range(3)]
+    for p in procs:
+        out, _ = p.communicate(timeout=240)
+        assert p.returncode == 0
+        assert out.split()[-1] == "40"
+    assert s.get("counter").value == {"n": 120, "w0": 40, "w1": 40, "w2": 40}
+
+
+@pytest.mark.slow
+def test_a_holder_killed_mid_operation_leaves_the_store_whole(backend: Backend) -> None:
+    s = backend.open()
+    s.create("counter", {"n": 0})
+    rng = random.Random(7)
+    before = 0
+    for round_ in range(3):
+        p = _counter(backend, f"k{round_}", 10_000)
+        assert p.stdout is not None
+        printed = [p.stdout.readline() for _ in range(rng.randrange(5, 40))]
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        printed += p.stdout.read().split()
+        acknowledged = int(printed[-1])
+        n = s.get("counter").value["n"]
+        # Every acknowledged increment is there; one more may have landed unacknowledged.
+        assert before + acknowledged <= n <= before + acknowledged + 1
+        before = n
+    assert update(s, "counter", lambda v: {**v, "n": v["n"] + 1})
+    assert s.get("counter").value["n"] == before + 1
+
+
+@pytest.mark.parametrize("url", ["zk:127.0.0.1:{port}", "etcd:http://127.0.0.1:{port}", "s3://nobucket/x"])
+def test_nothing_listening_is_an_error_naming_it_in_bounded_time(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    port = servers.free_port()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    s = open_metadata_store(url.format(port=port), timeout_s=1, session_timeout_s=1)
+    started = time.monotonic()
+    with pytest.raises(MetadataStoreUnavailableError, match=f"127.0.0.1:{port}|nobucket"):
+        s.get("a")
+    assert time.monotonic() - started < 20  # bounded: not a hang (the bound is loose on purpose)
+
+
+@pytest.mark.parametrize("name", ["zookeeper", "etcd", "s3", "azure"])
+def test_a_hung_server_is_an_error_then_works_again(name: str, running: dict[str, servers.Server]) -> None:
+    """SIGSTOP: the server takes connections into its backlog and never answers, the worst case
+    for a client. Calls fail within bounded time, nothing unstored is acknowledged, and once it
+    answers again the store goes on with nothing lost."""
+    server = running[name]
+    space = f"h{uuid.uuid4().hex[:10]}"
+    url = {
+        "zookeeper": f"zk:127.0.0.1:{server.port}/{space}",
+        "etcd": f"etcd:http://127.0.0.1:{server.port}/{space}",
+        "s3": f"s3://{BUCKET}/{space}",
+        "azure": f"az://{BUCKET}/{space}",
+    }[name]
+    s = Backend(name, url, server).open()
+    v = s.create("k", {"n": 1})
+    assert server.process is not None
+    os.kill(server.process.pid, signal.SIGSTOP)
+    try:
+        for attempt in (lambda: s.get("k"), lambda: s.put("k", {"n": 2}, v)):
+            started = time.monotonic()
+            with pytest.raises(MetadataStoreUnavailableError):
+                attempt()
+            assert time.monotonic() - started < 10 * TIMEOUT_S
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+    _eventually(lambda: s.get("k"))
+    # The write that got no answer may land even now, but only on the version it named: once the
+    # store has moved past it, it can no longer change anything.
+    update(s, "k", lambda value: {"n": value["n"] + 10})
+    assert s.get("k").value in ({"n": 11}, {"n": 12})
+
+
+@pytest.mark.parametrize("name", ["zookeeper", "etcd", "azure"])
+def test_a_restarted_server_serves_what_it_stored(name: str, running: dict[str, servers.Server]) -> None:
+    server = running[name]
+    s = Backend(name, _url(name, server), server).open()
+    v = s.create("k", {"n": 1})
+    server.stop(graceful=True)
+    try:
+        with pytest.raises(MetadataStoreUnavailableError):
+            s.put("k", {"n": 2}, v)
+    finally:
+        server.start()
+    current = _eventually(lambda: s.get("k"))
+    assert current.value == {"n": 1}
+    assert s.put("k", {"n": 3}, current.version) > current.version
+
+
+def _url(name: str, server: servers.Server) -> str:
+    space = f"r{uuid.uuid4().hex[:10]}"
+    return {
+        "zookeeper": f"zk:127.0.0.1:{server.port}/{space}",
+        "etcd": f"etcd:http://127.0.0.1:{server.port}/{space}",
+        "azure": f"az://{BUCKET}/{space}",
+    }[name]
+
+
+def _eventually(call, attempts: int = 50):  # type: ignore[no-untyped-def]
+    """The call's result once the client has reconnected (each failure waits its own timeout)."""
+    for _ in range(attempts - 1):
+        try:
+            return call()
+        except MetadataStoreUnavailableError:
+            continue
+    return call()
+
+
+@pytest.mark.parametrize(
+    "url, named",
+    [
+        ("zk:", "zk:"),
+        ("zk:host", "host"),
+        ("zk:host:notaport", "notaport"),
+        ("etcd:host:2379", "host:2379"),
+        ("etcd:http://host", "http://host"),
+        ("mysql://db/x", "mysql"),
+        ("abfss://container/x", "abfss://container/x"),
+        ("zk:h:1/../up", "up"),
+    ],
+)
+def test_a_url_that_does_not_parse_is_refused_naming_it(url: str, named: str) -> None:
+    with pytest.raises((ConfigError, ValueError), match=named.replace(".", r"\.")):
+        open_metadata_store(url)
+
+
+def test_python_without_kazoo_is_told_what_to_install(tmp_path: Path) -> None:
+    code = "import sys; sys.modules['kazoo'] = None\nfrom kop_spark.storage.metadata import open_metadata_store\n"
+    code += "open_metadata_store('zk:127.0.0.1:2181')"
+    out = subprocess.run([sys.executable, "-c", code], env=python_subprocess_env(), capture_output=True, text=True)
+    assert "kop-spark[zookeeper]" in out.stderr
+
+
+READER = r"""
+import sys
+from kop_spark import Broker
+b = Broker(sys.argv[1], {"metadataStoreUrl": sys.argv[2]})
+print(b.list_topics(), b.list_groups(), b.fetch_offsets("g"), len(b.fetch("t", 0, 0)) + len(b.fetch("t", 1, 0)))
+"""
+
+
+def test_a_broker_keeps_its_metadata_on_each_backend(backend: Backend, tmp_path: Path) -> None:
+    """Topics, produce with rollover, group commits and maintenance through ``metadataStoreUrl``;
+    another process on the same store sees the same."""
+    conf = {"metadataStoreUrl": backend.url, "managedLedgerMaxEntriesPerLedger": 3}
+    data = str(tmp_path / "data")
+    with Broker(data, conf) as b:
+        b.create_topic("t", 2)
+        for i in range(10):
+            b.produce("t", [Record(value=b"v%d" % i, key=b"k%d" % i)])
+        b.commit_offsets("g", {("t", 0): 2, ("t", 1): 1})
+        b.maintenance(orphan_grace_ms=0)
+        written = b.fetch("t", 0, 0) + b.fetch("t", 1, 0)
+        assert sorted(r.value for r in written) == sorted(b"v%d" % i for i in range(10))
+    out = subprocess.run([PYTHON, "-c", READER, data, backend.url], env=python_subprocess_env(), capture_output=True)
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    assert out.stdout.decode().split("] ", 2)[:2] == ["['t'", "['g'"]
+    assert "OffsetAndMetadata(offset=2" in out.stdout.decode() and out.stdout.decode().strip().endswith(" 10")
+    if backend.name != "file":
+        assert not (tmp_path / "data" / "_metadata").exists(), "the metadata went to the backend, not beside the data"
+
+
+def test_a_broker_refuses_a_bad_metadata_url_before_writing(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="metadataStoreUrl 'zk:nohost'"):
+        Broker(str(tmp_path / "data"), {"metadataStoreUrl": "zk:nohost"})
+    assert not (tmp_path / "data").exists()
