@@ -73,6 +73,13 @@ _SETTINGS = [
         "zk:host:port[,host:port...][/chroot], etcd:http://host:port[,http://host:port...], or s3://, gs://, az:// URI",
     ),
     Setting(
+        "wholeFileWrites",
+        False,
+        _bool,
+        "Write ledgers as whole files, never appending, linking or locking, for mounts that take only whole "
+        "files; on by itself under /Volumes/ and /dbfs/. Needs metadataStoreUrl=zk:... or etcd:...",
+    ),
+    Setting(
         "metadataStoreOperationTimeoutSeconds",
         30,
         _int_at_least(1),
@@ -178,8 +185,15 @@ SETTINGS: Mapping[str, Setting] = {s.name: s for s in _SETTINGS}
 TOPIC_SETTINGS = tuple(s.name for s in _SETTINGS if s.topic_level)
 
 
+# Object-store settings go to obstore as they are: the clouds' environment variables in lower
+# case (aws_endpoint_url, aws_access_key_id, azure_storage_account_key, google_service_account...).
+CLOUD_OPTION_PREFIXES = ("aws_", "google_", "azure_")
+
+
 def parse_value(name: str, value: Any, where: str = "") -> Any:
     """Parse and check one setting's value; the error names the setting, the value and where it came from."""
+    if name.startswith(CLOUD_OPTION_PREFIXES):
+        return str(value)
     setting = SETTINGS.get(name)
     if setting is None:
         raise ConfigError(f"unknown setting {name!r}{where}; see conf/kop.conf for the settings there are")
@@ -237,6 +251,11 @@ class Config(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._values)
+
+    @property
+    def cloud_options(self) -> dict[str, str]:
+        """The object-store settings given (credentials among them: never log these)."""
+        return {k: v for k, v in self._values.items() if k.startswith(CLOUD_OPTION_PREFIXES)}
 
     def topic_config(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """A topic's effective settings: the broker-wide defaults, then the topic's own overrides."""

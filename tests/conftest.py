@@ -5,6 +5,8 @@ import pytest
 
 import kop_spark
 
+from . import servers
+
 
 @pytest.fixture
 def root(tmp_path):
@@ -31,9 +33,11 @@ PYTHON = sys.executable
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(running):
     """One local Spark session for the Spark tests. ``format("kop")`` is found without a register
-    call, through the installed ``pyspark_kop`` package, as it would be for a user."""
+    call, through the installed ``pyspark_kop`` package, as it would be for a user. The servers
+    start first: Spark's Python workers get the environment the JVM started with, so the object
+    stores' endpoint and credentials must be in it by then, as they are on a configured cluster."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -63,3 +67,9 @@ def read_partition(b, topic, partition):
         out += got
         offset = got[-1].offset + 1
     return start, end, out
+
+
+@pytest.fixture(scope="session")
+def running(tmp_path_factory):
+    """ZooKeeper, etcd, moto's S3 server and Azurite on loopback, once per run (see servers.py)."""
+    yield from servers.start_all(tmp_path_factory.mktemp("servers"))

@@ -16,13 +16,14 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 AZURITE = REPO / ".tools" / "node_modules" / ".bin" / "azurite-blob"
 MINIO_KEY, MINIO_SECRET = "testing", "testing-secret"
 AZURITE_ACCOUNT = "devstoreaccount1"
+BUCKET = "kop-test"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
@@ -182,3 +183,41 @@ def azure_env(port: int) -> dict[str, str]:
         "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY,
         "AZURE_STORAGE_ENDPOINT": f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}",
     }
+
+
+def start_all(base: Path) -> Iterator[dict[str, Server]]:
+    """Every server, with a bucket and a container named ``BUCKET``; the clouds' environment
+    variables point at them while they run. Stopped when the generator is closed."""
+    started = {}
+    try:
+        for name, make in (
+            ("zookeeper", zookeeper),
+            ("etcd", etcd),
+            ("s3", moto_s3),
+            ("azure", azurite),
+        ):
+            server = make(base / name)
+            server.start()
+            started[name] = server
+        env = {**s3_env(started["s3"].port), **azure_env(started["azure"].port)}
+        os.environ.update(env)  # obstore and the child processes read the clouds' variables
+        _make_bucket(started["s3"].port)
+        _make_container(started["azure"].port)
+        yield started
+    finally:
+        for server in started.values():
+            server.stop()
+
+
+def _make_bucket(port: int) -> None:
+    import boto3
+
+    boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1").create_bucket(Bucket=BUCKET)
+
+
+def _make_container(port: int) -> None:
+    from azure.storage.blob import BlobServiceClient
+
+    account = AZURITE_ACCOUNT
+    url = f"http://127.0.0.1:{port}/{account}"
+    BlobServiceClient(url, credential={"account_name": account, "account_key": AZURITE_KEY}).create_container(BUCKET)

@@ -1,5 +1,6 @@
 """Invariants 1, 2 and 4 of DESIGN.md §2 under kill -9 and concurrent writer processes."""
 
+import json
 import os
 import random
 import signal
@@ -16,9 +17,9 @@ from .conftest import PYTHON, python_subprocess_env
 WRITER = os.path.join(os.path.dirname(__file__), "writer_process.py")
 
 
-def start_writer(root, name, appends, max_entries=4):
+def start_writer(root, name, appends, max_entries=4, conf=None):
     p = subprocess.Popen(
-        [PYTHON, WRITER, root, name, str(appends), str(max_entries)],
+        [PYTHON, WRITER, root, name, str(appends), str(max_entries), json.dumps(conf or {})],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -52,9 +53,9 @@ def finish_writers(procs):
     return confirmed
 
 
-def check_log(root, confirmed):
+def check_log(root, confirmed, conf=None):
     """No gap, no duplicate, and every confirmed append is there at the offsets it was told."""
-    b = Broker(root)
+    b = Broker(root, conf)
     start, end = b.list_offsets("t", 0, "earliest"), b.list_offsets("t", 0, "latest")
     assert start == 0
     records, off = [], 0

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from kop_spark.errors import CorruptRecordError
 from kop_spark.record import Record, RecordBatch, build_record_batch
-from kop_spark.storage.fileio import FileIO
 from kop_spark.storage.ledger import FILE_HEADER, LedgerReader, LedgerWriter, recover
+from kop_spark.storage.local_fileio import LocalFileIO as FileIO
 
 
 def make_ledger(tmp_path, n_entries=5, seal=True):

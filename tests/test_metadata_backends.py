@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -20,54 +20,13 @@ from kop_spark import Broker, Record
 from kop_spark.errors import BadVersionError, ConfigError, MetadataStoreUnavailableError
 from kop_spark.storage.ledger_metadata import LedgerRecord, LogMetadata
 from kop_spark.storage.metadata import open_metadata_store
-from kop_spark.storage.metadata_store import MetadataStore, update
+from kop_spark.storage.metadata_store import MetadataStore, Versioned, update
 
 from . import servers
 from .conftest import PYTHON, python_subprocess_env
+from .servers import BUCKET
 
-BUCKET = "kop-test"
 TIMEOUT_S = 3
-
-
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, servers.Server]]:
-    """Every server, started once for the module and stopped after it."""
-    base = tmp_path_factory.mktemp("servers")
-    started = {}
-    try:
-        for name, make in (
-            ("zookeeper", servers.zookeeper),
-            ("etcd", servers.etcd),
-            ("s3", servers.moto_s3),
-            ("azure", servers.azurite),
-        ):
-            server = make(base / name)
-            server.start()
-            started[name] = server
-        env = {**servers.s3_env(started["s3"].port), **servers.azure_env(started["azure"].port)}
-        os.environ.update(env)  # obstore and the child processes read the clouds' variables
-        _make_bucket(started["s3"].port)
-        _make_container(started["azure"].port)
-        yield started
-    finally:
-        for server in started.values():
-            server.stop()
-
-
-def _make_bucket(port: int) -> None:
-    import boto3
-
-    boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1").create_bucket(Bucket=BUCKET)
-
-
-def _make_container(port: int) -> None:
-    from azure.storage.blob import BlobServiceClient
-
-    account = servers.AZURITE_ACCOUNT
-    url = f"http://127.0.0.1:{port}/{account}"
-    BlobServiceClient(url, credential={"account_name": account, "account_key": servers.AZURITE_KEY}).create_container(
-        BUCKET
-    )
 
 
 class Backend(NamedTuple):
@@ -302,7 +261,7 @@ def _url(name: str, server: servers.Server) -> str:
     }[name]
 
 
-def _eventually(call, attempts: int = 50):  # type: ignore[no-untyped-def]
+def _eventually(call: Callable[[], Versioned], attempts: int = 50) -> Versioned:
     """The call's result once the client has reconnected (each failure waits its own timeout)."""
     for _ in range(attempts - 1):
         try:

@@ -255,6 +255,10 @@ def test_stream_write_and_a_rerun_batch_is_applied_once(spark, root, broker, tmp
 def test_exactly_once_through_driver_kills(root, tmp_path):
     """A read-transform-write query killed with SIGKILL at random moments and restarted ends with
     every input record in the output topic exactly once, at continuous offsets."""
+    exactly_once_through_driver_kills(root, tmp_path)
+
+
+def exactly_once_through_driver_kills(root, tmp_path):
     with Broker(root) as b:
         b.create_topic("in", partitions=2)
         b.create_topic("out", partitions=2)

@@ -155,8 +155,8 @@ def _damage_as_an_earlier_version_did(b: Broker, topic: str) -> str:
     path = b.fileio.full_path(ledger.file)
     with open(path, "r+b") as f:
         f.truncate(rows[-1].position)
-    from kop_spark.storage.fileio import FileIO
     from kop_spark.storage.ledger import LedgerWriter
+    from kop_spark.storage.local_fileio import LocalFileIO as FileIO
 
     w = LedgerWriter(
         b.fileio,

@@ -1,13 +1,15 @@
 """A producer process for crash and concurrency tests: prints each append once it is confirmed."""
 
+import json
 import random
 import sys
 
 from kop_spark import Broker, Record
 
 root, name, appends, max_entries = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+conf = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}  # the store's other settings
 rng = random.Random(name)
-b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": max_entries})
+b = Broker(root, conf={**conf, "managedLedgerMaxEntriesPerLedger": max_entries})
 print("ready", flush=True)
 if sys.stdin.readline().strip() != "go":  # a start line, so concurrent writers really overlap
     sys.exit(1)

@@ -117,6 +117,7 @@ class TopicAdmin:
                 f"topic {topic!r}: number of partitions must be at least 1, got {partitions!r}"
             )
         overrides = parse_topic_config(config)
+        self._store.check_writable()
         self._fileio.ensure_writable_root()
         key = layout.topic_key(name)
         current = self._store.get(key)

@@ -30,12 +30,14 @@ from ..errors import (
 from ..group.coordinator import GroupCoordinator, OffsetAndMetadata
 from ..record import ConsumerRecord, Record, split_batches
 from ..record.compression import CompressionType
-from ..storage.fileio import FileIO, optional_local_dir
+from ..storage.fileio import FileIO, open_fileio, optional_local_dir, takes_whole_files_only
 from ..storage.ledger import IOStats
 from ..storage.managed_ledger import AppendResult, ManagedLedger
-from ..storage.metadata import open_metadata_store
+from ..storage.metadata import NETWORK_SCHEMES, RefusedMetadataStore, open_metadata_store
+from ..storage.metadata_store import MetadataStore
+from ..storage.object_store import is_object_store_uri
 from ..storage.read_plan import LedgerRecord, PartitionView
-from ..storage.staging import LedgerStager, StagedLedger
+from ..storage.staging import LedgerStager, StagedLedger, new_ledger_id
 from ..topic_name import TopicName, TopicPartition
 from .admin import TopicAdmin
 from .fetch import Fetcher, OffsetSpec
@@ -77,14 +79,7 @@ class Broker:
         self.config = Config(conf)
         self.root = str(root if root is not None else self.config["storageRoot"])
         self.clock = clock
-        self.fileio = FileIO(self.root, sync=self.config["journalSyncData"])
-        _check_root(self.root)
-        self.store = open_metadata_store(
-            _metadata_url(self.config, self.root),
-            sync=self.config["journalSyncData"],
-            timeout_s=self.config["metadataStoreOperationTimeoutSeconds"],
-            session_timeout_s=self.config["metadataStoreSessionTimeoutMillis"] / 1000,
-        )
+        self.fileio, self.store = _open_storage(self.config, self.root)
         self.writer_id = uuid.uuid4().hex
         self.stats = IOStats()
         logs = LogManager(self.store, self.fileio, self.config, self.writer_id, self.stats, clock)
@@ -241,7 +236,10 @@ class Broker:
         _, meta = self.admin.metadata(topic)
         self.admin.check_partition(topic, partition, meta)
         cfg = self.config.topic_config(meta.get("config"))
-        return StagedPartition(topic, partition, LedgerStager(self.fileio, path), cfg, self.clock)
+        ledger_id = new_ledger_id()
+        if not self.fileio.supports_append:  # objects are never moved: stage where the ledger will stay
+            path = self.admin.log(topic, partition).ledger_path(ledger_id)
+        return StagedPartition(topic, partition, LedgerStager(self.fileio, path, ledger_id), cfg, self.clock)
 
     def append_staged(
         self, topic: str, partition: int, staged: Sequence[StagedLedger], sink_key: tuple[str, int]
@@ -370,16 +368,43 @@ class Broker:
         return self.admin.log(topic, partition)
 
 
+def _open_storage(config: Config, root: str) -> tuple[FileIO, MetadataStore]:
+    """The root's files and the metadata store, each by its URI; nothing is contacted yet."""
+    timeout_s = config["metadataStoreOperationTimeoutSeconds"]
+    cloud, sync = config.cloud_options, config["journalSyncData"]
+    whole = takes_whole_files_only(root, config["wholeFileWrites"])
+    fileio = open_fileio(root, sync=sync, options=cloud, timeout_s=timeout_s, whole_files=whole)
+    _check_root(root)
+    url = _metadata_url(config, root)
+    if whole and not url.startswith(NETWORK_SCHEMES):
+        return fileio, RefusedMetadataStore(
+            f"store root {root} takes whole files only (no appends, links or locks), so the metadata cannot "
+            f"be kept as files there: set metadataStoreUrl to zk:host:port or etcd:http://host:port, or use "
+            f"the volume's cloud storage URI (s3://..., abfss://..., gs://...) as the root"
+        )
+    store = open_metadata_store(
+        url,
+        sync=sync,
+        timeout_s=timeout_s,
+        session_timeout_s=config["metadataStoreSessionTimeoutMillis"] / 1000,
+        options=cloud,
+    )
+    return fileio, store
+
+
 def _metadata_url(config: Config, root: str) -> str:
+    """``metadataStoreUrl``, or beside the data: ``<root>/_metadata``, as files or as objects."""
     if config["metadataStoreUrl"]:
         return str(config["metadataStoreUrl"])
     local = optional_local_dir(root)
-    if local is None:
-        raise StorageError(
-            f"store root {root!r} is not on a local filesystem: set metadataStoreUrl to a "
-            f"local or mounted directory for the metadata store"
-        )
-    return os.path.join(local, layout.METADATA_DIR)
+    if local is not None:
+        return os.path.join(local, layout.METADATA_DIR)
+    if is_object_store_uri(root):
+        return f"{root.rstrip('/')}/{layout.METADATA_DIR}"
+    raise StorageError(
+        f"store root {root!r} is neither local nor an object store: set metadataStoreUrl (a directory, "
+        f"zk:host:port or etcd:http://host:port) for its metadata"
+    )
 
 
 def _check_root(root: str) -> None:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from ..config import SETTINGS, Config
+from ..config import CLOUD_OPTION_PREFIXES, SETTINGS, Config
 from ..errors import ConfigError
 from ..record import CompressionType
 from ..topic_name import TopicPartition
@@ -238,6 +238,9 @@ def store_options(opts: OptionMap) -> tuple[str, dict[str, str]]:
     names = {n.lower(): n for n in SETTINGS}
     overrides = {}
     for key, value in conf.items():
+        if key.startswith(CLOUD_OPTION_PREFIXES):
+            overrides[key] = value
+            continue
         if key not in names:
             raise ConfigError(f"option 'kop.{key}': unknown setting (settings are those of conf/kop.conf)")
         overrides[names[key]] = value

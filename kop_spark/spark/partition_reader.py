@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from ..config import CLOUD_OPTION_PREFIXES
 from ..errors import DataLossError, FileMissingError, UnknownTopicOrPartitionError
 from ..record import RecordBatch
 from ..record.arrow import ArrowRecordBuilder
@@ -73,7 +74,7 @@ def read_partition(p: KopInputPartition) -> Iterator[pa.RecordBatch]:
     rolled into another by maintenance, or dropped by retention), the offsets still to read are
     looked up again in the current metadata, as Spark's Kafka source reads by offset. Only
     offsets below the log start now are data loss."""
-    files = SliceReader(p.root)
+    files = SliceReader(p.root, {k: v for k, v in p.conf if k.startswith(CLOUD_OPTION_PREFIXES)})
     builder = ArrowRecordBuilder(p.topic, p.partition, p.include_headers)
     position, ledgers = p.start, p.ledgers
     for attempt in range(_REPLANS + 1):

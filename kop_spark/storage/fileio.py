@@ -1,25 +1,26 @@
-"""The store's filesystem: reads through pyarrow (local, s3://, gs://, hdfs://...), appends on POSIX.
+"""The store's files: one interface over the root's filesystem, chosen by the root's URI scheme.
 
-Readers, including Spark executors on other machines, only need ``read_at``; they work on any
-filesystem pyarrow knows. Writers need what object stores lack (append, fsync, truncate), so they
-need the root on a local or mounted POSIX filesystem. Every OSError leaves here as a
-``StorageError`` that names the file and what was being done to it.
+A local path or ``file://`` root is a POSIX filesystem (``local_fileio``): writers append to their
+open ledgers, fsync and truncate them. An ``s3://``, ``gs://``, ``az://`` or ``abfs[s]://`` root is an
+object store (``object_fileio``): objects are written whole, once, and never changed, so a writer
+seals a ledger before it uploads it (``supports_append`` tells which). Paths given to the methods
+are relative to the root. Every failure leaves here as a ``StorageError`` naming the file and what
+was being done to it.
 """
 
 from __future__ import annotations
 
+import abc
 import errno
 import os
-import shutil
-from collections.abc import Sequence
-
-import pyarrow as pa
-import pyarrow.fs as pafs
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from ..errors import FileMissingError, StorageError
+from .object_store import is_object_store_uri
 
 
-def _storage_error(action: str, path: str, e: BaseException) -> StorageError:
+def storage_error(action: str, path: str, e: BaseException) -> StorageError:
     reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
     cls = FileMissingError if isinstance(e, FileNotFoundError) else StorageError
     return cls(f"cannot {action} {path}: {reason}")
@@ -39,263 +40,184 @@ def write_all(fd: int, data: bytes | memoryview, position: int | None = None) ->
     return done
 
 
-_IOV_MAX = 1024  # buffers one pwritev takes on Linux and the BSDs
-_WRITEBACK_BYTES = 8 << 20
-_FADV_DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", None)
+class RandomAccess(Protocol):
+    """A file open for reading at any position."""
+
+    def read_at(self, nbytes: int, offset: int) -> bytes: ...
+
+    def __enter__(self) -> RandomAccess: ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
 
-class AppendFile:
-    """A file that one writer appends to: write, sync, truncate back to a known-good length.
+class NewFile(Protocol):
+    """A file being written by its one writer. ``position`` is where the next write goes; ``sync``
+    makes what was written durable (on an object store: uploads it, once); ``torn`` says a write
+    failed part way and left bytes past ``position``."""
 
-    ``position`` is where the next write goes. A write that fails part way (a full disk, an I/O
-    error, an exception in the middle) may leave bytes past it: the file is then ``torn`` until
-    its owner truncates it back to a length it knows to be good."""
+    torn: bool
 
-    def __init__(self, path: str, fd: int, position: int, sync: bool):
-        self.path = path
-        self._fd = fd
-        self.position = position
-        self.torn = False
-        self._sync = sync
-        self._hinted = position  # written back up to here, or asked to be
+    @property
+    def position(self) -> int: ...
 
-    def _start_writeback(self) -> None:
-        # A large file written and synced at the end (a staged ledger) would make that sync wait
-        # for all of it: ask the kernel to start writing back as we go, as PostgreSQL's
-        # pg_flush_data does, so the final sync waits for the tail only. A hint: never waits.
-        if self._sync and self.position - self._hinted >= _WRITEBACK_BYTES and _FADV_DONTNEED is not None:
-            try:
-                os.posix_fadvise(self._fd, self._hinted, self.position - self._hinted, _FADV_DONTNEED)
-            except OSError:
-                pass
-            self._hinted = self.position
+    def write(self, data: bytes | memoryview) -> int: ...
 
-    def write(self, data: bytes | memoryview) -> int:
-        """Append ``data``; return the position it was written at."""
-        return self.write_parts([data])
+    def write_parts(self, parts: Sequence[bytes | memoryview]) -> int: ...
 
-    def write_parts(self, parts: Sequence[bytes | memoryview]) -> int:
-        """Append the concatenation of ``parts`` in one gathered write, without joining them first."""
-        if self.torn:  # an earlier write failed part way: drop what it left first
-            self.truncate(self.position)
-        at = self.position
-        total = sum(len(p) for p in parts)
-        self.torn = True  # until every byte is written
-        try:
-            gathered = hasattr(os, "pwritev") and 1 < len(parts) <= _IOV_MAX
-            n = os.pwritev(self._fd, parts, at) if gathered else 0
-            if n < total:  # one part, too many parts, or a short gathered write: finish plainly
-                rest = memoryview(b"".join(parts) if len(parts) > 1 else parts[0])[n:]
-                write_all(self._fd, rest, at + n)
-        except OSError as e:
-            raise _storage_error("write to", self.path, e) from e
-        self.position = at + total
-        self.torn = False
-        self._start_writeback()
-        return at
+    def sync(self) -> None: ...
 
-    def sync(self) -> None:
-        if self._sync:
-            try:
-                os.fsync(self._fd)
-            except OSError as e:
-                raise _storage_error("sync", self.path, e) from e
+    def truncate(self, length: int) -> None: ...
 
-    def truncate(self, length: int) -> None:
-        try:
-            os.ftruncate(self._fd, length)
-        except OSError as e:
-            raise _storage_error("truncate", self.path, e) from e
-        self.position = length
-        self.torn = False
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            fd, self._fd = self._fd, -1
-            os.close(fd)
+    def close(self) -> None: ...
 
 
-class FileIO:
-    """Files under one root URI. Paths given to the methods are relative to the root."""
+class FileIO(abc.ABC):
+    """Files under one root URI."""
 
-    def __init__(self, uri: str, *, sync: bool = True):
+    supports_append: bool = False  # files can be reopened, appended to and renamed
+
+    def __init__(self, uri: str, root: str, *, sync: bool = True):
         self.uri = uri
-        self.sync = sync
-        try:
-            if "://" in uri:
-                self.fs, root = pafs.FileSystem.from_uri(uri)
-            else:
-                self.fs, root = pafs.LocalFileSystem(), os.path.abspath(uri)
-        except (pa.ArrowInvalid, OSError) as e:
-            raise StorageError(f"cannot open store root {uri!r}: {e}") from e
         self.root = root.rstrip("/")
-        self.is_local = isinstance(self.fs, pafs.LocalFileSystem)
+        self.sync = sync
 
     def full_path(self, path: str) -> str:
+        """The file's name in messages."""
         return f"{self.root}/{path}" if path else self.root
 
-    # -- reads (any filesystem) -------------------------------------------------------------
+    # -- reads --------------------------------------------------------------------------------
 
-    def open_input(self, path: str) -> pa.NativeFile:
-        full = self.full_path(path)
-        try:
-            return self.fs.open_input_file(full)
-        except (OSError, pa.ArrowException) as e:
-            raise _storage_error("open", full, e) from e
+    @abc.abstractmethod
+    def open_input(self, path: str) -> RandomAccess: ...
 
     def read_at(self, path: str, offset: int, length: int) -> bytes:
         with self.open_input(path) as f:
-            try:
-                return f.read_at(length, offset)
-            except (OSError, pa.ArrowException) as e:
-                raise _storage_error("read", self.full_path(path), e) from e
+            return f.read_at(length, offset)
 
-    def size(self, path: str) -> int:
-        full = self.full_path(path)
-        info = self.fs.get_file_info(full)
-        if info.type != pafs.FileType.File:
-            raise FileMissingError(f"cannot read {full}: no such file")
-        return info.size
+    @abc.abstractmethod
+    def size(self, path: str) -> int: ...
 
-    def exists(self, path: str) -> bool:
-        full = self.full_path(path)
-        try:
-            return self.fs.get_file_info(full).type == pafs.FileType.File
-        except (OSError, pa.ArrowException) as e:
-            raise _storage_error("look for", full, e) from e
+    @abc.abstractmethod
+    def exists(self, path: str) -> bool: ...
 
+    @abc.abstractmethod
     def list_dir(self, path: str) -> list[str]:
         """Names in a directory; empty if it does not exist."""
-        full = self.full_path(path)
-        try:
-            infos = self.fs.get_file_info(pafs.FileSelector(full, allow_not_found=True))
-        except (OSError, pa.ArrowException) as e:
-            raise _storage_error("list", full, e) from e
-        return sorted(i.base_name for i in infos)
 
-    # -- writes (POSIX) --------------------------------------------------------------------
-
-    def _require_local(self, action: str, path: str) -> str:
-        if not self.is_local:
-            raise StorageError(
-                f"cannot {action} {self.full_path(path)}: writing needs the store root on a local or mounted "
-                f"POSIX filesystem; {self.uri!r} is {self.fs.type_name}"
-            )
-        return self.full_path(path)
-
-    def create(self, path: str) -> AppendFile:
-        """Create a new file (never an existing one) for appending."""
-        full = self._require_local("create", path)
-        try:
-            os.makedirs(os.path.dirname(full), exist_ok=True)
-            fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except OSError as e:
-            raise _storage_error("create", full, e) from e
-        f = AppendFile(full, fd, 0, self.sync)
-        try:
-            self.sync_dir(os.path.dirname(full))
-        except BaseException:
-            f.close()
-            raise
-        return f
-
-    def reopen(self, path: str, length: int) -> AppendFile:
-        """Reopen a file this writer created, dropping anything after ``length``."""
-        full = self._require_local("reopen", path)
-        try:
-            fd = os.open(full, os.O_WRONLY)
-        except OSError as e:
-            raise _storage_error("reopen", full, e) from e
-        f = AppendFile(full, fd, length, self.sync)
-        try:
-            f.truncate(length)
-        except BaseException:
-            f.close()
-            raise
-        return f
-
-    def delete(self, path: str) -> None:
-        full = self.full_path(path)
-        try:
-            self.fs.delete_file(full)
-        except FileNotFoundError:
-            pass
-        except (OSError, pa.ArrowException) as e:
-            if self.fs.get_file_info(full).type == pafs.FileType.NotFound:
-                return
-            raise _storage_error("delete", full, e) from e
-
-    def delete_dir_if_empty(self, path: str) -> None:
-        if self.is_local:
-            try:
-                os.rmdir(self.full_path(path))
-            except OSError:
-                pass
-
-    def rename(self, src: str, dst: str) -> None:
-        """Move a file within the root (atomic on POSIX), creating the target's directory."""
-        full_src, full_dst = self._require_local("move", src), self._require_local("move", dst)
-        try:
-            os.makedirs(os.path.dirname(full_dst), exist_ok=True)
-            os.rename(full_src, full_dst)
-        except OSError as e:
-            raise _storage_error(f"move {full_src} to", full_dst, e) from e
-        if self.sync:
-            self.sync_dir(os.path.dirname(full_dst))
-
-    def touch(self, path: str) -> None:
-        """Create the file if need be and set its modification time to now: a heartbeat."""
-        full = self._require_local("touch", path)
-        try:
-            os.makedirs(os.path.dirname(full), exist_ok=True)
-            os.close(os.open(full, os.O_WRONLY | os.O_CREAT, 0o644))
-            os.utime(full)
-        except OSError as e:
-            raise _storage_error("touch", full, e) from e
-
-    def delete_tree(self, path: str) -> None:
-        """Delete a directory and everything in it; nothing if it does not exist."""
-        full = self._require_local("delete", path)
-        try:
-            shutil.rmtree(full)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            raise _storage_error("delete", full, e) from e
-
+    @abc.abstractmethod
     def walk_files(self, path: str) -> list[tuple[str, float]]:
         """``(path relative to the root, modification time in seconds)`` of every file under ``path``."""
-        full = self.full_path(path)
-        try:
-            infos = self.fs.get_file_info(pafs.FileSelector(full, recursive=True, allow_not_found=True))
-        except (OSError, pa.ArrowException) as e:
-            raise _storage_error("list", full, e) from e
-        return [(i.path[len(self.root) + 1 :], i.mtime.timestamp()) for i in infos if i.type == pafs.FileType.File]
 
-    def sync_dir(self, full_dir: str) -> None:
-        """Make a directory's new entries durable (POSIX needs the directory itself fsynced)."""
-        if not self.sync:
-            return
-        try:
-            fd = os.open(full_dir, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+    # -- writes -------------------------------------------------------------------------------
 
+    @abc.abstractmethod
+    def create(self, path: str) -> NewFile:
+        """A new file (never an existing one) for its one writer."""
+
+    def reopen(self, path: str, length: int) -> NewFile:
+        """Reopen a file this writer created, dropping anything after ``length``."""
+        raise StorageError(f"cannot reopen {self.full_path(path)}: {self.uri} does not support appends")
+
+    def rename(self, src: str, dst: str) -> None:
+        raise StorageError(f"cannot move {self.full_path(src)}: {self.uri} does not support renames")
+
+    @abc.abstractmethod
+    def delete(self, path: str) -> None:
+        """Delete a file; nothing if it is not there."""
+
+    @abc.abstractmethod
+    def delete_tree(self, path: str) -> None:
+        """Delete everything under ``path``; nothing if there is nothing."""
+
+    @abc.abstractmethod
+    def delete_dir_if_empty(self, path: str) -> None:
+        """Remove an empty directory, where there are directories."""
+
+    @abc.abstractmethod
+    def touch(self, path: str) -> None:
+        """Create the file if need be and set its modification time to now: a heartbeat."""
+
+    @abc.abstractmethod
     def ensure_writable_root(self) -> None:
-        """Fail early, naming the root, when it cannot be created or written."""
-        full = self._require_local("write to", "")
-        try:
-            os.makedirs(full, exist_ok=True)
-        except OSError as e:
-            raise _storage_error("create store root", full, e) from e
-        if not os.access(full, os.W_OK | os.X_OK):
-            raise StorageError(f"cannot write to store root {full}: permission denied")
+        """Fail early, naming the root, when it cannot be written."""
+
+    def write_whole(self, path: str, data: bytes) -> None:
+        """Store a new file's whole content in one go: how files are written without appends."""
+        raise StorageError(f"cannot write {self.full_path(path)} whole on {self.uri}")
+
+
+class WholeFile:
+    """A new file written whole, once: writes gather in memory until ``sync`` hands them to
+    ``FileIO.write_whole``; after that it is immutable. Closed without a sync, nothing was stored."""
+
+    def __init__(self, io: FileIO, path: str):
+        self.path = path
+        self._io = io
+        self._data = bytearray()
+        self._uploaded = False
+        self.torn = False
+
+    @property
+    def position(self) -> int:
+        return len(self._data)
+
+    def _check_open(self) -> None:
+        if self._uploaded:
+            raise StorageError(f"cannot change {self._io.full_path(self.path)}: files written whole are immutable")
+
+    def write(self, data: bytes | memoryview) -> int:
+        return self.write_parts([data])
+
+    def write_parts(self, parts: Sequence[bytes | memoryview]) -> int:
+        self._check_open()
+        at = len(self._data)
+        for p in parts:
+            self._data += p
+        return at
+
+    def sync(self) -> None:
+        if not self._uploaded:
+            self._io.write_whole(self.path, bytes(self._data))
+            self._uploaded = True
+
+    def truncate(self, length: int) -> None:
+        if length != len(self._data):
+            self._check_open()
+            del self._data[length:]
+
+    def close(self) -> None:
+        self._data = bytearray()
+
+
+# Databricks' FUSE mounts of cloud storage: whole sequential files only (no append, no link).
+WHOLE_FILE_MOUNTS = ("/Volumes/", "/dbfs/")
+
+
+def takes_whole_files_only(uri: str, whole_files: bool = False) -> bool:
+    """Whether ``uri`` is a local path where files must be written whole (``wholeFileWrites``)."""
+    local = optional_local_dir(uri)
+    return local is not None and (whole_files or (local + "/").startswith(WHOLE_FILE_MOUNTS))
+
+
+def open_fileio(
+    uri: str,
+    *,
+    sync: bool = True,
+    options: Mapping[str, str] | None = None,
+    timeout_s: float = 30.0,
+    whole_files: bool = False,
+) -> FileIO:
+    """The files under ``uri``: an object store for its schemes, else a local or pyarrow filesystem,
+    written whole under ``WHOLE_FILE_MOUNTS`` or with ``whole_files``. ``options`` are object-store
+    settings (credentials, endpoints) over the environment's."""
+    if is_object_store_uri(uri):
+        from .object_fileio import ObjectFileIO
+        from .object_store import parse_location
+
+        return ObjectFileIO(uri, parse_location(uri), options or {}, timeout_s=timeout_s)
+    from .local_fileio import LocalFileIO, WholeFileIO
+
+    return (WholeFileIO if takes_whole_files_only(uri, whole_files) else LocalFileIO)(uri, sync=sync)
 
 
 def optional_local_dir(uri: str) -> str | None:

@@ -44,7 +44,7 @@ from ..record.default_record_batch import (
     RecordBatch,
     check_framing,
 )
-from .fileio import AppendFile, FileIO
+from .fileio import FileIO, NewFile
 
 FILE_MAGIC = b"KOPL"
 FORMAT_VERSION = 1
@@ -186,7 +186,7 @@ def _parse_entry(buf: Buffer, pos: int, path: str, file_offset: int, *, verify_b
 class LedgerWriter:
     """The one writer of a ledger file."""
 
-    def __init__(self, fileio: FileIO, path: str, ledger_id: int, file: AppendFile):
+    def __init__(self, fileio: FileIO, path: str, ledger_id: int, file: NewFile):
         self.fileio = fileio
         self.path = path
         self.ledger_id = ledger_id

@@ -43,13 +43,13 @@ from ..record import RecordBatch
 from ..retry import retry_cas
 from .fileio import FileIO
 from .ledger import IOStats, LedgerWriter
-from .ledger_metadata import LedgerRecord, LogMetadata, WriterRecord
+from .ledger_metadata import LogMetadata, WriterRecord
 from .log_cleaner import LogCleaner
 from .metadata_store import MetadataStore
 from .own_ledger import OwnLedger
 from .read_plan import PartitionView
 from .retention import RetentionPolicy, apply_retention, expire_writers, purge_trash
-from .staging import StagedLedger
+from .staging import LedgerStager, StagedLedger, new_ledger_id
 
 
 @dataclass(frozen=True)
@@ -253,6 +253,7 @@ class ManagedLedger:
             raise ValueError("nothing to append")
         count = sum(RecordBatch(b).offset_span for b in batches)
         result: list[AppendResult] = []
+        sealed: list[StagedLedger] = []
 
         def change(meta: LogMetadata, now: int) -> LogMetadata | None:
             result.clear()  # from an attempt whose CAS lost
@@ -272,8 +273,14 @@ class ManagedLedger:
                 )
             base = meta.next_offset
             ts = broker_timestamp if broker_timestamp is not None else now
-            position, rows = self._own.write(meta, now, batches, ts)
-            meta.confirm(len(rows), count, position, max(r.max_timestamp for r in rows), now)
+            if self.fileio.supports_append:
+                position, rows = self._own.write(meta, now, batches, ts)
+                meta.confirm(len(rows), count, position, max(r.max_timestamp for r in rows), now)
+            else:  # an object store: the append is a sealed ledger of its own, uploaded once
+                if not sealed:
+                    sealed.append(self._upload_ledger(batches, ts))
+                meta.fence_tail()
+                meta.add_ledger(sealed[0].record(sealed[0].file, base, now))
             if idempotence_key is not None:
                 meta.producers[idempotence_key[0]] = WriterRecord(idempotence_key[1], base, count, now)
             result.append(AppendResult(base, count))
@@ -283,6 +290,14 @@ class ManagedLedger:
             self.apply(change, new_files=True)
             self.cleaner.merge_in_passing()
         return result[-1]
+
+    def _upload_ledger(self, batches: Sequence[bytes], broker_timestamp: int) -> StagedLedger:
+        """Write ``batches`` as a new sealed ledger in the partition's directory. Its entries carry
+        offsets relative to it, so a CAS that lost can place it at the new log end unchanged."""
+        ledger_id = new_ledger_id()
+        stager = LedgerStager(self.fileio, self.ledger_path(ledger_id), ledger_id)
+        stager.append(batches, broker_timestamp)
+        return stager.finish()
 
     def ledger_path(self, ledger_id: int) -> str:
         """Where a ledger of this partition lives (a staged one once it is appended)."""
@@ -294,7 +309,11 @@ class ManagedLedger:
         already appended (or an older one) is not appended again. Several appliers of one recorded
         batch (a rerun, maintenance rolling it forward) may race: files moved by one are found in
         place by the other, and the partition's record of the batch lets exactly one CAS through."""
-        moved = [(s, self.ledger_path(s.ledger_id)) for s in staged if s.records]
+        # Where renames are cheap the staged files move into the partition's directory; an object
+        # store has no rename (a copy would write everything twice), so they stay where they are.
+        moved = [
+            (s, self.ledger_path(s.ledger_id) if self.fileio.supports_append else s.file) for s in staged if s.records
+        ]
         result: list[AppendResult] = []
 
         def already(meta: LogMetadata) -> bool:
@@ -317,12 +336,7 @@ class ManagedLedger:
             meta.fence_tail()
             base = meta.next_offset
             for s, path in moved:
-                meta.add_ledger(
-                    LedgerRecord.new(
-                        s.ledger_id, path, meta.next_offset, now, entries=s.entries, records=s.records,
-                        length=s.length, max_timestamp=s.max_timestamp,
-                    )
-                )  # fmt: skip
+                meta.add_ledger(s.record(path, meta.next_offset, now))
             meta.sinks[sink_key[0]] = WriterRecord(sink_key[1], base, meta.next_offset - base, now)
             result.append(AppendResult(base, meta.next_offset - base))
             return meta
@@ -340,6 +354,8 @@ class ManagedLedger:
         return result[-1]
 
     def _move_staged(self, staged: str, path: str) -> None:
+        if staged == path:
+            return
         if self.fileio.exists(staged):
             self.fileio.rename(staged, path)
         elif not self.fileio.exists(path):

@@ -58,6 +58,10 @@ class MetadataStore(abc.ABC):
             raise BadVersionError(f"metadata key {key} already exists")
         return self.put(key, value, current.version)
 
+    def check_writable(self) -> None:
+        """Raise if no write can succeed here, before a caller writes anything elsewhere."""
+        return None
+
     def discard_unreadable(self, key: str, dry_run: bool = False) -> list[str]:
         """Remove versions of ``key`` that cannot be parsed (torn writes); what was (or would be)
         removed. Only the file backend could ever leave such versions."""

@@ -16,12 +16,21 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, NamedTuple
 
+from obstore.exceptions import (
+    AlreadyExistsError,
+    InvalidPathError,
+    NotFoundError,
+    NotSupportedError,
+    PermissionDeniedError,
+    PreconditionError,
+    UnauthenticatedError,
+)
 from obstore.store import AzureStore, GCSStore, S3Store
 
+from ..config import CLOUD_OPTION_PREFIXES
 from ..errors import ConfigError
 
 SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss")
-OPTION_PREFIXES = ("aws_", "google_", "azure_")
 
 
 class ObjectLocation(NamedTuple):
@@ -35,6 +44,20 @@ class ObjectLocation(NamedTuple):
     @property
     def display(self) -> str:
         return f"{self.scheme}://{self.bucket}/{self.prefix}".rstrip("/")
+
+
+# What a request's answer can be besides success: obstore raises a missing object as the builtin
+# FileNotFoundError and a failed condition as its own errors.
+MISSING = (FileNotFoundError, NotFoundError)
+CONDITION_FAILED = (AlreadyExistsError, PreconditionError)
+_REFUSED = (PermissionDeniedError, UnauthenticatedError, NotSupportedError, InvalidPathError)
+
+
+def refused(e: Exception) -> tuple[str, bool]:
+    """The first line of an obstore error, and whether the store answered it (wrong credentials,
+    no such bucket: a 4xx) rather than failed to (a timeout, a refused connection, a 5xx)."""
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return text, isinstance(e, _REFUSED) or "status code: 4" in text
 
 
 def is_object_store_uri(uri: str) -> bool:
@@ -57,7 +80,7 @@ def parse_location(uri: str) -> ObjectLocation:
 
 def open_store(location: ObjectLocation, options: Mapping[str, str], timeout_s: float) -> Any:
     """An obstore client for ``location``'s prefix; ``options`` override the environment."""
-    config: Any = {k: v for k, v in options.items() if k.startswith(OPTION_PREFIXES)}
+    config: Any = {k: v for k, v in options.items() if k.startswith(CLOUD_OPTION_PREFIXES)}
     timeout = timedelta(seconds=timeout_s)
     client: dict[str, Any] = {"timeout": timeout, "connect_timeout": timeout}
     retry: dict[str, Any] = {"max_retries": 3, "retry_timeout": timeout}

@@ -8,12 +8,12 @@ change is based on, never from what it remembers (see ``managed_ledger``).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .ledger import FILE_HEADER, EntryInfo, LedgerReader, LedgerWriter, delete_quietly
 from .ledger_metadata import CLOSED, OPEN, LedgerRecord, LogMetadata
+from .staging import new_ledger_id
 
 if TYPE_CHECKING:
     from .managed_ledger import ManagedLedger
@@ -117,7 +117,7 @@ class OwnLedger:
         self.drop()
 
     def create_file(self) -> LedgerWriter:
-        ledger_id = uuid.uuid4().int >> 65
+        ledger_id = new_ledger_id()
         return LedgerWriter.create(self._log.fileio, self._log.ledger_path(ledger_id), ledger_id)
 
     def drop(self) -> None:

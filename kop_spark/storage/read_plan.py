@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..errors import CorruptRecordError
 from ..record import RecordBatch
 from ..record.default_record_batch import with_base_offset
-from .fileio import FileIO
+from .fileio import FileIO, open_fileio
 from .ledger import Entry, IOStats, LedgerReader, Recovered, recover
 from .ledger_metadata import LedgerRecord, LogMetadata
 
@@ -49,8 +49,9 @@ class LedgerSlice(NamedTuple):
 class SliceReader:
     """Reads planned slices of the ledgers under a store root, with no metadata store."""
 
-    def __init__(self, root: str, stats: IOStats | None = None):
-        self._fileio = FileIO(root)
+    def __init__(self, root: str, options: Mapping[str, str] | None = None, stats: IOStats | None = None):
+        """``options``: object-store settings (endpoint, credentials) over the environment's."""
+        self._fileio = open_fileio(root, options=options)
         self._stats = stats if stats is not None else IOStats()
 
     def read(self, ledger: LedgerSlice, start: int, end: int, max_bytes: int = 8 << 20) -> Iterator[ReadEntry]:
@@ -70,7 +71,7 @@ def inspect_ledger_file(path: str) -> Recovered:
     """Every entry of a ledger file that reads back intact, and where and why reading stopped
     (``kop dump-ledger``): the file is read as found, with no metadata."""
     directory, name = os.path.split(os.path.abspath(path))
-    return recover(FileIO(directory), name)
+    return recover(open_fileio(directory), name)
 
 
 def ledger_reader(fileio: FileIO, ledger: LedgerRecord, stats: IOStats) -> LedgerReader:

@@ -10,6 +10,7 @@ from typing import NamedTuple
 from ..record import RecordBatch
 from .fileio import FileIO
 from .ledger import EntryInfo, LedgerWriter
+from .ledger_metadata import LedgerRecord
 
 
 class StagedLedger(NamedTuple):
@@ -22,15 +23,27 @@ class StagedLedger(NamedTuple):
     length: int
     max_timestamp: int
 
+    def record(self, file: str, base_offset: int, now: int) -> LedgerRecord:
+        """This ledger as a partition's metadata records it, at ``file``, from ``base_offset`` on."""
+        return LedgerRecord.new(
+            self.ledger_id, file, base_offset, now, entries=self.entries, records=self.records,
+            length=self.length, max_timestamp=self.max_timestamp,
+        )  # fmt: skip
+
+
+def new_ledger_id() -> int:
+    """A ledger id no other writer picks: random, so writers need no coordination to name files."""
+    return uuid.uuid4().int >> 65
+
 
 class LedgerStager:
     """Writes one ledger that is not yet part of a partition: entries get relative indexes from 0,
     and ``finish`` seals it."""
 
-    def __init__(self, fileio: FileIO, path: str):
+    def __init__(self, fileio: FileIO, path: str, ledger_id: int | None = None):
         self.path = path
         self._fileio = fileio
-        self._writer = LedgerWriter.create(fileio, path, uuid.uuid4().int >> 65)
+        self._writer = LedgerWriter.create(fileio, path, new_ledger_id() if ledger_id is None else ledger_id)
         self._rows: list[EntryInfo] = []
         self._records = 0
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ...errors import ConfigError
-from ..metadata_store import MetadataStore
+from ...errors import ConfigError, StorageError
+from ..metadata_store import MetadataStore, Versioned
 from ..object_store import is_object_store_uri, parse_location
 
+NETWORK_SCHEMES = ("zk:", "etcd:")  # the backends that live off the store root
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 
 
@@ -56,3 +57,23 @@ def open_metadata_store(
         f"metadataStoreUrl {url!r}: unknown scheme {name!r}; expected a directory, zk:host:port, "
         f"etcd:http://host:port, or an s3://, gs://, az:// URI"
     )
+
+
+class RefusedMetadataStore(MetadataStore):
+    """Where no metadata store can be: everything reads as empty, and the first write is refused
+    with ``reason``, so nothing half-made is left behind."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def get(self, key: str) -> Versioned:
+        return Versioned(None, 0)
+
+    def check_writable(self) -> None:
+        raise StorageError(self.reason)
+
+    def put(self, key: str, value: dict | None, expected_version: int) -> int:
+        raise StorageError(self.reason)
+
+    def list_keys(self, prefix: str) -> list[str]:
+        return []

@@ -16,23 +16,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import obstore
-from obstore.exceptions import (
-    AlreadyExistsError,
-    InvalidPathError,
-    NotFoundError,
-    NotSupportedError,
-    PermissionDeniedError,
-    PreconditionError,
-    UnauthenticatedError,
-)
 
 from ...errors import BadVersionError, MetadataStoreUnavailableError, StorageError
 from ..metadata_store import MetadataStore, Versioned, check_key, decode_value, encode_value
-from ..object_store import ObjectLocation, open_store
-
-# obstore raises a missing object as the builtin FileNotFoundError, other conditions as its own.
-_EXPECTED = (FileNotFoundError, NotFoundError, AlreadyExistsError, PreconditionError)
-_REFUSED = (PermissionDeniedError, UnauthenticatedError, NotSupportedError, InvalidPathError)
+from ..object_store import CONDITION_FAILED, MISSING, ObjectLocation, open_store, refused
 
 
 class ObjectMetadataStore(MetadataStore):
@@ -48,11 +35,11 @@ class ObjectMetadataStore(MetadataStore):
     def _call(self, action: str, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(self._store, *args, **kwargs)
-        except _EXPECTED:
+        except MISSING + CONDITION_FAILED:
             raise
         except Exception as e:  # obstore's own errors
-            text = str(e).splitlines()[0] if str(e) else type(e).__name__
-            if isinstance(e, _REFUSED) or "status code: 4" in text:  # the store answered: no
+            text, answered = refused(e)
+            if answered:
                 raise StorageError(f"cannot {action} metadata {key} on {self.location.display}: {text}") from e
             raise MetadataStoreUnavailableError(  # no answer, a timeout, or the store failing
                 f"cannot {action} metadata {key} on {self.location.display} within "
@@ -66,7 +53,7 @@ class ObjectMetadataStore(MetadataStore):
         try:
             result = self._call("read", key, obstore.get, self._path(key))
             data = bytes(self._call("read", key, lambda _s: result.bytes()))
-        except (FileNotFoundError, NotFoundError):
+        except MISSING:
             return Versioned(None, 0), None
         stored = decode_value(data, f"{key} on {self.location.display}")
         if not isinstance(stored, dict) or not isinstance(stored.get("version"), int):
@@ -90,9 +77,9 @@ class ObjectMetadataStore(MetadataStore):
             else:
                 etag = self._etag_of(key, expected_version)
                 result = self._call("write", key, obstore.put, self._path(key), data, mode={"e_tag": etag})
-        except (FileNotFoundError, NotFoundError):  # metadata objects are never deleted: no bucket
+        except MISSING:  # metadata objects are never deleted: no bucket
             raise StorageError(f"cannot write metadata {key}: {self.location.display} does not exist") from None
-        except (AlreadyExistsError, PreconditionError):
+        except CONDITION_FAILED:
             raise BadVersionError(f"metadata {key} is past version {expected_version}") from None
         with self._lock:
             if result["e_tag"]:

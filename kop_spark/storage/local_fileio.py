@@ -1,0 +1,305 @@
+"""The store's files on a POSIX filesystem: appends, fsync, truncate, rename, as writers need them.
+
+Reads go through pyarrow, so a root on any filesystem pyarrow knows (hdfs://...) can be read; writes
+need the root on a local or mounted POSIX filesystem.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from ..errors import FileMissingError, StorageError
+from .fileio import FileIO, NewFile, WholeFile, storage_error, write_all
+
+_IOV_MAX = 1024  # buffers one pwritev takes on Linux and the BSDs
+_WRITEBACK_BYTES = 8 << 20
+_FADV_DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", None)
+
+
+class AppendFile:
+    """A file that one writer appends to: write, sync, truncate back to a known-good length.
+
+    ``position`` is where the next write goes. A write that fails part way (a full disk, an I/O
+    error, an exception in the middle) may leave bytes past it: the file is then ``torn`` until
+    its owner truncates it back to a length it knows to be good."""
+
+    def __init__(self, path: str, fd: int, position: int, sync: bool):
+        self.path = path
+        self._fd = fd
+        self.position = position
+        self.torn = False
+        self._sync = sync
+        self._hinted = position  # written back up to here, or asked to be
+
+    def _start_writeback(self) -> None:
+        # A large file written and synced at the end (a staged ledger) would make that sync wait
+        # for all of it: ask the kernel to start writing back as we go, as PostgreSQL's
+        # pg_flush_data does, so the final sync waits for the tail only. A hint: never waits.
+        if self._sync and self.position - self._hinted >= _WRITEBACK_BYTES and _FADV_DONTNEED is not None:
+            try:
+                os.posix_fadvise(self._fd, self._hinted, self.position - self._hinted, _FADV_DONTNEED)
+            except OSError:
+                pass
+            self._hinted = self.position
+
+    def write(self, data: bytes | memoryview) -> int:
+        """Append ``data``; return the position it was written at."""
+        return self.write_parts([data])
+
+    def write_parts(self, parts: Sequence[bytes | memoryview]) -> int:
+        """Append the concatenation of ``parts`` in one gathered write, without joining them first."""
+        if self.torn:  # an earlier write failed part way: drop what it left first
+            self.truncate(self.position)
+        at = self.position
+        total = sum(len(p) for p in parts)
+        self.torn = True  # until every byte is written
+        try:
+            gathered = hasattr(os, "pwritev") and 1 < len(parts) <= _IOV_MAX
+            n = os.pwritev(self._fd, parts, at) if gathered else 0
+            if n < total:  # one part, too many parts, or a short gathered write: finish plainly
+                rest = memoryview(b"".join(parts) if len(parts) > 1 else parts[0])[n:]
+                write_all(self._fd, rest, at + n)
+        except OSError as e:
+            raise storage_error("write to", self.path, e) from e
+        self.position = at + total
+        self.torn = False
+        self._start_writeback()
+        return at
+
+    def sync(self) -> None:
+        if self._sync:
+            try:
+                os.fsync(self._fd)
+            except OSError as e:
+                raise storage_error("sync", self.path, e) from e
+
+    def truncate(self, length: int) -> None:
+        try:
+            os.ftruncate(self._fd, length)
+        except OSError as e:
+            raise storage_error("truncate", self.path, e) from e
+        self.position = length
+        self.torn = False
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+
+
+class LocalFileIO(FileIO):
+    """Files under a POSIX root (or, read-only, any filesystem pyarrow knows: hdfs://...)."""
+
+    supports_append = True
+
+    def __init__(self, uri: str, *, sync: bool = True):
+        try:
+            if "://" in uri:
+                self.fs, root = pafs.FileSystem.from_uri(uri)
+            else:
+                self.fs, root = pafs.LocalFileSystem(), os.path.abspath(uri)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise StorageError(f"cannot open store root {uri!r}: {e}") from e
+        super().__init__(uri, root, sync=sync)
+        self.is_local = isinstance(self.fs, pafs.LocalFileSystem)
+
+    # -- reads (any filesystem) -------------------------------------------------------------
+
+    def open_input(self, path: str) -> pa.NativeFile:
+        full = self.full_path(path)
+        try:
+            return self.fs.open_input_file(full)
+        except (OSError, pa.ArrowException) as e:
+            raise storage_error("open", full, e) from e
+
+    def read_at(self, path: str, offset: int, length: int) -> bytes:
+        with self.open_input(path) as f:
+            try:
+                return f.read_at(length, offset)
+            except (OSError, pa.ArrowException) as e:
+                raise storage_error("read", self.full_path(path), e) from e
+
+    def size(self, path: str) -> int:
+        full = self.full_path(path)
+        info = self.fs.get_file_info(full)
+        if info.type != pafs.FileType.File:
+            raise FileMissingError(f"cannot read {full}: no such file")
+        return info.size
+
+    def exists(self, path: str) -> bool:
+        full = self.full_path(path)
+        try:
+            return self.fs.get_file_info(full).type == pafs.FileType.File
+        except (OSError, pa.ArrowException) as e:
+            raise storage_error("look for", full, e) from e
+
+    def list_dir(self, path: str) -> list[str]:
+        """Names in a directory; empty if it does not exist."""
+        full = self.full_path(path)
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(full, allow_not_found=True))
+        except (OSError, pa.ArrowException) as e:
+            raise storage_error("list", full, e) from e
+        return sorted(i.base_name for i in infos)
+
+    # -- writes (POSIX) --------------------------------------------------------------------
+
+    def _require_local(self, action: str, path: str) -> str:
+        if not self.is_local:
+            raise StorageError(
+                f"cannot {action} {self.full_path(path)}: writing needs the store root on a local or mounted "
+                f"POSIX filesystem; {self.uri!r} is {self.fs.type_name}"
+            )
+        return self.full_path(path)
+
+    def create(self, path: str) -> AppendFile:
+        """Create a new file (never an existing one) for appending."""
+        full = self._require_local("create", path)
+        try:
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as e:
+            raise storage_error("create", full, e) from e
+        f = AppendFile(full, fd, 0, self.sync)
+        try:
+            self.sync_dir(os.path.dirname(full))
+        except BaseException:
+            f.close()
+            raise
+        return f
+
+    def reopen(self, path: str, length: int) -> AppendFile:
+        """Reopen a file this writer created, dropping anything after ``length``."""
+        full = self._require_local("reopen", path)
+        try:
+            fd = os.open(full, os.O_WRONLY)
+        except OSError as e:
+            raise storage_error("reopen", full, e) from e
+        f = AppendFile(full, fd, length, self.sync)
+        try:
+            f.truncate(length)
+        except BaseException:
+            f.close()
+            raise
+        return f
+
+    def delete(self, path: str) -> None:
+        full = self.full_path(path)
+        try:
+            self.fs.delete_file(full)
+        except FileNotFoundError:
+            pass
+        except (OSError, pa.ArrowException) as e:
+            if self.fs.get_file_info(full).type == pafs.FileType.NotFound:
+                return
+            raise storage_error("delete", full, e) from e
+
+    def delete_dir_if_empty(self, path: str) -> None:
+        if self.is_local:
+            try:
+                os.rmdir(self.full_path(path))
+            except OSError:
+                pass
+
+    def rename(self, src: str, dst: str) -> None:
+        """Move a file within the root (atomic on POSIX), creating the target's directory."""
+        full_src, full_dst = self._require_local("move", src), self._require_local("move", dst)
+        try:
+            os.makedirs(os.path.dirname(full_dst), exist_ok=True)
+            os.rename(full_src, full_dst)
+        except OSError as e:
+            raise storage_error(f"move {full_src} to", full_dst, e) from e
+        if self.sync:
+            self.sync_dir(os.path.dirname(full_dst))
+
+    def touch(self, path: str) -> None:
+        """Create the file if need be and set its modification time to now: a heartbeat."""
+        full = self._require_local("touch", path)
+        try:
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            os.close(os.open(full, os.O_WRONLY | os.O_CREAT, 0o644))
+            os.utime(full)
+        except OSError as e:
+            raise storage_error("touch", full, e) from e
+
+    def delete_tree(self, path: str) -> None:
+        """Delete a directory and everything in it; nothing if it does not exist."""
+        full = self._require_local("delete", path)
+        try:
+            shutil.rmtree(full)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise storage_error("delete", full, e) from e
+
+    def walk_files(self, path: str) -> list[tuple[str, float]]:
+        """``(path relative to the root, modification time in seconds)`` of every file under ``path``."""
+        full = self.full_path(path)
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(full, recursive=True, allow_not_found=True))
+        except (OSError, pa.ArrowException) as e:
+            raise storage_error("list", full, e) from e
+        return [(i.path[len(self.root) + 1 :], i.mtime.timestamp()) for i in infos if i.type == pafs.FileType.File]
+
+    def sync_dir(self, full_dir: str) -> None:
+        """Make a directory's new entries durable (POSIX needs the directory itself fsynced)."""
+        if not self.sync:
+            return
+        try:
+            fd = os.open(full_dir, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def ensure_writable_root(self) -> None:
+        """Fail early, naming the root, when it cannot be created or written."""
+        full = self._require_local("write to", "")
+        try:
+            os.makedirs(full, exist_ok=True)
+        except OSError as e:
+            raise storage_error("create store root", full, e) from e
+        if not os.access(full, os.W_OK | os.X_OK):
+            raise StorageError(f"cannot write to store root {full}: permission denied")
+
+
+class WholeFileIO(LocalFileIO):
+    """A local path that takes only whole files written sequentially: a Databricks UC Volume or
+    /dbfs mount, which refuse appends, random writes and hard links and have no atomic create.
+    Ledgers are written as objects are on an object store (sealed, then written once); nothing
+    here appends, truncates, renames, links or locks."""
+
+    supports_append = False
+
+    def create(self, path: str) -> NewFile:  # type: ignore[override]  # WholeFile, not AppendFile
+        return WholeFile(self, path)
+
+    def reopen(self, path: str, length: int) -> AppendFile:
+        raise StorageError(f"cannot reopen {self.full_path(path)}: {self.uri} takes whole files only")
+
+    def rename(self, src: str, dst: str) -> None:
+        raise StorageError(f"cannot move {self.full_path(src)}: {self.uri} takes whole files only")
+
+    def write_whole(self, path: str, data: bytes) -> None:
+        full = self._require_local("write", path)
+        try:
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            with open(full, "wb") as f:
+                f.write(data)
+                f.flush()
+                if self.sync:
+                    os.fsync(f.fileno())
+        except OSError as e:
+            raise storage_error("write", full, e) from e
+
+    def touch(self, path: str) -> None:
+        self.write_whole(path, b"")

@@ -1,0 +1,88 @@
+"""Spark on an object-store root (S3 on moto's server, metadata in the bucket): reads equal the
+Broker's records, the exactly-once sink survives driver kill -9, and executors in their own
+processes (local-cluster) need no disk shared with the driver."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kop_spark import Broker, Record
+
+from . import servers
+from .conftest import PYTHON, python_subprocess_env
+from .test_spark_sink import exactly_once_through_driver_kills
+
+
+@pytest.fixture
+def s3_root(running: dict[str, servers.Server]) -> str:
+    return f"s3://{servers.BUCKET}/spark-{uuid.uuid4().hex[:10]}"
+
+
+def _all(b: Broker, topic: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    out = []
+    for p in range(b.partitions_for(topic)):
+        out += [(p, r.offset, r.key, r.value) for r in b.fetch(topic, p, 0, max_records=100_000)]
+    return sorted(out)
+
+
+def test_batch_and_streaming_reads_equal_the_brokers_records(spark, s3_root: str, tmp_path: Path) -> None:
+    with Broker(s3_root, {"managedLedgerMaxEntriesPerLedger": 4}) as b:
+        b.create_topic("t", 2)
+        for i in range(25):
+            b.produce("t", [Record(key=f"k{j}".encode(), value=f"v{i}-{j}".encode()) for j in range(i % 4 + 1)])
+        expected = _all(b, "t")
+    batch = spark.read.format("kop").option("kop.root", s3_root).option("subscribe", "t").load()
+    assert sorted((r.partition, r.offset, r.key, r.value) for r in batch.collect()) == expected
+    query = (
+        spark.readStream.format("kop")
+        .option("kop.root", s3_root)
+        .option("subscribe", "t")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "20")
+        .load()
+        .writeStream.format("memory")
+        .queryName("s3_stream")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    streamed = spark.sql("select partition, offset, key, value from s3_stream").collect()
+    assert sorted((r.partition, r.offset, r.key, r.value) for r in streamed) == expected
+
+
+def test_batch_write_lands_once_with_continuous_offsets(spark, s3_root: str) -> None:
+    Broker(s3_root).create_topic("out", 2)
+    df = spark.range(500).selectExpr("cast(id % 11 as string) as key", "cast(id as string) as value")
+    df.write.format("kop").option("kop.root", s3_root).option("topic", "out").save()
+    got = _all(Broker(s3_root), "out")
+    assert sorted(int(v) for _, _, _, v in got) == list(range(500))
+    for p in (0, 1):
+        offsets = [o for q, o, _, _ in got if q == p]
+        assert offsets == list(range(len(offsets)))
+
+
+@pytest.mark.slow
+def test_exactly_once_through_driver_kills_on_s3(s3_root: str, tmp_path: Path) -> None:
+    exactly_once_through_driver_kills(s3_root, tmp_path)
+
+
+@pytest.mark.slow
+def test_executors_in_their_own_processes_need_no_shared_disk(s3_root: str) -> None:
+    Broker(s3_root).create_topic("t", 2)
+    out = subprocess.run(
+        [PYTHON, "-m", "tests.spark_cluster_process", s3_root, "300"],
+        env=python_subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == list(range(300))

@@ -1,0 +1,303 @@
+"""DESIGN.md §2's storage invariants on every kind of store: a local root; S3 with its metadata in
+the bucket, in etcd, or in ZooKeeper; Azure Blob with its metadata in the container. The object
+stores and metadata services are real servers on loopback (moto, Azurite, etcd, ZooKeeper)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import obstore
+import pytest
+
+from kop_spark import Broker, Record
+from kop_spark.clock import ManualClock
+from kop_spark.errors import ConfigError, CorruptRecordError, StorageError
+from kop_spark.storage.fileio import takes_whole_files_only
+from kop_spark.storage.object_fileio import ObjectFileIO
+
+from . import servers
+from .conftest import PYTHON, python_subprocess_env
+from .test_crash_and_concurrency import check_log, confirmed_lines, finish_writers, go, start_writer
+
+STORES = ["local", "s3", "s3+etcd", "s3+zookeeper", "azure"]
+
+
+class Store(NamedTuple):
+    name: str
+    root: str
+    conf: dict[str, Any]
+
+    def broker(self, **conf: Any) -> Broker:
+        return Broker(self.root, {**self.conf, **conf})
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    name, space = request.param, f"s{uuid.uuid4().hex[:12]}"
+    if name == "local":
+        return Store(name, str(tmp_path / "store"), {})
+    running = request.getfixturevalue("running")
+    scheme = "az" if name == "azure" else "s3"
+    conf: dict[str, Any] = {"metadataStoreOperationTimeoutSeconds": 10}
+    if name == "s3+etcd":
+        conf["metadataStoreUrl"] = f"etcd:http://127.0.0.1:{running['etcd'].port}/{space}"
+    if name == "s3+zookeeper":
+        conf["metadataStoreUrl"] = f"zk:127.0.0.1:{running['zookeeper'].port}/{space}"
+    return Store(name, f"{scheme}://{servers.BUCKET}/{space}", conf)
+
+
+def _records(prefix: str, n: int, t0: int | None = None) -> list[Record]:
+    t0 = int(time.time() * 1000) if t0 is None else t0  # recent: retention keeps them
+    return [Record(value=f"{prefix}{i}".encode(), key=f"k{i % 7}".encode(), timestamp_ms=t0 + i) for i in range(n)]
+
+
+def test_offsets_stay_continuous_across_rollover(store: Store) -> None:
+    b = store.broker(managedLedgerMaxEntriesPerLedger=3, managedLedgerMergeInPassing=0)
+    b.create_topic("t", 2)
+    for i in range(30):
+        b.produce("t", _records(f"a{i}-", 1 + i % 3), partition=i % 2)
+    for p in (0, 1):
+        got = b.fetch("t", p, 0, max_records=1000)
+        assert [r.offset for r in got] == list(range(b.list_offsets("t", p, "latest")))
+        assert b.list_offsets("t", p, "earliest") == 0
+        assert len(b.view("t", p).ledgers) > 3, "rolled over into several ledgers"
+        # Timestamp lookups land on the first record at or after the time.
+        ts = got[len(got) // 2].timestamp_ms
+        assert b.list_offsets("t", p, ts) == next(r.offset for r in got if r.timestamp_ms >= ts)
+        assert b.fetch("t", p, 5, max_records=2)[0].offset == 5
+    other = store.broker()
+    assert other.describe_topic("t").partitions[1].log_end_offset == b.list_offsets("t", 1, "latest")
+    assert b.verify() == {}
+
+
+@pytest.mark.slow
+def test_three_writer_processes_share_a_partition(store: Store) -> None:
+    store.broker().create_topic("t", 1)
+    names = ["a", "b", "c"]
+    procs = {n: start_writer(store.root, n, 30, max_entries=3, conf=store.conf) for n in names}
+    go(procs.values())
+    confirmed = finish_writers(procs)
+    values = check_log(store.root, confirmed, store.conf)
+    assert len(values) == sum(c for appends in confirmed.values() for _, c in appends.values())
+
+
+@pytest.mark.slow
+def test_writers_killed_at_random_points_lose_nothing_acknowledged(store: Store) -> None:
+    store.broker().create_topic("t", 1)
+    rng = random.Random(20261124)
+    confirmed: dict[str, dict[int, tuple[int, int]]] = {}
+    for cycle in range(3):
+        names = [f"c{cycle}w{k}" for k in range(rng.choice([1, 2]))]
+        procs = {n: start_writer(store.root, n, 10_000, max_entries=rng.choice([1, 3]), conf=store.conf) for n in names}
+        go(procs.values())
+        victim = rng.choice(names)
+        assert procs[victim].stdout is not None
+        lines = {n: [] for n in names}
+        for _ in range(rng.randint(1, 12)):
+            lines[victim].append(procs[victim].stdout.readline())
+        time.sleep(rng.uniform(0, 0.02))  # not synchronisation: puts the kill anywhere in an append
+        for p in procs.values():
+            p.send_signal(signal.SIGKILL)
+        for n, p in procs.items():
+            p.wait()
+            assert p.stdout is not None
+            lines[n] += p.stdout.read().splitlines()
+            confirmed[n] = confirmed_lines(line for line in lines[n] if line.strip())
+        check_log(store.root, confirmed, store.conf)
+    b = store.broker()
+    end = b.list_offsets("t", 0, "latest")
+    assert b.produce("t", [Record(b"after")], partition=0) == [(0, end, 1)]
+    assert b.verify() == {}
+
+
+def _flip_a_byte(b: Broker, path: str, at: int) -> None:
+    data = bytearray(b.fileio.read_at(path, 0, b.fileio.size(path)))
+    data[at] ^= 0x40
+    if b.fileio.supports_append:
+        with open(b.fileio.full_path(path), "r+b") as f:
+            f.write(data)
+    else:  # objects are immutable to kop, not to whoever damages them
+        assert isinstance(b.fileio, ObjectFileIO)
+        obstore.put(b.fileio.store, path, bytes(data))
+
+
+def test_a_flipped_byte_is_detected_never_returned(store: Store) -> None:
+    b = store.broker()
+    b.create_topic("t", 1)
+    b.produce("t", _records("v", 20), partition=0)
+    b.close()
+    ledger = b.view("t", 0).ledgers[0]
+    _flip_a_byte(b, ledger.file, ledger.length // 2)
+    with pytest.raises(CorruptRecordError, match=ledger.file.rsplit("/", 1)[-1]):
+        store.broker().fetch("t", 0, 0, max_records=100)
+    assert store.broker().verify(), "verify reports the damage"
+
+
+def test_retention_drops_old_ledgers_and_their_files(store: Store) -> None:
+    clock = ManualClock(1_800_000_000_000)
+    conf = {**store.conf, "managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 0}
+    b = Broker(store.root, conf, clock=clock)
+    b.create_topic("t", 1, {"retention.ms": 60_000, "file.delete.delay.ms": 0})
+    b.produce("t", _records("old", 3, clock.now_ms()), partition=0)
+    old_files = [ledger.file for ledger in b.view("t", 0).ledgers]
+    clock.advance(120_000)
+    b.produce("t", _records("new", 2, clock.now_ms()), partition=0)
+    b.enforce_retention("t")
+    assert b.list_offsets("t", 0, "earliest") == 3
+    assert [r.value for r in b.fetch("t", 0, 3)] == [b"new0", b"new1"]
+    assert not any(b.fileio.exists(f) for f in old_files), "retention deleted the old ledgers' files"
+
+
+def test_compaction_keeps_the_latest_value_per_key(store: Store) -> None:
+    b = store.broker(managedLedgerMaxEntriesPerLedger=2)
+    b.create_topic("c", 1, {"cleanup.policy": "compact"})
+    for round_ in range(3):
+        b.produce("c", [Record(key=f"k{i}".encode(), value=f"r{round_}".encode()) for i in range(4)], partition=0)
+    end = b.list_offsets("c", 0, "latest")
+    b.compact("c")
+    got = store.broker().fetch("c", 0, 0, max_records=100)
+    assert {r.key: r.value for r in got} == {f"k{i}".encode(): b"r2" for i in range(4)}
+    assert [r.offset for r in got] == list(range(end - 4, end)), "offsets are kept"
+
+
+def test_consumer_groups(store: Store) -> None:
+    b = store.broker()
+    b.create_topic("t", 2)
+    b.produce("t", _records("v", 10))
+    b.commit_offsets("g", {("t", 0): 2, ("t", 1): 1})
+    b.commit_offsets("g", {("t", 0): 4})
+    other = store.broker()
+    assert {tp: o.offset for tp, o in other.fetch_offsets("g").items()} == {("t", 0): 4, ("t", 1): 1}
+    assert other.list_groups() == ["g"]
+    other.delete_offsets("g", [("t", 1)])
+    assert {tp: o.offset for tp, o in b.fetch_offsets("g").items()} == {("t", 0): 4}
+    b.delete_group("g")
+    assert store.broker().list_groups() == []
+
+
+def test_maintenance_merges_small_ledgers_and_removes_orphans(store: Store) -> None:
+    b = store.broker(managedLedgerMaxEntriesPerLedger=1, managedLedgerMergeInPassing=0)
+    b.create_topic("t", 1)
+    for i in range(12):
+        b.produce("t", _records(f"m{i}-", 2), partition=0)
+    before = b.fetch("t", 0, 0, max_records=100)
+    assert len(b.view("t", 0).ledgers) == 12
+    # A writer that died between its upload and its CAS left this behind.
+    orphan = b.managed_ledger("t", 0).create_ledger_file()
+    orphan.seal([], 0)
+    orphan.close()
+    assert b.fileio.exists(orphan.path)
+    report = b.maintenance(orphan_grace_ms=0)
+    assert report.errors == [] and report.ledgers_merged >= 10
+    assert orphan.path in report.files_removed and not b.fileio.exists(orphan.path)
+    assert len(b.view("t", 0).ledgers) <= 3
+    assert store.broker().fetch("t", 0, 0, max_records=100) == before
+
+
+def test_cli_commands(store: Store, tmp_path: Path) -> None:
+    def kop(*args: str, stdin: str = "") -> str:
+        conf = [f"--conf={k}={v}" for k, v in store.conf.items()]
+        out = subprocess.run(
+            [PYTHON, "-m", "kop_spark.cli", "--root", store.root, *conf, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=python_subprocess_env(),
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    kop("topics", "create", "t", "--partitions", "2")
+    assert "t" in kop("topics", "list").split()
+    kop("produce", "t", "--key-separator", ":", stdin="a:1\nb:2\nc:3\n")
+    consumed = kop("consume", "t", "--from-beginning", "--group", "g", "--timeout-ms", "0")
+    assert sorted(consumed.split()) == ["1", "2", "3"]
+    assert "g" in kop("groups", "list").split()
+    assert "t" in kop("groups", "describe", "--group", "g")
+    kop("maintenance")
+    kop("verify")  # exits 1 on any damage
+
+
+def test_a_missing_bucket_is_named_before_anything_is_written(running: dict[str, servers.Server]) -> None:
+    b = Broker("s3://no-such-bucket/x", {"metadataStoreOperationTimeoutSeconds": 5})
+    with pytest.raises(StorageError, match="no-such-bucket"):
+        b.create_topic("t", 1)
+
+
+def test_wrong_credentials_are_named(running: dict[str, servers.Server], monkeypatch: pytest.MonkeyPatch) -> None:
+    b = Broker(
+        f"az://{servers.BUCKET}/x", {"azure_storage_account_key": "d3Jvbmc=", "metadataStoreOperationTimeoutSeconds": 5}
+    )
+    with pytest.raises(StorageError, match=f"az://{servers.BUCKET}/x"):
+        b.create_topic("t", 1)
+
+
+def test_an_unknown_scheme_is_refused_naming_it(tmp_path: Path) -> None:
+    with pytest.raises((ConfigError, StorageError), match="ftp://host/x"):
+        Broker("ftp://host/x").create_topic("t", 1)
+
+
+def _refuse(name: str) -> Any:
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"{name} called on a store that takes whole files only")
+
+    return refused
+
+
+def test_a_whole_file_mount_is_written_whole_with_metadata_in_etcd(
+    running: dict[str, servers.Server], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local directory standing in for a UC Volume or /dbfs: ledgers are written whole, once,
+    in sequence; nothing appends, truncates, renames, links or locks there."""
+    import fcntl
+    import os
+
+    real_open = os.open
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_APPEND
+
+    def open_for_reading_only(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & write_flags:
+            raise AssertionError(f"os.open({path}, {flags:#o}) on a store that takes whole files only")
+        return real_open(path, flags, *args, **kwargs)
+
+    for name in ("link", "ftruncate", "truncate", "pwrite", "pwritev", "rename", "replace"):
+        monkeypatch.setattr(os, name, _refuse(f"os.{name}"))
+    monkeypatch.setattr(fcntl, "flock", _refuse("fcntl.flock"))
+    monkeypatch.setattr(os, "open", open_for_reading_only)
+    etcd = f"etcd:http://127.0.0.1:{running['etcd'].port}/{uuid.uuid4().hex[:10]}"
+    conf = {"wholeFileWrites": True, "metadataStoreUrl": etcd, "managedLedgerMaxEntriesPerLedger": 2}
+    root = str(tmp_path / "volume")
+    b = Broker(root, conf)
+    b.create_topic("t", 1)
+    for i in range(6):
+        b.produce("t", _records(f"w{i}-", 2), partition=0)
+    b.commit_offsets("g", {("t", 0): 5})
+    assert b.maintenance(orphan_grace_ms=0).errors == []
+    got = Broker(root, conf).fetch("t", 0, 0, max_records=100)
+    assert [r.offset for r in got] == list(range(12))
+    assert Broker(root, conf).fetch_offsets("g")[("t", 0)].offset == 5
+    assert not (tmp_path / "volume" / "_metadata").exists()
+
+
+def test_databricks_mounts_take_whole_files_by_themselves() -> None:
+    assert takes_whole_files_only("/Volumes/main/default/vol/kop") and takes_whole_files_only("/dbfs/mnt/kop")
+    assert takes_whole_files_only("/data/kop", whole_files=True)
+    assert not takes_whole_files_only("/data/kop") and not takes_whole_files_only("/Volumesque/kop")
+    assert not takes_whole_files_only("s3://bucket/Volumes/x", whole_files=True)
+
+
+def test_a_whole_file_root_without_network_metadata_is_refused_at_the_first_write(tmp_path: Path) -> None:
+    root = str(tmp_path / "vol")
+    b = Broker(root, {"wholeFileWrites": True})
+    assert b.list_topics() == []
+    with pytest.raises(StorageError, match=r"metadataStoreUrl.*cloud storage URI"):
+        b.create_topic("t", 1)
+    assert not os.path.exists(root), "refused before anything was written"
