@@ -23,6 +23,7 @@ import pyspark
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import codec
 import groups
+import object_store
 import offsets_scale
 import seek
 import spark_read
@@ -57,6 +58,7 @@ def main() -> None:
     seeks = seek.run(args.seek_max_exponent)
     group_rows = groups.run(history=args.history)
     scale_rows = offsets_scale.run()
+    cas_rows, s3_rows = object_store.run()
 
     lines = [
         "# Benchmark results",
@@ -119,6 +121,22 @@ def main() -> None:
         *table(
             ["benchmark", "value", "unit", "ratio", "baseline"],
             [(name, f"{value:,.1f}", unit, f"{ratio:.2f}x", base) for name, value, unit, ratio, base in scale_rows],
+        ),
+        "",
+        "## 7. Beyond one machine: metadata backends and an S3 root",
+        "",
+        "The servers the tests use, on loopback: moto's S3 server, Azurite, etcd, ZooKeeper. A CAS is a read "
+        "and a conditional write of one key, as every append does. Produce and fetch on an `s3://` root "
+        "(metadata in the bucket) against a plain PUT and GET of the same bytes to the same endpoint.",
+        "",
+        *table(
+            ["metadata backend", "CAS/s", "speed vs files on the local disk"],
+            [(name, f"{rate:,.0f}", f"{ratio:.2f}x") for name, rate, ratio in cas_rows],
+        ),
+        "",
+        *table(
+            ["on an S3 root", "records/s", "speed vs plain PUT/GET of the same bytes"],
+            [(name, f"{rate:,.0f}", f"{ratio:.2f}x") for name, rate, ratio in s3_rows],
         ),
     ]
 

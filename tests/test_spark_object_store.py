@@ -61,7 +61,7 @@ def test_batch_and_streaming_reads_equal_the_brokers_records(spark, s3_root: str
 def test_batch_write_lands_once_with_continuous_offsets(spark, s3_root: str) -> None:
     Broker(s3_root).create_topic("out", 2)
     df = spark.range(500).selectExpr("cast(id % 11 as string) as key", "cast(id as string) as value")
-    df.write.format("kop").option("kop.root", s3_root).option("topic", "out").save()
+    df.write.format("kop").mode("append").option("kop.root", s3_root).option("topic", "out").save()
     got = _all(Broker(s3_root), "out")
     assert sorted(int(v) for _, _, _, v in got) == list(range(500))
     for p in (0, 1):

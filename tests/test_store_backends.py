@@ -224,6 +224,9 @@ def test_cli_commands(store: Store, tmp_path: Path) -> None:
     assert "t" in kop("groups", "describe", "--group", "g")
     kop("maintenance")
     kop("verify")  # exits 1 on any damage
+    ledger = store.broker().view("t", 0).ledgers[0]
+    dumped = kop("dump-ledger", f"{store.root}/{ledger.file}")
+    assert "ManagedLedger: managed-ledgers/" in dumped and f"ConfirmedLength: {ledger.length}" in dumped
 
 
 def test_a_missing_bucket_is_named_before_anything_is_written(running: dict[str, servers.Server]) -> None:
@@ -301,3 +304,39 @@ def test_a_whole_file_root_without_network_metadata_is_refused_at_the_first_writ
     with pytest.raises(StorageError, match=r"metadataStoreUrl.*cloud storage URI"):
         b.create_topic("t", 1)
     assert not os.path.exists(root), "refused before anything was written"
+
+
+def test_a_hung_object_store_is_an_error_and_nothing_acknowledged_is_lost(running: dict[str, servers.Server]) -> None:
+    """The S3 server stops answering (SIGSTOP) in the middle of a run of produce calls: a call fails
+    within bounded time naming the store, and once it answers again, writing goes on at the next
+    offset with every acknowledged record in place."""
+    root = f"s3://{servers.BUCKET}/hung-{uuid.uuid4().hex[:8]}"
+    conf = {"metadataStoreOperationTimeoutSeconds": 2}
+    b = Broker(root, conf)
+    b.create_topic("t", 1)
+    acked = [b.produce("t", [Record(value=f"a{i}".encode())], partition=0) for i in range(5)]
+    moto = running["s3"].process
+    assert moto is not None
+    os.kill(moto.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StorageError, match=servers.BUCKET):
+            b.produce("t", [Record(value=b"lost")], partition=0)
+        assert time.monotonic() - started < 60  # bounded (loosely): not a hang
+    finally:
+        os.kill(moto.pid, signal.SIGCONT)
+    after = Broker(root, conf)
+    end = after.list_offsets("t", 0, "latest")
+    assert after.produce("t", [Record(value=b"after")], partition=0) == [(0, end, 1)]
+    values = [r.value for r in after.fetch("t", 0, 0, max_records=100)]
+    assert values[:5] == [f"a{i}".encode() for i in range(5)] and [a[0][1] for a in acked] == list(range(5))
+    assert values[-1] == b"after" and set(values[5:-1]) <= {b"lost"}, "the failed call may have landed, once"
+
+
+def test_an_abfss_uri_names_the_container_and_account(running: dict[str, servers.Server]) -> None:
+    """Databricks' form of an ADLS location reaches the same container as ``az://``."""
+    space = f"abfss-{uuid.uuid4().hex[:8]}"
+    b = Broker(f"abfss://{servers.BUCKET}@{servers.AZURITE_ACCOUNT}.dfs.core.windows.net/{space}")
+    b.create_topic("t", 1)
+    b.produce("t", [Record(value=b"via abfss")], partition=0)
+    assert [r.value for r in Broker(f"az://{servers.BUCKET}/{space}").fetch("t", 0, 0)] == [b"via abfss"]

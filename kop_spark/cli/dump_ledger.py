@@ -7,30 +7,35 @@ import os
 
 from .. import layout
 from ..broker import Broker
+from ..config import CLOUD_OPTION_PREFIXES
 from ..errors import KopError
 from ..storage.read_plan import LedgerRecord, ReadEntry, inspect_ledger_file
-from .common import shown, text
+from .common import key_values, shown, text
 
 
-def _find_ledger(root: str | None, path: str) -> tuple[str, LedgerRecord] | None:
+def _find_ledger(root: str | None, path: str, conf: dict[str, str]) -> tuple[str, LedgerRecord] | None:
     """The managed ledger that refers to this file and its record of it, if a store root around
     it has one."""
     if root is None:
         return None
+    relative = path[len(root.rstrip("/")) + 1 :] if "://" in path else os.path.relpath(path, os.path.abspath(root))
     try:
-        with Broker(root) as b:
-            return b.locate_ledger(os.path.relpath(path, os.path.abspath(root)))
+        with Broker(root, conf) as b:
+            return b.locate_ledger(relative)
     except KopError:
         return None
 
 
 def _dump_ledger(args: argparse.Namespace) -> int:
-    path = os.path.abspath(args.file)
-    if not os.path.isfile(path):
+    remote = "://" in args.file  # an object: s3://bucket/prefix/ledgers/.../<id>.ledger
+    path = args.file if remote else os.path.abspath(args.file)
+    if not remote and not os.path.isfile(path):
         raise KopError(f"ledger file {path} does not exist")
-    located = _find_ledger(args.root or _guess_root(path), path)
+    guessed = path.split(f"/{layout.LEDGERS_DIR}/")[0] if remote else _guess_root(path)
+    conf = key_values(args.conf, "--conf")
+    located = _find_ledger(args.root or guessed, path, conf)
     found = located[1] if located else None
-    rec = inspect_ledger_file(path)
+    rec = inspect_ledger_file(path, {k: v for k, v in conf.items() if k.startswith(CLOUD_OPTION_PREFIXES)})
     print(f"Dumping {path}")
     print(f"Ledger id: {rec.ledger_id:016x}  FileSize: {rec.file_length}  Sealed: {str(rec.sealed).lower()}")
     base = None

@@ -67,11 +67,11 @@ class SliceReader:
             k += len(entries)
 
 
-def inspect_ledger_file(path: str) -> Recovered:
-    """Every entry of a ledger file that reads back intact, and where and why reading stopped
-    (``kop dump-ledger``): the file is read as found, with no metadata."""
-    directory, name = os.path.split(os.path.abspath(path))
-    return recover(open_fileio(directory), name)
+def inspect_ledger_file(path: str, options: Mapping[str, str] | None = None) -> Recovered:
+    """Every entry of a ledger file (a local path or an object-store URI) that reads back intact,
+    and where and why reading stopped (``kop dump-ledger``): read as found, with no metadata."""
+    directory, name = path.rsplit("/", 1) if "://" in path else os.path.split(os.path.abspath(path))
+    return recover(open_fileio(directory, options=options), name)
 
 
 def ledger_reader(fileio: FileIO, ledger: LedgerRecord, stats: IOStats) -> LedgerReader:

@@ -1,0 +1,106 @@
+"""Benchmark 7: stores beyond one machine, on the same servers the tests start on loopback (moto's
+S3 server, Azurite, etcd, ZooKeeper), each ratio against a peer measured in the same run:
+
+- compare-and-set operations per second of each metadata backend (one key, read and updated in
+  turn, as every append does), against the default backend, versioned files on the local disk;
+- produce on an ``s3://`` root (records/s, one call of 100 records at a time, each a sealed ledger
+  and a CAS of the partition's metadata in the bucket), against a plain PUT of the same bytes to the
+  same endpoint: the physical limit of that endpoint for writes of that size;
+- reading a partition back through the Broker, against a plain GET of the same objects.
+
+    python bench/object_store.py [--ops 200] [--produces 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import obstore
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from kop_spark import Broker, Record  # noqa: E402 - importable only once the checkout is on sys.path
+from kop_spark.storage.metadata import open_metadata_store  # noqa: E402 - as above
+from kop_spark.storage.metadata_store import update  # noqa: E402 - as above
+from kop_spark.storage.object_store import open_store, parse_location  # noqa: E402 - as above
+from tests import servers  # noqa: E402 - as above
+
+
+def per_second(fn: Callable[[int], object], n: int) -> float:
+    fn(-1)  # connections and sessions are made before the clock starts
+    t = time.perf_counter()
+    for i in range(n):
+        fn(i)
+    return n / (time.perf_counter() - t)
+
+
+def cas_rates(running: dict[str, servers.Server], tmp: Path, n: int) -> list[tuple[str, float, float]]:
+    space = uuid.uuid4().hex[:8]
+    urls = {
+        "files (local disk, fsync)": str(tmp / "metadata"),
+        "ZooKeeper": f"zk:127.0.0.1:{running['zookeeper'].port}/{space}",
+        "etcd": f"etcd:http://127.0.0.1:{running['etcd'].port}/{space}",
+        "S3 (moto)": f"s3://{servers.BUCKET}/{space}/_metadata",
+        "Azure (Azurite)": f"az://{servers.BUCKET}/{space}/_metadata",
+    }
+    value = {"log_start_offset": 0, "next_offset": 0, "ledgers": [], "producers": {}}
+    rates = {}
+    for name, url in urls.items():
+        store = open_metadata_store(url)
+        store.create("k", value)
+        rates[name] = per_second(lambda i, s=store: update(s, "k", lambda v: {**v, "next_offset": i}), n)
+    files = rates["files (local disk, fsync)"]
+    return [(name, rate, rate / files) for name, rate in rates.items()]
+
+
+def produce_rates(n: int) -> list[tuple[str, float, float]]:
+    root = f"s3://{servers.BUCKET}/bench-{uuid.uuid4().hex[:8]}"
+    b = Broker(root, {"managedLedgerMergeInPassing": 0})
+    b.create_topic("t", 1)
+    batch = [Record(key=os.urandom(16), value=os.urandom(100)) for _ in range(100)]
+    produce = per_second(lambda i: b.produce("t", batch, partition=0), n)
+    ledger = b.view("t", 0).ledgers[-1]
+    data = b.fileio.read_at(ledger.file, 0, ledger.length)
+    store = open_store(parse_location(root), {}, 30)
+    put = per_second(lambda i: obstore.put(store, f"plain/{i}-{uuid.uuid4().hex}", data), n)
+    files = [ledger.file for ledger in b.view("t", 0).ledgers]
+    fetch = per_second(lambda i: b.fetch("t", 0, max(i, 0) * 100, max_records=100), min(n, len(files)))
+    get = per_second(lambda i: bytes(obstore.get(store, files[max(i, 0)]).bytes()), min(n, len(files)))
+    return [
+        ("produce 100 records per call (sealed ledger + CAS)", produce * 100, produce / put),
+        ("fetch 100 records (one ledger)", fetch * 100, fetch / get),
+    ]
+
+
+def run(ops: int = 200, produces: int = 200) -> tuple[list, list]:
+    with tempfile.TemporaryDirectory() as tmp:
+        started = servers.start_all(Path(tmp) / "servers")
+        running = next(started)
+        try:
+            return cas_rates(running, Path(tmp), ops), produce_rates(produces)
+        finally:
+            started.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ops", type=int, default=200)
+    ap.add_argument("--produces", type=int, default=200)
+    args = ap.parse_args()
+    cas, produce = run(args.ops, args.produces)
+    print("| metadata backend | CAS/s | speed vs files on the local disk |")
+    for name, rate, ratio in cas:
+        print(f"| {name} | {rate:,.0f} | {ratio:.2f}x |")
+    print("| S3 root | records/s | speed vs plain PUT/GET of the same bytes |")
+    for name, rate, ratio in produce:
+        print(f"| {name} | {rate:,.0f} | {ratio:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
