@@ -25,11 +25,11 @@ from pathlib import Path
 import obstore
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from kop_spark import Broker, Record  # noqa: E402 - importable only once the checkout is on sys.path
-from kop_spark.storage.metadata import open_metadata_store  # noqa: E402 - as above
-from kop_spark.storage.metadata_store import update  # noqa: E402 - as above
-from kop_spark.storage.object_store import open_store, parse_location  # noqa: E402 - as above
-from tests import servers  # noqa: E402 - as above
+from kop_spark import Broker, Record
+from kop_spark.storage.metadata import open_metadata_store
+from kop_spark.storage.metadata_store import update
+from kop_spark.storage.object_store import open_store, parse_location
+from tests import servers
 
 
 def per_second(fn: Callable[[int], object], n: int) -> float:
