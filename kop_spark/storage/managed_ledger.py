@@ -39,9 +39,9 @@ from typing import NamedTuple
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import BadVersionError, LogEndMovedError, ManagedLedgerDeletedError, OrphanRemovedError, StorageError
 from ..layout import ledger_file
-from ..record import RecordBatch
 from ..retry import retry_cas
 from .fileio import FileIO
+from .group_commit import AppendRequest, AppendResult, GroupCommit, place
 from .ledger import IOStats, LedgerWriter
 from .ledger_metadata import LogMetadata, WriterRecord
 from .log_cleaner import LogCleaner
@@ -76,12 +76,6 @@ class ManagedLedgerConfig:
             self.producer_expiration_ms,
             self.sink_expiration_ms,
         )
-
-
-class AppendResult(NamedTuple):
-    base_offset: int  # -1 for a duplicate whose original offsets are no longer known
-    record_count: int
-    duplicate: bool = False
 
 
 class _Committed(NamedTuple):
@@ -123,6 +117,7 @@ class ManagedLedger:
         # raised, or anything raised while one was being prepared): the next write reads afresh.
         self._state: _Committed | None = None
         self._own = OwnLedger(self)
+        self._appends = GroupCommit(self._commit_appends)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -246,57 +241,57 @@ class ManagedLedger:
         expected_next_offset: int | None = None,
     ) -> AppendResult:
         """Append record batches as consecutive entries, atomically; return the first offset.
-        With ``expected_next_offset`` the append happens only if the log still ends there
-        (``LogEndMovedError`` otherwise): a decision made from the log is applied in the CAS that
-        checks it still holds."""
+        Appends from other threads that arrive meanwhile share the write and the CAS
+        (``group_commit``). With ``expected_next_offset`` the append happens only if the log still
+        ends there (``LogEndMovedError`` otherwise), alone: a decision made from the log is applied
+        in the CAS that checks it still holds."""
         if not batches:
             raise ValueError("nothing to append")
-        count = sum(RecordBatch(b).offset_span for b in batches)
-        result: list[AppendResult] = []
-        sealed: list[StagedLedger] = []
+        request = AppendRequest(batches, idempotence_key, broker_timestamp)
+        if expected_next_offset is None:
+            return self._appends.submit(request)
+        self._commit_appends([request], expected_next_offset)
+        assert request.result is not None
+        return request.result
+
+    def _commit_appends(self, requests: list[AppendRequest], expected_next_offset: int | None = None) -> None:
+        """Write ``requests`` together (one sync or upload) and confirm them in one CAS."""
+        # Object stores: the sealed ledger of the appends to write, uploaded once for each set of them.
+        sealed: dict[tuple[int, ...], StagedLedger] = {}
 
         def change(meta: LogMetadata, now: int) -> LogMetadata | None:
-            result.clear()  # from an attempt whose CAS lost
-            if idempotence_key is not None:
-                seen = meta.producers.get(idempotence_key[0])
-                if seen is not None and idempotence_key[1] <= seen.seq:
-                    same = idempotence_key[1] == seen.seq
-                    result.append(
-                        AppendResult(seen.base_offset, seen.record_count, True)
-                        if same
-                        else AppendResult(-1, count, True)
-                    )
-                    return None
             if expected_next_offset is not None and meta.next_offset != expected_next_offset:
                 raise LogEndMovedError(
                     f"{self.name}: the log end moved from {expected_next_offset} to {meta.next_offset}"
                 )
-            base = meta.next_offset
-            ts = broker_timestamp if broker_timestamp is not None else now
+            base, writes = meta.next_offset, place(meta, requests, now)
+            if not writes:
+                return None
+            appends = [(r.batches, r.broker_timestamp if r.broker_timestamp is not None else now) for r in writes]
+            count = sum(r.count for r in writes)
             if self.fileio.supports_append:
-                position, rows = self._own.write(meta, now, batches, ts)
+                position, rows = self._own.write(meta, now, appends)
                 meta.confirm(len(rows), count, position, max(r.max_timestamp for r in rows), now)
-            else:  # an object store: the append is a sealed ledger of its own, uploaded once
-                if not sealed:
-                    sealed.append(self._upload_ledger(batches, ts))
+            else:  # an object store: the group's appends are a sealed ledger of their own, uploaded once
+                which = tuple(id(r) for r in writes)
+                if which not in sealed:  # a retry that found one of them already applied writes anew
+                    sealed[which] = self._upload_ledger(appends)
                 meta.fence_tail()
-                meta.add_ledger(sealed[0].record(sealed[0].file, base, now))
-            if idempotence_key is not None:
-                meta.producers[idempotence_key[0]] = WriterRecord(idempotence_key[1], base, count, now)
-            result.append(AppendResult(base, count))
+                meta.add_ledger(sealed[which].record(sealed[which].file, base, now))
             return meta
 
         with self.lock:
             self.apply(change, new_files=True)
             self.cleaner.merge_in_passing()
-        return result[-1]
 
-    def _upload_ledger(self, batches: Sequence[bytes], broker_timestamp: int) -> StagedLedger:
-        """Write ``batches`` as a new sealed ledger in the partition's directory. Its entries carry
-        offsets relative to it, so a CAS that lost can place it at the new log end unchanged."""
+    def _upload_ledger(self, appends: Sequence[tuple[Sequence[bytes], int]]) -> StagedLedger:
+        """Write appends ((batches, broker timestamp) each) as a new sealed ledger in the partition's
+        directory. Its entries carry offsets relative to it, so a CAS that lost can place it at the
+        new log end unchanged."""
         ledger_id = new_ledger_id()
         stager = LedgerStager(self.fileio, self.ledger_path(ledger_id), ledger_id)
-        stager.append(batches, broker_timestamp)
+        for batches, broker_timestamp in appends:
+            stager.append(batches, broker_timestamp)
         return stager.finish()
 
     def ledger_path(self, ledger_id: int) -> str:

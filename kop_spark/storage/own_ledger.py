@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..record import RecordBatch
 from .ledger import FILE_HEADER, EntryInfo, LedgerReader, LedgerWriter, delete_quietly
 from .ledger_metadata import CLOSED, OPEN, LedgerRecord, LogMetadata
 from .staging import new_ledger_id
@@ -30,12 +31,17 @@ class OwnLedger:
         return self._writer is not None
 
     def write(
-        self, meta: LogMetadata, now: int, batches: Sequence[bytes], broker_ts: int
+        self, meta: LogMetadata, now: int, appends: Sequence[tuple[Sequence[bytes], int]]
     ) -> tuple[int, list[EntryInfo]]:
-        """Write and sync batches as the next entries of our tail ledger (made writable in ``meta``
-        first); return the ledger's new length and the entries' rows, for the CAS to confirm."""
+        """Write ``appends`` ((batches, broker timestamp) each) as the next entries of our tail
+        ledger (made writable in ``meta`` first), then sync once; return the ledger's new length and
+        the entries' rows, for the CAS to confirm."""
         writer = self._writable_tail(meta, now)
-        rows = writer.append(batches, meta.ledgers[-1].records, broker_ts)
+        rows: list[EntryInfo] = []
+        relative = meta.ledgers[-1].records
+        for batches, broker_ts in appends:
+            rows += writer.append(batches, relative, broker_ts)
+            relative += sum(RecordBatch(b).offset_span for b in batches)
         writer.sync()
         self._rows.extend(rows)
         return writer.position, rows
