@@ -64,7 +64,10 @@ def _run(fn: Callable[[], AppendResult], out: dict[str, Any], name: str) -> thre
     return t
 
 
-def _queue_behind_a_held_cas(ml: ManagedLedger, held: _HeldCas, out: dict[str, Any], appends: dict[str, Any]) -> list:
+def _group_behind_a_held_cas(ml: ManagedLedger, held: _HeldCas, appends: dict[str, Any]) -> dict[str, Any]:
+    """Run ``appends`` from threads queued behind a leader whose CAS is held, release it, and
+    return each one's result (or error), the leader's under "leader"."""
+    out: dict[str, Any] = {}
     leader = _run(lambda: ml.append([_batch("leader")]), out, "leader")
     assert held.inside.wait(60)
     followers = [_run(fn, out, name) for name, fn in appends.items()]
@@ -72,7 +75,10 @@ def _queue_behind_a_held_cas(ml: ManagedLedger, held: _HeldCas, out: dict[str, A
     while len(ml._appends._waiting) < len(appends):  # queued behind the leader (checked, not slept on)
         assert time.monotonic() < deadline, "the followers never queued"
         time.sleep(0.001)
-    return [leader, *followers]
+    held.release.set()
+    for t in [leader, *followers]:
+        t.join(60)
+    return out
 
 
 def test_appends_that_arrive_together_share_one_write_and_one_cas(
@@ -81,13 +87,9 @@ def test_appends_that_arrive_together_share_one_write_and_one_cas(
     broker.create_topic("t", 1)
     ml = broker.managed_ledger("t", 0)
     held = _HeldCas(ml, monkeypatch)
-    out: dict[str, Any] = {}
     version = ml.view().version
     appends = {f"f{i}": (lambda i=i: ml.append([_batch(f"f{i}-a"), _batch(f"f{i}-b")])) for i in range(4)}
-    threads = _queue_behind_a_held_cas(ml, held, out, appends)
-    held.release.set()
-    for t in threads:
-        t.join(60)
+    out = _group_behind_a_held_cas(ml, held, appends)
     assert out["leader"] == AppendResult(0, 1)
     # Each follower got two consecutive offsets of its own, after the leader's, in one group.
     bases = sorted(out[f"f{i}"].base_offset for i in range(4))
@@ -103,13 +105,9 @@ def test_a_retry_in_the_same_group_gets_its_originals_offsets(broker: Broker, mo
     broker.create_topic("t", 1)
     ml = broker.managed_ledger("t", 0)
     held = _HeldCas(ml, monkeypatch)
-    out: dict[str, Any] = {}
     same = ("producer-1", 0)
     appends = {n: (lambda n=n: ml.append([_batch("once")], idempotence_key=same)) for n in ("first", "retry")}
-    threads = _queue_behind_a_held_cas(ml, held, out, appends)
-    held.release.set()
-    for t in threads:
-        t.join(60)
+    out = _group_behind_a_held_cas(ml, held, appends)
     assert {out["first"].base_offset, out["retry"].base_offset} == {1}
     assert sorted(r.duplicate for r in (out["first"], out["retry"])) == [False, True]
     assert [r.value for r in broker.fetch("t", 0, 0)] == [b"leader", b"once"]
@@ -121,13 +119,9 @@ def test_a_failed_group_fails_every_append_in_it_and_stores_none(
     broker.create_topic("t", 1)
     ml = broker.managed_ledger("t", 0)
     held = _HeldCas(ml, monkeypatch)
-    out: dict[str, Any] = {}
     appends = {f"f{i}": (lambda i=i: ml.append([_batch(f"f{i}")])) for i in range(3)}
-    threads = _queue_behind_a_held_cas(ml, held, out, appends)
-    held.fail_next = True
-    held.release.set()
-    for t in threads:
-        t.join(60)
+    held.fail_next = True  # the leader's held CAS goes through; the next one, the group's, fails
+    out = _group_behind_a_held_cas(ml, held, appends)
     assert out["leader"] == AppendResult(0, 1)
     assert all(isinstance(out[f"f{i}"], StorageError) for i in range(3))
     assert ml.append([_batch("after")]) == AppendResult(1, 1)
