@@ -110,13 +110,19 @@ def ipc_batches(paths: list[str]) -> Iterator[pa.RecordBatch]:
             yield reader.get_batch(i)
 
 
-def cli(run: Callable[[int, int], list]) -> None:
+def cli(
+    run: Callable[[int, int], list],
+    records: int = 5_000_000,
+    repeat: int = 5,
+    baselines: tuple[str, str] = ("ceiling", "Parquet"),
+) -> None:
     """A Spark benchmark's command line: sizes in, a line per variant out."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--records", type=int, default=5_000_000)
-    ap.add_argument("--repeat", type=int, default=5, help="rounds; the best of each is kept")
+    ap.add_argument("--records", type=int, default=records)
+    ap.add_argument("--repeat", type=int, default=repeat, help="rounds; the best of each is kept")
     a = ap.parse_args()
-    for name, t, rate, vs_ceiling, vs_parquet in run(a.records, a.repeat):
+    first, second = baselines
+    for name, t, rate, vs_first, vs_second in run(a.records, a.repeat):
         print(
-            f"{name:<30} {t:7.2f} s  {rate / 1e6:6.2f} M records/s  {vs_ceiling:5.2f}x ceiling  {vs_parquet:5.2f}x Parquet"
+            f"{name:<34} {t:7.2f} s  {rate / 1e6:6.2f} M records/s  {vs_first:5.2f}x {first}  {vs_second:5.2f}x {second}"
         )

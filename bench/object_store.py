@@ -3,9 +3,11 @@ S3 server, Azurite, etcd, ZooKeeper), each ratio against a peer measured in the 
 
 - compare-and-set operations per second of each metadata backend (one key, read and updated in
   turn, as every append does), against the default backend, versioned files on the local disk;
-- produce on an ``s3://`` root (records/s, one call of 100 records at a time, each a sealed ledger
-  and a CAS of the partition's metadata in the bucket), against a plain PUT of the same bytes to the
-  same endpoint: the physical limit of that endpoint for writes of that size;
+- produce on an ``s3://`` root (records/s of calls of 100 records), against a plain PUT of the same
+  bytes to the same endpoint, the physical limit of that endpoint for writes of that size: one call
+  at a time (without grouping: each call is a sealed ledger and a CAS of the partition's metadata in
+  the bucket), and from 8 threads at once (the calls that arrive while one is written are grouped
+  into one ledger and one CAS);
 - reading a partition back through the Broker, against a plain GET of the same objects.
 
     python bench/object_store.py [--ops 200] [--produces 200]
@@ -20,6 +22,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import obstore
@@ -30,6 +33,8 @@ from kop_spark.storage.metadata import open_metadata_store
 from kop_spark.storage.metadata_store import update
 from kop_spark.storage.object_store import open_store, parse_location
 from tests import servers
+
+THREADS = 8
 
 
 def per_second(fn: Callable[[int], object], n: int) -> float:
@@ -65,15 +70,24 @@ def produce_rates(n: int) -> list[tuple[str, float, float]]:
     b.create_topic("t", 1)
     batch = [Record(key=os.urandom(16), value=os.urandom(100)) for _ in range(100)]
     produce = per_second(lambda i: b.produce("t", batch, partition=0), n)
-    ledger = b.view("t", 0).ledgers[-1]
+    single_call_ledgers = b.view("t", 0).ledgers
+    ledger = single_call_ledgers[-1]
     data = b.fileio.read_at(ledger.file, 0, ledger.length)
+    with ThreadPoolExecutor(THREADS) as pool:
+
+        def together(i: int) -> None:
+            for f in [pool.submit(b.produce, "t", batch, partition=0) for _ in range(THREADS)]:
+                f.result()
+
+        grouped = per_second(together, max(n // THREADS, 1)) * THREADS
     store = open_store(parse_location(root), {}, 30)
     put = per_second(lambda i: obstore.put(store, f"plain/{i}-{uuid.uuid4().hex}", data), n)
-    files = [ledger.file for ledger in b.view("t", 0).ledgers]
+    files = [ledger.file for ledger in single_call_ledgers]
     fetch = per_second(lambda i: b.fetch("t", 0, max(i, 0) * 100, max_records=100), min(n, len(files)))
     get = per_second(lambda i: bytes(obstore.get(store, files[max(i, 0)]).bytes()), min(n, len(files)))
     return [
-        ("produce 100 records per call (sealed ledger + CAS)", produce * 100, produce / put),
+        ("produce 100 records per call, one call at a time", produce * 100, produce / put),
+        (f"produce 100 records per call, {THREADS} threads at once (grouped)", grouped * 100, grouped / put),
         ("fetch 100 records (one ledger)", fetch * 100, fetch / get),
     ]
 

@@ -3,7 +3,7 @@ to baselines measured in the same run) and where each of issue 6's targets stand
 
     python bench/run.py [--records 5000000] [--rounds 5] [--repeat 200] [--seek-max-exponent 7]
 
-Each benchmark also runs alone (``python bench/codec.py`` ...). The default run takes about five
+Each benchmark also runs alone (``python bench/codec.py`` ...). The default run takes about eight
 minutes on two cores.
 """
 
@@ -27,6 +27,7 @@ import object_store
 import offsets_scale
 import seek
 import spark_read
+import spark_s3_read
 import spark_write
 
 from kop_spark.record._speedups import compiled
@@ -48,6 +49,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=5_000_000, help="records of the Spark benchmarks")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of the Spark benchmarks; the best is kept")
     ap.add_argument("--repeat", type=int, default=200, help="runs of the codec benchmark; the best is kept")
+    ap.add_argument("--s3-records", type=int, default=1_000_000, help="records of the Spark read from S3")
     ap.add_argument("--seek-max-exponent", type=int, default=7)
     ap.add_argument("--history", type=int, default=100_000, help="commits before the group load benchmark")
     args = ap.parse_args()
@@ -59,6 +61,7 @@ def main() -> None:
     group_rows = groups.run(history=args.history)
     scale_rows = offsets_scale.run()
     cas_rows, s3_rows = object_store.run()
+    s3_reads = spark_s3_read.run(args.s3_records, args.rounds)
 
     lines = [
         "# Benchmark results",
@@ -127,7 +130,9 @@ def main() -> None:
         "",
         "The servers the tests use, on loopback: moto's S3 server, Azurite, etcd, ZooKeeper. A CAS is a read "
         "and a conditional write of one key, as every append does. Produce and fetch on an `s3://` root "
-        "(metadata in the bucket) against a plain PUT and GET of the same bytes to the same endpoint.",
+        "(metadata in the bucket) against a plain PUT and GET of the same bytes to the same endpoint: one "
+        "produce call at a time (nothing to group), and from eight threads at once, whose calls are grouped "
+        "into one ledger and one CAS while another group is written.",
         "",
         *table(
             ["metadata backend", "CAS/s", "speed vs files on the local disk"],
@@ -137,6 +142,17 @@ def main() -> None:
         *table(
             ["on an S3 root", "records/s", "speed vs plain PUT/GET of the same bytes"],
             [(name, f"{rate:,.0f}", f"{ratio:.2f}x") for name, rate, ratio in s3_rows],
+        ),
+        "",
+        f"## 8. Spark read from S3: {args.s3_records:,} records into the noop sink (best of {args.rounds} rounds)",
+        "",
+        "kop on an `s3://` root against the same records as Parquet objects on the same endpoint (moto), "
+        "read by pyarrow through the same Python Data Source API: Spark's S3A connector needs hadoop-aws "
+        "jars pyspark does not ship. kop on the local disk shows what the endpoint costs.",
+        "",
+        *table(
+            ["source", "seconds", "M records/s", "speed vs Parquet on S3", "speed vs kop on the local disk"],
+            [(name, f"{t:.2f}", f"{rate / 1e6:.2f}", f"{p:.2f}x", f"{lo:.2f}x") for name, t, rate, p, lo in s3_reads],
         ),
     ]
 
