@@ -80,6 +80,13 @@ _SETTINGS = [
         "files; on by itself under /Volumes/ and /dbfs/. Needs metadataStoreUrl=zk:... or etcd:...",
     ),
     Setting(
+        "wholeLedgerMaxSizeMbytes",
+        64,
+        _int_at_least(1),
+        "Where ledgers are written whole (object stores, whole-file mounts) they are built in memory: "
+        "a Spark task's output rolls to a new ledger at this many MiB",
+    ),
+    Setting(
         "metadataStoreOperationTimeoutSeconds",
         30,
         _int_at_least(1),

@@ -69,6 +69,16 @@ def test_batch_write_lands_once_with_continuous_offsets(spark, s3_root: str) -> 
         assert offsets == list(range(len(offsets)))
 
 
+def test_a_large_task_output_is_written_as_several_ledgers(spark, s3_root: str) -> None:
+    Broker(s3_root).create_topic("big", 1)
+    df = spark.range(0, 3_000, numPartitions=1).selectExpr("cast(id as string) as key", "repeat('x', 1000) as value")
+    options = {"kop.root": s3_root, "topic": "big", "kop.wholeLedgerMaxSizeMbytes": "1"}
+    df.write.format("kop").mode("append").options(**options).save()
+    b = Broker(s3_root)
+    assert len(b.view("big", 0).ledgers) >= 2, "rolled at 1 MiB instead of holding the task's output whole"
+    assert [int(r.key) for r in b.fetch("big", 0, 0, max_records=10_000, max_bytes=1 << 30)] == list(range(3_000))
+
+
 @pytest.mark.slow
 def test_exactly_once_through_driver_kills_on_s3(s3_root: str, tmp_path: Path) -> None:
     exactly_once_through_driver_kills(s3_root, tmp_path)

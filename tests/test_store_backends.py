@@ -19,6 +19,7 @@ import pytest
 from kop_spark import Broker, Record
 from kop_spark.clock import ManualClock
 from kop_spark.errors import ConfigError, CorruptRecordError, StorageError
+from kop_spark.record import build_record_batch
 from kop_spark.storage.fileio import takes_whole_files_only
 from kop_spark.storage.object_fileio import ObjectFileIO
 
@@ -199,6 +200,30 @@ def test_maintenance_merges_small_ledgers_and_removes_orphans(store: Store) -> N
     assert orphan.path in report.files_removed and not b.fileio.exists(orphan.path)
     assert len(b.view("t", 0).ledgers) <= 3
     assert store.broker().fetch("t", 0, 0, max_records=100) == before
+
+
+def test_a_large_staged_output_rolls_into_ledgers_of_bounded_size(store: Store) -> None:
+    # Object stores build each ledger in memory before writing it: a task's output must not be one ledger.
+    b = store.broker(managedLedgerMaxSizePerLedgerMbytes=1, wholeLedgerMaxSizeMbytes=1)
+    b.create_topic("t", 1)
+    values = [f"{i:06}".encode() * 4_000 for i in range(150)]  # 24 KB each, 3.6 MB in all
+    staged = b.stage("t", 0, "_staging/q/0/task")
+    for start in range(0, len(values), 5):
+        staged.append([build_record_batch([Record(v)]) for v in values[start : start + 5]])
+    ledgers = staged.finish()
+    assert len(ledgers) >= 3 and all(l.length < (1 << 20) + 5 * 25_000 for l in ledgers)
+    b.append_staged("t", 0, ledgers, ("spark:q", 0))
+    got = b.fetch("t", 0, 0, max_records=1_000, max_bytes=1 << 30)
+    assert [(r.offset, r.value) for r in got] == list(enumerate(values))
+    # A failed attempt takes every ledger it sealed with it.
+    failed = b.stage("t", 0, "_staging/q/1/task")
+    for start in range(0, len(values), 5):
+        failed.append([build_record_batch([Record(v)]) for v in values[start : start + 5]])
+    before = {f for f, _ in b.fileio.walk_files("")}
+    failed.discard()
+    gone = before - {f for f, _ in b.fileio.walk_files("")}
+    assert len(gone) >= 3 and all(f.endswith(".ledger") for f in gone)
+    assert b.list_offsets("t", 0, "latest") == len(values) and b.verify() == {}
 
 
 def test_cli_commands(store: Store, tmp_path: Path) -> None:

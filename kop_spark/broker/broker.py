@@ -230,16 +230,24 @@ class Broker:
 
     # -- staged appends: exactly-once sinks ------------------------------------------------
 
-    def stage(self, topic: str, partition: int, path: str) -> StagedPartition:
-        """Start a ledger for one partition at ``path`` (under the root) that no reader sees until
-        ``append_staged`` appends it. A Spark task stages its output this way."""
+    def stage(self, topic: str, partition: int, task_dir: str) -> StagedPartition:
+        """Start staging ledgers for one partition, in ``task_dir`` (under the root), that no reader
+        sees until ``append_staged`` appends them. A Spark task stages its output this way."""
         _, meta = self.admin.metadata(topic)
         self.admin.check_partition(topic, partition, meta)
         cfg = self.config.topic_config(meta.get("config"))
-        ledger_id = new_ledger_id()
-        if not self.fileio.supports_append:  # objects are never moved: stage where the ledger will stay
-            path = self.admin.log(topic, partition).ledger_path(ledger_id)
-        return StagedPartition(topic, partition, LedgerStager(self.fileio, path, ledger_id), cfg, self.clock)
+        roll_mb = self.config["managedLedgerMaxSizePerLedgerMbytes"]
+        log = self.admin.log(topic, partition)
+
+        def new_stager() -> LedgerStager:
+            ledger_id = new_ledger_id()
+            if self.fileio.supports_append:
+                return LedgerStager(self.fileio, layout.staged_ledger_file(task_dir, f"{ledger_id:x}"), ledger_id)
+            return LedgerStager(self.fileio, log.ledger_path(ledger_id), ledger_id)  # objects are never moved
+
+        if not self.fileio.supports_append:  # built in memory before they are written
+            roll_mb = min(roll_mb, self.config["wholeLedgerMaxSizeMbytes"])
+        return StagedPartition(topic, partition, new_stager, roll_mb << 20, cfg, self.clock)
 
     def append_staged(
         self, topic: str, partition: int, staged: Sequence[StagedLedger], sink_key: tuple[str, int]

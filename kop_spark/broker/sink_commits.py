@@ -19,7 +19,6 @@ last batch. A batch job (a new writer every time; Spark never reruns one) leaves
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -194,11 +193,6 @@ class SinkCommits:
     def task_dir(writer: str, batch: int, task: str) -> str:
         """The staging directory of one task attempt (``task`` names the attempt uniquely)."""
         return layout.staging_task_dir(writer, batch, task)
-
-    @staticmethod
-    def staged_path(task_dir: str) -> str:
-        """A new staged ledger's path in a task's directory."""
-        return layout.staged_ledger_file(task_dir, uuid.uuid4().hex)
 
     def heartbeat(self, task_dir: str) -> None:
         """Say the task writing ``task_dir`` is alive (maintenance leaves live jobs' output alone)."""

@@ -4,7 +4,7 @@ stamped by the broker. Spark's staged output passes the same checks (``StagedPar
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..clock import Clock
@@ -61,13 +61,26 @@ def validate_produced(where: str, b: bytes | memoryview, topic_config: TopicConf
 
 
 class StagedPartition:
-    """A partition's share of a task's output, written to a staged ledger (see ``Broker.stage``),
-    checked as produced batches are: size, keys on compacted topics, LogAppendTime stamping."""
+    """A partition's share of a task's output, written to staged ledgers (see ``Broker.stage``),
+    checked as produced batches are: size, keys on compacted topics, LogAppendTime stamping. A
+    ledger that reaches ``roll_bytes`` is sealed and the next append starts another, so a large
+    output never has to be held whole where ledgers are built in memory."""
 
-    def __init__(self, topic: str, partition: int, stager: LedgerStager, topic_config: TopicConfig, clock: Clock):
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        new_stager: Callable[[], LedgerStager],
+        roll_bytes: int,
+        topic_config: TopicConfig,
+        clock: Clock,
+    ):
         self.topic = topic
         self.partition = partition
-        self._stager = stager
+        self._new_stager = new_stager
+        self._roll_bytes = roll_bytes
+        self._stager: LedgerStager | None = None
+        self._sealed: list[tuple[LedgerStager, StagedLedger]] = []
         self._config = topic_config
         self._clock = clock
 
@@ -81,10 +94,33 @@ class StagedPartition:
                 check_keys(where, RecordBatch(batch).records())
         if uses_log_append_time(self._config):
             batches = [with_log_append_time(b, now) for b in batches]
-        self._stager.append(batches, now)
+        while batches:
+            fresh = self._stager is None
+            if self._stager is None:
+                self._stager = self._new_stager()
+            room, fit = self._roll_bytes - self._stager.length, 0
+            while fit < len(batches) and len(batches[fit]) <= room:
+                room -= len(batches[fit])
+                fit += 1
+            fit = fit or int(fresh)  # a batch larger than a whole ledger gets one of its own
+            if fit:
+                self._stager.append(batches[:fit], now)
+                batches = batches[fit:]
+            if batches or self._stager.length >= self._roll_bytes:
+                self._seal()
 
-    def finish(self) -> StagedLedger:
-        return self._stager.finish()
+    def _seal(self) -> None:
+        if self._stager is not None:
+            self._sealed.append((self._stager, self._stager.finish()))
+            self._stager = None
+
+    def finish(self) -> tuple[StagedLedger, ...]:
+        """The staged ledgers, sealed, in order."""
+        self._seal()
+        return tuple(ledger for _, ledger in self._sealed)
 
     def discard(self) -> None:
-        self._stager.discard()
+        """Remove whatever was staged (a failed task attempt leaves nothing behind)."""
+        for stager in [s for s, _ in self._sealed] + ([self._stager] if self._stager else []):
+            stager.discard()
+        self._sealed, self._stager = [], None

@@ -46,7 +46,7 @@ _COLUMNS = ("key", "value", "topic", "partition", "timestamp", "headers")
 
 @dataclass(frozen=True)
 class KopCommitMessage(WriterCommitMessage):
-    """What a task staged: ``(topic, partition, ledger)`` per partition it wrote to."""
+    """What a task staged: ``(topic, partition, ledger)`` per ledger, in each partition's order."""
 
     writer: str
     batch_id: int
@@ -142,8 +142,7 @@ class _TaskOutput:
     def _stage(self, topic: str, partition: int, columns: dict[str, pa.Array], rows: pa.Array | None) -> None:
         staged = self._staged.get((topic, partition))
         if staged is None:
-            path = self._sinks.staged_path(self._dir)
-            staged = self._staged[(topic, partition)] = self._broker.stage(topic, partition, path)
+            staged = self._staged[(topic, partition)] = self._broker.stage(topic, partition, self._dir)
         staged.append(
             encode_arrow(
                 columns["value"],
@@ -157,7 +156,7 @@ class _TaskOutput:
         )
 
     def finish(self) -> KopCommitMessage:
-        staged = tuple((tp[0], tp[1], s.finish()) for tp, s in sorted(self._staged.items()))
+        staged = tuple((t, p, ledger) for (t, p), s in sorted(self._staged.items()) for ledger in s.finish())
         self._heartbeat.stop()
         self._broker.close()
         return KopCommitMessage(self.writer, self.batch_id, self.task, staged)

@@ -47,6 +47,11 @@ class LedgerStager:
         self._rows: list[EntryInfo] = []
         self._records = 0
 
+    @property
+    def length(self) -> int:
+        """Bytes written so far."""
+        return self._writer.position
+
     def append(self, batches: Sequence[bytes], broker_timestamp: int) -> None:
         """Write batches as the ledger's next entries, in one write."""
         if batches:
