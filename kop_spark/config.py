@@ -149,6 +149,40 @@ _SETTINGS = [
         "offsetMetadataMaxSize", 4096, _int_at_least(0), "Largest metadata string accepted with a committed offset"
     ),
     Setting(
+        "kafkaListeners",
+        "PLAINTEXT://127.0.0.1:9092",
+        str,
+        "Where kop serve listens for Kafka clients: PLAINTEXT://host:port[,...] (loopback unless told otherwise)",
+    ),
+    Setting(
+        "kafkaAdvertisedListeners",
+        "",
+        str,
+        "The addresses clients are told to connect to, in the same form (empty: kafkaListeners)",
+    ),
+    Setting(
+        "allowAutoTopicCreation",
+        True,
+        _bool,
+        "Create a topic with defaultNumPartitions when a Kafka client asks for one that does not exist",
+    ),
+    Setting(
+        "socket.request.max.bytes",
+        104857600,
+        _int_at_least(1024),
+        "Largest request kop serve reads; a larger one closes that connection",
+    ),
+    Setting(
+        "group.initial.rebalance.delay.ms",
+        3000,
+        _int_at_least(0),
+        "How long an empty group waits for more members before its first rebalance (kop serve)",
+    ),
+    Setting("group.min.session.timeout.ms", 6000, _int_at_least(1), "Shortest session timeout a consumer may ask for"),
+    Setting(
+        "group.max.session.timeout.ms", 1800000, _int_at_least(1), "Longest session timeout a consumer may ask for"
+    ),
+    Setting(
         "retention.ms",
         604800000,
         _int_at_least(-1),

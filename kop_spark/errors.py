@@ -89,6 +89,16 @@ class InvalidRecordError(KopError, ValueError):
     """A well-formed batch that Kafka would refuse (Kafka: INVALID_RECORD)."""
 
 
+class OutOfOrderSequenceError(KopError):
+    """An idempotent producer's batch whose sequence does not follow its last one (Kafka:
+    OUT_OF_ORDER_SEQUENCE_NUMBER): a batch in between was lost, so this one is refused."""
+
+
+class InvalidProducerEpochError(KopError):
+    """A batch from an idempotent producer's older epoch, fenced by a newer one (Kafka:
+    INVALID_PRODUCER_EPOCH)."""
+
+
 class RecordTooLargeError(KopError, ValueError):
     """A batch larger than the topic's ``max.message.bytes`` (Kafka: MESSAGE_TOO_LARGE)."""
 

@@ -26,7 +26,9 @@ LEDGER_SUFFIX = ".ledger"
 TOPICS = "topics"
 MANAGED_LEDGERS = "managed-ledgers"
 SINKS = "sinks"
-METADATA_PREFIXES = (TOPICS, MANAGED_LEDGERS, SINKS)
+KAFKA = "kafka"
+METADATA_PREFIXES = (TOPICS, MANAGED_LEDGERS, SINKS, KAFKA)
+PRODUCER_IDS_KEY = f"{KAFKA}/producer-ids"  # the next idempotent producer id to hand out
 
 _MAX_FILE_NAME = 255
 

@@ -22,7 +22,8 @@ ALLOWED = {
     "faults": SHARED | {"storage.fileio"},
     # The adapters: storage only through the read plan, everything else through the Broker.
     "spark": SHARED | {"record", "broker", "storage.read_plan"},
-    "cli": SHARED | {"record", "broker", "storage.read_plan"},
+    "kafka": SHARED | {"record", "broker", "storage.read_plan"},
+    "cli": SHARED | {"record", "broker", "storage.read_plan", "kafka"},
     "demo": SHARED | {"__init__", "record", "broker", "spark", "cli"},
     "__init__": SHARED | {"record", "broker", "group.coordinator", "spark"},
 }

@@ -2,8 +2,9 @@
 
 from ..group.coordinator import OffsetAndMetadata
 from ..storage.staging import StagedLedger
-from .broker import Broker, PartitionInfo, TopicDescription
-from .fetch import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetSpec
+from .admin import PartitionInfo, TopicDescription
+from .broker import Broker
+from .fetch import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchedBatches, OffsetSpec
 from .group_offsets import SPARK_COMMIT
 from .maintenance import MaintenanceReport, RepairReport
 from .sink_commits import SINK_HEARTBEAT_MS, SINK_LEASE_MS, SinkCommits
@@ -16,6 +17,7 @@ __all__ = [
     "SINK_LEASE_MS",
     "SPARK_COMMIT",
     "Broker",
+    "FetchedBatches",
     "MaintenanceReport",
     "OffsetAndMetadata",
     "OffsetSpec",

@@ -9,6 +9,7 @@ disappears at once, and whoever comes next finishes a deletion that was interrup
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .. import layout
@@ -35,6 +36,23 @@ TopicMeta = dict[str, Any]
 def standing(meta: TopicMeta | None) -> bool:
     """A topic's key names a topic that exists: written, and not being deleted."""
     return meta is not None and not meta.get("deleting")
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    ledgers: int
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    full_name: str
+    partitions: tuple[PartitionInfo, ...]
+    config: dict[str, Any]
 
 
 class TopicAdmin:
@@ -79,6 +97,17 @@ class TopicAdmin:
             meta = self.metadata(topic)[1]
         self.check_partition(topic, partition, meta)
         return self.logs.get(name, partition, meta)
+
+    def describe(self, topic: str) -> TopicDescription:
+        name, meta = self.metadata(topic)
+        parts = []
+        for p in range(meta["partitions"]):
+            view = self.view(topic, p)[1]
+            parts.append(
+                PartitionInfo(p, view.log_start_offset, view.log_end_offset, len(view.ledgers), view.size_bytes)
+            )
+        config = self._config.topic_config(meta.get("config"))
+        return TopicDescription(self.kafka_name(name), name.full_name, tuple(parts), config)
 
     def view(self, topic: str, partition: int) -> tuple[ManagedLedger, PartitionView]:
         ml = self.log(topic, partition)

@@ -14,7 +14,6 @@ import random
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .. import layout
@@ -37,35 +36,18 @@ from ..storage.metadata import NETWORK_SCHEMES, RefusedMetadataStore, open_metad
 from ..storage.metadata_store import MetadataStore
 from ..storage.object_store import is_object_store_uri
 from ..storage.read_plan import LedgerRecord, PartitionView
-from ..storage.staging import LedgerStager, StagedLedger, new_ledger_id
+from ..storage.staging import StagedLedger
 from ..topic_name import TopicName, TopicPartition
-from .admin import TopicAdmin
-from .fetch import Fetcher, OffsetSpec
+from .admin import TopicAdmin, TopicDescription
+from .fetch import FetchedBatches, Fetcher, OffsetSpec
 from .group_offsets import GroupOffsets
 from .log_manager import LogManager
 from .maintenance import Housekeeper, MaintenanceReport, RepairReport
-from .producer_batches import ProducerBatches
+from .producer_batches import ProducerBatches, next_producer_id
 from .sink_commits import SinkCommits
 from .validation import StagedPartition, validate_produced
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class PartitionInfo:
-    partition: int
-    log_start_offset: int
-    log_end_offset: int
-    ledgers: int
-    size_bytes: int
-
-
-@dataclass(frozen=True)
-class TopicDescription:
-    name: str
-    full_name: str
-    partitions: tuple[PartitionInfo, ...]
-    config: dict[str, Any]
 
 
 class Broker:
@@ -137,15 +119,7 @@ class Broker:
         return self.config.topic_config(self.admin.metadata(topic)[1].get("config"))
 
     def describe_topic(self, topic: str) -> TopicDescription:
-        name, meta = self.admin.metadata(topic)
-        parts = []
-        for p in range(meta["partitions"]):
-            view = self.view(topic, p)
-            parts.append(
-                PartitionInfo(p, view.log_start_offset, view.log_end_offset, len(view.ledgers), view.size_bytes)
-            )
-        config = self.config.topic_config(meta.get("config"))
-        return TopicDescription(self.admin.kafka_name(name), name.full_name, tuple(parts), config)
+        return self.admin.describe(topic)
 
     def view(self, topic: str, partition: int) -> PartitionView:
         """The partition's log as it stands: log start and end offsets and the ledgers holding them.
@@ -221,6 +195,10 @@ class Broker:
 
         return self._on_log(topic, append)
 
+    def init_producer_id(self) -> int:
+        """A new idempotent producer's id (epoch 0), never handed out twice on this store."""
+        return next_producer_id(self.store)
+
     def _on_log(self, topic: str, operation: Callable[[], T]) -> T:
         try:
             return operation()
@@ -236,18 +214,11 @@ class Broker:
         _, meta = self.admin.metadata(topic)
         self.admin.check_partition(topic, partition, meta)
         cfg = self.config.topic_config(meta.get("config"))
-        roll_mb = self.config["managedLedgerMaxSizePerLedgerMbytes"]
         log = self.admin.log(topic, partition)
-
-        def new_stager() -> LedgerStager:
-            ledger_id = new_ledger_id()
-            if self.fileio.supports_append:
-                return LedgerStager(self.fileio, layout.staged_ledger_file(task_dir, f"{ledger_id:x}"), ledger_id)
-            return LedgerStager(self.fileio, log.ledger_path(ledger_id), ledger_id)  # objects are never moved
-
+        roll_mb = self.config["managedLedgerMaxSizePerLedgerMbytes"]
         if not self.fileio.supports_append:  # built in memory before they are written
             roll_mb = min(roll_mb, self.config["wholeLedgerMaxSizeMbytes"])
-        return StagedPartition(topic, partition, new_stager, roll_mb << 20, cfg, self.clock)
+        return StagedPartition(topic, partition, lambda: log.new_stager(task_dir), roll_mb << 20, cfg, self.clock)
 
     def append_staged(
         self, topic: str, partition: int, staged: Sequence[StagedLedger], sink_key: tuple[str, int]
@@ -275,6 +246,10 @@ class Broker:
         """Raw batches from the one holding ``offset`` on, with absolute ``baseOffset``, as in a
         FETCH response: at least one batch, then more while they fit in ``max_bytes``."""
         return self._fetcher.fetch_batches(topic, partition, offset, max_bytes)
+
+    def fetch_partition(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20) -> FetchedBatches:
+        """``fetch_batches`` with the log start offset and high watermark the batches were read at."""
+        return self._fetcher.fetch_partition(topic, partition, offset, max_bytes)
 
     def fetch(
         self, topic: str, partition: int, offset: int, max_records: int = 500, max_bytes: int = 50 << 20

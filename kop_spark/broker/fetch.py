@@ -7,6 +7,8 @@ in its new ledger, or is out of range.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ..errors import FileMissingError, OffsetOutOfRangeError
 from ..record import ConsumerRecord
 from ..storage.fileio import FileIO
@@ -18,6 +20,15 @@ EARLIEST_TIMESTAMP = -2  # ListOffsets' special timestamps
 LATEST_TIMESTAMP = -1
 OffsetSpec = str | int
 _READ_ATTEMPTS = 5
+
+
+class FetchedBatches(NamedTuple):
+    """A partition's answer to a FETCH: raw batches with absolute base offsets, and the log's
+    bounds when they were read."""
+
+    batches: list[bytes]
+    log_start_offset: int
+    high_watermark: int
 
 
 class Fetcher:
@@ -52,7 +63,11 @@ class Fetcher:
         raise AssertionError("unreachable")
 
     def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int) -> list[bytes]:
-        return [r.batch_bytes() for r in self.read(topic, partition, offset, max_bytes)[1]]
+        return self.fetch_partition(topic, partition, offset, max_bytes).batches
+
+    def fetch_partition(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchedBatches:
+        view, reads = self.read(topic, partition, offset, max_bytes)
+        return FetchedBatches([r.batch_bytes() for r in reads], view.log_start_offset, view.log_end_offset)
 
     def fetch(self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int) -> list[ConsumerRecord]:
         kafka_topic = self._admin.kafka_name(self._admin.name(topic))

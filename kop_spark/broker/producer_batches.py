@@ -5,11 +5,13 @@ partition's records fill batches of up to ``batch.size`` bytes in order. A recor
 
 from __future__ import annotations
 
+from .. import layout
 from ..errors import ConfigError
 from ..partitioner import partition_for_key
 from ..record import Record, build_record_batch
 from ..record.compression import CompressionType
 from ..record.default_record_batch import HEADER_SIZE
+from ..storage.metadata_store import MetadataStore, update
 
 # A record's worst-case framing (length, attributes, timestamp and offset deltas, key and value
 # lengths, header count) as Kafka's producer estimates it.
@@ -64,3 +66,10 @@ class ProducerBatches:
             self._close(p, records)
         self._open = {}
         return {p: (self._done[p], self._counts[p]) for p in sorted(self._done)}
+
+
+def next_producer_id(store: MetadataStore) -> int:
+    """An idempotent producer id: ids come from one key changed by compare-and-set, so no two
+    producers of any process on the store get the same one."""
+    taken = update(store, layout.PRODUCER_IDS_KEY, lambda v: {"next": (v or {"next": 0})["next"] + 1})
+    return int((taken.value or {"next": 0})["next"])

@@ -8,6 +8,7 @@ kop dump-ledger FILE         every entry of a ledger file (kafka-dump-log)
 kop maintenance              merge small ledgers, remove files of crashed writers
 kop verify                   check every ledger against its metadata (kafka-dump-log --verify)
 kop repair                   truncate damaged partitions at their first damaged entry
+kop serve                    speak the Kafka protocol to Kafka clients (kafka-server-start)
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import KopError
-from . import console, dump_ledger, groups, settings, store, topics
+from . import console, dump_ledger, groups, serve, settings, store, topics
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", help="store root (default: $KOP_ROOT, else storageRoot of conf/kop.conf, else ./kop-data)")
     p.add_argument("--conf", action="append", metavar="KEY=VALUE", help="override a setting of conf/kop.conf")
     sub = p.add_subparsers(dest="command", required=True)
-    for family in (topics, console, groups, store, dump_ledger, settings):
+    for family in (topics, console, groups, store, dump_ledger, settings, serve):
         family.add_parsers(sub)
     for command in sub.choices.values():  # also after the command, as Kafka's tools take them anywhere
         command.add_argument("--root", default=argparse.SUPPRESS, help=argparse.SUPPRESS)

@@ -46,7 +46,7 @@ def open_broker(args: argparse.Namespace) -> Broker:
         broker = Broker(root, conf=conf)
     except ConfigError as e:
         raise ConfigError(f"--conf: {e}; `kop config` lists every setting") from None
-    creating = args.command == "topics" and args.action == "create"
+    creating = args.command == "serve" or (args.command == "topics" and args.action == "create")
     if not creating and not broker.root_exists():
         broker.close()
         raise KopError(

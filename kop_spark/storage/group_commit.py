@@ -20,8 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ..errors import InvalidProducerEpochError, KopError, OutOfOrderSequenceError
 from ..record import RecordBatch
 from .ledger_metadata import LogMetadata, WriterRecord
+from .producer_state import check_producers
 
 
 class AppendResult(NamedTuple):
@@ -39,6 +41,7 @@ class AppendRequest:
     broker_timestamp: int | None = None
     count: int = field(init=False)  # offsets it takes
     result: AppendResult | None = field(default=None, init=False)
+    error: KopError | None = field(default=None, init=False)  # refused alone (an idempotent producer's batch)
 
     def __post_init__(self) -> None:
         self.count = sum(RecordBatch(b).offset_span for b in self.batches)
@@ -78,21 +81,30 @@ class GroupCommit:
             return self._outcome(request)
 
     def _outcome(self, request: AppendRequest) -> AppendResult:
-        error = self._done.pop(id(request))
+        error = self._done.pop(id(request)) or request.error
         if error is not None:
             raise error
         assert request.result is not None
         return request.result
 
 
-def place(meta: LogMetadata, requests: Sequence[AppendRequest], now: int) -> list[AppendRequest]:
+def place(meta: LogMetadata, requests: Sequence[AppendRequest], now: int, where: str) -> list[AppendRequest]:
     """Decide each request's fate against ``meta``: a repeated idempotent append gets its
-    original's result, every other one the next offsets, in order. Returns the requests to write,
+    original's result, a Kafka producer's batch out of sequence or fenced its error (alone), every
+    other one the next offsets, in order. Returns the requests to write,
     and records their writers' sequences in ``meta``; their results are set once the caller has
     confirmed them in ``meta`` (``next_offset`` must not have moved in between)."""
     to_write, base = [], meta.next_offset
     for r in requests:
-        r.result = None  # from an attempt whose CAS lost
+        r.result = r.error = None  # from an attempt whose CAS lost
+        try:
+            original = check_producers(meta.kafka_producers, r.batches, where, base, now)
+        except (OutOfOrderSequenceError, InvalidProducerEpochError) as e:
+            r.error = e
+            continue
+        if original is not None:
+            r.result = AppendResult(original, r.count, True)
+            continue
         if r.idempotence_key is not None:
             writer, seq = r.idempotence_key
             seen = meta.producers.get(writer)

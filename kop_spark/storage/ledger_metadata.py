@@ -6,6 +6,7 @@ The metadata store holds it as JSON under the partition's key (``layout.managed_
      "ledgers":   [LedgerRecord, ...],                        oldest first, offsets contiguous
      "producers": {writer: {"seq", "base_offset", "count", "ts"}},   idempotent appends
      "sinks":     {writer: {"batch", "base_offset", "count", "ts"}}, exactly-once sinks' batches
+     "kafka_producers": {producer id: ...},                   Kafka's idempotent producers (producer_state)
      "trash":     [{"file", "delete_after_ms"}, ...],          files no longer referred to
      "condemned": [file, ...],                                 orphans being removed
      "deleted":   true}                                        only once the log is deleted
@@ -19,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypedDict
+
+from .producer_state import ProducerEntry
 
 OPEN, CLOSED, SEALED = "open", "closed", "sealed"
 
@@ -142,6 +145,7 @@ class LogMetadata:
     trash: list[TrashEntry] = field(default_factory=list)
     condemned: list[str] = field(default_factory=list)
     deleted: bool = False
+    kafka_producers: dict[int, ProducerEntry] = field(default_factory=dict)  # see ``producer_state``
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> LogMetadata:
@@ -157,6 +161,7 @@ class LogMetadata:
             _writers(value.get("sinks", {}), "batch"),
             trash,
             condemned,
+            kafka_producers={int(p): ProducerEntry.from_json(e) for p, e in value.get("kafka_producers", {}).items()},
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -172,6 +177,8 @@ class LogMetadata:
             }
             if self.sinks:
                 out["sinks"] = _writers_json(self.sinks, "batch")
+            if self.kafka_producers:
+                out["kafka_producers"] = {str(p): e.to_json() for p, e in self.kafka_producers.items()}
         out["trash"] = self.trash
         if self.condemned:
             out["condemned"] = self.condemned
@@ -188,6 +195,7 @@ class LogMetadata:
             list(self.trash),
             list(self.condemned),
             self.deleted,
+            dict(self.kafka_producers),
         )
 
     # -- what it says ------------------------------------------------------------------------
@@ -262,8 +270,11 @@ class LogMetadata:
         for table in (self.producers, self.sinks):
             for writer in [w for w, r in table.items() if r.end_offset > end]:
                 del table[writer]
+        for producer in [p for p, e in self.kafka_producers.items() if e.end_offset > end]:
+            del self.kafka_producers[producer]
 
     def mark_deleted(self, delete_after_ms: int) -> None:
         """The log is deleted: every ledger goes to the trash; only trash and orphans are kept."""
         self.trash_files([l.file for l in self.ledgers], delete_after_ms)
         self.ledgers, self.producers, self.sinks, self.deleted = [], {}, {}, True
+        self.kafka_producers = {}

@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import BadVersionError, LogEndMovedError, ManagedLedgerDeletedError, OrphanRemovedError, StorageError
-from ..layout import ledger_file
+from ..layout import ledger_file, staged_ledger_file
 from ..retry import retry_cas
 from .fileio import FileIO
 from .group_commit import AppendRequest, AppendResult, GroupCommit, place
@@ -251,6 +251,8 @@ class ManagedLedger:
         if expected_next_offset is None:
             return self._appends.submit(request)
         self._commit_appends([request], expected_next_offset)
+        if request.error is not None:
+            raise request.error
         assert request.result is not None
         return request.result
 
@@ -264,7 +266,7 @@ class ManagedLedger:
                 raise LogEndMovedError(
                     f"{self.name}: the log end moved from {expected_next_offset} to {meta.next_offset}"
                 )
-            base, writes = meta.next_offset, place(meta, requests, now)
+            base, writes = meta.next_offset, place(meta, requests, now, self.name)
             if not writes:
                 return None
             appends = [(r.batches, r.broker_timestamp if r.broker_timestamp is not None else now) for r in writes]
@@ -293,6 +295,14 @@ class ManagedLedger:
         for batches, broker_timestamp in appends:
             stager.append(batches, broker_timestamp)
         return stager.finish()
+
+    def new_stager(self, task_dir: str) -> LedgerStager:
+        """A ledger staged for this partition by a task: in ``task_dir``, to be moved in when it is
+        appended; on an object store (no rename) at its final name, where it will stay."""
+        ledger_id = new_ledger_id()
+        if self.fileio.supports_append:
+            return LedgerStager(self.fileio, staged_ledger_file(task_dir, f"{ledger_id:x}"), ledger_id)
+        return LedgerStager(self.fileio, self.ledger_path(ledger_id), ledger_id)
 
     def ledger_path(self, ledger_id: int) -> str:
         """Where a ledger of this partition lives (a staged one once it is appended)."""

@@ -46,6 +46,8 @@ def expire_writers(meta: LogMetadata, policy: RetentionPolicy, now: int) -> None
     for table, expiration in ((meta.producers, policy.producer_expiration_ms), (meta.sinks, policy.sink_expiration_ms)):
         for writer in [w for w, r in table.items() if r.ts < now - expiration]:
             del table[writer]
+    for producer in [p for p, e in meta.kafka_producers.items() if e.ts < now - policy.producer_expiration_ms]:
+        del meta.kafka_producers[producer]
 
 
 def purge_trash(fileio: FileIO, committed: LogMetadata, meta: LogMetadata, now: int) -> None:

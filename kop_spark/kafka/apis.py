@@ -1,0 +1,68 @@
+"""The APIs this server implements, with the versions it advertises in API_VERSIONS (exactly
+those it handles), and the handler of each."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Awaitable, Callable
+from typing import Any, NamedTuple
+
+from kio.schema.errors import ErrorCode
+
+from .context import ServerContext
+from .handlers import admin, fetch, groups, list_offsets, metadata, offsets, produce, producers
+from .messages import RequestHeader, make, response_module
+
+Handler = Callable[[ServerContext, RequestHeader, Any], Awaitable[Any]]
+
+API_VERSIONS = 18
+
+
+class Api(NamedTuple):
+    key: int
+    min_version: int
+    max_version: int
+    handler: Handler
+
+    def supports(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+async def api_versions(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    return versions_response(header.api_version, ErrorCode.none)
+
+
+def versions_response(version: int, code: ErrorCode) -> Any:
+    """What API_VERSIONS answers; a version this server does not know gets the v0 answer with
+    UNSUPPORTED_VERSION, so the client can retry with one it finds in the list (as Kafka does)."""
+    m = response_module(API_VERSIONS, version)
+    keys = tuple(
+        make(m.ApiVersion, api_key=a.key, min_version=a.min_version, max_version=a.max_version) for a in APIS.values()
+    )
+    return make(m.ApiVersionsResponse, error_code=code, api_keys=keys, throttle_time=datetime.timedelta(0))
+
+
+APIS: dict[int, Api] = {
+    a.key: a
+    for a in (
+        Api(0, 3, 9, produce.handle),
+        Api(1, 4, 12, fetch.handle),
+        Api(2, 1, 6, list_offsets.handle),
+        Api(3, 1, 12, metadata.handle),
+        Api(8, 2, 8, offsets.offset_commit),
+        Api(9, 1, 7, offsets.offset_fetch),
+        Api(10, 0, 4, offsets.find_coordinator),
+        Api(11, 0, 9, groups.join_group),
+        Api(12, 0, 4, groups.heartbeat),
+        Api(13, 0, 5, groups.leave_group),
+        Api(14, 0, 5, groups.sync_group),
+        Api(15, 0, 5, groups.describe_groups),
+        Api(16, 0, 4, groups.list_groups),
+        Api(API_VERSIONS, 0, 3, api_versions),
+        Api(19, 2, 7, admin.create_topics),
+        Api(20, 1, 5, admin.delete_topics),
+        Api(22, 0, 4, producers.init_producer_id),
+        Api(42, 0, 2, groups.delete_groups),
+        Api(47, 0, 0, groups.offset_delete),
+    )
+}

@@ -1,0 +1,61 @@
+"""What every handler works with: the Broker (whose calls block, so they run on worker threads,
+where concurrent appends to one partition are grouped into one write and one CAS), the address
+clients are told, and the signal that wakes parked fetches when this server appends."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from ..broker import Broker
+from .group_membership import GroupMembership
+from .listeners import Listener
+
+T = TypeVar("T")
+
+NODE_ID = 0  # one node leads every partition and is controller and coordinator
+
+
+class Appends:
+    """Wakes fetches parked on this server when it appends: a new event per round, set and replaced."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def wait(self, timeout_s: float) -> None:
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout_s)
+        except TimeoutError:
+            pass
+
+
+class ServerContext:
+    def __init__(self, broker: Broker, advertised: Listener, workers: int = 32):
+        self.broker = broker
+        self.advertised = advertised
+        self.cluster_id = cluster_id_of(broker.root)
+        self.appends = Appends()
+        self.membership = GroupMembership(broker.config["group.initial.rebalance.delay.ms"])
+        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="kop-serve")
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking Broker call on a worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+
+    def close(self) -> None:
+        self.membership.close()
+        self._executor.shutdown(wait=True)
+
+
+def cluster_id_of(root: str) -> str:
+    """Kafka's cluster id form (a UUID in 22 characters of URL-safe base64), stable for a store."""
+    return base64.urlsafe_b64encode(uuid.uuid5(uuid.NAMESPACE_URL, root).bytes).decode().rstrip("=")

@@ -1,0 +1,130 @@
+"""One consumer group's membership, as Kafka's ``GroupMetadata`` holds it: its state, generation,
+chosen protocol, leader and members (each with its protocols, assignment, and the join or sync
+request it is waiting on). ``GroupMembership`` moves it from state to state."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from kio.schema.errors import ErrorCode
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class JoinedMember(NamedTuple):
+    member_id: str
+    instance_id: str | None
+    metadata: bytes
+
+
+class JoinResult(NamedTuple):
+    error: ErrorCode
+    member_id: str
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str = ""
+    members: tuple[JoinedMember, ...] = ()  # for the leader only
+    skip_assignment: bool = False
+
+
+class SyncResult(NamedTuple):
+    error: ErrorCode
+    assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol: str | None = None
+
+
+@dataclass
+class Member:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    join: asyncio.Future[JoinResult] | None = None  # a JoinGroup waiting for the rebalance
+    sync: asyncio.Future[SyncResult] | None = None  # a SyncGroup waiting for the leader's assignment
+    expiry: asyncio.TimerHandle | None = None
+
+    def metadata(self, protocol: str | None) -> bytes:
+        return next((m for name, m in self.protocols if name == protocol), b"")
+
+    def answer_join(self, result: JoinResult) -> None:
+        if self.join is not None and not self.join.done():
+            self.join.set_result(result)
+        self.join = None
+
+    def answer_sync(self, result: SyncResult) -> None:
+        if self.sync is not None and not self.sync.done():
+            self.sync.set_result(result)
+        self.sync = None
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    pending: set[str] = field(default_factory=set)  # member ids handed out with MEMBER_ID_REQUIRED
+    instances: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
+    rebalance_timer: asyncio.TimerHandle | None = None
+    initial_delay: bool = False  # the first members of an empty group are still arriving
+
+    def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        """Whether a member with these protocols can join: same type, and a protocol in common."""
+        if not self.members:
+            return bool(protocols)
+        if protocol_type != self.protocol_type:
+            return False
+        return bool(self._common({name for name, _ in protocols}))
+
+    def _common(self, extra: set[str] | None = None) -> set[str]:
+        sets = [{name for name, _ in m.protocols} for m in self.members.values()]
+        if extra is not None:
+            sets.append(extra)
+        return set.intersection(*sets) if sets else set()
+
+    def select_protocol(self) -> str | None:
+        """Kafka's choice: each member votes for the first of its protocols that all support."""
+        common = self._common()
+        votes = Counter(next(name for name, _ in m.protocols if name in common) for m in self.members.values())
+        return votes.most_common(1)[0][0] if votes else None
+
+    def all_joined(self) -> bool:
+        return all(m.join is not None for m in self.members.values())
+
+    def joined_members(self) -> tuple[JoinedMember, ...]:
+        return tuple(JoinedMember(m.member_id, m.instance_id, m.metadata(self.protocol)) for m in self.members.values())
+
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def join_result(self, member: Member) -> JoinResult:
+        """What a member's JoinGroup is answered once the generation is formed."""
+        leader = member.member_id == self.leader
+        return JoinResult(
+            ErrorCode.none,
+            member.member_id,
+            self.generation,
+            self.protocol_type,
+            self.protocol,
+            self.leader or "",
+            self.joined_members() if leader else (),
+        )

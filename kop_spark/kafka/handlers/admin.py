@@ -1,0 +1,59 @@
+"""CREATE_TOPICS and DELETE_TOPICS: the same topics as ``Broker.create_topic``'s (name mapping,
+configs, partitions). One node holds every replica, so a replication factor other than 1 or -1
+(the broker's default) is refused as Kafka refuses one larger than its broker count."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..context import ServerContext
+from ..error_codes import error_code
+from ..messages import RequestHeader, make, response_module
+from .metadata import NO_TOPIC_ID
+
+
+async def create_topics(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    m = response_module(header.api_key, header.api_version)
+    results = []
+    for t in request.topics:
+        code, message = ErrorCode.none, None
+        partitions = t.num_partitions if t.num_partitions != -1 else ctx.broker.config["defaultNumPartitions"]
+        if t.replication_factor not in (-1, 1) or t.assignments:
+            code = ErrorCode.invalid_replication_factor
+            message = f"topic {t.name!r}: one node holds every partition, so the replication factor is 1"
+        elif not request.validate_only:
+            config = {c.name: c.value for c in t.configs}
+            try:
+                await ctx.call(ctx.broker.create_topic, t.name, partitions, config)
+            except Exception as e:
+                code, message = error_code(e, f"create topic {t.name!r}"), str(e)
+        results.append(
+            make(
+                m.CreatableTopicResult,
+                name=t.name,
+                topic_id=NO_TOPIC_ID,
+                error_code=code,
+                error_message=message,
+                num_partitions=partitions if code == ErrorCode.none else -1,
+                replication_factor=1 if code == ErrorCode.none else -1,
+                configs=None,
+            )
+        )
+    return make(m.CreateTopicsResponse, throttle_time=datetime.timedelta(0), topics=tuple(results))
+
+
+async def delete_topics(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    m = response_module(header.api_key, header.api_version)
+    names = list(request.topic_names) if hasattr(request, "topic_names") else [t.name for t in request.topics]
+    results = []
+    for name in names:
+        code, message = ErrorCode.none, None
+        try:
+            await ctx.call(ctx.broker.delete_topic, name)
+        except Exception as e:
+            code, message = error_code(e, f"delete topic {name!r}"), str(e)
+        results.append(make(m.DeletableTopicResult, name=name, error_code=code, error_message=message))
+    return make(m.DeleteTopicsResponse, throttle_time=datetime.timedelta(0), responses=tuple(results))

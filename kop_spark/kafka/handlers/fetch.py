@@ -1,0 +1,93 @@
+"""FETCH: the stored batches as they are, with their absolute ``baseOffset`` (no record is
+decoded), up to ``max_bytes`` per partition and in all (at least one batch, as KIP-74 asks, so a
+batch larger than the limits still gets through). With less than ``min_bytes`` the fetch is
+parked for up to ``max_wait``: an append through this server wakes it at once, an append by
+another process (Spark, the CLI, another server) is seen at the next look at the log, every
+``OTHER_WRITERS_POLL_S``. An offset outside the log is OFFSET_OUT_OF_RANGE, never a silent resume."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from typing import Any, NamedTuple
+
+from kio.schema.errors import ErrorCode
+
+from ...broker import FetchedBatches
+from ..context import ServerContext
+from ..error_codes import error_code
+from ..messages import RequestHeader, make, response_module
+
+OTHER_WRITERS_POLL_S = 0.05
+
+
+class _Wanted(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+
+
+async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    m = response_module(header.api_key, header.api_version)
+    wanted = [
+        _Wanted(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+        for t in request.topics
+        for p in t.partitions
+    ]
+    deadline = time.monotonic() + request.max_wait.total_seconds()
+    while True:
+        answers = await _read(ctx, wanted, request.max_bytes)
+        size = sum(len(b) for a in answers if isinstance(a, FetchedBatches) for b in a.batches)
+        errors = any(not isinstance(a, FetchedBatches) for a in answers)
+        left = deadline - time.monotonic()
+        if size >= request.min_bytes or errors or left <= 0 or not wanted:
+            break
+        await ctx.appends.wait(min(left, OTHER_WRITERS_POLL_S))
+    by_topic: dict[str, list[Any]] = {}
+    for w, a in zip(wanted, answers, strict=True):
+        by_topic.setdefault(w.topic, []).append(_partition(m, w.partition, a))
+    responses = tuple(make(m.FetchableTopicResponse, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items())
+    return make(
+        m.FetchResponse,
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=responses,
+    )
+
+
+async def _read(ctx: ServerContext, wanted: list[_Wanted], max_bytes: int) -> list[FetchedBatches | ErrorCode]:
+    out: list[FetchedBatches | ErrorCode] = []
+    budget = max_bytes
+    for w in wanted:
+        limit = max(min(w.max_bytes, budget), 1)
+        try:
+            fetched = await ctx.call(ctx.broker.fetch_partition, w.topic, w.partition, w.offset, limit)
+        except Exception as e:
+            out.append(error_code(e, f"fetch from {w.topic}-{w.partition} at {w.offset}"))
+            continue
+        if budget <= 0:  # the first partition's first batch always goes; others wait for the next fetch
+            fetched = fetched._replace(batches=[])
+        budget -= sum(len(b) for b in fetched.batches)
+        out.append(fetched)
+    return out
+
+
+def _partition(m: Any, index: int, answer: FetchedBatches | ErrorCode) -> Any:
+    if isinstance(answer, FetchedBatches):
+        code, records = ErrorCode.none, b"".join(answer.batches)
+        high, start = answer.high_watermark, answer.log_start_offset
+    else:
+        code, records, high, start = answer, b"", -1, -1
+    return make(
+        m.PartitionData,
+        partition_index=index,
+        error_code=code,
+        high_watermark=high,
+        last_stable_offset=high,
+        log_start_offset=start,
+        aborted_transactions=(),
+        preferred_read_replica=-1,
+        records=records,
+    )

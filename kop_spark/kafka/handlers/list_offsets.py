@@ -1,0 +1,42 @@
+"""LIST_OFFSETS: -2 earliest (the log start), -1 latest (the log end), or the first offset whose
+timestamp is at or after a time (-1 when none is)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...broker import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ..context import ServerContext
+from ..error_codes import error_code
+from ..messages import RequestHeader, make, response_module
+
+
+async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    m = response_module(header.api_key, header.api_version)
+    topics = []
+    for t in request.topics:
+        partitions = [await _partition(ctx, m, t.name, p.partition_index, p.timestamp) for p in t.partitions]
+        topics.append(make(m.ListOffsetsTopicResponse, name=t.name, partitions=tuple(partitions)))
+    return make(m.ListOffsetsResponse, throttle_time=datetime.timedelta(0), topics=tuple(topics))
+
+
+async def _partition(ctx: ServerContext, m: Any, topic: str, partition: int, timestamp: int) -> Any:
+    spec = {EARLIEST_TIMESTAMP: "earliest", LATEST_TIMESTAMP: "latest"}.get(timestamp, timestamp)
+    if isinstance(spec, int) and spec < 0:  # max-timestamp (-3) and tiered lookups are not advertised
+        return make(m.ListOffsetsPartitionResponse, partition_index=partition, error_code=ErrorCode.invalid_request)
+    try:
+        offset = await ctx.call(ctx.broker.list_offsets, topic, partition, spec)
+    except Exception as e:
+        code = error_code(e, f"list offsets of {topic}-{partition}")
+        return make(m.ListOffsetsPartitionResponse, partition_index=partition, error_code=code)
+    return make(
+        m.ListOffsetsPartitionResponse,
+        partition_index=partition,
+        error_code=ErrorCode.none,
+        timestamp=-1,
+        offset=offset,
+        old_style_offsets=(offset,),
+    )

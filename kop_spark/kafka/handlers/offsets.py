@@ -1,0 +1,106 @@
+"""FIND_COORDINATOR (this node, for every group), OFFSET_COMMIT and OFFSET_FETCH: offsets go to the
+same offsets topic through the Broker's coordinator, so wire consumers, Spark queries and CLI
+resets share one view (``kop groups``)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...broker import OffsetAndMetadata
+from ..context import NODE_ID, ServerContext
+from ..error_codes import error_code
+from ..messages import RequestHeader, make, response_module
+
+NO_GENERATION = -1  # a commit from outside any group generation (assign(), tools)
+
+
+async def find_coordinator(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    m = response_module(header.api_key, header.api_version)
+    here = {"node_id": NODE_ID, "host": ctx.advertised.host, "port": ctx.advertised.port}
+    if header.api_version >= 4:
+        found = tuple(
+            make(m.Coordinator, key=k, error_code=ErrorCode.none, error_message=None, **here)
+            for k in request.coordinator_keys
+        )
+        return make(m.FindCoordinatorResponse, throttle_time=datetime.timedelta(0), coordinators=found)
+    return make(
+        m.FindCoordinatorResponse,
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode.none,
+        error_message=None,
+        **here,
+    )
+
+
+async def offset_commit(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    m = response_module(header.api_key, header.api_version)
+    b = ctx.broker
+    generation = getattr(request, "generation_id_or_member_epoch", getattr(request, "generation_id", NO_GENERATION))
+    fenced = ctx.membership.validate_commit(
+        request.group_id, generation, getattr(request, "member_id", ""), getattr(request, "group_instance_id", None)
+    )
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+    for t in request.topics:
+        code = ErrorCode.unknown_topic_or_partition
+        try:
+            partitions = await ctx.call(b.partitions_for, t.name)
+        except Exception as e:
+            partitions, code = 0, error_code(e, f"commit of group {request.group_id!r} to {t.name}")
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            if fenced != ErrorCode.none:
+                codes[tp] = fenced
+            elif not 0 <= p.partition_index < partitions:
+                codes[tp] = code
+            else:
+                offsets[tp] = OffsetAndMetadata(p.committed_offset, p.committed_metadata or "")
+    if offsets:
+        try:
+            await ctx.call(b.commit_offsets, request.group_id, offsets)
+            codes.update(dict.fromkeys(offsets, ErrorCode.none))
+        except Exception as e:
+            codes.update(dict.fromkeys(offsets, error_code(e, f"commit of group {request.group_id!r}")))
+    topics = tuple(
+        make(
+            m.OffsetCommitResponseTopic,
+            name=t.name,
+            partitions=tuple(
+                make(
+                    m.OffsetCommitResponsePartition,
+                    partition_index=p.partition_index,
+                    error_code=codes[(t.name, p.partition_index)],
+                )
+                for p in t.partitions
+            ),
+        )
+        for t in request.topics
+    )
+    return make(m.OffsetCommitResponse, throttle_time=datetime.timedelta(0), topics=topics)
+
+
+async def offset_fetch(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    m = response_module(header.api_key, header.api_version)
+    wanted = None if request.topics is None else [(t.name, p) for t in request.topics for p in t.partition_indexes]
+    try:
+        found = await ctx.call(ctx.broker.fetch_offsets, request.group_id, wanted)
+    except Exception as e:
+        code = error_code(e, f"offsets of group {request.group_id!r}")
+        return make(m.OffsetFetchResponse, throttle_time=datetime.timedelta(0), topics=(), error_code=code)
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, p), o in sorted(found.items()):
+        by_topic.setdefault(topic, []).append(
+            make(
+                m.OffsetFetchResponsePartition,
+                partition_index=p,
+                committed_offset=o.offset,
+                committed_leader_epoch=-1,
+                metadata=o.metadata,
+                error_code=ErrorCode.none,
+            )
+        )
+    topics = tuple(make(m.OffsetFetchResponseTopic, name=t, partitions=tuple(ps)) for t, ps in by_topic.items())
+    return make(m.OffsetFetchResponse, throttle_time=datetime.timedelta(0), topics=topics, error_code=ErrorCode.none)

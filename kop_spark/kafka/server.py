@@ -1,0 +1,95 @@
+"""``kop serve``: the Kafka protocol front-end, a thin adapter over one Broker (DESIGN.md §7).
+
+It listens on ``kafkaListeners`` (loopback by default) and tells clients the first of
+``kafkaAdvertisedListeners`` (else the address it is bound to). A stop (SIGTERM) closes the
+listeners, lets requests being handled finish and be answered, then closes the connections.
+Everything it acknowledges is durable as the Broker makes it, so kill -9 is safe too."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+from ..broker import Broker
+from .connection import Connection
+from .context import ServerContext
+from .listeners import Listener, parse_listeners
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_S = 30.0  # longest a stop waits for requests in flight
+
+
+class KafkaServer:
+    def __init__(self, broker: Broker, listeners: str | None = None, advertised: str | None = None):
+        config = broker.config
+        self.broker = broker
+        self.listeners = parse_listeners(listeners or config["kafkaListeners"])
+        advertised = advertised if advertised is not None else config["kafkaAdvertisedListeners"]
+        self._advertised = parse_listeners(advertised, "kafkaAdvertisedListeners") if advertised else None
+        self._max_bytes = config["socket.request.max.bytes"]
+        self._servers: list[asyncio.Server] = []
+        self._connections: set[Connection] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.bound: list[Listener] = []
+        self.ctx: ServerContext | None = None
+
+    async def start(self) -> None:
+        for listener in self.listeners:
+            server = await asyncio.start_server(self._accept, listener.host, listener.port, limit=1 << 16)
+            host, port = server.sockets[0].getsockname()[:2]
+            self.bound.append(Listener(listener.protocol, host, port))
+            self._servers.append(server)
+        advertised = self._advertised[0] if self._advertised else self.bound[0]
+        self.ctx = ServerContext(self.broker, advertised)
+        for listener in self.bound:
+            log.info("kop serve: listening on %s (root %s)", listener, self.broker.root)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        assert self.ctx is not None
+        connection = Connection(self.ctx, reader, writer, self._max_bytes)
+        self._connections.add(connection)
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            await connection.run()
+        finally:
+            self._connections.discard(connection)
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def stop(self) -> None:
+        """Stop listening, answer what is in flight, close every connection."""
+        for server in self._servers:
+            server.close()
+        for c in self._connections:
+            c.stopping = True
+        busy = [c.idle.wait() for c in self._connections]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*busy), STOP_GRACE_S)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for server in self._servers:
+            with contextlib.suppress(Exception):
+                await server.wait_closed()
+        if self.ctx is not None:
+            self.ctx.close()
+        log.info("kop serve: stopped")
+
+
+async def serve(broker: Broker, listeners: str | None = None, advertised: str | None = None) -> None:
+    """Run a server until SIGTERM or SIGINT."""
+    server = KafkaServer(broker, listeners, advertised)
+    await server.start()
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    try:
+        await stopping.wait()
+    finally:
+        await server.stop()

@@ -1,0 +1,62 @@
+"""Speaking the Kafka protocol by hand in tests: kafka-python's message classes (built from plain
+dicts) over a socket to a ``kop serve``."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+from kafka.protocol import admin, consumer, metadata, producer
+
+from .kop_server import KopServer
+
+
+def wire_request(cls: Any, version: int, **values: Any) -> Any:
+    return cls[version](**build(cls._struct, values))
+
+
+def build(struct: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """kafka-python's nested message objects from plain dicts (its constructors take the objects)."""
+    out = {}
+    for name, value in values.items():
+        inner = getattr(struct.fields[name], "array_of", None)
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            value = [inner.data_class(**build(inner, v)) for v in value]
+        out[name] = value
+    return out
+
+
+def connect(server: KopServer) -> socket.socket:
+    host, port = server.bootstrap.split(":")
+    return socket.create_connection((host, int(port)), timeout=30)
+
+
+def exchange(sock: socket.socket, frame: bytes) -> bytes:
+    sock.sendall(struct.pack(">i", len(frame)) + frame)
+    (size,) = struct.unpack(">i", read_exactly(sock, 4))
+    return read_exactly(sock, size)
+
+
+def read_exactly(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed by the server")
+        out += chunk
+    return out
+
+
+def response_class(request: Any) -> Any:
+    """kafka-python's response class of a request of one version."""
+    name = type(request).__name__.split("_")[0].replace("Request", "Response")
+    return next(getattr(m, name) for m in (admin, consumer, metadata, producer) if hasattr(m, name))[
+        request.API_VERSION
+    ]
+
+
+def call(sock: socket.socket, request: Any, correlation_id: int = 1) -> Any:
+    """Send a kafka-python request, return kafka-python's reading of the answer."""
+    request.with_header(correlation_id, "kop-test")
+    return response_class(request).decode(exchange(sock, bytes(request.encode(header=True))), header=True)

@@ -1,0 +1,72 @@
+"""``kop serve`` as the tests run it: a real subprocess on a free loopback port (``:0``, the port
+read back from its "listening on" log line), stopped with SIGTERM or killed with SIGKILL."""
+
+from __future__ import annotations
+
+import queue
+import re
+import signal
+import subprocess
+import threading
+from collections.abc import Sequence
+
+from .conftest import PYTHON, python_subprocess_env
+
+_LISTENING = re.compile(r"listening on PLAINTEXT://([\d.]+):(\d+)")
+
+
+class KopServer:
+    def __init__(self, root: str, conf: Sequence[str] = ()):
+        self.root = root
+        self.conf = list(conf)
+        self.proc: subprocess.Popen[str] | None = None
+        self.bootstrap = ""
+        self.log: list[str] = []
+
+    def start(self, timeout: float = 60) -> KopServer:
+        args = [PYTHON, "-m", "kop_spark.cli", "--root", self.root, *(f"--conf={c}" for c in self.conf)]
+        self.proc = subprocess.Popen(
+            [*args, "serve", "--listeners", "PLAINTEXT://127.0.0.1:0"],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            env=python_subprocess_env(),
+        )
+        lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._drain, args=(self.proc, lines), daemon=True).start()
+        while True:
+            try:
+                line = lines.get(timeout=timeout)
+            except queue.Empty:
+                self.kill()
+                raise TimeoutError(f"kop serve did not say where it listens within {timeout} s") from None
+            if line is None:
+                raise RuntimeError("kop serve exited at start:\n" + "".join(self.log))
+            found = _LISTENING.search(line)
+            if found:
+                self.bootstrap = f"{found[1]}:{found[2]}"
+                return self
+
+    def _drain(self, proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            self.log.append(line)
+            lines.put(line)
+        lines.put(None)
+
+    def stop(self, timeout: float = 60) -> int:
+        """SIGTERM, as a service manager stops it; returns its exit code."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> KopServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()

@@ -1,0 +1,200 @@
+"""Consumer groups over the wire, Kafka's classic rebalance protocol: real librdkafka consumers
+share a topic and take over a killed member's partitions; a static member restarts without a
+rebalance; and a commit from a stale or unknown member is refused (by hand on the protocol, so
+each step is deterministic)."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, OffsetCommitRequest, SyncGroupRequest
+
+from kop_spark import Broker
+
+from .conftest import PYTHON, python_subprocess_env
+from .kafka_wire import call, connect, wire_request
+from .kop_server import KopServer
+
+CONF = ["group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000"]
+
+
+@pytest.fixture
+def server(tmp_path) -> Iterator[KopServer]:
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        b.create_topic("t", 4)
+    with KopServer(root, CONF) as s:
+        yield s
+
+
+def _consumer(server: KopServer, name: str, **extra: Any) -> Consumer:
+    conf = {
+        "bootstrap.servers": server.bootstrap,
+        "group.id": "g",
+        "client.id": name,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "session.timeout.ms": 3000,
+        "heartbeat.interval.ms": 300,
+    }
+    return Consumer({**conf, **extra})
+
+
+def _poll_until(consumers: list[Consumer], done: Any, timeout: float = 30) -> list[tuple[str, int, int]]:
+    got: list[tuple[str, int, int]] = []
+    deadline = time.monotonic() + timeout
+    while not done(got):
+        assert time.monotonic() < deadline, f"not done within {timeout} s; consumed {len(got)}"
+        for c in consumers:
+            m = c.poll(0.1)
+            if m is not None and m.error() is None:
+                got.append((c.memberid(), m.partition(), m.offset()))
+    return got
+
+
+def _produce(server: KopServer, n: int) -> None:
+    p = Producer({"bootstrap.servers": server.bootstrap})
+    for i in range(n):
+        p.produce("t", key=f"{i}".encode(), value=f"v{i}".encode())
+    assert p.flush(30) == 0
+
+
+def _assigned(c: Consumer) -> set[int]:
+    return {tp.partition for tp in c.assignment()}
+
+
+def test_two_members_share_the_partitions_and_consume_everything_once(server: KopServer) -> None:
+    one, two = _consumer(server, "one"), _consumer(server, "two")
+    one.subscribe(["t"])
+    two.subscribe(["t"])
+    _poll_until([one, two], lambda _: len(_assigned(one)) == len(_assigned(two)) == 2)
+    _produce(server, 200)  # after the rebalance: each record is read once, by its partition's owner
+    got = _poll_until([one, two], lambda got: len(got) >= 200)
+    assert len(got) == 200 and len({(p, o) for _, p, o in got}) == 200
+    assert _assigned(one) | _assigned(two) == {0, 1, 2, 3} and not _assigned(one) & _assigned(two)
+    for member in {m for m, _, _ in got}:
+        assert {p for m, p, _ in got if m == member} <= (_assigned(one) if member == one.memberid() else _assigned(two))
+    one.commit(asynchronous=False)
+    two.commit(asynchronous=False)
+    one.close()
+    two.close()
+    with Broker(server.root) as b:
+        committed = {tp: o.offset for tp, o in b.fetch_offsets("g").items()}
+        assert committed == {("t", p): b.list_offsets("t", p, "latest") for p in range(4)}
+
+
+_MEMBER = textwrap.dedent(
+    """
+    import sys
+    from confluent_kafka import Consumer
+    c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "g", "client.id": "doomed",
+                  "session.timeout.ms": 3000, "heartbeat.interval.ms": 300})
+    c.subscribe(["t"])
+    while True:
+        c.poll(0.1)
+        if c.assignment():
+            print("assigned", flush=True)
+    """
+)
+
+
+def test_a_killed_members_partitions_move_after_its_session_timeout(server: KopServer) -> None:
+    survivor = _consumer(server, "survivor")
+    survivor.subscribe(["t"])
+    _poll_until([survivor], lambda _: _assigned(survivor) == {0, 1, 2, 3})
+    doomed = subprocess.Popen(
+        [PYTHON, "-c", _MEMBER, server.bootstrap], stdout=subprocess.PIPE, text=True, env=python_subprocess_env()
+    )
+    assigned = threading.Event()
+    threading.Thread(target=lambda: doomed.stdout and doomed.stdout.readline() and assigned.set(), daemon=True).start()
+    try:  # the survivor keeps polling: it takes part in the rebalance
+        _poll_until([survivor], lambda _: assigned.is_set() and len(_assigned(survivor)) == 2)
+    finally:
+        doomed.kill()  # no LeaveGroup: only the session timeout can tell
+        doomed.wait()
+    _poll_until([survivor], lambda _: _assigned(survivor) == {0, 1, 2, 3})
+    survivor.close()
+
+
+def test_a_static_member_restarts_without_a_rebalance(server: KopServer) -> None:
+    rebalances: list[str] = []
+    other = _consumer(server, "other", **{"group.instance.id": "other"})
+    other.subscribe(["t"], on_assign=lambda c, ps: rebalances.append("assign"))
+    static = _consumer(server, "static", **{"group.instance.id": "static", "session.timeout.ms": 10_000})
+    static.subscribe(["t"])
+    _poll_until([other, static], lambda _: len(_assigned(other)) == 2 and len(_assigned(static)) == 2)
+    before, count = _assigned(static), len(rebalances)
+    static.close()  # a static member does not leave on close
+    again = _consumer(server, "static", **{"group.instance.id": "static", "session.timeout.ms": 10_000})
+    again.subscribe(["t"])
+    _poll_until([other, again], lambda _: _assigned(again) == before)
+    assert len(rebalances) == count, "the other member was rebalanced"
+    other.close()
+    again.close()
+
+
+def _join(sock: Any, member_id: str = "") -> Any:
+    request = wire_request(
+        JoinGroupRequest,
+        5,
+        group_id="fenced",
+        session_timeout_ms=30_000,
+        rebalance_timeout_ms=30_000,
+        member_id=member_id,
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=[{"name": "range", "metadata": b""}],
+    )
+    answer = call(sock, request)
+    if answer.error_code == 79:  # MEMBER_ID_REQUIRED: join again with the id handed out
+        return _join(sock, answer.member_id)
+    assert answer.error_code == 0
+    return answer
+
+
+def _commit(sock: Any, generation: int, member_id: str) -> int:
+    request = wire_request(
+        OffsetCommitRequest,
+        7,
+        group_id="fenced",
+        generation_id_or_member_epoch=generation,
+        member_id=member_id,
+        topics=[{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1, "committed_metadata": ""}]}],
+    )
+    return int(call(sock, request).topics[0].partitions[0].error_code)
+
+
+def _heartbeat(sock: Any, generation: int, member_id: str) -> int:
+    request = wire_request(HeartbeatRequest, 3, group_id="fenced", generation_id=generation, member_id=member_id)
+    return int(call(sock, request).error_code)
+
+
+def test_commits_are_fenced_by_generation_and_member(server: KopServer) -> None:
+    with connect(server) as a_sock, connect(server) as b_sock:
+        a = _join(a_sock)
+        assert a.generation_id == 1 and a.leader == a.member_id
+        sync = wire_request(
+            SyncGroupRequest, 3, group_id="fenced", generation_id=1, member_id=a.member_id, assignments=[]
+        )
+        assert call(a_sock, sync).error_code == 0
+        assert _commit(a_sock, 1, a.member_id) == 0
+        assert _commit(a_sock, -1, "") == 25  # UNKNOWN_MEMBER_ID: the group has members
+        joined: list[Any] = []
+        b_join = threading.Thread(target=lambda: joined.append(_join(b_sock)))
+        b_join.start()
+        deadline = time.monotonic() + 30
+        while _heartbeat(a_sock, 1, a.member_id) != 27:  # REBALANCE_IN_PROGRESS once B has asked to join
+            assert time.monotonic() < deadline
+        a2 = _join(a_sock, a.member_id)
+        b_join.join(30)
+        assert a2.generation_id == joined[0].generation_id == 2
+        assert _commit(a_sock, 2, a.member_id) == 27  # REBALANCE_IN_PROGRESS until the leader's sync
+        assert _commit(a_sock, 1, a.member_id) == 22  # ILLEGAL_GENERATION
+        assert _commit(a_sock, 2, "stranger") == 25  # UNKNOWN_MEMBER_ID

@@ -1,0 +1,246 @@
+"""The wire protocol, checked against a second implementation: for every API and version the
+server advertises, kafka-python's codec (generated from the same JSON schemas, independently)
+and kio's must agree byte for byte on the request, and on the server's real response. Then the
+server's defences: a malformed, truncated, oversized or unknown request closes that connection
+only, and fuzzed frames never take the server down."""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kafka.protocol.admin import (
+    CreateTopicsRequest,
+    DeleteGroupsRequest,
+    DeleteTopicsRequest,
+    DescribeGroupsRequest,
+    ListGroupsRequest,
+)
+from kafka.protocol.consumer import (
+    FetchRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    ListOffsetsRequest,
+    OffsetCommitRequest,
+    OffsetDeleteRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
+from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
+from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+from kio.serial import entity_writer
+
+from kop_spark import Broker, Record
+from kop_spark.kafka.apis import APIS
+from kop_spark.kafka.messages import decode_request, request_class
+from kop_spark.record import build_record_batch
+
+from .kafka_wire import connect, exchange, response_class, wire_request
+from .kop_server import KopServer
+
+BATCH = build_record_batch([Record(value=b"v", key=b"k", timestamp_ms=1_900_000_000_000)])
+MB = 1 << 20
+
+
+# A realistic request of each API, by version, as kafka-python builds it, and the errors it may get.
+REQUESTS: dict[int, Callable[[int], Any]] = {
+    0: lambda v: wire_request(
+        ProduceRequest,
+        v,
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[{"name": "t", "partition_data": [{"index": 0, "records": BATCH}]}],
+    ),
+    1: lambda v: wire_request(
+        FetchRequest,
+        v,
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=MB,
+        topics=[{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": MB}]}],
+        forgotten_topics_data=[],
+    ),
+    2: lambda v: wire_request(
+        ListOffsetsRequest,
+        v,
+        replica_id=-1,
+        topics=[{"name": "t", "partitions": [{"partition_index": 0, "timestamp": -2}]}],
+    ),
+    3: lambda v: wire_request(MetadataRequest, v, topics=[{"name": "t"}], allow_auto_topic_creation=False),
+    8: lambda v: wire_request(
+        OffsetCommitRequest,
+        v,
+        group_id="g",
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        retention_time_ms=-1,
+        topics=[
+            {"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1, "committed_metadata": "m"}]}
+        ],
+    ),
+    9: lambda v: wire_request(OffsetFetchRequest, v, group_id="g", topics=[{"name": "t", "partition_indexes": [0]}]),
+    10: lambda v: wire_request(FindCoordinatorRequest, v, key="g", key_type=0, coordinator_keys=["g"]),
+    18: lambda v: wire_request(ApiVersionsRequest, v, client_software_name="kop-test", client_software_version="1"),
+    19: lambda v: wire_request(
+        CreateTopicsRequest,
+        v,
+        topics=[
+            {"name": f"created{v}", "num_partitions": 2, "replication_factor": 1, "assignments": [], "configs": []}
+        ],
+        timeout_ms=5000,
+        validate_only=False,
+    ),
+    20: lambda v: wire_request(DeleteTopicsRequest, v, topic_names=[f"deleted{v}"], timeout_ms=5000),
+    22: lambda v: wire_request(InitProducerIdRequest, v, transactional_id=None, transaction_timeout_ms=60000),
+    11: lambda v: wire_request(
+        JoinGroupRequest,
+        v,
+        group_id=f"joined{v}",
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=[{"name": "range", "metadata": b""}],
+    ),
+    12: lambda v: wire_request(HeartbeatRequest, v, group_id="g", generation_id=1, member_id="m"),
+    13: lambda v: wire_request(
+        LeaveGroupRequest, v, group_id="g", member_id="m", members=[{"member_id": "m", "group_instance_id": None}]
+    ),
+    14: lambda v: wire_request(
+        SyncGroupRequest, v, group_id="g", generation_id=1, member_id="m", protocol_type="consumer", assignments=[]
+    ),
+    15: lambda v: wire_request(DescribeGroupsRequest, v, groups=["g", "unknown"]),
+    16: lambda v: wire_request(ListGroupsRequest, v, states_filter=[]),
+    42: lambda v: wire_request(DeleteGroupsRequest, v, groups_names=["deletable"]),
+    47: lambda v: wire_request(
+        OffsetDeleteRequest, v, group_id="g", topics=[{"name": "t", "partitions": [{"partition_index": 0}]}]
+    ),
+}
+# What each asks of a group that does not have the member it names.
+EXPECTED_ERRORS = {11: {0, 79}, 12: {25}, 13: {0, 25}, 14: {25}}
+CASES = [(key, v) for key, api in sorted(APIS.items()) for v in range(api.min_version, api.max_version + 1)]
+
+
+def _request_bytes(key: int, version: int, correlation_id: int = 7) -> tuple[Any, bytes]:
+    request = REQUESTS[key](version)
+    request.with_header(correlation_id, "kop-test")
+    return request, bytes(request.encode(header=True))
+
+
+def test_every_advertised_api_has_a_case() -> None:
+    assert set(REQUESTS) == set(APIS)
+
+
+@pytest.mark.parametrize(("key", "version"), CASES, ids=[f"api{k}-v{v}" for k, v in CASES])
+def test_kio_reads_and_writes_kafka_pythons_request_bytes(key: int, version: int) -> None:
+    _, frame = _request_bytes(key, version)
+    header, body = decode_request(frame, key, version)
+    assert (header.api_key, header.api_version, header.correlation_id, header.client_id) == (
+        key,
+        version,
+        7,
+        "kop-test",
+    )
+    out = io.BytesIO()
+    cls = request_class(key, version)
+    entity_writer(cls.__header_schema__)(out, _kio_header(cls, key, version))
+    entity_writer(cls)(out, body)
+    assert out.getvalue() == frame
+
+
+def _kio_header(cls: Any, key: int, version: int) -> Any:
+    return cls.__header_schema__(
+        request_api_key=key, request_api_version=version, correlation_id=7, client_id="kop-test"
+    )
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KopServer]:
+    root = str(tmp_path_factory.mktemp("wire") / "store")
+    with Broker(root) as b:
+        b.create_topic("t", 1)
+        b.produce("t", [Record(value=b"x")], 0)
+        b.commit_offsets("deletable", {("t", 0): 1})
+    with KopServer(root, ["group.initial.rebalance.delay.ms=0"]) as s:
+        yield s
+
+
+@pytest.mark.parametrize(("key", "version"), CASES, ids=[f"api{k}-v{v}" for k, v in CASES])
+def test_kafka_python_decodes_every_response_to_the_same_bytes(server: KopServer, key: int, version: int) -> None:
+    request, frame = _request_bytes(key, version)
+    with Broker(server.root) as b:
+        if key == 20:
+            b.create_topic(f"deleted{version}", 1)
+        if key == 42:
+            b.commit_offsets("deletable", {("t", 0): 1})
+    with connect(server) as sock:
+        answer = exchange(sock, frame)
+    decoded = response_class(request).decode(answer, header=True)
+    assert decoded.header.correlation_id == 7
+    decoded.with_header(7)
+    assert bytes(decoded.encode(header=True)) == answer
+    assert _error_codes(decoded.to_dict()) <= EXPECTED_ERRORS.get(key, {0})
+
+
+def _error_codes(value: Any) -> set[int]:
+    if isinstance(value, dict):
+        found = {v for k, v in value.items() if k == "error_code"}
+        return found.union(*(_error_codes(v) for v in value.values()))
+    if isinstance(value, list | tuple):
+        return set().union(*(_error_codes(v) for v in value))
+    return set()
+
+
+def test_an_unsupported_api_versions_version_gets_the_v0_answer_with_unsupported_version(server: KopServer) -> None:
+    frame = struct.pack(">hhih", 18, 99, 3, -1)
+    with connect(server) as sock:
+        answer = exchange(sock, frame)
+        correlation_id, error = struct.unpack_from(">ih", answer)
+        assert (correlation_id, error) == (3, 35)
+        assert exchange(sock, _request_bytes(18, 3)[1])  # the connection stays usable
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        struct.pack(">i", 200 * MB),  # larger than socket.request.max.bytes
+        struct.pack(">i", 5) + b"\0\3",  # truncated, then the client goes away
+        struct.pack(">ihhi", 8, 3, 99, 1),  # an unknown version of Metadata
+        struct.pack(">ihhi", 8, 999, 0, 1),  # an unknown API
+        struct.pack(">ihhih", 40, 3, 12, 1, 400) + b"\xff" * 30,  # a body that does not parse
+    ],
+    ids=["oversized", "truncated", "unknown-version", "unknown-api", "garbage"],
+)
+def test_a_bad_request_closes_that_connection_only(server: KopServer, bad: bytes) -> None:
+    with connect(server) as healthy, connect(server) as sock:
+        sock.sendall(bad)
+        sock.shutdown(socket.SHUT_WR)
+        assert sock.recv(1) == b"", "the connection was not closed"
+        assert exchange(healthy, _request_bytes(3, 12)[1])
+    assert server.proc is not None and server.proc.poll() is None
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    key=st.sampled_from(sorted(APIS)),
+    version=st.integers(0, 16),
+    body=st.binary(max_size=200),
+)
+def test_fuzzed_requests_never_take_the_server_down(server: KopServer, key: int, version: int, body: bytes) -> None:
+    frame = struct.pack(">hhih", key, version, 1, -1) + body
+    with connect(server) as sock:
+        sock.sendall(struct.pack(">i", len(frame)) + frame)
+        sock.shutdown(socket.SHUT_WR)
+        while sock.recv(65536):
+            pass  # an answer, or the connection closed: either is fine
+    with connect(server) as sock:
+        assert exchange(sock, _request_bytes(18, 3)[1])
