@@ -16,9 +16,10 @@ _LISTENING = re.compile(r"listening on PLAINTEXT://([\d.]+):(\d+)")
 
 
 class KopServer:
-    def __init__(self, root: str, conf: Sequence[str] = ()):
+    def __init__(self, root: str, conf: Sequence[str] = (), port: int = 0):
         self.root = root
         self.conf = list(conf)
+        self.port = port
         self.proc: subprocess.Popen[str] | None = None
         self.bootstrap = ""
         self.log: list[str] = []
@@ -26,7 +27,7 @@ class KopServer:
     def start(self, timeout: float = 60) -> KopServer:
         args = [PYTHON, "-m", "kop_spark.cli", "--root", self.root, *(f"--conf={c}" for c in self.conf)]
         self.proc = subprocess.Popen(
-            [*args, "serve", "--listeners", "PLAINTEXT://127.0.0.1:0"],
+            [*args, "serve", "--listeners", f"PLAINTEXT://127.0.0.1:{self.port}"],
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             text=True,
@@ -44,7 +45,7 @@ class KopServer:
                 raise RuntimeError("kop serve exited at start:\n" + "".join(self.log))
             found = _LISTENING.search(line)
             if found:
-                self.bootstrap = f"{found[1]}:{found[2]}"
+                self.bootstrap, self.port = f"{found[1]}:{found[2]}", int(found[2])
                 return self
 
     def _drain(self, proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:

@@ -11,9 +11,9 @@ import crc32c
 import pytest
 
 from kop_spark import Broker, Record, layout
-from kop_spark.errors import InvalidRecordError, InvalidTopicError, TopicNotFoundError
+from kop_spark.errors import CorruptRecordError, InvalidRecordError, InvalidTopicError, TopicNotFoundError
 from kop_spark.record import TimestampType, build_record_batch
-from kop_spark.record.default_record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, MAX_TIMESTAMP_OFFSET
+from kop_spark.record.default_record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, MAX_TIMESTAMP_OFFSET
 from kop_spark.storage.metadata.file import FileMetadataStore
 
 from .faults import FAULTS, Injector, injected
@@ -60,6 +60,23 @@ def test_max_timestamp_comes_from_the_records_not_the_header(rolling):
     assert rolling.list_offsets("t", 0, NOW + 1) == 1
     assert rolling.list_offsets("t", 0, NOW + DAY) == -1, "a far-future header answered a lookup"
     assert [RecordMax(b) for b in rolling.fetch_batches("t", 0, 0, 1 << 20)][:1] == [NOW]
+
+
+def _signed(out: bytearray) -> bytes:
+    struct.pack_into(">I", out, CRC_OFFSET, crc32c.crc32c(bytes(out[ATTRIBUTES_OFFSET:])))
+    return bytes(out)
+
+
+def test_records_are_checked_inside_a_correctly_signed_batch(rolling):
+    """A client's CRC covers whatever it wrote: the records themselves must parse, in order."""
+    gapped = build_record_batch([Record(b"a"), Record(b"b")], offset_deltas=[0, 2], last_offset_delta=1)
+    with pytest.raises(InvalidRecordError, match="offset deltas are not 0 to 1 in order"):
+        rolling.produce_batches("t", 0, [gapped])
+    overrun = bytearray(build_record_batch([Record(b"a"), Record(b"b")]))
+    overrun[HEADER_SIZE] = 0x7E  # the first record's length: 63 bytes, far past the batch's end
+    with pytest.raises(CorruptRecordError, match="overruns"):
+        rolling.produce_batches("t", 0, [_signed(overrun)])
+    assert rolling.list_offsets("t", 0, "latest") == 0
 
 
 def RecordMax(batch: bytes) -> int:

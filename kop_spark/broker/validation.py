@@ -10,6 +10,7 @@ from typing import Any
 from ..clock import Clock
 from ..errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from ..record import BatchRecord, RecordBatch, TimestampType
+from ..record.arrow import summarize
 from ..record.default_record_batch import with_log_append_time, with_timestamps
 from ..storage.staging import LedgerStager, StagedLedger
 
@@ -36,7 +37,8 @@ def uses_log_append_time(topic_config: TopicConfig) -> bool:
 
 
 def validate_produced(where: str, b: bytes | memoryview, topic_config: TopicConfig, now: int) -> bytes:
-    """Check one produced v2 batch; return it as it is to be stored."""
+    """Check one produced v2 batch; return it as it is to be stored (the same bytes when the
+    producer's header already says what the records do)."""
     batch = RecordBatch(b)
     check_size(where, b, topic_config)
     if not batch.is_valid():
@@ -45,19 +47,17 @@ def validate_produced(where: str, b: bytes | memoryview, topic_config: TopicConf
         raise InvalidRecordError(f"{where}: clients may not produce control batches")
     if batch.record_count < 1 or batch.last_offset_delta != batch.record_count - 1:
         raise InvalidRecordError(f"{where}: {batch.record_count} records but lastOffsetDelta {batch.last_offset_delta}")
-    # The records' own times, whatever flag and maximum the header claims.
-    create_time = with_timestamps(b, TimestampType.CREATE_TIME, batch.max_timestamp)
-    records = RecordBatch(create_time).records()
-    for i, r in enumerate(records):
-        if r.offset - batch.base_offset != i:
-            raise InvalidRecordError(
-                f"{where}: record {i} has offset delta {r.offset - batch.base_offset}, expected {i}"
-            )
-    if is_compacted(topic_config):
-        check_keys(where, records)
+    records = summarize(batch)
+    if not records.offsets_in_order:
+        raise InvalidRecordError(f"{where}: record offset deltas are not 0 to {batch.last_offset_delta} in order")
+    if records.keyless and is_compacted(topic_config):
+        raise InvalidRecordError(f"{where}: Compacted topic cannot accept message without key")
     if uses_log_append_time(topic_config):
         return with_log_append_time(b, now)
-    return with_timestamps(create_time, TimestampType.CREATE_TIME, max(r.timestamp_ms for r in records))
+    # The records' own times, whatever flag and maximum the header claims.
+    if batch.timestamp_type == TimestampType.CREATE_TIME and batch.max_timestamp == records.max_timestamp:
+        return bytes(b)
+    return with_timestamps(b, TimestampType.CREATE_TIME, records.max_timestamp)
 
 
 class StagedPartition:

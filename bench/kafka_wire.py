@@ -1,0 +1,175 @@
+"""Benchmark 9: Kafka clients through ``kop serve``, against librdkafka's in-memory mock cluster
+(``test.mock.num.brokers=1``) measured in the same run: the rate a Kafka client reaches when the
+broker costs next to nothing.
+
+- produce: confluent-kafka, one partition, 100-byte values, idempotent, acks=all, linger.ms=5,
+  batch.size=1 MB; kop with its durable defaults (fsync before acknowledging), against the mock;
+- consume: confluent-kafka reading the same records back (queued.min.messages raised), against
+  the mock's produce rate (the issue's anchor) and its own consume rate;
+- latency: p99 of produce round trips at 1,000 records/s, and the time from an append by another
+  process to a parked consumer receiving it (both for kop alone);
+- kop serve's CPU seconds per million records produced and consumed.
+
+    python bench/kafka_wire.py [--records 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(BENCH))
+from kop_spark import Broker, Record  # noqa: E402 - importable only once the checkout is on sys.path
+from tests.kop_server import KopServer  # noqa: E402
+
+VALUE = b"v" * 100
+PRODUCER = {"enable.idempotence": True, "acks": "all", "linger.ms": 5, "batch.size": 1 << 20}
+
+
+class _MockAddress(logging.Handler):
+    """librdkafka logs where its mock cluster listens; the consumer needs that address."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.address = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found = re.search(r"replaced with (\S+)", record.getMessage())
+        if found:
+            self.address = found[1].rstrip(",")
+
+
+def produce_rate(conf: dict, n: int) -> tuple[float, Producer]:
+    """Records/s, and the producer (a mock cluster lives as long as the producer that made it)."""
+    p = Producer({**PRODUCER, **conf})
+    p.produce("bench", VALUE, partition=0)  # connections and the producer id before the clock
+    p.flush(60)
+    t = time.perf_counter()
+    for _ in range(n):
+        while True:
+            try:
+                p.produce("bench", VALUE, partition=0)
+                break
+            except BufferError:
+                p.poll(0.001)
+    assert p.flush(300) == 0
+    return n / (time.perf_counter() - t), p
+
+
+def consume_rate(bootstrap: str, n: int) -> float:
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench",
+            "enable.auto.commit": False,
+            "queued.min.messages": 1_000_000,
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    c.assign([TopicPartition("bench", 0, 0)])
+    got, t = 0, time.perf_counter()
+    while got < n:
+        if time.perf_counter() - t > 600:
+            raise TimeoutError(f"consumed {got} of {n} records from {bootstrap} in 10 minutes")
+        for m in c.consume(10_000, 10):
+            if m.error() is None:
+                got += 1
+    rate = got / (time.perf_counter() - t)
+    c.close()
+    return rate
+
+
+def produce_p99_ms(bootstrap: str, n: int = 2000, per_second: int = 1000) -> float:
+    p = Producer({**PRODUCER, "bootstrap.servers": bootstrap, "linger.ms": 0})
+    latencies: list[float] = []
+    start = time.perf_counter()
+    for i in range(n):
+        sent = time.perf_counter()
+        p.produce(
+            "bench", VALUE, partition=0, on_delivery=lambda e, m, s=sent: latencies.append(time.perf_counter() - s)
+        )
+        p.poll(0)
+        wait = start + (i + 1) / per_second - time.perf_counter()
+        if wait > 0:
+            p.poll(wait)
+    p.flush(60)
+    return statistics.quantiles(latencies, n=100)[98] * 1000
+
+
+def wake_up_ms(root: str, bootstrap: str, rounds: int = 20) -> float:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "wake", "fetch.wait.max.ms": 5000})
+    with Broker(root) as b:
+        end = b.list_offsets("bench", 0, "latest")
+        c.assign([TopicPartition("bench", 0, end)])
+        c.poll(0.5)  # parked at the log end
+        waits = []
+        for _ in range(rounds):
+            t = time.perf_counter()
+            b.produce("bench", [Record(VALUE)], 0)
+            while c.poll(5) is None:
+                pass
+            waits.append(time.perf_counter() - t)
+    c.close()
+    return statistics.median(waits) * 1000
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(n: int = 1_000_000) -> list[tuple[str, float, str, float, str]]:
+    """Rows of (benchmark, value, unit, ratio, baseline)."""
+    mock = _MockAddress()
+    logger = logging.getLogger("rdkafka-mock")
+    logger.addHandler(mock)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    mock_produce, mock_cluster = produce_rate({"test.mock.num.brokers": 1, "logger": logger}, n)
+    mock_cluster.poll(0)  # delivers librdkafka's log lines, among them the mock's address
+    mock_consume = consume_rate(mock.address, n)
+    del mock_cluster
+    with tempfile.TemporaryDirectory() as tmp:
+        root = str(Path(tmp) / "store")
+        with Broker(root) as b:
+            b.create_topic("bench", 1)
+        with KopServer(root) as server:
+            assert server.proc is not None
+            cpu = cpu_seconds(server.proc.pid)
+            produced, _ = produce_rate({"bootstrap.servers": server.bootstrap}, n)
+            consumed = consume_rate(server.bootstrap, n)
+            cpu = cpu_seconds(server.proc.pid) - cpu
+            p99 = produce_p99_ms(server.bootstrap)
+            wake = wake_up_ms(root, server.bootstrap)
+    return [
+        ("produce through kop serve", produced, "records/s", produced / mock_produce, "mock cluster's produce"),
+        ("consume through kop serve", consumed, "records/s", consumed / mock_produce, "mock cluster's produce"),
+        ("consume through kop serve", consumed, "records/s", consumed / mock_consume, "mock cluster's consume"),
+        ("mock cluster: produce", mock_produce, "records/s", 1.0, "itself"),
+        ("mock cluster: consume", mock_consume, "records/s", 1.0, "itself"),
+        ("kop serve CPU per million records produced and consumed", cpu * 1e6 / n, "s", float("nan"), "-"),
+        ("p99 produce latency at 1,000 records/s", p99, "ms", float("nan"), "-"),
+        ("parked fetch woken by another process's append (median)", wake, "ms", float("nan"), "-"),
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=1_000_000)
+    args = ap.parse_args()
+    for name, value, unit, ratio, base in run(args.records):
+        print(f"{name:<58} {value:>14,.1f} {unit:<10} {ratio:5.2f}x {base}")
+
+
+if __name__ == "__main__":
+    main()

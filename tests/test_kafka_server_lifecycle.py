@@ -1,0 +1,115 @@
+"""``kop serve`` stopping: SIGTERM answers what is in flight and exits 0; kill -9 under an
+idempotent librdkafka producer with acks=all loses and duplicates nothing acknowledged."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+
+from confluent_kafka import Producer
+from kafka.protocol.consumer import FetchRequest
+
+from kop_spark import Broker
+from kop_spark.kafka.server import KafkaServer
+
+from .kafka_wire import call, connect, wire_request
+from .kop_server import KopServer
+
+
+def _fetch(max_wait_ms: int):
+    return wire_request(
+        FetchRequest,
+        11,
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        topics=[{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}],
+        forgotten_topics_data=[],
+    )
+
+
+def test_a_stop_answers_the_requests_in_flight_first(tmp_path) -> None:
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        b.create_topic("t", 1)
+        loop = asyncio.new_event_loop()
+        server = KafkaServer(b, "PLAINTEXT://127.0.0.1:0")
+        loop.run_until_complete(server.start())
+        runner = threading.Thread(target=loop.run_forever)
+        runner.start()
+        try:
+            host, port = server.bound[0].host, server.bound[0].port
+            with socket.create_connection((host, port), timeout=30) as sock:
+                answers: list = []
+                parked = threading.Thread(target=lambda: answers.append(call(sock, _fetch(2000))))
+                parked.start()
+                # Wait until the server is inside the request, then stop it.
+                busy = asyncio.run_coroutine_threadsafe(_until_busy(server), loop)
+                busy.result(30)
+                asyncio.run_coroutine_threadsafe(server.stop(), loop).result(60)
+                parked.join(30)
+            assert answers and answers[0].responses[0].partitions[0].error_code == 0
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            runner.join(30)
+            loop.close()
+
+
+async def _until_busy(server: KafkaServer) -> None:
+    while not any(not c.idle.is_set() for c in server._connections):
+        await asyncio.sleep(0.001)
+
+
+def test_sigterm_stops_the_server_cleanly(tmp_path) -> None:
+    server = KopServer(str(tmp_path / "store")).start()
+    try:
+        with connect(server) as sock:
+            assert call(sock, _fetch(0)).responses  # serving
+        assert server.stop() == 0
+        assert any("kop serve: stopped" in line for line in server.log)
+    finally:
+        server.kill()
+
+
+def test_kill_9_under_an_idempotent_producer_loses_and_duplicates_nothing(tmp_path) -> None:
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        b.create_topic("t", 1)
+    server = KopServer(root).start()
+    acked: dict[bytes, int] = {}
+    errors: list[str] = []
+
+    def delivered(err, msg) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            acked[msg.value()] = msg.offset()
+
+    producer = Producer(
+        {
+            "bootstrap.servers": server.bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 2,
+            "message.timeout.ms": 120_000,
+            "reconnect.backoff.max.ms": 200,
+        }
+    )
+    try:
+        sent = [f"v{i:05}".encode() for i in range(3000)]
+        for i, value in enumerate(sent):
+            producer.produce("t", value=value, on_delivery=delivered)
+            producer.poll(0)
+            if i == 1500:
+                server.kill()  # kill -9, with the next batches in flight
+                server = KopServer(root, port=server.port).start()
+        assert producer.flush(120) == 0 and not errors, errors
+    finally:
+        server.kill()
+    with Broker(root) as b:
+        stored = [r.value for r in b.fetch("t", 0, 0, max_records=10_000)]
+    assert stored == sent, "every record once, in the order sent"
+    assert all(stored[offset] == value for value, offset in acked.items())
+    assert len(acked) == len(sent)
