@@ -30,7 +30,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(BENCH))
 from kop_spark import Broker, Record  # noqa: E402 - importable only once the checkout is on sys.path
-from tests.kop_server import KopServer  # noqa: E402
+from tests.kop_server import KopServer  # noqa: E402 - as above
 
 VALUE = b"v" * 100
 PRODUCER = {"enable.idempotence": True, "acks": "all", "linger.ms": 5, "batch.size": 1 << 20}

@@ -9,11 +9,15 @@ knows the layout (docs/ledger-format.md draws it)::
     topics/<tenant>/<ns>/<topic>                                 a topic: partitions, config
     managed-ledgers/<tenant>/<ns>/persistent/<topic>-partition-<n>   a partition's log
     sinks/<writer>                                               an exactly-once writer's batch record
+    kafka/producer-ids                                           the next idempotent producer id
+    kafka/groups/<group>                                         a group's live members (kop serve)
 
 Pulsar names managed ledgers tenant/namespace/persistent/topic; so does this layout.
 """
 
 from __future__ import annotations
+
+import urllib.parse
 
 from .topic_name import TopicName
 
@@ -29,6 +33,12 @@ SINKS = "sinks"
 KAFKA = "kafka"
 METADATA_PREFIXES = (TOPICS, MANAGED_LEDGERS, SINKS, KAFKA)
 PRODUCER_IDS_KEY = f"{KAFKA}/producer-ids"  # the next idempotent producer id to hand out
+
+
+def live_group_key(group: str) -> str:
+    """Where ``kop serve`` publishes a consumer group's live members (``broker.live_groups``)."""
+    return f"{KAFKA}/groups/{urllib.parse.quote(group, safe='')}"
+
 
 _MAX_FILE_NAME = 255
 

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
 from kafka.admin import NewTopic as KNewTopic
@@ -180,3 +180,28 @@ def test_a_parked_fetch_wakes_when_another_process_appends(server: KopServer) ->
     consumer.close()
     assert m is not None and m.value() == value
     assert time.monotonic() - started < 10, "the 30 s fetch wait was not cut short by the append"
+
+
+def test_admin_clients_create_grow_describe_and_delete_topics(server: KopServer) -> None:
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    config = {"retention.ms": "60000", "cleanup.policy": "compact"}
+    for f in admin.create_topics([NewTopic("adm", 2, 1, config=config)]).values():
+        f.result(30)
+    for f in admin.create_partitions([NewPartitions("adm", 5)]).values():
+        f.result(30)
+    (described,) = admin.describe_configs([ConfigResource("topic", "adm")]).values()
+    entries = described.result(30)
+    assert {k: entries[k].value for k in config} == config
+    assert entries["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert entries["max.message.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+    with Broker(server.root) as b:
+        assert b.partitions_for("adm") == 5 and b.topic_config("adm")["cleanup.policy"] == "compact"
+    cluster = admin.describe_cluster().result(30)
+    assert [(n.id, f"{n.host}:{n.port}") for n in cluster.nodes] == [(0, server.bootstrap)]
+    (refused,) = admin.create_topics([NewTopic("adm", 1, 1)]).values()
+    with pytest.raises(KafkaException, match="TOPIC_ALREADY_EXISTS"):
+        refused.result(30)
+    for f in admin.delete_topics(["adm"]).values():
+        f.result(30)
+    with Broker(server.root) as b:
+        assert "adm" not in b.list_topics()

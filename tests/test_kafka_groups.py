@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, OffsetCommitRequest, SyncGroupRequest
 
 from kop_spark import Broker
@@ -198,3 +198,38 @@ def test_commits_are_fenced_by_generation_and_member(server: KopServer) -> None:
         assert _commit(a_sock, 2, a.member_id) == 27  # REBALANCE_IN_PROGRESS until the leader's sync
         assert _commit(a_sock, 1, a.member_id) == 22  # ILLEGAL_GENERATION
         assert _commit(a_sock, 2, "stranger") == 25  # UNKNOWN_MEMBER_ID
+
+
+def _kop(server: KopServer, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [PYTHON, "-m", "kop_spark.cli", "--root", server.root, "groups", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=python_subprocess_env(), timeout=120)
+
+
+def _until_live(server: KopServer, members: int) -> None:
+    deadline = time.monotonic() + 30
+    with Broker(server.root) as b:
+        while len(getattr(b.live_groups.get("g"), "members", ())) != members:
+            assert time.monotonic() < deadline, f"the group never showed {members} live members"
+
+
+def test_kop_groups_shows_wire_members_and_refuses_to_reset_an_active_group(server: KopServer) -> None:
+    one, two = _consumer(server, "one"), _consumer(server, "two")
+    one.subscribe(["t"])
+    two.subscribe(["t"])
+    _poll_until([one, two], lambda _: len(_assigned(one)) == len(_assigned(two)) == 2)
+    one.commit(offsets=[TopicPartition("t", p, 0) for p in range(4)], asynchronous=False)
+    _until_live(server, 2)
+    described = _kop(server, "describe", "g")
+    assert described.returncode == 0, described.stderr
+    rows = {line.split()[2]: line.split()[6:] for line in described.stdout.splitlines() if line.startswith("g ")}
+    assert {p: (who[2], who[1]) for p, who in rows.items()} == {
+        str(p): ("one" if p in _assigned(one) else "two", "/127.0.0.1") for p in range(4)
+    }
+    refused = _kop(server, "reset-offsets", "g", "--all-topics", "--to-latest", "--execute")
+    assert refused.returncode == 1 and "can only be reset if the group 'g' is inactive" in refused.stderr
+    assert _kop(server, "delete", "g").returncode == 1
+    one.close()
+    two.close()  # each leaves the group
+    _until_live(server, 0)
+    assert "has no active members" in _kop(server, "describe", "g").stdout
+    assert _kop(server, "reset-offsets", "g", "--all-topics", "--to-latest", "--execute").returncode == 0

@@ -16,9 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.protocol.admin import (
+    CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteGroupsRequest,
     DeleteTopicsRequest,
+    DescribeClusterRequest,
+    DescribeConfigsRequest,
     DescribeGroupsRequest,
     ListGroupsRequest,
 )
@@ -124,6 +127,22 @@ REQUESTS: dict[int, Callable[[int], Any]] = {
     47: lambda v: wire_request(
         OffsetDeleteRequest, v, group_id="g", topics=[{"name": "t", "partitions": [{"partition_index": 0}]}]
     ),
+    32: lambda v: wire_request(
+        DescribeConfigsRequest,
+        v,
+        resources=[
+            {"resource_type": 2, "resource_name": "t", "configuration_keys": None},
+            {"resource_type": 4, "resource_name": "0", "configuration_keys": ["retention.ms"]},
+        ],
+    ),
+    37: lambda v: wire_request(
+        CreatePartitionsRequest,
+        v,
+        topics=[{"name": f"grown{v}", "count": 3, "assignments": None}],
+        timeout_ms=5000,
+        validate_only=False,
+    ),
+    60: lambda v: wire_request(DescribeClusterRequest, v, include_cluster_authorized_operations=False),
 }
 # What each asks of a group that does not have the member it names.
 EXPECTED_ERRORS = {11: {0, 79}, 12: {25}, 13: {0, 25}, 14: {25}}
@@ -182,6 +201,8 @@ def test_kafka_python_decodes_every_response_to_the_same_bytes(server: KopServer
             b.create_topic(f"deleted{version}", 1)
         if key == 42:
             b.commit_offsets("deletable", {("t", 0): 1})
+        if key == 37:
+            b.create_topic(f"grown{version}", 1)
     with connect(server) as sock:
         answer = exchange(sock, frame)
     decoded = response_class(request).decode(answer, header=True)

@@ -6,6 +6,7 @@ from .admin import PartitionInfo, TopicDescription
 from .broker import Broker
 from .fetch import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchedBatches, OffsetSpec
 from .group_offsets import SPARK_COMMIT
+from .live_groups import LiveGroup, LiveMember
 from .maintenance import MaintenanceReport, RepairReport
 from .sink_commits import SINK_HEARTBEAT_MS, SINK_LEASE_MS, SinkCommits
 from .validation import StagedPartition
@@ -18,6 +19,8 @@ __all__ = [
     "SPARK_COMMIT",
     "Broker",
     "FetchedBatches",
+    "LiveGroup",
+    "LiveMember",
     "MaintenanceReport",
     "OffsetAndMetadata",
     "OffsetSpec",

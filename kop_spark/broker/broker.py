@@ -41,6 +41,7 @@ from ..topic_name import TopicName, TopicPartition
 from .admin import TopicAdmin, TopicDescription
 from .fetch import FetchedBatches, Fetcher, OffsetSpec
 from .group_offsets import GroupOffsets
+from .live_groups import LiveGroups
 from .log_manager import LogManager
 from .maintenance import Housekeeper, MaintenanceReport, RepairReport
 from .producer_batches import ProducerBatches, next_producer_id
@@ -69,6 +70,7 @@ class Broker:
         self._fetcher = Fetcher(self.admin, self.fileio, self.stats)
         self._housekeeper = Housekeeper(self)
         self._groups = GroupOffsets(self)
+        self.live_groups = LiveGroups(self.store, clock)  # consumer groups' members, as kop serve sees them
         self._lock = threading.Lock()
         # Keyless records stick to one partition per call, from a random one on, as Kafka's
         # sticky partitioner: one-shot processes (kop produce) do not all start at partition 0.

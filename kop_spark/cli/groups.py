@@ -64,9 +64,11 @@ def _groups(args: argparse.Namespace) -> int:
         group = args.group
         if args.action in ("describe", "delete-offsets") and not b.fetch_offsets(group):
             raise KopError(f"Consumer group '{group}' does not exist.")
+        live = b.live_groups.get(group)
         if args.action == "describe":
             rows = []
             for (topic, p), o in sorted(b.fetch_offsets(group).items()):
+                owner = live.owner(topic, p) if live else None
                 try:
                     end = b.list_offsets(topic, p, "latest")
                 except KopError:
@@ -79,9 +81,9 @@ def _groups(args: argparse.Namespace) -> int:
                         "current_offset": o.offset,
                         "log_end_offset": "-" if end is None else end,
                         "lag": "-" if end is None else max(end - o.offset, 0),
-                        "consumer_id": "-",
-                        "host": "-",
-                        "client_id": "-",
+                        "consumer_id": owner.member_id if owner else "-",
+                        "host": f"/{owner.host}" if owner else "-",
+                        "client_id": owner.client_id if owner else "-",
                     }
                 )
             emit(
@@ -98,11 +100,20 @@ def _groups(args: argparse.Namespace) -> int:
                     ("HOST", "host", 15),
                     ("CLIENT-ID", "client_id", 0),
                 ],
-                preface=f"\nConsumer group '{group}' has no active members.",
+                preface="" if live else f"\nConsumer group '{group}' has no active members.",
             )
         elif args.action == "reset-offsets":
+            if live and args.execute:
+                raise KopError(
+                    f"Assignments can only be reset if the group '{group}' is inactive, but the current state is "
+                    f"{live.state}."
+                )
             _reset_offsets(b, args, group)
         elif args.action == "delete":
+            if live:
+                raise KopError(
+                    f"Group '{group}' could not be deleted due to: NON_EMPTY_GROUP ({len(live.members)} active members)"
+                )
             b.delete_group(group)
             print(f"Deletion of requested consumer groups ('{group}') was successful.")
         elif args.action == "delete-offsets":

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from kio.schema.errors import ErrorCode
 
 from .context import ServerContext
-from .handlers import admin, fetch, groups, list_offsets, metadata, offsets, produce, producers
+from .handlers import admin, configs, fetch, groups, list_offsets, metadata, offsets, produce, producers
 from .messages import RequestHeader, make, response_module
 
 Handler = Callable[[ServerContext, RequestHeader, Any], Awaitable[Any]]
@@ -62,7 +62,10 @@ APIS: dict[int, Api] = {
         Api(19, 2, 7, admin.create_topics),
         Api(20, 1, 5, admin.delete_topics),
         Api(22, 0, 4, producers.init_producer_id),
+        Api(32, 1, 4, configs.describe_configs),
+        Api(37, 0, 3, admin.create_partitions),
         Api(42, 0, 2, groups.delete_groups),
         Api(47, 0, 0, groups.offset_delete),
+        Api(60, 0, 1, metadata.describe_cluster),
     )
 }

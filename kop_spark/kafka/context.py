@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from ..broker import Broker
 from .group_membership import GroupMembership
+from .group_publisher import GroupPublisher
 from .listeners import Listener
 
 T = TypeVar("T")
@@ -44,8 +45,15 @@ class ServerContext:
         self.advertised = advertised
         self.cluster_id = cluster_id_of(broker.root)
         self.appends = Appends()
-        self.membership = GroupMembership(broker.config["group.initial.rebalance.delay.ms"])
+        self.membership = GroupMembership(broker.config["group.initial.rebalance.delay.ms"], self._changed)
+        self.publisher = GroupPublisher(
+            lambda group, live, valid_ms: self.call(broker.live_groups.publish, group, live, valid_ms),
+            self.membership.groups,
+        )
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="kop-serve")
+
+    def _changed(self, group_id: str) -> None:
+        self.publisher.changed(group_id)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking Broker call on a worker thread."""

@@ -11,33 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
+from collections.abc import Callable
 
-from kio.index import load_entity_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader
-from kio.static.constants import EntityType
 
+from .consumer_protocol import subscription_topics
 from .group import Group, GroupState, JoinResult, Member, SyncResult
 
 _NO_GENERATION = -1
 
 
-def subscription_topics(metadata: bytes) -> list[str]:
-    """The topics of a consumer's subscription (Kafka's ConsumerProtocolSubscription); none if it
-    does not parse (the group's protocol is the clients' business, not the coordinator's)."""
-    try:
-        version = min(int.from_bytes(metadata[:2], "big", signed=True), 3)
-        cls: Any = load_entity_schema("consumer_protocol_subscription", version, EntityType.data)
-        subscription, _ = entity_reader(cls)(metadata, 2)
-        return list(subscription.topics)
-    except Exception:
-        return []
-
-
 class GroupMembership:
-    def __init__(self, initial_rebalance_delay_ms: int):
+    def __init__(self, initial_rebalance_delay_ms: int, on_change: Callable[[str], None] = lambda group: None):
         self._initial_delay_s = initial_rebalance_delay_ms / 1000
+        self._on_change = on_change  # told of every new generation, assignment and departure
         self.groups: dict[str, Group] = {}
 
     # -- JoinGroup -------------------------------------------------------------------------
@@ -127,6 +114,7 @@ class GroupMembership:
             g.leader = member.member_id
         if g.state == GroupState.STABLE and protocols == old.protocols:
             self._heartbeat(g, member)
+            self._on_change(g.group_id)
             return g.join_result(member)._replace(skip_assignment=member.member_id == g.leader)
         return await self._await_join(g, member)
 
@@ -172,6 +160,7 @@ class GroupMembership:
         for m in [m for m in g.members.values() if m.join is None]:
             self._remove(g, m, rebalance=False)
         g.generation += 1
+        self._on_change(g.group_id)
         if not g.members:
             g.state, g.protocol, g.leader = GroupState.EMPTY, None, None
             return
@@ -213,6 +202,7 @@ class GroupMembership:
             for m in g.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
             g.state = GroupState.STABLE
+            self._on_change(g.group_id)
             for m in g.members.values():
                 m.answer_sync(SyncResult(ErrorCode.none, m.assignment, g.protocol_type, g.protocol))
             return SyncResult(ErrorCode.none, member.assignment, g.protocol_type, g.protocol)
@@ -252,6 +242,7 @@ class GroupMembership:
 
     def _remove(self, g: Group, member: Member, rebalance: bool) -> None:
         del g.members[member.member_id]
+        self._on_change(g.group_id)
         if member.instance_id is not None and g.instances.get(member.instance_id) == member.member_id:
             del g.instances[member.instance_id]
         if member.expiry is not None:

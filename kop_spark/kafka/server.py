@@ -44,6 +44,7 @@ class KafkaServer:
             self._servers.append(server)
         advertised = self._advertised[0] if self._advertised else self.bound[0]
         self.ctx = ServerContext(self.broker, advertised)
+        self._publishing = asyncio.ensure_future(self.ctx.publisher.run())
         for listener in self.bound:
             log.info("kop serve: listening on %s (root %s)", listener, self.broker.root)
 
@@ -77,6 +78,8 @@ class KafkaServer:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
         if self.ctx is not None:
+            self._publishing.cancel()
+            await self.ctx.publisher.withdraw()
             self.ctx.close()
         log.info("kop serve: stopped")
 

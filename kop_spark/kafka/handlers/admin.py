@@ -9,6 +9,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...errors import InvalidPartitionsError
 from ..context import ServerContext
 from ..error_codes import error_code
 from ..messages import RequestHeader, make, response_module
@@ -57,3 +58,29 @@ async def delete_topics(ctx: ServerContext, header: RequestHeader, request: Any)
             code, message = error_code(e, f"delete topic {name!r}"), str(e)
         results.append(make(m.DeletableTopicResult, name=name, error_code=code, error_message=message))
     return make(m.DeleteTopicsResponse, throttle_time=datetime.timedelta(0), responses=tuple(results))
+
+
+async def create_partitions(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    m = response_module(header.api_key, header.api_version)
+    results = []
+    for t in request.topics:
+        code, message = ErrorCode.none, None
+        if t.assignments:
+            code = ErrorCode.invalid_replica_assignment
+            message = f"topic {t.name!r}: one node holds every partition, so there is nothing to assign"
+        else:
+            try:
+                await _grow(ctx, t.name, t.count, request.validate_only)
+            except Exception as e:
+                code, message = error_code(e, f"create partitions of {t.name!r}"), str(e)
+        results.append(make(m.CreatePartitionsTopicResult, name=t.name, error_code=code, error_message=message))
+    return make(m.CreatePartitionsResponse, throttle_time=datetime.timedelta(0), results=tuple(results))
+
+
+async def _grow(ctx: ServerContext, topic: str, count: int, validate_only: bool) -> None:
+    if not validate_only:
+        await ctx.call(ctx.broker.create_partitions, topic, count)
+        return
+    current = await ctx.call(ctx.broker.partitions_for, topic)
+    if count <= current:
+        raise InvalidPartitionsError(f"topic {topic!r} has {current} partitions; {count} would not grow it")

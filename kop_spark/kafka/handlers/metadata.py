@@ -77,3 +77,16 @@ async def _partitions(ctx: ServerContext, name: str, auto_create: bool) -> int:
     except TopicAlreadyExistsError:
         pass  # another client asked at the same time
     return await ctx.call(b.partitions_for, name)
+
+
+async def describe_cluster(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    m = response_module(header.api_key, header.api_version)
+    broker = make(m.DescribeClusterBroker, broker_id=NODE_ID, host=ctx.advertised.host, port=ctx.advertised.port)
+    return make(
+        m.DescribeClusterResponse,
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode.none,
+        cluster_id=ctx.cluster_id,
+        controller_id=NODE_ID,
+        brokers=(broker,),
+    )

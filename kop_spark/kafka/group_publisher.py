@@ -1,0 +1,70 @@
+"""Publishes this server's consumer groups' live members to the store (``Broker.live_groups``),
+so ``kop groups describe`` in another process shows who consumes what and ``kop groups
+reset-offsets`` refuses an active group, as Kafka's tool does.
+
+Changes are published as they happen, one group at a time and always its latest state (a burst
+of changes is one write); groups with members are refreshed every ``REFRESH_S`` seconds, each entry
+holding for ``VALID_MS``, so the entries of a server killed with kill -9 lapse on their own."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..broker import LiveGroup, LiveMember
+from .consumer_protocol import assigned_partitions
+from .group import Group
+
+log = logging.getLogger(__name__)
+
+REFRESH_S = 10.0
+VALID_MS = 30_000
+
+
+class GroupPublisher:
+    def __init__(self, publish: Callable[[str, LiveGroup, int], Awaitable[Any]], groups: dict[str, Group]):
+        self._publish = publish
+        self._groups = groups
+        self._dirty: set[str] = set()
+        self._wake = asyncio.Event()
+
+    def changed(self, group_id: str) -> None:
+        self._dirty.add(group_id)
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), REFRESH_S)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            due = self._dirty | {gid for gid, g in self._groups.items() if g.members}
+            self._dirty = set()
+            for group_id in sorted(due):
+                await self.publish(group_id)
+
+    async def publish(self, group_id: str, gone: bool = False) -> None:
+        g = self._groups.get(group_id)
+        live = LiveGroup("Empty", ()) if g is None or gone else snapshot(g)
+        try:
+            await self._publish(group_id, live, VALID_MS)
+        except Exception as e:  # the view is advisory: serving goes on
+            log.warning("could not publish the members of group %r: %s", group_id, e)
+
+    async def withdraw(self) -> None:
+        """A stopping server's groups have no members any more."""
+        for group_id, g in self._groups.items():
+            if g.members:
+                await self.publish(group_id, gone=True)
+
+
+def snapshot(g: Group) -> LiveGroup:
+    consumer = g.protocol_type == "consumer"
+    members = tuple(
+        LiveMember(m.member_id, m.client_id, m.client_host, assigned_partitions(m.assignment) if consumer else ())
+        for m in g.members.values()
+    )
+    return LiveGroup(g.state.value, members)
