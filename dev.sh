@@ -46,25 +46,26 @@ setup_java() {
 }
 
 setup_servers() {
-    # The servers the storage-backend tests start on loopback: ZooKeeper and etcd from Debian's
-    # packages (not started as services), Azurite (Microsoft's Azure Storage emulator) from npm
-    # into .tools/. moto's S3 server comes with the Python test dependencies.
-    if ! command -v etcd >/dev/null 2>&1 || [ ! -f /usr/share/java/zookeeper.jar ]; then
+    # The servers and clients the tests start on loopback: ZooKeeper and etcd from Debian's
+    # packages (not started as services) and kcat (librdkafka's command-line client); Azurite
+    # (Microsoft's Azure Storage emulator) and kafkajs from npm into .tools/. moto's S3 server and
+    # the Python Kafka clients come with the Python test dependencies.
+    if ! command -v etcd >/dev/null 2>&1 || [ ! -f /usr/share/java/zookeeper.jar ] || ! command -v kcat >/dev/null 2>&1; then
         if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-            echo "Installing etcd and ZooKeeper for the tests (apt-get etcd-server zookeeper)..." >&2
-            apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server zookeeper >/dev/null
+            echo "Installing etcd, ZooKeeper and kcat for the tests (apt-get etcd-server zookeeper kcat)..." >&2
+            apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server zookeeper kcat >/dev/null
         else
-            echo "The tests need etcd and ZooKeeper: sudo apt-get install etcd-server zookeeper" >&2
+            echo "The tests need etcd, ZooKeeper and kcat: sudo apt-get install etcd-server zookeeper kcat" >&2
             exit 1
         fi
     fi
-    if [ ! -x .tools/node_modules/.bin/azurite-blob ]; then
+    if [ ! -x .tools/node_modules/.bin/azurite-blob ] || [ ! -d .tools/node_modules/kafkajs ]; then
         if ! command -v npm >/dev/null 2>&1; then
-            echo "The tests need Azurite, from npm: install Node.js 18+ and npm, then rerun" >&2
+            echo "The tests need Azurite and kafkajs, from npm: install Node.js 18+ and npm, then rerun" >&2
             exit 1
         fi
-        echo "Installing Azurite for the tests (npm, into .tools/)..." >&2
-        npm install --silent --no-audit --no-fund --prefix .tools azurite@3 >/dev/null
+        echo "Installing Azurite and kafkajs for the tests (npm, into .tools/)..." >&2
+        npm install --silent --no-audit --no-fund --prefix .tools azurite@3 kafkajs@2 >/dev/null
     fi
 }
 
