@@ -230,6 +230,14 @@ def test_an_unsupported_api_versions_version_gets_the_v0_answer_with_unsupported
         assert exchange(sock, _request_bytes(18, 3)[1])  # the connection stays usable
 
 
+def test_bytes_after_a_request_are_ignored_as_kafka_ignores_them(server: KopServer) -> None:
+    # librdkafka 2.x sends three such bytes after a Metadata v12 request for every topic.
+    request, frame = _request_bytes(3, 12)
+    with connect(server) as sock:
+        answer = exchange(sock, frame + b"\x01\x00\x00")
+    assert response_class(request).decode(answer, header=True).topics[0].name == "t"
+
+
 @pytest.mark.parametrize(
     "bad",
     [

@@ -9,7 +9,7 @@ import re
 import sys
 from collections.abc import Mapping
 
-from ..broker import SPARK_COMMIT, Broker
+from ..broker import SPARK_COMMIT, Broker, LiveGroup
 from ..clock import now_ms
 from ..errors import KopError
 from .common import emit, open_broker
@@ -66,42 +66,7 @@ def _groups(args: argparse.Namespace) -> int:
             raise KopError(f"Consumer group '{group}' does not exist.")
         live = b.live_groups.get(group)
         if args.action == "describe":
-            rows = []
-            for (topic, p), o in sorted(b.fetch_offsets(group).items()):
-                owner = live.owner(topic, p) if live else None
-                try:
-                    end = b.list_offsets(topic, p, "latest")
-                except KopError:
-                    end = None
-                rows.append(
-                    {
-                        "group": group,
-                        "topic": topic,
-                        "partition": p,
-                        "current_offset": o.offset,
-                        "log_end_offset": "-" if end is None else end,
-                        "lag": "-" if end is None else max(end - o.offset, 0),
-                        "consumer_id": owner.member_id if owner else "-",
-                        "host": f"/{owner.host}" if owner else "-",
-                        "client_id": owner.client_id if owner else "-",
-                    }
-                )
-            emit(
-                args,
-                rows,
-                [
-                    ("GROUP", "group", 15),
-                    ("TOPIC", "topic", 15),
-                    ("PARTITION", "partition", 10),
-                    ("CURRENT-OFFSET", "current_offset", 15),
-                    ("LOG-END-OFFSET", "log_end_offset", 15),
-                    ("LAG", "lag", 15),
-                    ("CONSUMER-ID", "consumer_id", 15),
-                    ("HOST", "host", 15),
-                    ("CLIENT-ID", "client_id", 0),
-                ],
-                preface="" if live else f"\nConsumer group '{group}' has no active members.",
-            )
+            _describe(b, args, group, live)
         elif args.action == "reset-offsets":
             if live and args.execute:
                 raise KopError(
@@ -136,6 +101,45 @@ def _groups(args: argparse.Namespace) -> int:
                 preface=f"Request succeed for deleting offsets with topic {','.join(args.topic)} group {group}",
             )
     return 0
+
+
+def _describe(b: Broker, args: argparse.Namespace, group: str, live: LiveGroup | None) -> None:
+    rows = []
+    for (topic, p), o in sorted(b.fetch_offsets(group).items()):
+        owner = live.owner(topic, p) if live else None
+        try:
+            end = b.list_offsets(topic, p, "latest")
+        except KopError:
+            end = None
+        rows.append(
+            {
+                "group": group,
+                "topic": topic,
+                "partition": p,
+                "current_offset": o.offset,
+                "log_end_offset": "-" if end is None else end,
+                "lag": "-" if end is None else max(end - o.offset, 0),
+                "consumer_id": owner.member_id if owner else "-",
+                "host": f"/{owner.host}" if owner else "-",
+                "client_id": owner.client_id if owner else "-",
+            }
+        )
+    emit(
+        args,
+        rows,
+        [
+            ("GROUP", "group", 15),
+            ("TOPIC", "topic", 15),
+            ("PARTITION", "partition", 10),
+            ("CURRENT-OFFSET", "current_offset", 15),
+            ("LOG-END-OFFSET", "log_end_offset", 15),
+            ("LAG", "lag", 15),
+            ("CONSUMER-ID", "consumer_id", 15),
+            ("HOST", "host", 15),
+            ("CLIENT-ID", "client_id", 0),
+        ],
+        preface="" if live else f"\nConsumer group '{group}' has no active members.",
+    )
 
 
 def _clamped(topic: str, p: int, target: int, earliest: int, latest: int) -> int:

@@ -66,11 +66,10 @@ def decode_request(frame: bytes | memoryview, api_key: int, version: int) -> tup
     cls = request_class(api_key, version)
     try:
         header, at = _reader(cls.__header_schema__)(frame, 0)
-        body, size = _reader(cls)(frame, at)
+        body, _ = _reader(cls)(frame, at)
     except Exception as e:  # kio reports short or malformed input as several exception types
         raise InvalidRequestError(f"cannot decode {cls.__name__} v{version}: {e}") from e
-    if at + size != len(frame):
-        raise InvalidRequestError(f"{cls.__name__} v{version}: {len(frame) - at - size} bytes after the request")
+    # Bytes after the request are ignored, as Kafka's brokers ignore them (librdkafka 2.x sends some).
     return RequestHeader(api_key, version, header.correlation_id, getattr(header, "client_id", None)), body
 
 
