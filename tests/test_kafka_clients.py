@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic, OffsetSpec
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
 from kafka.admin import NewTopic as KNewTopic
@@ -205,3 +205,21 @@ def test_admin_clients_create_grow_describe_and_delete_topics(server: KopServer)
         f.result(30)
     with Broker(server.root) as b:
         assert "adm" not in b.list_topics()
+
+
+def test_offsets_by_time_and_the_max_timestamp(server: KopServer) -> None:
+    times = [T0 + 5, T0 + 9, T0 + 2, T0 + 9, T0 + 7]
+    with Broker(server.root) as b:
+        b.create_topic("ts", 1)
+        for i, t in enumerate(times):  # one batch each
+            b.produce("ts", [Record(value=f"r{i}".encode(), timestamp_ms=t)], 0)
+    consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "ts"})
+    found = [consumer.offsets_for_times([TopicPartition("ts", 0, t)], 30)[0].offset for t in (T0 + 6, T0 + 10)]
+    consumer.close()
+    assert found == [1, -1]
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    (answer,) = admin.list_offsets({TopicPartition("ts", 0): OffsetSpec.max_timestamp()}).values()
+    top = answer.result(30)
+    assert (top.offset, top.timestamp) == (1, T0 + 9)  # the first record with the largest time
+    with Broker(server.root) as b:
+        assert b.offset_and_timestamp("ts", 0, T0 + 3) == (0, T0 + 5)

@@ -4,7 +4,7 @@ from ..group.coordinator import OffsetAndMetadata
 from ..storage.staging import StagedLedger
 from .admin import PartitionInfo, TopicDescription
 from .broker import Broker
-from .fetch import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchedBatches, OffsetSpec
+from .fetch import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, FetchedBatches, OffsetSpec
 from .group_offsets import SPARK_COMMIT
 from .live_groups import LiveGroup, LiveMember
 from .maintenance import MaintenanceReport, RepairReport
@@ -14,6 +14,7 @@ from .validation import StagedPartition
 __all__ = [
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
     "SINK_HEARTBEAT_MS",
     "SINK_LEASE_MS",
     "SPARK_COMMIT",

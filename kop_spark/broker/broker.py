@@ -20,7 +20,6 @@ from .. import layout
 from ..clock import SYSTEM_CLOCK, Clock
 from ..config import Config
 from ..errors import (
-    ConfigError,
     InvalidRecordError,
     ManagedLedgerDeletedError,
     StorageError,
@@ -245,12 +244,11 @@ class Broker:
     # -- fetch -----------------------------------------------------------------------------
 
     def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20) -> list[bytes]:
-        """Raw batches from the one holding ``offset`` on, with absolute ``baseOffset``, as in a
-        FETCH response: at least one batch, then more while they fit in ``max_bytes``."""
+        """Raw batches from the one holding ``offset`` on, with absolute ``baseOffset`` (a FETCH's)."""
         return self._fetcher.fetch_batches(topic, partition, offset, max_bytes)
 
     def fetch_partition(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20) -> FetchedBatches:
-        """``fetch_batches`` with the log start offset and high watermark the batches were read at."""
+        """``fetch_batches`` (one batch at least, more while they fit) and the log's bounds then."""
         return self._fetcher.fetch_partition(topic, partition, offset, max_bytes)
 
     def fetch(
@@ -259,6 +257,11 @@ class Broker:
         """Records from ``offset`` on (at most ``max_records``); empty at the log end.
         Control records take offsets but are never returned."""
         return self._fetcher.fetch(topic, partition, offset, max_records, max_bytes)
+
+    def offset_and_timestamp(self, topic: str, partition: int, spec: OffsetSpec) -> tuple[int, int]:
+        """``list_offsets`` with the found record's timestamp (-1 for earliest and latest), and
+        ``"max-timestamp"``: the first record with the partition's largest timestamp. (-1, -1): none."""
+        return self._fetcher.offset_and_timestamp(topic, partition, spec)
 
     def list_offsets(self, topic: str, partition: int, spec: OffsetSpec) -> int:
         """``"earliest"`` (-2): the log start offset; ``"latest"`` (-1): the next offset to be
@@ -311,10 +314,7 @@ class Broker:
             self.compact_partition(topic, p)
 
     def compact_partition(self, topic: str, partition: int) -> int | None:
-        policy = self.topic_config(topic)["cleanup.policy"]
-        if "compact" not in policy:
-            raise ConfigError(f"topic {topic!r} has cleanup.policy={policy}; compaction needs compact")
-        return self.admin.log(topic, partition).cleaner.compact()
+        return self._housekeeper.compact_partition(topic, partition)
 
     def enforce_retention(self, topic: str | None = None) -> None:
         """Apply retention.ms / retention.bytes now and delete files past their grace period.
@@ -337,10 +337,9 @@ class Broker:
         return self._housekeeper.verify(topic)
 
     def repair(self, topic: str | None = None, dry_run: bool = False) -> RepairReport:
-        """Repair a store damaged by an earlier version or by failing hardware: unreadable
-        metadata versions give way to the last whole one, and each damaged partition is truncated
-        at its first damaged entry (``log_recovery.repair``). The report names every offset
-        dropped and every group whose committed offset now lies past its log end."""
+        """Repair a store damaged by an earlier version or by failing hardware: unreadable metadata
+        versions give way to the last whole one, each damaged partition is truncated at its first
+        damaged entry (``log_recovery.repair``); the report names offsets dropped and groups past the end."""
         return self._housekeeper.repair(topic, dry_run)
 
     def locate_ledger(self, file: str) -> tuple[str, LedgerRecord] | None:

@@ -18,6 +18,7 @@ from .admin import TopicAdmin
 
 EARLIEST_TIMESTAMP = -2  # ListOffsets' special timestamps
 LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
 OffsetSpec = str | int
 _READ_ATTEMPTS = 5
 
@@ -98,6 +99,31 @@ class Fetcher:
                 if len(out) >= max_records:
                     break
         return out
+
+    def offset_and_timestamp(self, topic: str, partition: int, spec: OffsetSpec) -> tuple[int, int]:
+        if spec in ("max-timestamp", MAX_TIMESTAMP):
+            return self._max_timestamp(topic, partition)
+        offset = self.list_offsets(topic, partition, spec)
+        if spec in ("earliest", EARLIEST_TIMESTAMP, "latest", LATEST_TIMESTAMP) or offset < 0:
+            return offset, -1
+        return offset, self.fetch(topic, partition, offset, 1, 1 << 20)[0].timestamp_ms
+
+    def _max_timestamp(self, topic: str, partition: int) -> tuple[int, int]:
+        """Kafka's MAX_TIMESTAMP lookup: the ledger holding the largest timestamp, then the first of
+        its records with it (compaction may have dropped that record: then the next best ledger)."""
+        view = self._admin.view(topic, partition)[1]
+        ledgers = [l for l in view.ledgers if l.max_timestamp >= 0 and l.end_offset > view.log_start_offset]
+        for ledger in sorted(ledgers, key=lambda l: (-l.max_timestamp, l.base_offset)):
+            position = max(ledger.base_offset, view.log_start_offset)
+            while position < ledger.end_offset:
+                records = self.fetch(topic, partition, position, 10_000, 16 << 20)
+                found = next((r for r in records if r.timestamp_ms == ledger.max_timestamp), None)
+                if found is not None:
+                    return found.offset, found.timestamp_ms
+                if not records:
+                    break
+                position = records[-1].offset + 1
+        return -1, -1
 
     def list_offsets(self, topic: str, partition: int, spec: OffsetSpec) -> int:
         view = self._admin.view(topic, partition)[1]

@@ -55,6 +55,12 @@ class Housekeeper:
     def __init__(self, broker: Broker):
         self._broker = broker
 
+    def compact_partition(self, topic: str, partition: int) -> int | None:
+        policy = self._broker.topic_config(topic)["cleanup.policy"]
+        if "compact" not in policy:
+            raise ConfigError(f"topic {topic!r} has cleanup.policy={policy}; compaction needs compact")
+        return self._broker.admin.log(topic, partition).cleaner.compact()
+
     def enforce_retention(self, topic: str | None) -> None:
         report = MaintenanceReport()
         for t, _, p, ml in self._broker.admin.partition_logs(topic):

@@ -47,7 +47,7 @@ APIS: dict[int, Api] = {
     for a in (
         Api(0, 3, 9, produce.handle),
         Api(1, 4, 12, fetch.handle),
-        Api(2, 1, 6, list_offsets.handle),
+        Api(2, 1, 7, list_offsets.handle),
         Api(3, 1, 12, metadata.handle),
         Api(8, 2, 8, offsets.offset_commit),
         Api(9, 1, 7, offsets.offset_fetch),

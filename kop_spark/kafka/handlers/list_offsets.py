@@ -1,5 +1,6 @@
-"""LIST_OFFSETS: -2 earliest (the log start), -1 latest (the log end), or the first offset whose
-timestamp is at or after a time (-1 when none is)."""
+"""LIST_OFFSETS: -2 earliest (the log start), -1 latest (the log end), -3 the first record with
+the largest timestamp (v7+), or the first offset whose timestamp is at or after a time, with that
+record's timestamp (-1 when there is none)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...broker import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ...broker import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from ..context import ServerContext
 from ..error_codes import error_code
 from ..messages import RequestHeader, make, response_module
+
+SPECS = {EARLIEST_TIMESTAMP: "earliest", LATEST_TIMESTAMP: "latest", MAX_TIMESTAMP: "max-timestamp"}
 
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
@@ -24,11 +27,11 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
 
 
 async def _partition(ctx: ServerContext, m: Any, topic: str, partition: int, timestamp: int) -> Any:
-    spec = {EARLIEST_TIMESTAMP: "earliest", LATEST_TIMESTAMP: "latest"}.get(timestamp, timestamp)
-    if isinstance(spec, int) and spec < 0:  # max-timestamp (-3) and tiered lookups are not advertised
+    spec = SPECS.get(timestamp, timestamp)
+    if isinstance(spec, int) and spec < 0:  # earliest-local (-4) and tiered lookups are not served
         return make(m.ListOffsetsPartitionResponse, partition_index=partition, error_code=ErrorCode.invalid_request)
     try:
-        offset = await ctx.call(ctx.broker.list_offsets, topic, partition, spec)
+        offset, found_at = await ctx.call(ctx.broker.offset_and_timestamp, topic, partition, spec)
     except Exception as e:
         code = error_code(e, f"list offsets of {topic}-{partition}")
         return make(m.ListOffsetsPartitionResponse, partition_index=partition, error_code=code)
@@ -36,7 +39,7 @@ async def _partition(ctx: ServerContext, m: Any, topic: str, partition: int, tim
         m.ListOffsetsPartitionResponse,
         partition_index=partition,
         error_code=ErrorCode.none,
-        timestamp=-1,
+        timestamp=found_at,
         offset=offset,
         old_style_offsets=(offset,),
     )
