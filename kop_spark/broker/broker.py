@@ -9,6 +9,7 @@ housekeeping ``maintenance``.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import threading
@@ -20,13 +21,12 @@ from .. import layout
 from ..clock import SYSTEM_CLOCK, Clock
 from ..config import Config
 from ..errors import (
-    InvalidRecordError,
     ManagedLedgerDeletedError,
     StorageError,
     TopicNotFoundError,
 )
 from ..group.coordinator import GroupCoordinator, OffsetAndMetadata
-from ..record import ConsumerRecord, Record, split_batches
+from ..record import ConsumerRecord, Record
 from ..record.compression import CompressionType
 from ..storage.fileio import FileIO, open_fileio, optional_local_dir, takes_whole_files_only
 from ..storage.ledger import IOStats
@@ -35,7 +35,7 @@ from ..storage.metadata import NETWORK_SCHEMES, RefusedMetadataStore, open_metad
 from ..storage.metadata_store import MetadataStore
 from ..storage.object_store import is_object_store_uri
 from ..storage.read_plan import LedgerRecord, PartitionView
-from ..storage.staging import StagedLedger
+from ..storage.staging import StagedLedger, task_stager
 from ..topic_name import TopicName, TopicPartition
 from .admin import TopicAdmin, TopicDescription
 from .fetch import FetchedBatches, Fetcher, OffsetSpec
@@ -45,7 +45,7 @@ from .log_manager import LogManager
 from .maintenance import Housekeeper, MaintenanceReport, RepairReport
 from .producer_batches import ProducerBatches, next_producer_id
 from .sink_commits import SinkCommits
-from .validation import StagedPartition, validate_produced
+from .validation import StagedPartition, checked_batches
 
 T = TypeVar("T")
 
@@ -140,12 +140,10 @@ class Broker:
         idempotence_key: tuple[str, int] | None = None,
         batch_size: int = 16384,
     ) -> list[tuple[int, int, int]]:
-        """Produce records; return ``(partition, base_offset, count)`` per partition written.
-
-        With ``partition=None`` a keyed record goes where Kafka's default partitioner puts it
-        (murmur2 of the key) and records without a key share one partition, round robin across
-        calls. Records are batched as a Kafka producer batches them (``batch_size`` bytes); each
-        partition's batches are appended, in order, in one atomic append."""
+        """Produce records; return ``(partition, base_offset, count)`` per partition written. With
+        ``partition=None`` a keyed record goes where Kafka's partitioner puts it (murmur2 of the key),
+        keyless ones share one partition per call, round robin. Records are batched as a Kafka
+        producer does (``batch_size``); each partition's batches are one atomic append."""
         _, meta = self.admin.metadata(topic)
         if partition is not None:
             self.admin.check_partition(topic, partition, meta)
@@ -177,24 +175,19 @@ class Broker:
         fails. With ``idempotence_key=(writer, sequence)`` a repeated append is applied once and
         answered with the offsets of the first. With ``expected_log_end_offset`` the append
         happens only while the log still ends there (``LogEndMovedError`` otherwise)."""
-        meta = self.admin.metadata(topic)[1] if _meta is None else _meta
-        self.admin.check_partition(topic, partition, meta)
-        cfg = self.config.topic_config(meta.get("config"))
-        flat = [b for item in batches for b in split_batches(item)]
-        if not flat:
-            raise InvalidRecordError(f"produce to {topic}-{partition}: no record batches given")
-        now = self.clock.now_ms()
-        where = f"produce to {topic}-{partition}, batch"
-        checked = [validate_produced(f"{where} {i}", b, cfg, now) for i, b in enumerate(flat)]
-        ml = self.admin.log(topic, partition, meta)
+        ml, checked, now = checked_batches(self, topic, partition, batches, _meta)
+        key, expected = idempotence_key, expected_log_end_offset
+        append = functools.partial(
+            ml.append, checked, idempotence_key=key, broker_timestamp=now, expected_next_offset=expected
+        )
+        return self._on_log(topic, lambda: append().base_offset)
 
-        def append() -> int:
-            expected = expected_log_end_offset
-            return ml.append(
-                checked, idempotence_key=idempotence_key, broker_timestamp=now, expected_next_offset=expected
-            ).base_offset
-
-        return self._on_log(topic, append)
+    def queue_batches(self, topic: str, partition: int, batches: Sequence[bytes]) -> Callable[[], int]:
+        """``produce_batches`` in two steps: check and queue the batches now, in call order; the call
+        returned waits for their base offset. A server pipelines a connection's produces this way."""
+        ml, checked, now = checked_batches(self, topic, partition, batches, None)
+        wait = ml.queue_append(checked, broker_timestamp=now)
+        return lambda: self._on_log(topic, lambda: wait().base_offset)
 
     def init_producer_id(self) -> int:
         """A new idempotent producer's id (epoch 0), never handed out twice on this store."""
@@ -219,7 +212,14 @@ class Broker:
         roll_mb = self.config["managedLedgerMaxSizePerLedgerMbytes"]
         if not self.fileio.supports_append:  # built in memory before they are written
             roll_mb = min(roll_mb, self.config["wholeLedgerMaxSizeMbytes"])
-        return StagedPartition(topic, partition, lambda: log.new_stager(task_dir), roll_mb << 20, cfg, self.clock)
+        return StagedPartition(
+            topic,
+            partition,
+            lambda: task_stager(self.fileio, log.ledger_path, task_dir),
+            roll_mb << 20,
+            cfg,
+            self.clock,
+        )
 
     def append_staged(
         self, topic: str, partition: int, staged: Sequence[StagedLedger], sink_key: tuple[str, int]

@@ -5,14 +5,18 @@ stamped by the broker. Spark's staged output passes the same checks (``StagedPar
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..clock import Clock
 from ..errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
-from ..record import BatchRecord, RecordBatch, TimestampType
+from ..record import BatchRecord, RecordBatch, TimestampType, split_batches
 from ..record.arrow import summarize
 from ..record.default_record_batch import with_log_append_time, with_timestamps
 from ..storage.staging import LedgerStager, StagedLedger
+
+if TYPE_CHECKING:
+    from ..storage.managed_ledger import ManagedLedger
+    from .broker import Broker
 
 TopicConfig = Mapping[str, Any]
 
@@ -58,6 +62,23 @@ def validate_produced(where: str, b: bytes | memoryview, topic_config: TopicConf
     if batch.timestamp_type == TimestampType.CREATE_TIME and batch.max_timestamp == records.max_timestamp:
         return bytes(b)
     return with_timestamps(b, TimestampType.CREATE_TIME, records.max_timestamp)
+
+
+def checked_batches(
+    broker: Broker, topic: str, partition: int, batches: Sequence[bytes], meta: dict[str, Any] | None
+) -> tuple[ManagedLedger, list[bytes], int]:
+    """A produce's batches as they are to be stored, each checked (``validate_produced``), with
+    the partition's log and the time they are stamped with; refused whole if any fails."""
+    meta = broker.admin.metadata(topic)[1] if meta is None else meta
+    broker.admin.check_partition(topic, partition, meta)
+    cfg = broker.config.topic_config(meta.get("config"))
+    flat = [b for item in batches for b in split_batches(item)]
+    if not flat:
+        raise InvalidRecordError(f"produce to {topic}-{partition}: no record batches given")
+    now = broker.clock.now_ms()
+    where = f"produce to {topic}-{partition}, batch"
+    checked = [validate_produced(f"{where} {i}", b, cfg, now) for i, b in enumerate(flat)]
+    return broker.admin.log(topic, partition, meta), checked, now
 
 
 class StagedPartition:

@@ -1,7 +1,10 @@
 """One client connection: size-prefixed requests in, responses out in the same order.
 
-As a Kafka broker does, a connection's requests are handled one at a time (a client pipelines
-them; their order is what keeps a producer's batches in order), while other connections go on.
+A connection's requests are taken one at a time, in order, as a Kafka broker takes them (their
+order is what keeps a producer's batches in order). A produce is taken once its batches are
+checked and queued for their partitions' next writes; it is answered when they are written,
+while the requests after it are already being taken (up to ``MAX_IN_FLIGHT``), so the produces a
+client pipelines share writes and CASes (group commit) instead of waiting for one sync each.
 A request that is malformed, truncated, larger than ``socket.request.max.bytes``, or of a version
 this server does not handle closes this connection only, with a log line; nothing is allocated
 from a length the client sent before its bytes arrive."""
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -18,6 +22,9 @@ from .context import ServerContext
 from .messages import InvalidRequestError, decode_request, encode_response, peek_header
 
 log = logging.getLogger(__name__)
+
+MAX_IN_FLIGHT = 16  # answers a connection may owe before it reads on
+Answer = bytes | None | asyncio.Future[bytes | None]
 
 
 class Connection:
@@ -34,17 +41,16 @@ class Connection:
         self.stopping = False  # set by a graceful stop: no new request is taken
 
     async def run(self) -> None:
+        answers: asyncio.Queue[Answer] = asyncio.Queue(MAX_IN_FLIGHT)
+        writing = asyncio.ensure_future(self._write(answers))
         try:
             while True:
                 frame = await self._read_frame()
                 if frame is None or self.stopping:
-                    return
+                    break
                 self.idle.clear()
-                response = await self._handle(frame)
-                if response is not None:
-                    self._writer.write(response)
-                    await self._writer.drain()
-                self.idle.set()
+                await _unless_done(answers.put(await self._handle(frame)), writing)
+            await _unless_done(answers.join(), writing)  # what was taken is answered before closing
         except InvalidRequestError as e:
             log.warning("closing the connection from %s: %s", self.peer, e)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -52,8 +58,29 @@ class Connection:
         except Exception:  # a bug: this connection ends, the server goes on
             log.exception("closing the connection from %s after an unexpected error", self.peer)
         finally:
+            writing.cancel()
             self.idle.set()
             self._writer.close()
+
+    async def _write(self, answers: asyncio.Queue[Answer]) -> None:
+        """Write the answers in the order their requests came, as each is ready."""
+        while True:
+            answer = await answers.get()
+            try:
+                data = await answer if isinstance(answer, asyncio.Future) else answer
+                if data is not None:
+                    self._writer.write(data)
+                    await self._writer.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                raise
+            except Exception:
+                log.exception("closing the connection from %s after an unexpected error", self.peer)
+                self._writer.close()
+                raise
+            finally:
+                answers.task_done()
+            if answers.empty():
+                self.idle.set()
 
     async def _read_frame(self) -> bytes | None:
         try:
@@ -65,7 +92,7 @@ class Connection:
             raise InvalidRequestError(f"a request of {size} bytes (socket.request.max.bytes is {self._max_bytes})")
         return await self._reader.readexactly(size)
 
-    async def _handle(self, frame: bytes) -> bytes | None:
+    async def _handle(self, frame: bytes) -> Answer:
         api_key, version, correlation_id = peek_header(frame)
         api = APIS.get(api_key)
         if api_key == API_VERSIONS and api is not None and not api.supports(version):
@@ -74,4 +101,20 @@ class Connection:
             raise InvalidRequestError(f"API key {api_key} version {version} is not supported")
         header, request = decode_request(frame, api_key, version)
         response = await api.handler(self._ctx, header._replace(client_host=self.host), request)
+        if isinstance(response, asyncio.Future):  # taken, answered once written
+            return asyncio.ensure_future(_encoded(correlation_id, response))
         return None if response is None else encode_response(correlation_id, response)
+
+
+async def _unless_done(step: Any, writing: asyncio.Future[None]) -> None:
+    """Await ``step`` unless the writing of answers ends first (the connection failed)."""
+    task = asyncio.ensure_future(step)
+    await asyncio.wait([task, writing], return_when=asyncio.FIRST_COMPLETED)
+    if not task.done():
+        task.cancel()
+        raise ConnectionError("the connection failed while answers were owed")
+
+
+async def _encoded(correlation_id: int, response: asyncio.Future[Any]) -> bytes | None:
+    answer = await response
+    return None if answer is None else encode_response(correlation_id, answer)

@@ -58,8 +58,17 @@ class GroupCommit:
         self._busy = False
 
     def submit(self, request: AppendRequest) -> AppendResult:
+        self.enqueue(request)
+        return self.wait(request)
+
+    def enqueue(self, request: AppendRequest) -> None:
+        """Queue ``request`` for the next group: requests are appended in the order they are queued."""
         with self._cond:
             self._waiting.append(request)
+
+    def wait(self, request: AppendRequest) -> AppendResult:
+        """The result of a queued request, leading a group's commit if none is under way."""
+        with self._cond:
             while self._busy and id(request) not in self._done:
                 self._cond.wait()
             if id(request) in self._done:  # a leader committed it

@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import BadVersionError, LogEndMovedError, ManagedLedgerDeletedError, OrphanRemovedError, StorageError
-from ..layout import ledger_file, staged_ledger_file
+from ..layout import ledger_file
 from ..retry import retry_cas
 from .fileio import FileIO
 from .group_commit import AppendRequest, AppendResult, GroupCommit, place
@@ -49,7 +49,7 @@ from .metadata_store import MetadataStore
 from .own_ledger import OwnLedger
 from .read_plan import PartitionView
 from .retention import RetentionPolicy, apply_retention, expire_writers, purge_trash
-from .staging import LedgerStager, StagedLedger, new_ledger_id
+from .staging import StagedLedger, sealed_ledger
 
 
 @dataclass(frozen=True)
@@ -256,6 +256,18 @@ class ManagedLedger:
         assert request.result is not None
         return request.result
 
+    def queue_append(
+        self, batches: Sequence[bytes], *, broker_timestamp: int | None = None
+    ) -> Callable[[], AppendResult]:
+        """``append`` in two steps: queue the batches now (appends queued in order are appended in
+        that order) and return the wait for their result, so that a caller may queue more before
+        the first is written, and all of them share a write and a CAS."""
+        if not batches:
+            raise ValueError("nothing to append")
+        request = AppendRequest(batches, None, broker_timestamp)
+        self._appends.enqueue(request)
+        return lambda: self._appends.wait(request)
+
     def _commit_appends(self, requests: list[AppendRequest], expected_next_offset: int | None = None) -> None:
         """Write ``requests`` together (one sync or upload) and confirm them in one CAS."""
         # Object stores: the sealed ledger of the appends to write, uploaded once for each set of them.
@@ -277,7 +289,7 @@ class ManagedLedger:
             else:  # an object store: the group's appends are a sealed ledger of their own, uploaded once
                 which = tuple(id(r) for r in writes)
                 if which not in sealed:  # a retry that found one of them already applied writes anew
-                    sealed[which] = self._upload_ledger(appends)
+                    sealed[which] = sealed_ledger(self.fileio, self.ledger_path, appends)
                 meta.fence_tail()
                 meta.add_ledger(sealed[which].record(sealed[which].file, base, now))
             return meta
@@ -285,24 +297,6 @@ class ManagedLedger:
         with self.lock:
             self.apply(change, new_files=True)
             self.cleaner.merge_in_passing()
-
-    def _upload_ledger(self, appends: Sequence[tuple[Sequence[bytes], int]]) -> StagedLedger:
-        """Write appends ((batches, broker timestamp) each) as a new sealed ledger in the partition's
-        directory. Its entries carry offsets relative to it, so a CAS that lost can place it at the
-        new log end unchanged."""
-        ledger_id = new_ledger_id()
-        stager = LedgerStager(self.fileio, self.ledger_path(ledger_id), ledger_id)
-        for batches, broker_timestamp in appends:
-            stager.append(batches, broker_timestamp)
-        return stager.finish()
-
-    def new_stager(self, task_dir: str) -> LedgerStager:
-        """A ledger staged for this partition by a task: in ``task_dir``, to be moved in when it is
-        appended; on an object store (no rename) at its final name, where it will stay."""
-        ledger_id = new_ledger_id()
-        if self.fileio.supports_append:
-            return LedgerStager(self.fileio, staged_ledger_file(task_dir, f"{ledger_id:x}"), ledger_id)
-        return LedgerStager(self.fileio, self.ledger_path(ledger_id), ledger_id)
 
     def ledger_path(self, ledger_id: int) -> str:
         """Where a ledger of this partition lives (a staged one once it is appended)."""

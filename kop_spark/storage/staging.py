@@ -4,9 +4,10 @@ later takes whole, in the one CAS that gives them offsets (``ManagedLedger.appen
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from ..layout import staged_ledger_file
 from ..record import RecordBatch
 from .fileio import FileIO
 from .ledger import EntryInfo, LedgerWriter
@@ -67,3 +68,25 @@ class LedgerStager:
     def discard(self) -> None:
         self._writer.close()
         self._fileio.delete(self.path)
+
+
+def sealed_ledger(
+    fileio: FileIO, ledger_path: Callable[[int], str], appends: Sequence[tuple[Sequence[bytes], int]]
+) -> StagedLedger:
+    """Write appends ((batches, broker timestamp) each) as a new sealed ledger at ``ledger_path(id)``.
+    Its entries carry offsets relative to it, so a CAS that lost can place it at the new log end
+    unchanged (how an object store's appends are written)."""
+    ledger_id = new_ledger_id()
+    stager = LedgerStager(fileio, ledger_path(ledger_id), ledger_id)
+    for batches, broker_timestamp in appends:
+        stager.append(batches, broker_timestamp)
+    return stager.finish()
+
+
+def task_stager(fileio: FileIO, ledger_path: Callable[[int], str], task_dir: str) -> LedgerStager:
+    """A ledger a task stages for a partition: in ``task_dir``, to be moved in when it is appended;
+    on an object store (no rename) at its final name ``ledger_path(id)``, where it will stay."""
+    ledger_id = new_ledger_id()
+    if fileio.supports_append:
+        return LedgerStager(fileio, staged_ledger_file(task_dir, f"{ledger_id:x}"), ledger_id)
+    return LedgerStager(fileio, ledger_path(ledger_id), ledger_id)

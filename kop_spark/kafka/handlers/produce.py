@@ -1,16 +1,19 @@
 """PRODUCE: each partition's batches are stored as they came (KoP's ``entryFormat=kafka``), after
 the Broker's checks (CRC, size, keys on compacted topics); the answer is the base offset the
-confirming CAS gave them. Partitions of one request are appended concurrently, so they share
-writes with other requests' appends to the same partitions (group commit)."""
+confirming CAS gave them. The batches are queued for their partitions' next writes before the
+connection's next request is taken, and written while it is: requests a client pipelines, and
+other connections' appends to the same partitions, share writes and CASes (group commit)."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...errors import InvalidRecordError
 from ..context import ServerContext
 from ..error_codes import error_code
 from ..messages import RequestHeader, make, response_module
@@ -21,17 +24,20 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
     if request.transactional_id is not None:
         # Transactions are not supported; Kafka answers a transactional produce it cannot take so.
         return _answer(m, request, lambda t, p: _partition(m, p.index, ErrorCode.transactional_id_authorization_failed))
-    jobs = {
-        (t.name, p.index): asyncio.ensure_future(_append(ctx, m, t.name, p.index, p.records))
+    # Queued in request order (this connection's next request waits for it), written later.
+    queued = {
+        (t.name, p.index): await _queue(ctx, t.name, p.index, p.records)
         for t in request.topic_data
         for p in t.partition_data
     }
-    if jobs:
-        await asyncio.wait(jobs.values())
+
+    async def written() -> Any:
+        answers = await asyncio.gather(*(_written(ctx, m, tp, wait) for tp, wait in queued.items()))
+        done = dict(zip(queued, answers, strict=True))
         ctx.appends.notify()
-    if request.acks == 0:
-        return None
-    return _answer(m, request, lambda t, p: jobs[(t.name, p.index)].result())
+        return None if request.acks == 0 else _answer(m, request, lambda t, p: done[(t.name, p.index)])
+
+    return asyncio.ensure_future(written())
 
 
 def _answer(m: Any, request: Any, partition: Any) -> Any:
@@ -55,13 +61,25 @@ def _partition(m: Any, index: int, code: ErrorCode, base_offset: int = -1, log_s
     )
 
 
-async def _append(ctx: ServerContext, m: Any, topic: str, partition: int, records: bytes | None) -> Any:
-    b = ctx.broker
+async def _queue(
+    ctx: ServerContext, topic: str, partition: int, records: bytes | None
+) -> Callable[[], int] | Exception:
+    """Check a partition's batches and queue them for its next write; what is refused, why."""
     try:
         if not records:
-            return _partition(m, partition, ErrorCode.invalid_record)
-        base = await ctx.call(b.produce_batches, topic, partition, [records])
-        start = await ctx.call(b.list_offsets, topic, partition, "earliest")
+            raise InvalidRecordError(f"produce to {topic}-{partition}: no record batches given")
+        return await ctx.call(ctx.broker.queue_batches, topic, partition, [records])
+    except Exception as e:
+        return e
+
+
+async def _written(ctx: ServerContext, m: Any, tp: tuple[str, int], wait: Callable[[], int] | Exception) -> Any:
+    topic, partition = tp
+    try:
+        if isinstance(wait, Exception):
+            raise wait
+        base = await ctx.call(wait)
+        start = await ctx.call(ctx.broker.list_offsets, topic, partition, "earliest")
     except Exception as e:
         return _partition(m, partition, error_code(e, f"produce to {topic}-{partition}"))
     return _partition(m, partition, ErrorCode.none, base, start)
