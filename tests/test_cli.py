@@ -226,7 +226,8 @@ def test_ctrl_c_during_produce_keeps_every_acknowledged_record(root, tmp_path):
     from kop_spark import Broker
 
     lines = tmp_path / "lines.txt"
-    lines.write_text("".join(f"k{i % 7}:{i}\n" for i in range(300_000)))
+    # Enough lines that the interrupt comes while they are being produced (a run takes seconds).
+    lines.write_text("".join(f"k{i % 7}:{i}\n" for i in range(1_000_000)))
     assert kop(root, "topics", "create", "big", "--partitions", "3").returncode == 0
     rng = random.Random(11)
     acknowledged = interrupted = 0
@@ -246,11 +247,11 @@ def test_ctrl_c_during_produce_keeps_every_acknowledged_record(root, tmp_path):
             "--key-separator",
             ":",
             stdin_path=str(lines),
-            after_s=rng.uniform(0, 0.8),
+            after_s=rng.uniform(0, 0.5),
             started=grew(before),
         )
         if rc == 0:  # the run finished before the interrupt: fine, but not what we are here for
-            acknowledged += 300_000
+            acknowledged += 1_000_000
             continue
         interrupted += 1
         assert rc == 130, err

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kop_spark import Broker, Record
+from kop_spark.clock import ManualClock
 from kop_spark.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from kop_spark.record import build_record_batch
 
@@ -69,9 +70,14 @@ def test_producers_are_independent_and_plain_batches_are_unchecked(b: Broker) ->
 
 
 def test_a_producer_forgotten_after_its_expiry_may_start_anywhere(root: str) -> None:
-    b = Broker(root, {"producer.id.expiration.ms": 1})
+    clock = ManualClock()
+    b = Broker(root, {"producer.id.expiration.ms": 1000}, clock=clock)
     b.create_topic("t", 1, config={"retention.ms": -1})
     b.produce_batches("t", 0, [batch(7, 0, 0)])
+    b.enforce_retention()
+    with pytest.raises(OutOfOrderSequenceError):  # still known
+        b.produce_batches("t", 0, [batch(7, 0, 9)])
+    clock.advance(1001)
     b.enforce_retention()
     b.produce_batches("t", 0, [batch(7, 0, 9)])
     assert b.list_offsets("t", 0, "latest") == 4
