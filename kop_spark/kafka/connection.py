@@ -39,6 +39,7 @@ class Connection:
         self.idle = asyncio.Event()  # not handling a request: a graceful stop waits for this
         self.idle.set()
         self.stopping = False  # set by a graceful stop: no new request is taken
+        self._taking = False  # a request is being taken (until its answer is queued)
 
     async def run(self) -> None:
         answers: asyncio.Queue[Answer] = asyncio.Queue(MAX_IN_FLIGHT)
@@ -49,7 +50,9 @@ class Connection:
                 if frame is None or self.stopping:
                     break
                 self.idle.clear()
+                self._taking = True
                 await _unless_done(answers.put(await self._handle(frame)), writing)
+                self._taking = False
             await _unless_done(answers.join(), writing)  # what was taken is answered before closing
         except InvalidRequestError as e:
             log.warning("closing the connection from %s: %s", self.peer, e)
@@ -79,7 +82,7 @@ class Connection:
                 raise
             finally:
                 answers.task_done()
-            if answers.empty():
+            if answers.empty() and not self._taking:
                 self.idle.set()
 
     async def _read_frame(self) -> bytes | None:

@@ -79,6 +79,7 @@ class KafkaServer:
                 await server.wait_closed()
         if self.ctx is not None:
             self._publishing.cancel()
+            await asyncio.gather(self._publishing, return_exceptions=True)
             await self.ctx.publisher.withdraw()
             self.ctx.close()
         log.info("kop serve: stopped")
