@@ -193,20 +193,34 @@ def test_groups_tools(root):
     assert missing.returncode == 1 and "Consumer group 'my-group' does not exist." in missing.stderr
 
 
-def _interrupted(root, *args, stdin_path=None, after_s=0.0, started=None):
+def _interrupted(root, *args, stdin_path=None, after_s=0.0, started=None, feed=None):
     """Run kop, send SIGINT (Ctrl-C) ``after_s`` seconds after it has started its work (``started``
-    says so; else its first line of output), and return (rc, stderr)."""
+    says so; else its first line of output), and return (rc, stderr). With ``feed`` (chunks of
+    bytes) its stdin is a pipe written by a thread as the process reads it, so the process is
+    still at work when the interrupt comes, however fast it is."""
     import signal
+    import threading
     import time
 
     with open(stdin_path or os.devnull, "rb") as stdin:
         p = subprocess.Popen(
             [PYTHON, "-m", "kop_spark.cli", "--root", root, *args],
-            stdin=stdin,
+            stdin=subprocess.PIPE if feed is not None else stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=python_subprocess_env(),
         )
+        if feed is not None:
+
+            def write() -> None:
+                try:
+                    for chunk in feed:
+                        p.stdin.write(chunk)
+                    p.stdin.close()
+                except (BrokenPipeError, ValueError):
+                    pass  # interrupted: it reads no more
+
+            threading.Thread(target=write, daemon=True).start()
         if started is None:
             p.stdout.readline()
         else:
@@ -223,21 +237,19 @@ def test_ctrl_c_during_produce_keeps_every_acknowledged_record(root, tmp_path):
     import random
     import re
 
-    from kop_spark import Broker
-
-    lines = tmp_path / "lines.txt"
-    # Enough lines that the interrupt comes while they are being produced (a run takes seconds).
-    lines.write_text("".join(f"k{i % 7}:{i}\n" for i in range(1_000_000)))
+    lines = [f"k{i % 7}:{i}\n".encode() for i in range(300_000)]
     assert kop(root, "topics", "create", "big", "--partitions", "3").returncode == 0
     rng = random.Random(11)
     acknowledged = interrupted = 0
-    watcher = Broker(root)
-
-    def grew(before):
-        return lambda: sum(watcher.list_offsets("big", p, "latest") for p in range(3)) > before
 
     for _ in range(6):
-        before = sum(watcher.list_offsets("big", p, "latest") for p in range(3))
+        fed, cut = [0], rng.randrange(20_000, 250_000)
+
+        def feed(fed=fed):
+            for start in range(0, len(lines), 1000):
+                yield b"".join(lines[start : start + 1000])
+                fed[0] = start + 1000
+
         rc, err = _interrupted(
             root,
             "--conf",
@@ -246,12 +258,12 @@ def test_ctrl_c_during_produce_keeps_every_acknowledged_record(root, tmp_path):
             "big",
             "--key-separator",
             ":",
-            stdin_path=str(lines),
-            after_s=rng.uniform(0, 0.5),
-            started=grew(before),
+            feed=feed(),
+            after_s=rng.uniform(0, 0.05),
+            started=lambda fed=fed, cut=cut: fed[0] >= cut,  # the producer has read this far
         )
         if rc == 0:  # the run finished before the interrupt: fine, but not what we are here for
-            acknowledged += 1_000_000
+            acknowledged += len(lines)
             continue
         interrupted += 1
         assert rc == 130, err
