@@ -209,6 +209,9 @@ def _interrupted(root, *args, stdin_path=None, after_s=0.0, started=None, feed=N
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=python_subprocess_env(),
+            # A foreground command gets Ctrl-C even when the tests run in the background, where
+            # the shell has them ignore SIGINT (and children inherit that).
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         if feed is not None:
 
