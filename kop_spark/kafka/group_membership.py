@@ -183,15 +183,22 @@ class GroupMembership:
         member = g.members.get(member_id)
         return ErrorCode.unknown_member_id if member is None else (g, member)
 
+    def _in_generation(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> tuple[Group, Member] | ErrorCode:
+        """The member, if it is one of the group's current generation; else why not."""
+        found = self._member(group_id, member_id, instance_id)
+        if isinstance(found, ErrorCode) or generation == found[0].generation:
+            return found
+        return ErrorCode.illegal_generation
+
     async def sync(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None, assignments: dict[str, bytes]
     ) -> SyncResult:
-        found = self._member(group_id, member_id, instance_id)
+        found = self._in_generation(group_id, generation, member_id, instance_id)
         if isinstance(found, ErrorCode):
             return SyncResult(found)
         g, member = found
-        if generation != g.generation:
-            return SyncResult(ErrorCode.illegal_generation)
         if g.state == GroupState.PREPARING_REBALANCE:
             return SyncResult(ErrorCode.rebalance_in_progress)
         self._heartbeat(g, member)
@@ -209,12 +216,10 @@ class GroupMembership:
         return await synced
 
     def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> ErrorCode:
-        found = self._member(group_id, member_id, instance_id)
+        found = self._in_generation(group_id, generation, member_id, instance_id)
         if isinstance(found, ErrorCode):
             return found
         g, member = found
-        if generation != g.generation:
-            return ErrorCode.illegal_generation
         self._heartbeat(g, member)
         return ErrorCode.rebalance_in_progress if g.state == GroupState.PREPARING_REBALANCE else ErrorCode.none
 
@@ -266,12 +271,10 @@ class GroupMembership:
             return ErrorCode.none if generation == _NO_GENERATION else ErrorCode.illegal_generation
         if generation == _NO_GENERATION and not member_id:
             return ErrorCode.unknown_member_id
-        found = self._member(group_id, member_id, instance_id)
+        found = self._in_generation(group_id, generation, member_id, instance_id)
         if isinstance(found, ErrorCode):
             return found
         g, member = found
-        if generation != g.generation:
-            return ErrorCode.illegal_generation
         if g.state == GroupState.COMPLETING_REBALANCE:
             return ErrorCode.rebalance_in_progress
         self._heartbeat(g, member)
