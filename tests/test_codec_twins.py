@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kop_spark.errors import CorruptRecordError
+from kop_spark.errors import CorruptRecordError, InvalidRecordError
 from kop_spark.partitioner import partition_for_key
 from kop_spark.record import CompressionType, Record, RecordBatch, TimestampType, _speedups, build_record_batch
 from kop_spark.record.arrow import HEADERS_TYPE, ArrowRecordBuilder, encode_arrow, key_partitions
@@ -92,6 +92,72 @@ def test_decoders_agree_on_corrupt_bytes(recs, flips, cut, headers):
         except CorruptRecordError:
             results.append("corrupt")
     assert (results[0] == "corrupt" and results[1] == "corrupt") or results[0].equals(results[1])
+
+
+def check_both(batch: bytes):
+    """What each twin's check_records says of a batch's records section: its summary, or the
+    name of the error it raised."""
+    b = RecordBatch(batch)
+    out = []
+    for codec in (reference, compiled):
+        try:
+            out.append(codec.check_records(memoryview(batch)[61:], b.record_count, 0, b.base_timestamp))
+        except (CorruptRecordError, InvalidRecordError) as e:
+            out.append(type(e).__name__)
+    return out
+
+
+@needs_compiled
+@settings(max_examples=200, deadline=None)
+@given(recs=records, deltas=st.one_of(st.none(), st.permutations(range(25))))
+def test_checkers_summarize_what_the_decoder_reads(recs, deltas):
+    offset_deltas = None if deltas is None else sorted(deltas[: len(recs)]) if len(recs) % 2 else deltas[: len(recs)]
+    batch = build_record_batch(recs, offset_deltas=offset_deltas)
+    ours, theirs = check_both(batch)
+    assert ours == theirs
+    read = reference_read(batch)
+    assert ours == (
+        read["offset"] == list(range(len(recs))),
+        max(r.timestamp_ms for r in recs),
+        sum(r.key is None for r in recs),
+    )
+
+
+def reference_read(batch: bytes) -> dict:
+    builder = ArrowRecordBuilder("t", 0, True, codec=reference)
+    builder.add(RecordBatch(batch), 0)
+    return builder.build().to_pydict()
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    recs=records,
+    flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1, max_size=3),
+    cut=st.integers(-8, 8),
+)
+def test_checkers_agree_on_corrupt_bytes_and_refuse_what_the_decoder_refuses(recs, flips, cut):
+    """Damaged records sections (bytes flipped, cut short or with bytes left over): both checkers
+    refuse them alike, and whatever the Arrow reader cannot read, they refuse."""
+    batch = bytearray(build_record_batch(recs))
+    for at, xor in flips:
+        batch[61 + at % (len(batch) - 61)] ^= xor
+    batch = batch[: max(61, len(batch) - cut)] if cut > 0 else batch + bytes(-cut)
+    batch[8:12] = (len(batch) - 12).to_bytes(4, "big")
+    ours, theirs = check_both(bytes(batch))
+    assert ours == theirs
+    try:
+        reference_read(bytes(batch))
+    except CorruptRecordError:
+        assert ours in ("CorruptRecordError", "InvalidRecordError")
+
+
+def test_checkers_refuse_bytes_after_the_last_record():
+    batch = bytearray(build_record_batch([Record(b"v", key=b"k")]) + b"\0")
+    batch[8:12] = (len(batch) - 12).to_bytes(4, "big")
+    for codec in filter(None, (reference, compiled)):
+        with pytest.raises(CorruptRecordError, match="1 bytes after its 1 records"):
+            codec.check_records(memoryview(batch)[61:], 1, 0, 0)
 
 
 binary_column = st.lists(maybe_bytes, min_size=0, max_size=40)

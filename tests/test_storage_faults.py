@@ -76,6 +76,14 @@ def test_records_are_checked_inside_a_correctly_signed_batch(rolling):
     overrun[HEADER_SIZE] = 0x7E  # the first record's length: 63 bytes, far past the batch's end
     with pytest.raises(CorruptRecordError, match="overruns"):
         rolling.produce_batches("t", 0, [_signed(overrun)])
+    latin = bytearray(build_record_batch([Record(b"a", headers=[("k@", b"v")])]))
+    latin[latin.index(b"k@") + 1] = 0xFF  # a header key Spark's reader could not make a string of
+    with pytest.raises(InvalidRecordError, match="header key that is not UTF-8"):
+        rolling.produce_batches("t", 0, [_signed(latin)])
+    padded = bytearray(build_record_batch([Record(b"a")]) + b"\0\0")
+    struct.pack_into(">i", padded, 8, len(padded) - 12)
+    with pytest.raises(CorruptRecordError, match="2 bytes after its 1 records"):
+        rolling.produce_batches("t", 0, [_signed(padded)])
     assert rolling.list_offsets("t", 0, "latest") == 0
 
 

@@ -16,6 +16,7 @@ from ..broker import Broker
 from .connection import Connection
 from .context import ServerContext
 from .listeners import Listener, parse_listeners
+from .memory import keep_large_buffers
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ class KafkaServer:
 
 async def serve(broker: Broker, listeners: str | None = None, advertised: str | None = None) -> None:
     """Run a server until SIGTERM or SIGINT."""
+    keep_large_buffers()
     server = KafkaServer(broker, listeners, advertised)
     await server.start()
     stopping = asyncio.Event()

@@ -1,5 +1,5 @@
 /*
- * The compiled twin of kop_spark.record's hot loops: records of a v2 batch to Arrow column buffers,
+ * The compiled twin of kop_spark.record's hot loops: records of a v2 batch checked, or to Arrow column buffers,
  * Arrow column buffers to records, and Kafka's murmur2 partitioner over a column of keys.
  *
  * Optional: kop_spark/record/_codec.py falls back to the pure-Python reference implementations
@@ -362,6 +362,111 @@ decode_records(PyObject *self, PyObject *args)
     if (failed || !closed)
         return NULL;
     Py_RETURN_NONE;
+}
+
+/* ---- check ---- */
+
+/* Skip a record's headers at *pos, each checked to lie inside the record ending at `end`. */
+static int
+skip_headers(const uint8_t *buf, Py_ssize_t end, Py_ssize_t *pos, long long offset, long long base_offset)
+{
+    int64_t n = 0;
+    if (varint_or_raise(buf, end, pos, &n, base_offset) < 0)
+        return -1;
+    if (n < 0)
+        return corrupt("record at offset %lld has a negative header count", offset);
+    for (int64_t h = 0; h < n; h++) {
+        int64_t hk = 0, hv = 0;
+        if (varint_or_raise(buf, end, pos, &hk, base_offset) < 0)
+            return -1;
+        if (hk < 0)
+            return corrupt("record at offset %lld has a header with a null key", offset);
+        if (*pos + hk > end)
+            return corrupt("record at offset %lld overruns its length", offset);
+        /* Header keys are strings to Kafka and to our readers: one that is not UTF-8 would make
+         * the partition unreadable where it is read as Arrow. */
+        PyObject *key = PyUnicode_DecodeUTF8((const char *)buf + *pos, hk, NULL);
+        if (key == NULL) {
+            PyErr_Clear();
+            PyErr_Format(InvalidRecordError, "record at offset %lld has a header key that is not UTF-8", offset);
+            return -1;
+        }
+        Py_DECREF(key);
+        *pos += hk;
+        if (varint_or_raise(buf, end, pos, &hv, base_offset) < 0)
+            return -1;
+        if (*pos + (hv > 0 ? hv : 0) > end)
+            return corrupt("record at offset %lld overruns its length", offset);
+        *pos += hv > 0 ? hv : 0;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(check_records_doc,
+"check_records(payload, count, base_offset, base_ts)\n\n"
+"Walk every record of an uncompressed records section, its framing, keys, values, headers and\n"
+"UTF-8 header keys checked as a broker checks a produce, copying nothing: (offset deltas are 0..count-1 in order,\n"
+"the records' max timestamp or -1, records without a key).");
+
+static PyObject *
+check_records(PyObject *self, PyObject *args)
+{
+    Py_buffer payload;
+    Py_ssize_t count;
+    long long base_offset, base_ts;
+    if (!PyArg_ParseTuple(args, "y*nLL", &payload, &count, &base_offset, &base_ts))
+        return NULL;
+    const uint8_t *buf = payload.buf;
+    Py_ssize_t size = payload.len, pos = 0, keyless = 0;
+    int in_order = 1, failed = 0;
+    int64_t max_ts_delta = INT64_MIN;
+    for (Py_ssize_t i = 0; i < count && !failed; i++) {
+        int64_t length = 0, ts_delta = 0, offset_delta = 0, key_length = 0, value_length = 0;
+        failed = -1;
+        if (varint_or_raise(buf, size, &pos, &length, base_offset) < 0)
+            break;
+        Py_ssize_t record_end = pos + length;
+        if (length < 0 || record_end > size) {
+            corrupt("record of %lld bytes overruns its batch at offset %lld", (long long)length, base_offset);
+            break;
+        }
+        pos++; /* the attributes byte */
+        if (varint_or_raise(buf, record_end, &pos, &ts_delta, base_offset) < 0 ||
+            varint_or_raise(buf, record_end, &pos, &offset_delta, base_offset) < 0 ||
+            varint_or_raise(buf, record_end, &pos, &key_length, base_offset) < 0)
+            break;
+        long long offset = base_offset + offset_delta;
+        pos += key_length > 0 ? key_length : 0;
+        if (pos > record_end || varint_or_raise(buf, record_end, &pos, &value_length, base_offset) < 0) {
+            if (!PyErr_Occurred())
+                corrupt("record at offset %lld overruns its length", offset);
+            break;
+        }
+        pos += value_length > 0 ? value_length : 0;
+        if (pos > record_end) {
+            corrupt("record at offset %lld overruns its length", offset);
+            break;
+        }
+        if (skip_headers(buf, record_end, &pos, offset, base_offset) < 0)
+            break;
+        if (pos != record_end) {
+            corrupt("record at offset %lld does not match its length", offset);
+            break;
+        }
+        in_order &= offset_delta == i;
+        keyless += key_length < 0;
+        if (ts_delta > max_ts_delta)
+            max_ts_delta = ts_delta;
+        failed = 0;
+    }
+    if (!failed && pos != size)
+        failed = corrupt("record batch at offset %lld has %lld bytes after its %lld records", base_offset,
+                         (long long)(size - pos), (long long)count);
+    PyBuffer_Release(&payload);
+    if (failed)
+        return NULL;
+    long long top = max_ts_delta == INT64_MIN ? -1 : base_ts + max_ts_delta;
+    return Py_BuildValue("(NLn)", PyBool_FromLong(in_order), top, keyless);
 }
 
 /* ---- Arrow columns in ---- */
@@ -798,6 +903,7 @@ key_partitions(PyObject *self, PyObject *args)
 }
 
 static PyMethodDef methods[] = {
+    {"check_records", check_records, METH_VARARGS, check_records_doc},
     {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
     {"encode_records", encode_records, METH_VARARGS, encode_records_doc},
     {"key_partitions", key_partitions, METH_VARARGS, key_partitions_doc},

@@ -100,6 +100,65 @@ def decode_records(
         raise CorruptRecordError(f"record batch at offset {base_offset} ends inside a record") from None
 
 
+def check_records(payload: Buffer, count: int, base_offset: int, base_ts: int) -> tuple[bool, int, int]:
+    """Walk every record of an uncompressed records section, checked as a broker checks a produce
+    (framing, keys, values, headers and UTF-8 header keys, no bytes left over), copying nothing: ``(offset deltas are
+    0..count-1 in order, the records' max timestamp or -1, records without a key)``."""
+    buf = memoryview(payload)
+    pos, in_order, keyless, max_delta = 0, True, 0, None
+    try:
+        for i in range(count):
+            length, pos = read_varint(buf, pos)
+            record_end = pos + length
+            if length < 0 or record_end > len(buf):
+                raise CorruptRecordError(f"record of {length} bytes overruns its batch at offset {base_offset}")
+            record = buf[:record_end]
+            ts_delta, pos = read_varint(record, pos + 1)  # after the attributes byte
+            offset_delta, pos = read_varint(record, pos)
+            offset = base_offset + offset_delta
+            key_length, pos = read_varint(record, pos)
+            pos += max(key_length, 0)
+            if pos > record_end:
+                raise CorruptRecordError(f"record at offset {offset} overruns its length")
+            value_length, pos = read_varint(record, pos)
+            if pos + max(value_length, 0) > record_end:
+                raise CorruptRecordError(f"record at offset {offset} overruns its length")
+            _skip_headers(record, pos + max(value_length, 0), offset)
+            in_order &= offset_delta == i
+            keyless += key_length < 0
+            max_delta = ts_delta if max_delta is None else max(max_delta, ts_delta)
+            pos = record_end
+    except IndexError:
+        raise CorruptRecordError(f"record batch at offset {base_offset} ends inside a record") from None
+    if pos != len(buf):
+        raise CorruptRecordError(
+            f"record batch at offset {base_offset} has {len(buf) - pos} bytes after its {count} records"
+        )
+    return in_order, -1 if max_delta is None else base_ts + max_delta, keyless
+
+
+def _skip_headers(record: memoryview, pos: int, offset: int) -> None:
+    n, pos = read_varint(record, pos)
+    if n < 0:
+        raise CorruptRecordError(f"record at offset {offset} has a negative header count")
+    for _ in range(n):
+        hk, pos = read_varint(record, pos)
+        if hk < 0:
+            raise CorruptRecordError(f"record at offset {offset} has a header with a null key")
+        if pos + hk > len(record):
+            raise CorruptRecordError(f"record at offset {offset} overruns its length")
+        try:  # header keys are strings to Kafka and to our Arrow readers
+            str(record[pos : pos + hk], "utf-8")
+        except UnicodeDecodeError:
+            raise InvalidRecordError(f"record at offset {offset} has a header key that is not UTF-8") from None
+        hv, pos = read_varint(record, pos + hk)
+        pos += max(hv, 0)
+        if pos > len(record):
+            raise CorruptRecordError(f"record at offset {offset} overruns its length")
+    if pos != len(record):
+        raise CorruptRecordError(f"record at offset {offset} does not match its length")
+
+
 def _decode_headers(record: memoryview, pos: int, offset: int, columns: tuple[bytearray, ...]) -> int:
     """Append the headers of the record ending at ``len(record)`` whose headers start at ``pos``
     to the header key and value columns; return how many there were."""
@@ -226,4 +285,4 @@ def key_partitions(n: int, keys: BinaryColumn | None, num_partitions: int) -> by
     return bytes(out)
 
 
-__all__ = ["decode_records", "encode_records", "key_partitions"]
+__all__ = ["check_records", "decode_records", "encode_records", "key_partitions"]

@@ -253,18 +253,9 @@ class RecordsSummary(NamedTuple):
 
 
 def summarize(batch: RecordBatch, *, codec: RecordsCodec = _speedups.codec) -> RecordsSummary:
-    """Parse every record of ``batch`` (its framing, keys, values and headers checked, a
+    """Walk every record of ``batch`` (its framing, keys, values and headers checked, a
     ``CorruptRecordError`` otherwise) and say what a produce must check."""
-    columns = tuple(bytearray(_ZERO if i in (4, 7, 9, 11, 14) else b"") for i in range(16))
     payload: Buffer = memoryview(batch.buffer)[HEADER_SIZE:]
     if batch.attributes & COMPRESSION_MASK:
         payload = decompress(batch.attributes & COMPRESSION_MASK, bytes(payload))
-    n = batch.record_count
-    codec.decode_records(payload, n, 0, batch.base_timestamp, None, 0, 1 << 62, True, columns)
-    offsets = pa.Array.from_buffers(pa.int64(), len(columns[0]) // 8, [None, pa.py_buffer(columns[0])])
-    in_order = len(offsets) == n and (
-        n == 0 or (offsets[0].as_py() == 0 and pc.all(pc.equal(pc.pairwise_diff(offsets)[1:], 1)).as_py() is not False)
-    )
-    micros = pa.Array.from_buffers(pa.int64(), len(columns[1]) // 8, [None, pa.py_buffer(columns[1])])
-    top = pc.max(micros).as_py()
-    return RecordsSummary(in_order, -1 if top is None else top // 1000, len(columns[5]) - columns[5].count(1))
+    return RecordsSummary(*codec.check_records(payload, batch.record_count, 0, batch.base_timestamp))

@@ -20,6 +20,10 @@ EncodedChunk = tuple[bytes, int, int, int]
 
 
 class RecordsCodec(Protocol):
+    def check_records(
+        self, payload: Buffer, count: int, base_offset: int, base_ts: int, /
+    ) -> tuple[bool, int, int]: ...
+
     def decode_records(
         self,
         payload: Buffer,
