@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Iterator
 
+import confluent_kafka
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -223,3 +224,23 @@ def test_offsets_by_time_and_the_max_timestamp(server: KopServer) -> None:
     assert (top.offset, top.timestamp) == (1, T0 + 9)  # the first record with the largest time
     with Broker(server.root) as b:
         assert b.offset_and_timestamp("ts", 0, T0 + 3) == (0, T0 + 5)
+
+
+def test_log_append_time_topics_answer_with_the_brokers_time(server: KopServer) -> None:
+    """A LogAppendTime topic stamps each batch, and the produce response says with what (Kafka's
+    ``log_append_time_ms``): librdkafka hands it to the delivery report; CreateTime topics say -1."""
+    with Broker(server.root) as b:
+        b.create_topic("stamped", 1, config={"message.timestamp.type": "LogAppendTime"})
+        b.create_topic("created", 1)
+    producer = Producer({"bootstrap.servers": server.bootstrap, "enable.idempotence": True, "acks": "all"})
+    reports: dict[str, tuple[int, int]] = {}
+    before = int(time.time() * 1000)
+    for topic in ("stamped", "created"):
+        producer.produce(topic, b"v", timestamp=T0, on_delivery=lambda e, m: reports.update({m.topic(): m.timestamp()}))
+    assert producer.flush(30) == 0
+    kind, stamp = reports["stamped"]
+    assert kind == confluent_kafka.TIMESTAMP_LOG_APPEND_TIME and before <= stamp <= int(time.time() * 1000)
+    assert reports["created"] == (confluent_kafka.TIMESTAMP_CREATE_TIME, T0)
+    with Broker(server.root) as b:
+        (stored,) = b.fetch("stamped", 0, 0)
+    assert stored.timestamp_ms == stamp

@@ -9,7 +9,7 @@ from .group_offsets import SPARK_COMMIT
 from .live_groups import LiveGroup, LiveMember
 from .maintenance import MaintenanceReport, RepairReport
 from .sink_commits import SINK_HEARTBEAT_MS, SINK_LEASE_MS, SinkCommits
-from .validation import StagedPartition
+from .validation import Produced, StagedPartition
 
 __all__ = [
     "EARLIEST_TIMESTAMP",
@@ -26,6 +26,7 @@ __all__ = [
     "OffsetAndMetadata",
     "OffsetSpec",
     "PartitionInfo",
+    "Produced",
     "RepairReport",
     "SinkCommits",
     "StagedLedger",

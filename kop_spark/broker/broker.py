@@ -45,7 +45,7 @@ from .log_manager import LogManager
 from .maintenance import Housekeeper, MaintenanceReport, RepairReport
 from .producer_batches import ProducerBatches, next_producer_id
 from .sink_commits import SinkCommits
-from .validation import StagedPartition, checked_batches
+from .validation import Produced, StagedPartition, checked_batches, queued_produce
 
 T = TypeVar("T")
 
@@ -175,19 +175,19 @@ class Broker:
         fails. With ``idempotence_key=(writer, sequence)`` a repeated append is applied once and
         answered with the offsets of the first. With ``expected_log_end_offset`` the append
         happens only while the log still ends there (``LogEndMovedError`` otherwise)."""
-        ml, checked, now = checked_batches(self, topic, partition, batches, _meta)
+        ml, checked, now, _ = checked_batches(self, topic, partition, batches, _meta)
         key, expected = idempotence_key, expected_log_end_offset
         append = functools.partial(
             ml.append, checked, idempotence_key=key, broker_timestamp=now, expected_next_offset=expected
         )
         return self._on_log(topic, lambda: append().base_offset)
 
-    def queue_batches(self, topic: str, partition: int, batches: Sequence[bytes]) -> Callable[[], int]:
+    def queue_batches(self, topic: str, partition: int, batches: Sequence[bytes]) -> Callable[[], Produced]:
         """``produce_batches`` in two steps: check and queue the batches now, in call order; the call
-        returned waits for their base offset. A server pipelines a connection's produces this way."""
-        ml, checked, now = checked_batches(self, topic, partition, batches, None)
-        wait = ml.queue_append(checked, broker_timestamp=now)
-        return lambda: self._on_log(topic, lambda: wait().base_offset)
+        returned waits for them to be written and says what a produce response tells. A server
+        pipelines a connection's produces this way."""
+        wait = queued_produce(checked_batches(self, topic, partition, batches, None))
+        return lambda: self._on_log(topic, wait)
 
     def init_producer_id(self) -> int:
         """A new idempotent producer's id (epoch 0), never handed out twice on this store."""

@@ -5,7 +5,7 @@ stamped by the broker. Spark's staged output passes the same checks (``StagedPar
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..clock import Clock
 from ..errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
@@ -64,9 +64,24 @@ def validate_produced(where: str, b: bytes | memoryview, topic_config: TopicConf
     return with_timestamps(b, TimestampType.CREATE_TIME, records.max_timestamp)
 
 
+class CheckedProduce(NamedTuple):
+    log: ManagedLedger
+    batches: list[bytes]  # as they are to be stored
+    now: int  # the broker time they are stamped with
+    log_append_time: int  # ``now`` on a LogAppendTime topic, else -1 (as a produce response says)
+
+
+class Produced(NamedTuple):
+    """What a produce response tells of a partition's append."""
+
+    base_offset: int
+    log_start_offset: int
+    log_append_time: int
+
+
 def checked_batches(
     broker: Broker, topic: str, partition: int, batches: Sequence[bytes], meta: dict[str, Any] | None
-) -> tuple[ManagedLedger, list[bytes], int]:
+) -> CheckedProduce:
     """A produce's batches as they are to be stored, each checked (``validate_produced``), with
     the partition's log and the time they are stamped with; refused whole if any fails."""
     meta = broker.admin.metadata(topic)[1] if meta is None else meta
@@ -78,7 +93,20 @@ def checked_batches(
     now = broker.clock.now_ms()
     where = f"produce to {topic}-{partition}, batch"
     checked = [validate_produced(f"{where} {i}", b, cfg, now) for i, b in enumerate(flat)]
-    return broker.admin.log(topic, partition, meta), checked, now
+    stamped = now if uses_log_append_time(cfg) else -1
+    return CheckedProduce(broker.admin.log(topic, partition, meta), checked, now, stamped)
+
+
+def queued_produce(checked: CheckedProduce) -> Callable[[], Produced]:
+    """Queue checked batches for their log's next write; the call returned waits for it."""
+    ml = checked.log
+    wait = ml.queue_append(checked.batches, broker_timestamp=checked.now)
+
+    def written() -> Produced:
+        base, known = wait().base_offset, ml.last_known
+        return Produced(base, (known or ml.view()).log_start_offset, checked.log_append_time)
+
+    return written
 
 
 class StagedPartition:

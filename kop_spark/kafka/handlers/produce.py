@@ -13,10 +13,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...broker import Produced
 from ...errors import InvalidRecordError
 from ..context import ServerContext
 from ..error_codes import error_code
 from ..messages import RequestHeader, make, response_module
+
+_NOTHING = Produced(-1, -1, -1)  # what a refused partition's answer says
 
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
@@ -48,14 +51,14 @@ def _answer(m: Any, request: Any, partition: Any) -> Any:
     return make(m.ProduceResponse, responses=topics, throttle_time=datetime.timedelta(0))
 
 
-def _partition(m: Any, index: int, code: ErrorCode, base_offset: int = -1, log_start: int = -1) -> Any:
+def _partition(m: Any, index: int, code: ErrorCode, produced: Produced = _NOTHING) -> Any:
     return make(
         m.PartitionProduceResponse,
         index=index,
         error_code=code,
-        base_offset=base_offset,
-        log_append_time=None,
-        log_start_offset=log_start,
+        base_offset=produced.base_offset,
+        log_append_time=None if produced.log_append_time < 0 else _time(produced.log_append_time),
+        log_start_offset=produced.log_start_offset,
         record_errors=(),
         error_message=None,
     )
@@ -63,7 +66,7 @@ def _partition(m: Any, index: int, code: ErrorCode, base_offset: int = -1, log_s
 
 async def _queue(
     ctx: ServerContext, topic: str, partition: int, records: bytes | None
-) -> Callable[[], int] | Exception:
+) -> Callable[[], Produced] | Exception:
     """Check a partition's batches and queue them for its next write; what is refused, why."""
     try:
         if not records:
@@ -73,13 +76,16 @@ async def _queue(
         return e
 
 
-async def _written(ctx: ServerContext, m: Any, tp: tuple[str, int], wait: Callable[[], int] | Exception) -> Any:
+async def _written(ctx: ServerContext, m: Any, tp: tuple[str, int], wait: Callable[[], Produced] | Exception) -> Any:
     topic, partition = tp
     try:
         if isinstance(wait, Exception):
             raise wait
-        base = await ctx.call(wait)
-        start = await ctx.call(ctx.broker.list_offsets, topic, partition, "earliest")
+        produced = await ctx.call(wait)
     except Exception as e:
         return _partition(m, partition, error_code(e, f"produce to {topic}-{partition}"))
-    return _partition(m, partition, ErrorCode.none, base, start)
+    return _partition(m, partition, ErrorCode.none, produced)
+
+
+def _time(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
