@@ -1,0 +1,132 @@
+"""Differential tests: the same client session against ``kop serve`` and against librdkafka's
+mock cluster (``test.mock.num.brokers=1``, a reference broker that lives in the client), and the
+same answers from both, for the APIs the mock implements: Produce, Fetch, ListOffsets, Metadata,
+FindCoordinator, OffsetCommit/OffsetFetch, InitProducerId and the group protocol.
+
+The mock creates a topic on first use with 4 partitions; kop is given the same topic. The mock
+answers a ListOffsets by timestamp with -1 whatever the log holds, so offsets by time are tested
+against Kafka's rules in test_kafka_clients instead."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from kop_spark import Broker
+
+from .kop_server import KopServer
+
+T0 = 1_900_000_000_000
+PARTITIONS = 4  # what the mock cluster gives a topic it creates
+
+
+class _MockAddress(logging.Handler):
+    """librdkafka logs where its mock cluster listens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.address = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found = re.search(r"replaced with (\S+)", record.getMessage())
+        if found:
+            self.address = found[1].rstrip(",")
+
+
+@pytest.fixture
+def mock_cluster() -> Iterator[str]:
+    found = _MockAddress()
+    logger = logging.getLogger(f"rdkafka-mock-{id(found)}")
+    logger.addHandler(found)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    owner = Producer({"test.mock.num.brokers": 1, "logger": logger})  # the cluster lives as long as it
+    while not found.address:
+        owner.poll(0.1)
+    yield found.address
+    del owner
+
+
+@pytest.fixture
+def kop(tmp_path) -> Iterator[str]:
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        b.create_topic("d", PARTITIONS)
+    with KopServer(root) as server:
+        yield server.bootstrap
+
+
+def session(bootstrap: str) -> dict[str, Any]:
+    """One client session: what a user of these clients would see, broker-independent."""
+    seen: dict[str, Any] = {}
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 2})
+    acked: list[tuple[int, int]] = []
+    for i in range(60):
+        producer.produce(
+            "d",
+            key=f"k{i % 9}".encode(),
+            value=f"v{i}".encode() if i % 11 else None,
+            headers=[("h", str(i).encode()), ("n", None)],
+            timestamp=T0 + i,
+            # Not the report's timestamp: the mock answers every produce with a LogAppendTime of 1234,
+            # where Kafka (and kop) say -1 for a CreateTime topic.
+            on_delivery=lambda e, m: acked.append((m.partition(), m.offset())),
+        )
+    assert producer.flush(30) == 0
+    seen["acks"] = sorted(acked)
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": "g", "enable.auto.commit": False})
+    tps = [TopicPartition("d", p) for p in range(PARTITIONS)]
+    seen["watermarks"] = [reader.get_watermark_offsets(tp, timeout=30) for tp in tps]
+    reader.assign([TopicPartition("d", p, 0) for p in range(PARTITIONS)])
+    records = []
+    while len(records) < len(acked):
+        m = reader.poll(10)
+        assert m is not None and m.error() is None, m and m.error()
+        records.append((m.partition(), m.offset(), m.key(), m.value(), m.headers(), m.timestamp()))
+    seen["records"] = sorted(records)
+    reader.commit(
+        offsets=[TopicPartition("d", p, p + 1, metadata=f"m{p}") for p in range(PARTITIONS)], asynchronous=False
+    )
+    seen["committed"] = [(tp.partition, tp.offset, tp.metadata) for tp in reader.committed(tps, timeout=30)]
+    reader.close()
+    strict = Consumer({"bootstrap.servers": bootstrap, "group.id": "s", "auto.offset.reset": "error"})
+    strict.assign([TopicPartition("d", 0, 10_000)])
+    m = strict.poll(10)
+    seen["out_of_range"] = m.error().code() if m is not None and m.error() else None
+    strict.close()
+    return seen
+
+
+def test_a_client_session_sees_what_the_mock_cluster_shows(mock_cluster: str, kop: str) -> None:
+    ours, reference = session(kop), session(mock_cluster)
+    assert ours.keys() == reference.keys()
+    for aspect in reference:
+        assert ours[aspect] == reference[aspect], aspect
+
+
+def rebalance(bootstrap: str) -> list[list[int]]:
+    """Two members of one group subscribe: how the partitions are split once both have some."""
+    members = [
+        Consumer({"bootstrap.servers": bootstrap, "group.id": "r", "session.timeout.ms": 6000}) for _ in range(2)
+    ]
+    for m in members:
+        m.subscribe(["d"])
+    while True:
+        for m in members:
+            m.poll(0.1)
+        split = [sorted(tp.partition for tp in m.assignment()) for m in members]
+        if all(split) and sum(len(s) for s in split) == PARTITIONS:
+            break
+    for m in members:
+        m.close()
+    return sorted(split)
+
+
+def test_two_members_split_the_partitions_as_on_the_mock_cluster(mock_cluster: str, kop: str) -> None:
+    Producer({"bootstrap.servers": mock_cluster}).list_topics("d", timeout=30)  # the mock creates it
+    assert rebalance(kop) == rebalance(mock_cluster)
