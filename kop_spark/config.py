@@ -38,6 +38,16 @@ def _choice(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+def _mechanisms(text: str) -> str:
+    names = [m.strip().upper() for m in text.split(",") if m.strip()]
+    unknown = [m for m in names if m not in ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")]
+    if unknown or not names:
+        raise ValueError(f"{', '.join(unknown) or 'none given'}: expected SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN")
+    return ",".join(names)
+
+
+SENSITIVE = frozenset({"ssl.key.password", "ssl.keystore.key"})  # never reported nor logged
+
 _SMALLEST_BATCH = 70
 
 
@@ -152,7 +162,8 @@ _SETTINGS = [
         "kafkaListeners",
         "PLAINTEXT://127.0.0.1:9092",
         str,
-        "Where kop serve listens for Kafka clients: PLAINTEXT://host:port[,...] (loopback unless told otherwise)",
+        "Where kop serve listens for Kafka clients: PROTOCOL://host:port[,...], PROTOCOL one of PLAINTEXT, SSL, "
+        "SASL_PLAINTEXT, SASL_SSL (loopback unless told otherwise)",
     ),
     Setting(
         "kafkaAdvertisedListeners",
@@ -160,6 +171,37 @@ _SETTINGS = [
         str,
         "The addresses clients are told to connect to, in the same form (empty: kafkaListeners)",
     ),
+    Setting(
+        "sasl.enabled.mechanisms",
+        "SCRAM-SHA-256,SCRAM-SHA-512",
+        _mechanisms,
+        "SASL mechanisms SASL listeners accept: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN (PLAIN sends the password: "
+        "only over SASL_SSL)",
+    ),
+    Setting("ssl.keystore.type", "PEM", _choice("PEM"), "Format of the TLS keystore (KIP-651 PEM)"),
+    Setting(
+        "ssl.keystore.location",
+        "",
+        str,
+        "PEM file with the private key and certificate chain of SSL/SASL_SSL listeners",
+    ),
+    Setting("ssl.keystore.key", "", str, "The private key as PEM text (instead of ssl.keystore.location)"),
+    Setting("ssl.keystore.certificate.chain", "", str, "The certificate chain as PEM text, with ssl.keystore.key"),
+    Setting("ssl.key.password", "", str, "Password of an encrypted private key"),
+    Setting(
+        "ssl.client.auth",
+        "none",
+        _choice("none", "requested", "required"),
+        "Ask TLS clients for a certificate; its subject becomes the principal (User:CN=...)",
+    ),
+    Setting("ssl.truststore.location", "", str, "PEM CA certificates client certificates are checked against"),
+    Setting(
+        "authorizationEnabled",
+        False,
+        _bool,
+        "Check every Kafka request against the ACLs (`kop acls`): allowed only if one allows it and none denies it",
+    ),
+    Setting("superUserRoles", "", str, "Principals ACLs do not apply to, comma-separated (User:admin,User:CN=ops)"),
     Setting(
         "allowAutoTopicCreation",
         True,

@@ -7,7 +7,7 @@ import socket
 import struct
 from typing import Any
 
-from kafka.protocol import admin, consumer, metadata, producer
+from kafka.protocol import admin, consumer, metadata, producer, sasl
 
 from .kop_server import KopServer
 
@@ -51,7 +51,7 @@ def read_exactly(sock: socket.socket, n: int) -> bytes:
 def response_class(request: Any) -> Any:
     """kafka-python's response class of a request of one version."""
     name = type(request).__name__.split("_")[0].replace("Request", "Response")
-    return next(getattr(m, name) for m in (admin, consumer, metadata, producer) if hasattr(m, name))[
+    return next(getattr(m, name) for m in (admin, consumer, metadata, producer, sasl) if hasattr(m, name))[
         request.API_VERSION
     ]
 

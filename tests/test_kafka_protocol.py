@@ -38,6 +38,7 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from kio.serial import entity_writer
 
 from kop_spark import Broker, Record
@@ -143,9 +144,12 @@ REQUESTS: dict[int, Callable[[int], Any]] = {
         validate_only=False,
     ),
     60: lambda v: wire_request(DescribeClusterRequest, v, include_cluster_authorized_operations=False),
+    17: lambda v: wire_request(SaslHandshakeRequest, v, mechanism="SCRAM-SHA-256"),
+    36: lambda v: wire_request(SaslAuthenticateRequest, v, auth_bytes=b"n,,n=u,r=x"),
 }
-# What each asks of a group that does not have the member it names.
-EXPECTED_ERRORS = {11: {0, 79}, 12: {25}, 13: {0, 25}, 14: {25}}
+# What each asks of a group that does not have the member it names; a SASL request on a PLAINTEXT
+# listener is ILLEGAL_SASL_STATE.
+EXPECTED_ERRORS = {11: {0, 79}, 12: {25}, 13: {0, 25}, 14: {25}, 17: {34}, 36: {34}}
 CASES = [(key, v) for key, api in sorted(APIS.items()) for v in range(api.min_version, api.max_version + 1)]
 
 

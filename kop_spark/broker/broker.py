@@ -37,7 +37,9 @@ from ..storage.object_store import is_object_store_uri
 from ..storage.read_plan import LedgerRecord, PartitionView
 from ..storage.staging import StagedLedger, task_stager
 from ..topic_name import TopicName, TopicPartition
+from .acls import Acls
 from .admin import TopicAdmin, TopicDescription
+from .credentials import Users
 from .fetch import FetchedBatches, Fetcher, OffsetSpec
 from .group_offsets import GroupOffsets
 from .live_groups import LiveGroups
@@ -70,6 +72,7 @@ class Broker:
         self._housekeeper = Housekeeper(self)
         self._groups = GroupOffsets(self)
         self.live_groups = LiveGroups(self.store, clock)  # consumer groups' members, as kop serve sees them
+        self.users, self.acls = Users(self.store), Acls(self.store)  # whom kop serve lets in, and to what
         self._lock = threading.Lock()
         # Keyless records stick to one partition per call, from a random one on, as Kafka's
         # sticky partitioner: one-shot processes (kop produce) do not all start at partition 0.
@@ -184,8 +187,7 @@ class Broker:
 
     def queue_batches(self, topic: str, partition: int, batches: Sequence[bytes]) -> Callable[[], Produced]:
         """``produce_batches`` in two steps: check and queue the batches now, in call order; the call
-        returned waits for them to be written and says what a produce response tells. A server
-        pipelines a connection's produces this way."""
+        returned waits for them, and says what a produce response tells. (A server's pipelining.)"""
         wait = queued_produce(checked_batches(self, topic, partition, batches, None))
         return lambda: self._on_log(topic, wait)
 

@@ -9,6 +9,8 @@ kop maintenance              merge small ledgers, remove files of crashed writer
 kop verify                   check every ledger against its metadata (kafka-dump-log --verify)
 kop repair                   truncate damaged partitions at their first damaged entry
 kop serve                    speak the Kafka protocol to Kafka clients (kafka-server-start)
+kop users add|list|delete    SASL/SCRAM users of kop serve (kafka-configs --entity-type users)
+kop acls add|remove|list     ACLs kop serve enforces (kafka-acls)
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import KopError
-from . import console, dump_ledger, groups, serve, settings, store, topics
+from . import console, dump_ledger, groups, security, serve, settings, store, topics
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", help="store root (default: $KOP_ROOT, else storageRoot of conf/kop.conf, else ./kop-data)")
     p.add_argument("--conf", action="append", metavar="KEY=VALUE", help="override a setting of conf/kop.conf")
     sub = p.add_subparsers(dest="command", required=True)
-    for family in (topics, console, groups, store, dump_ledger, settings, serve):
+    for family in (topics, console, groups, store, dump_ledger, settings, serve, security):
         family.add_parsers(sub)
     for command in sub.choices.values():  # also after the command, as Kafka's tools take them anywhere
         command.add_argument("--root", default=argparse.SUPPRESS, help=argparse.SUPPRESS)

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from kio.schema.errors import ErrorCode
 
 from .context import ServerContext
-from .handlers import admin, configs, fetch, groups, list_offsets, metadata, offsets, produce, producers
+from .handlers import admin, configs, fetch, groups, list_offsets, metadata, offsets, produce, producers, sasl
 from .messages import RequestHeader, make, response_module
 
 Handler = Callable[[ServerContext, RequestHeader, Any], Awaitable[Any]]
@@ -58,11 +58,13 @@ APIS: dict[int, Api] = {
         Api(14, 0, 5, groups.sync_group),
         Api(15, 0, 5, groups.describe_groups),
         Api(16, 0, 4, groups.list_groups),
+        Api(17, 0, 1, sasl.sasl_handshake),
         Api(API_VERSIONS, 0, 3, api_versions),
         Api(19, 2, 7, admin.create_topics),
         Api(20, 1, 5, admin.delete_topics),
         Api(22, 0, 4, producers.init_producer_id),
         Api(32, 1, 4, configs.describe_configs),
+        Api(36, 0, 2, sasl.sasl_authenticate),
         Api(37, 0, 3, admin.create_partitions),
         Api(42, 0, 2, groups.delete_groups),
         Api(47, 0, 0, groups.offset_delete),

@@ -19,7 +19,10 @@ from kio.schema.errors import ErrorCode
 
 from .apis import API_VERSIONS, APIS, versions_response
 from .context import ServerContext
+from .handlers.sasl import login_step
 from .messages import InvalidRequestError, decode_request, encode_response, peek_header
+from .sasl import SaslAuthenticationError
+from .session import SASL_APIS, Session
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +31,20 @@ Answer = bytes | None | asyncio.Future[bytes | None]
 
 
 class Connection:
-    def __init__(self, ctx: ServerContext, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_bytes: int):
+    def __init__(
+        self,
+        ctx: ServerContext,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        max_bytes: int,
+        session: Session,
+    ):
         self._ctx = ctx
         self._reader = reader
         self._writer = writer
         self._max_bytes = max_bytes
+        self.session = session
         peer = writer.get_extra_info("peername")
-        self.host = peer[0] if isinstance(peer, tuple) else str(peer)
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.idle = asyncio.Event()  # not handling a request: a graceful stop waits for this
         self.idle.set()
@@ -53,8 +63,10 @@ class Connection:
                 self._taking = True
                 await _unless_done(answers.put(await self._handle(frame)), writing)
                 self._taking = False
+                if self.session.close_after_answer:  # a refused login
+                    break
             await _unless_done(answers.join(), writing)  # what was taken is answered before closing
-        except InvalidRequestError as e:
+        except (InvalidRequestError, SaslAuthenticationError) as e:
             log.warning("closing the connection from %s: %s", self.peer, e)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away
@@ -96,14 +108,21 @@ class Connection:
         return await self._reader.readexactly(size)
 
     async def _handle(self, frame: bytes) -> Answer:
+        if self.session.raw_tokens:  # after a v0 SaslHandshake: a bare token, answered bare
+            token = await login_step(self._ctx, self.session, frame)
+            return len(token).to_bytes(4, "big") + token
         api_key, version, correlation_id = peek_header(frame)
+        if self.session.needs_login and api_key not in SASL_APIS:
+            raise InvalidRequestError(f"API key {api_key} before the client authenticated on a SASL listener")
         api = APIS.get(api_key)
         if api_key == API_VERSIONS and api is not None and not api.supports(version):
             return encode_response(correlation_id, versions_response(0, ErrorCode.unsupported_version))
         if api is None or not api.supports(version):
             raise InvalidRequestError(f"API key {api_key} version {version} is not supported")
         header, request = decode_request(frame, api_key, version)
-        response = await api.handler(self._ctx, header._replace(client_host=self.host), request)
+        response = await api.handler(
+            self._ctx, header._replace(client_host=self.session.host, session=self.session), request
+        )
         if isinstance(response, asyncio.Future):  # taken, answered once written
             return asyncio.ensure_future(_encoded(correlation_id, response))
         return None if response is None else encode_response(correlation_id, response)

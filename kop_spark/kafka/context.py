@@ -13,9 +13,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ..broker import Broker
+from ..broker.acls import CLUSTER
+from .authorization import Authorization
 from .group_membership import GroupMembership
 from .group_publisher import GroupPublisher
 from .listeners import Listener
+from .messages import RequestHeader
+from .session import ANONYMOUS
 
 T = TypeVar("T")
 
@@ -40,10 +44,13 @@ class Appends:
 
 
 class ServerContext:
-    def __init__(self, broker: Broker, advertised: Listener, workers: int = 32):
+    def __init__(self, broker: Broker, advertised: dict[str, Listener], workers: int = 32):
         self.broker = broker
-        self.advertised = advertised
+        self._advertised = advertised
         self.cluster_id = cluster_id_of(broker.root)
+        config = broker.config
+        self.sasl_mechanisms = tuple(config["sasl.enabled.mechanisms"].split(","))
+        self.authorization = Authorization(config["authorizationEnabled"], config["superUserRoles"].split(","))
         self.appends = Appends()
         self.membership = GroupMembership(broker.config["group.initial.rebalance.delay.ms"], self._changed)
         self.publisher = GroupPublisher(
@@ -51,6 +58,17 @@ class ServerContext:
             self.membership.groups,
         )
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="kop-serve")
+
+    def advertised(self, header: RequestHeader) -> Listener:
+        """The address a client is told: that of the listener it came in on."""
+        protocol = header.session.protocol if header.session is not None else "PLAINTEXT"
+        return self._advertised.get(protocol) or next(iter(self._advertised.values()))
+
+    def allowed(self, header: RequestHeader, operation: str, resource_type: str, name: str = CLUSTER) -> bool:
+        """Whether the client's principal may do ``operation`` on a resource (always, without
+        authorizationEnabled)."""
+        principal = header.session.principal if header.session is not None else ANONYMOUS
+        return self.authorization.allowed(principal, operation, resource_type, name)
 
     def _changed(self, group_id: str) -> None:
         self.publisher.changed(group_id)

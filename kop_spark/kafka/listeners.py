@@ -8,14 +8,17 @@ from typing import NamedTuple
 
 from ..errors import ConfigError
 
-# Security protocols this server speaks; SASL and TLS listeners come with the security work.
-SUPPORTED_PROTOCOLS = ("PLAINTEXT",)
+SUPPORTED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 class Listener(NamedTuple):
     protocol: str
     host: str
     port: int
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
 
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
@@ -33,7 +36,7 @@ def parse_listeners(text: str, setting: str = "kafkaListeners") -> list[Listener
         if not protocol or "://" not in item:
             raise ConfigError(f"{setting}: {item!r} is not PROTOCOL://host:port")
         if protocol not in SUPPORTED_PROTOCOLS:
-            raise ConfigError(f"{setting}: {item!r}: {protocol} is not supported (supported: PLAINTEXT)")
+            raise ConfigError(f"{setting}: {item!r}: {protocol} is not supported ({', '.join(SUPPORTED_PROTOCOLS)})")
         try:
             port = parts.port
         except ValueError:

@@ -31,6 +31,7 @@ class RequestHeader(NamedTuple):
     correlation_id: int
     client_id: str | None
     client_host: str = ""  # the peer's address, from the connection
+    session: Any = None  # the connection's Session: who the client is, where its login stands
 
 
 def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:

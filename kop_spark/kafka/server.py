@@ -1,7 +1,8 @@
 """``kop serve``: the Kafka protocol front-end, a thin adapter over one Broker (DESIGN.md §7).
 
-It listens on ``kafkaListeners`` (loopback by default) and tells clients the first of
-``kafkaAdvertisedListeners`` (else the address it is bound to). A stop (SIGTERM) closes the
+It listens on ``kafkaListeners`` (loopback by default; PLAINTEXT, SSL, SASL_PLAINTEXT and
+SASL_SSL listeners) and tells a client the first of ``kafkaAdvertisedListeners`` with the
+protocol of the listener it came in on (else that listener's bound address). A stop (SIGTERM) closes the
 listeners, lets requests being handled finish and be answered, then closes the connections.
 Everything it acknowledges is durable as the Broker makes it, so kill -9 is safe too."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 
@@ -17,6 +19,8 @@ from .connection import Connection
 from .context import ServerContext
 from .listeners import Listener, parse_listeners
 from .memory import keep_large_buffers
+from .session import Session
+from .tls import certificate_principal, server_context
 
 log = logging.getLogger(__name__)
 
@@ -38,20 +42,37 @@ class KafkaServer:
         self.ctx: ServerContext | None = None
 
     async def start(self) -> None:
+        tls = server_context(self.broker.config) if any(listener.tls for listener in self.listeners) else None
         for listener in self.listeners:
-            server = await asyncio.start_server(self._accept, listener.host, listener.port, limit=1 << 16)
+            server = await asyncio.start_server(
+                functools.partial(self._accept, listener.protocol),
+                listener.host,
+                listener.port,
+                limit=1 << 16,
+                ssl=tls if listener.tls else None,
+            )
             host, port = server.sockets[0].getsockname()[:2]
             self.bound.append(Listener(listener.protocol, host, port))
             self._servers.append(server)
-        advertised = self._advertised[0] if self._advertised else self.bound[0]
-        self.ctx = ServerContext(self.broker, advertised)
-        self._publishing = asyncio.ensure_future(self.ctx.publisher.run())
+        told = {a.protocol: a for a in reversed(self._advertised or [])}
+        self.ctx = ctx = ServerContext(self.broker, {b.protocol: told.get(b.protocol, b) for b in reversed(self.bound)})
+        authorization = ctx.authorization
+        if authorization.enabled:
+            authorization.load(await ctx.call(self.broker.acls.bindings))
+        self._background = [
+            asyncio.ensure_future(ctx.publisher.run()),
+            asyncio.ensure_future(authorization.run(lambda: ctx.call(self.broker.acls.bindings))),
+        ]
         for listener in self.bound:
             log.info("kop serve: listening on %s (root %s)", listener, self.broker.root)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(self, protocol: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         assert self.ctx is not None
-        connection = Connection(self.ctx, reader, writer, self._max_bytes)
+        peer = writer.get_extra_info("peername")
+        session = Session(protocol, peer[0] if isinstance(peer, tuple) else str(peer))
+        if protocol == "SSL":
+            session.principal = certificate_principal(writer.get_extra_info("peercert")) or session.principal
+        connection = Connection(self.ctx, reader, writer, self._max_bytes, session)
         self._connections.add(connection)
         task = asyncio.current_task()
         if task is not None:
@@ -79,8 +100,9 @@ class KafkaServer:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
         if self.ctx is not None:
-            self._publishing.cancel()
-            await asyncio.gather(self._publishing, return_exceptions=True)
+            for task in self._background:
+                task.cancel()
+            await asyncio.gather(*self._background, return_exceptions=True)
             await self.ctx.publisher.withdraw()
             self.ctx.close()
         log.info("kop serve: stopped")

@@ -9,7 +9,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...config import CLOUD_OPTION_PREFIXES
+from ...config import CLOUD_OPTION_PREFIXES, SENSITIVE
 from ..context import NODE_ID, ServerContext
 from ..error_codes import error_code
 from ..messages import RequestHeader, make, response_module
@@ -58,11 +58,11 @@ async def _resource(ctx: ServerContext, m: Any, kind: int, name: str, keys: tupl
         make(
             m.DescribeConfigsResourceResult,
             name=k,
-            value=None if k.startswith(CLOUD_OPTION_PREFIXES) else _text(v),  # credentials stay here
+            value=None if _sensitive(k) else _text(v),  # credentials stay here
             read_only=kind == BROKER,
             config_source=sources[k],
             is_default=sources[k] == DEFAULT_CONFIG,
-            is_sensitive=k.startswith(CLOUD_OPTION_PREFIXES),
+            is_sensitive=_sensitive(k),
             synonyms=(),
             documentation=None,
         )
@@ -70,3 +70,7 @@ async def _resource(ctx: ServerContext, m: Any, kind: int, name: str, keys: tupl
         if k in wanted
     )
     return result(ErrorCode.none, None, configs)
+
+
+def _sensitive(name: str) -> bool:
+    return name.startswith(CLOUD_OPTION_PREFIXES) or name in SENSITIVE

@@ -26,7 +26,9 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
         names = [t.name for t in request.topics]
     auto_create = getattr(request, "allow_auto_topic_creation", True) and ctx.broker.config["allowAutoTopicCreation"]
     topics = [await _topic(ctx, m, name, auto_create and request.topics is not None) for name in names]
-    broker = make(m.MetadataResponseBroker, node_id=NODE_ID, host=ctx.advertised.host, port=ctx.advertised.port)
+    broker = make(
+        m.MetadataResponseBroker, node_id=NODE_ID, host=ctx.advertised(header).host, port=ctx.advertised(header).port
+    )
     return make(
         m.MetadataResponse,
         throttle_time=datetime.timedelta(0),
@@ -81,7 +83,9 @@ async def _partitions(ctx: ServerContext, name: str, auto_create: bool) -> int:
 
 async def describe_cluster(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
-    broker = make(m.DescribeClusterBroker, broker_id=NODE_ID, host=ctx.advertised.host, port=ctx.advertised.port)
+    broker = make(
+        m.DescribeClusterBroker, broker_id=NODE_ID, host=ctx.advertised(header).host, port=ctx.advertised(header).port
+    )
     return make(
         m.DescribeClusterResponse,
         throttle_time=datetime.timedelta(0),

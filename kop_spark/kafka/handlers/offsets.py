@@ -19,7 +19,7 @@ NO_GENERATION = -1  # a commit from outside any group generation (assign(), tool
 
 async def find_coordinator(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
-    here = {"node_id": NODE_ID, "host": ctx.advertised.host, "port": ctx.advertised.port}
+    here = {"node_id": NODE_ID, "host": ctx.advertised(header).host, "port": ctx.advertised(header).port}
     if header.api_version >= 4:
         found = tuple(
             make(m.Coordinator, key=k, error_code=ErrorCode.none, error_message=None, **here)

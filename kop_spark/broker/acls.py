@@ -1,0 +1,119 @@
+"""ACLs, as Kafka's simple authorizer keeps and applies them.
+
+The bindings live in the metadata store under ``kafka/acls`` (one document, changed by CAS), so
+every server on a store enforces the same rules, and a change needs no restart. A request is
+allowed when some binding allows it and none denies it (deny wins); super users bypass both. As
+in Kafka, allowing Read, Write, Delete or Alter also allows Describe, a literal ``*`` names every
+resource of its type, and a ``Prefixed`` binding covers every name starting with it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
+
+from ..errors import ConfigError
+from ..retry import retry_cas
+from ..storage.metadata_store import MetadataStore
+
+OPERATIONS = ("Read", "Write", "Create", "Delete", "Alter", "Describe", "DescribeConfigs", "IdempotentWrite", "All")
+RESOURCE_TYPES = ("Topic", "Group", "Cluster")
+PATTERN_TYPES = ("Literal", "Prefixed")
+PERMISSIONS = ("Allow", "Deny")
+CLUSTER = "kafka-cluster"  # the cluster resource's one name
+_IMPLY_DESCRIBE = frozenset({"Read", "Write", "Delete", "Alter"})
+_KEY = "kafka/acls"
+
+
+class AclBinding(NamedTuple):
+    principal: str  # User:NAME, or User:* for everyone
+    permission: str  # Allow | Deny
+    operation: str
+    resource_type: str  # Topic | Group | Cluster
+    resource_name: str
+    pattern_type: str = "Literal"
+
+    def check(self) -> AclBinding:
+        for value, allowed, what in (
+            (self.permission, PERMISSIONS, "permission"),
+            (self.operation, OPERATIONS, "operation"),
+            (self.resource_type, RESOURCE_TYPES, "resource type"),
+            (self.pattern_type, PATTERN_TYPES, "pattern type"),
+        ):
+            if value not in allowed:
+                raise ConfigError(f"ACL {what} {value!r}: expected one of {', '.join(allowed)}")
+        if not self.principal.startswith("User:") or len(self.principal) == len("User:"):
+            raise ConfigError(f"ACL principal {self.principal!r}: expected User:NAME or User:*")
+        if not self.resource_name:
+            raise ConfigError("ACL resource name is empty")
+        return self
+
+    def covers(self, principal: str, resource_type: str, name: str) -> bool:
+        if self.resource_type != resource_type or self.principal not in (principal, "User:*"):
+            return False
+        if self.pattern_type == "Prefixed":
+            return name.startswith(self.resource_name)
+        return self.resource_name in (name, "*")
+
+    def grants(self, operation: str) -> bool:
+        """Whether this binding speaks of ``operation`` (an Allow of Read speaks of Describe too)."""
+        if self.operation in ("All", operation):
+            return True
+        return self.permission == "Allow" and operation == "Describe" and self.operation in _IMPLY_DESCRIBE
+
+    def __str__(self) -> str:
+        return (
+            f"{self.permission} {self.principal} {self.operation} on "
+            f"{self.resource_type}:{self.pattern_type}:{self.resource_name}"
+        )
+
+
+class Authorizer:
+    """A snapshot of the bindings, with the super users, answering one question fast."""
+
+    def __init__(self, bindings: Iterable[AclBinding], super_users: Iterable[str] = ()):
+        self._bindings = tuple(bindings)
+        self._super = frozenset(super_users)
+
+    def allowed(self, principal: str, operation: str, resource_type: str, name: str) -> bool:
+        if principal in self._super:
+            return True
+        relevant = [b for b in self._bindings if b.covers(principal, resource_type, name) and b.grants(operation)]
+        return any(b.permission == "Allow" for b in relevant) and not any(b.permission == "Deny" for b in relevant)
+
+
+class Acls:
+    """The store's bindings: add, remove, list."""
+
+    def __init__(self, store: MetadataStore):
+        self._store = store
+
+    def bindings(self) -> list[AclBinding]:
+        value = self._store.get(_KEY).value or {}
+        return [AclBinding(**b) for b in value.get("bindings", [])]
+
+    def add(self, bindings: Iterable[AclBinding]) -> None:
+        new = [b.check() for b in bindings]
+        self._change(lambda current: current + [b for b in new if b not in current])
+
+    def remove(self, bindings: Iterable[AclBinding]) -> int:
+        """Remove the bindings given; how many there were."""
+        gone = set(bindings)
+        removed = 0
+
+        def without(current: list[AclBinding]) -> list[AclBinding]:
+            nonlocal removed
+            kept = [b for b in current if b not in gone]
+            removed = len(current) - len(kept)
+            return kept
+
+        self._change(without)
+        return removed
+
+    def _change(self, change: Callable[[list[AclBinding]], list[AclBinding]]) -> None:
+        def attempt() -> None:
+            current = self._store.get(_KEY)
+            bindings = [AclBinding(**b) for b in (current.value or {}).get("bindings", [])]
+            new = change(bindings)
+            self._store.put(_KEY, {"bindings": [b._asdict() for b in new]}, current.version)
+
+        retry_cas("ACLs", attempt)

@@ -1,0 +1,136 @@
+"""SASL users: salted SCRAM credentials (RFC 5802, RFC 7677), as Kafka keeps them in ZooKeeper.
+
+A user is stored at ``kafka/users/<name>`` as one credential per mechanism: salt, iteration
+count, StoredKey = H(ClientKey) and ServerKey, in base64. Nothing stored lets anyone recover the
+password or log in with what they read: a login needs the ClientKey, which only the password
+gives. SASL/PLAIN is checked against the same credentials (the password is salted and hashed
+again and compared with StoredKey)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+from typing import NamedTuple
+
+from ..errors import ConfigError
+from ..retry import retry_cas
+from ..storage.metadata_store import MetadataStore
+
+MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+MIN_ITERATIONS = 4096  # Kafka's minimum for SCRAM
+_USERS = "kafka/users"
+
+
+class ScramCredential(NamedTuple):
+    mechanism: str
+    salt: bytes
+    iterations: int
+    stored_key: bytes
+    server_key: bytes
+
+    @property
+    def hash_name(self) -> str:
+        return MECHANISMS[self.mechanism]
+
+    @staticmethod
+    def from_password(mechanism: str, password: str, iterations: int = MIN_ITERATIONS) -> ScramCredential:
+        check_mechanism(mechanism)
+        if iterations < MIN_ITERATIONS:
+            raise ConfigError(f"SCRAM iterations must be at least {MIN_ITERATIONS}, got {iterations}")
+        salt = os.urandom(32)
+        client_key, server_key = scram_keys(MECHANISMS[mechanism], password, salt, iterations)
+        return ScramCredential(
+            mechanism, salt, iterations, hashlib.new(MECHANISMS[mechanism], client_key).digest(), server_key
+        )
+
+    def verify_password(self, password: str) -> bool:
+        client_key, _ = scram_keys(self.hash_name, password, self.salt, self.iterations)
+        return hmac.compare_digest(hashlib.new(self.hash_name, client_key).digest(), self.stored_key)
+
+    def to_json(self) -> dict[str, object]:
+        b64 = base64.b64encode
+        return {
+            "salt": b64(self.salt).decode(),
+            "iterations": self.iterations,
+            "stored_key": b64(self.stored_key).decode(),
+            "server_key": b64(self.server_key).decode(),
+        }
+
+    @staticmethod
+    def from_json(mechanism: str, d: dict) -> ScramCredential:
+        raw = base64.b64decode
+        return ScramCredential(
+            mechanism, raw(d["salt"]), int(d["iterations"]), raw(d["stored_key"]), raw(d["server_key"])
+        )
+
+
+def scram_keys(hash_name: str, password: str, salt: bytes, iterations: int) -> tuple[bytes, bytes]:
+    """ClientKey and ServerKey of a password (RFC 5802 §3)."""
+    salted = hashlib.pbkdf2_hmac(hash_name, password.encode(), salt, iterations)
+    return hmac.digest(salted, b"Client Key", hash_name), hmac.digest(salted, b"Server Key", hash_name)
+
+
+def check_mechanism(mechanism: str) -> None:
+    if mechanism not in MECHANISMS:
+        raise ConfigError(f"SASL mechanism {mechanism!r} has no stored credentials (use {' or '.join(MECHANISMS)})")
+
+
+def check_user_name(name: str) -> None:
+    if not name or any(c in name for c in "/,=") or not name.isprintable():
+        raise ConfigError(f"user name {name!r}: must be printable, not empty, without '/', ',' or '='")
+
+
+class Users:
+    """The users SASL logins are checked against, in the metadata store (every server on the store
+    sees the same users; a change needs no restart)."""
+
+    def __init__(self, store: MetadataStore):
+        self._store = store
+
+    def add(self, name: str, mechanism: str, password: str, iterations: int = MIN_ITERATIONS) -> None:
+        """Add ``name`` or replace its credential for ``mechanism`` (its others stay)."""
+        check_user_name(name)
+        if not password:
+            raise ConfigError(f"user {name!r}: the password is empty")
+        credential = ScramCredential.from_password(mechanism, password, iterations)
+        key = f"{_USERS}/{name}"
+
+        def attempt() -> None:
+            current = self._store.get(key)
+            self._store.put(key, {**(current.value or {}), mechanism: credential.to_json()}, current.version)
+
+        retry_cas(f"user {name}", attempt)
+
+    def delete(self, name: str) -> bool:
+        """Remove a user; whether there was one."""
+        check_user_name(name)
+        current = self._store.get(f"{_USERS}/{name}")
+        if current.value is None:
+            return False
+        self._store.put(f"{_USERS}/{name}", None, current.version)
+        return True
+
+    def credential(self, name: str, mechanism: str) -> ScramCredential | None:
+        try:
+            check_user_name(name)
+        except ConfigError:
+            return None
+        value = self._store.get(f"{_USERS}/{name}").value
+        if not value or mechanism not in value:
+            return None
+        return ScramCredential.from_json(mechanism, value[mechanism])
+
+    def credentials(self, name: str) -> list[ScramCredential]:
+        value = self._store.get(f"{_USERS}/{name}").value or {}
+        return [ScramCredential.from_json(m, value[m]) for m in sorted(value)]
+
+    def names(self) -> dict[str, list[str]]:
+        """Each user and the mechanisms it has credentials for."""
+        out = {}
+        for key in self._store.list_keys(_USERS):
+            value = self._store.get(key).value
+            if value:
+                out[key.rsplit("/", 1)[1]] = sorted(value)
+        return dict(sorted(out.items()))

@@ -1,0 +1,37 @@
+"""The ACLs a server checks requests against (``authorizationEnabled``): a snapshot of the store's
+bindings, read again every ``REFRESH_S`` so that a change made by ``kop acls`` (or by another
+server) takes effect without a restart, and checked without a store read per request."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+
+from ..broker.acls import CLUSTER, AclBinding, Authorizer
+
+log = logging.getLogger(__name__)
+
+REFRESH_S = 1.0
+
+
+class Authorization:
+    def __init__(self, enabled: bool, super_users: Iterable[str]):
+        self.enabled = enabled
+        self._super_users = tuple(u.strip() for u in super_users if u.strip())
+        self._authorizer = Authorizer((), self._super_users)
+
+    def load(self, bindings: Iterable[AclBinding]) -> None:
+        self._authorizer = Authorizer(bindings, self._super_users)
+
+    async def run(self, read: Callable[[], Awaitable[list[AclBinding]]]) -> None:
+        """Keep the snapshot fresh until cancelled; a failed read keeps the last one."""
+        while self.enabled:
+            await asyncio.sleep(REFRESH_S)
+            try:
+                self.load(await read())
+            except Exception as e:
+                log.warning("cannot read the ACLs (keeping the last ones read): %s", e)
+
+    def allowed(self, principal: str, operation: str, resource_type: str, name: str = CLUSTER) -> bool:
+        return not self.enabled or self._authorizer.allowed(principal, operation, resource_type, name)

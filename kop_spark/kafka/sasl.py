@@ -1,0 +1,160 @@
+"""The server side of SASL logins: SCRAM-SHA-256/512 (RFC 5802, RFC 7677, as Kafka implements
+them) and PLAIN, both checked against the store's users (``broker.credentials``).
+
+Each mechanism is a small state machine fed the client's tokens in order; ``step`` answers a
+token or raises ``SaslAuthenticationError``, whose message is what the client is told (never a
+password, nor whether the user exists: an unknown user and a wrong password read the same)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+from collections.abc import Callable
+from typing import Protocol
+
+from ..broker.credentials import MECHANISMS, ScramCredential
+
+Lookup = Callable[[str, str], "ScramCredential | None"]  # (user, mechanism) -> its credential
+
+
+class SaslAuthenticationError(Exception):
+    """Kafka's SASL_AUTHENTICATION_FAILED: the login is refused and the connection closed."""
+
+
+class SaslServer(Protocol):
+    mechanism: str
+    user: str | None  # set once the login is complete
+
+    def step(self, token: bytes) -> bytes: ...
+
+
+def sasl_server(mechanism: str, lookup: Lookup) -> SaslServer:
+    if mechanism == "PLAIN":
+        return PlainServer(lookup)
+    return ScramServer(mechanism, lookup)
+
+
+def _invalid(mechanism: str) -> SaslAuthenticationError:
+    return SaslAuthenticationError(
+        f"Authentication failed during authentication due to invalid credentials with SASL mechanism {mechanism}"
+    )
+
+
+class PlainServer:
+    """``[authzid] NUL authcid NUL password`` (RFC 4616), checked against the user's SCRAM
+    credentials by salting and hashing the password again."""
+
+    mechanism = "PLAIN"
+
+    def __init__(self, lookup: Lookup):
+        self._lookup = lookup
+        self.user: str | None = None
+
+    def step(self, token: bytes) -> bytes:
+        parts = token.split(b"\0")
+        if self.user is not None or len(parts) != 3:
+            raise SaslAuthenticationError("Invalid SASL/PLAIN request: expected 3 tokens")
+        authzid, user, password = (p.decode("utf-8", "replace") for p in parts)
+        if authzid and authzid != user:
+            raise SaslAuthenticationError(
+                "Authentication failed: Client requested an authorization id that is different from username"
+            )
+        for mechanism in MECHANISMS:
+            credential = self._lookup(user, mechanism)
+            if credential is not None:
+                if credential.verify_password(password):
+                    self.user = user
+                    return b""
+                break
+        raise _invalid(self.mechanism)
+
+
+class ScramServer:
+    """client-first -> server-first -> client-final -> server-final."""
+
+    def __init__(self, mechanism: str, lookup: Lookup):
+        self.mechanism = mechanism
+        self._lookup = lookup
+        self.user: str | None = None
+        self._user_pending = ""
+        self._step = 0
+        self._credential: ScramCredential | None = None
+        self._nonce = ""
+        self._client_first_bare = ""
+        self._server_first = ""
+        self._gs2_header = ""
+
+    def step(self, token: bytes) -> bytes:
+        self._step += 1
+        try:
+            text = token.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SaslAuthenticationError(f"{self.mechanism}: the client's message is not UTF-8") from None
+        if self._step == 1:
+            return self._first(text).encode()
+        if self._step == 2:
+            return self._final(text).encode()
+        raise SaslAuthenticationError(f"{self.mechanism}: unexpected message after the login completed")
+
+    def _first(self, text: str) -> str:
+        cbind, authzid, bare = [*text.split(",", 2), "", ""][:3]
+        if cbind not in ("n", "y") or (authzid and not authzid.startswith("a=")):
+            raise SaslAuthenticationError(
+                f"{self.mechanism}: invalid client-first message (channel binding not supported)"
+            )
+        fields = _fields(bare)
+        user = _saslname(fields.get("n", ""))
+        if not user or "r" not in fields or "m" in fields:
+            raise SaslAuthenticationError(f"{self.mechanism}: invalid client-first message")
+        if authzid and _saslname(authzid[2:]) != user:
+            raise SaslAuthenticationError(
+                "Authentication failed: Client requested an authorization id that is different from username"
+            )
+        credential = self._lookup(user, self.mechanism)
+        if credential is None:
+            raise _invalid(self.mechanism)
+        self._credential, self._gs2_header, self._client_first_bare = credential, f"{cbind},{authzid},", bare
+        self._nonce = fields["r"] + base64.b64encode(os.urandom(18)).decode()
+        salt = base64.b64encode(credential.salt).decode()
+        self._server_first = f"r={self._nonce},s={salt},i={credential.iterations}"
+        self._user_pending = user
+        return self._server_first
+
+    def _final(self, text: str) -> str:
+        credential = self._credential
+        assert credential is not None
+        without_proof, _, proof_field = text.rpartition(",p=")
+        fields = _fields(without_proof)
+        if fields.get("r") != self._nonce:
+            raise SaslAuthenticationError(f"{self.mechanism}: invalid server nonce in the client-final message")
+        if fields.get("c") != base64.b64encode(self._gs2_header.encode()).decode():
+            raise SaslAuthenticationError(f"{self.mechanism}: invalid channel binding in the client-final message")
+        auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
+        h = credential.hash_name
+        try:
+            proof = base64.b64decode(proof_field, validate=True)
+        except ValueError:
+            raise _invalid(self.mechanism) from None
+        signature = hmac.digest(credential.stored_key, auth_message, h)
+        if len(proof) != len(signature):
+            raise _invalid(self.mechanism)
+        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
+        if not hmac.compare_digest(hashlib.new(h, client_key).digest(), credential.stored_key):
+            raise _invalid(self.mechanism)
+        self.user = self._user_pending
+        return "v=" + base64.b64encode(hmac.digest(credential.server_key, auth_message, h)).decode()
+
+
+def _fields(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in text.split(","):
+        name, eq, value = item.partition("=")
+        if eq and len(name) == 1:
+            out.setdefault(name, value)
+    return out
+
+
+def _saslname(text: str) -> str:
+    return text.replace("=2C", ",").replace("=3D", "=")
