@@ -12,22 +12,24 @@ from collections.abc import Sequence
 
 from .conftest import PYTHON, python_subprocess_env
 
-_LISTENING = re.compile(r"listening on PLAINTEXT://([\d.]+):(\d+)")
+_LISTENING = re.compile(r"listening on (\w+)://([\d.]+):(\d+)")
 
 
 class KopServer:
-    def __init__(self, root: str, conf: Sequence[str] = (), port: int = 0):
+    def __init__(self, root: str, conf: Sequence[str] = (), port: int = 0, protocols: Sequence[str] = ("PLAINTEXT",)):
         self.root = root
         self.conf = list(conf)
         self.port = port
+        self.protocols = list(protocols)
         self.proc: subprocess.Popen[str] | None = None
-        self.bootstrap = ""
+        self.bootstrap = ""  # the first listener's host:port
+        self.bootstraps: dict[str, str] = {}  # each listener's, by protocol
         self.log: list[str] = []
 
     def start(self, timeout: float = 60) -> KopServer:
         args = [PYTHON, "-m", "kop_spark.cli", "--root", self.root, *(f"--conf={c}" for c in self.conf)]
         self.proc = subprocess.Popen(
-            [*args, "serve", "--listeners", f"PLAINTEXT://127.0.0.1:{self.port}"],
+            [*args, "serve", "--listeners", ",".join(f"{p}://127.0.0.1:{self.port}" for p in self.protocols)],
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             text=True,
@@ -45,8 +47,11 @@ class KopServer:
                 raise RuntimeError("kop serve exited at start:\n" + "".join(self.log))
             found = _LISTENING.search(line)
             if found:
-                self.bootstrap, self.port = f"{found[1]}:{found[2]}", int(found[2])
-                return self
+                self.bootstraps[found[1]] = f"{found[2]}:{found[3]}"
+                if len(self.bootstraps) == len(self.protocols):
+                    self.bootstrap = self.bootstraps[self.protocols[0]]
+                    self.port = int(self.bootstrap.rsplit(":", 1)[1])
+                    return self
 
     def _drain(self, proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
         assert proc.stderr is not None

@@ -15,6 +15,29 @@ log = logging.getLogger(__name__)
 REFRESH_S = 1.0
 
 
+class AuthorizationFailedError(Exception):
+    """A request the client's principal may not make."""
+
+
+class TopicAuthorizationFailedError(AuthorizationFailedError):
+    """Kafka's TOPIC_AUTHORIZATION_FAILED."""
+
+
+class GroupAuthorizationFailedError(AuthorizationFailedError):
+    """Kafka's GROUP_AUTHORIZATION_FAILED."""
+
+
+class ClusterAuthorizationFailedError(AuthorizationFailedError):
+    """Kafka's CLUSTER_AUTHORIZATION_FAILED."""
+
+
+REFUSALS: dict[str, type[AuthorizationFailedError]] = {
+    "Topic": TopicAuthorizationFailedError,
+    "Group": GroupAuthorizationFailedError,
+    "Cluster": ClusterAuthorizationFailedError,
+}
+
+
 class Authorization:
     def __init__(self, enabled: bool, super_users: Iterable[str]):
         self.enabled = enabled

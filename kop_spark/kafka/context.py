@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from ..broker import Broker
 from ..broker.acls import CLUSTER
-from .authorization import Authorization
+from .authorization import REFUSALS, Authorization
 from .group_membership import GroupMembership
 from .group_publisher import GroupPublisher
 from .listeners import Listener
@@ -69,6 +69,12 @@ class ServerContext:
         authorizationEnabled)."""
         principal = header.session.principal if header.session is not None else ANONYMOUS
         return self.authorization.allowed(principal, operation, resource_type, name)
+
+    def authorize(self, header: RequestHeader, operation: str, resource_type: str, name: str = CLUSTER) -> None:
+        """``allowed``, or Kafka's *_AUTHORIZATION_FAILED for the resource's type."""
+        if not self.allowed(header, operation, resource_type, name):
+            principal = header.session.principal if header.session is not None else ANONYMOUS
+            raise REFUSALS[resource_type](f"{principal} may not {operation} {resource_type} {name!r}")
 
     def _changed(self, group_id: str) -> None:
         self.publisher.changed(group_id)

@@ -7,11 +7,15 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from .. import errors
+from . import authorization
 
 log = logging.getLogger(__name__)
 
 # Most specific first: the first class an exception is an instance of decides.
 _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
+    (authorization.TopicAuthorizationFailedError, ErrorCode.topic_authorization_failed),
+    (authorization.GroupAuthorizationFailedError, ErrorCode.group_authorization_failed),
+    (authorization.ClusterAuthorizationFailedError, ErrorCode.cluster_authorization_failed),
     (errors.UnknownTopicOrPartitionError, ErrorCode.unknown_topic_or_partition),
     (errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
     (errors.CorruptRecordError, ErrorCode.corrupt_message),

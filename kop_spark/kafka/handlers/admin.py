@@ -22,7 +22,9 @@ async def create_topics(ctx: ServerContext, header: RequestHeader, request: Any)
     for t in request.topics:
         code, message = ErrorCode.none, None
         partitions = t.num_partitions if t.num_partitions != -1 else ctx.broker.config["defaultNumPartitions"]
-        if t.replication_factor not in (-1, 1) or t.assignments:
+        if not (ctx.allowed(header, "Create", "Cluster") or ctx.allowed(header, "Create", "Topic", t.name)):
+            code, message = ErrorCode.topic_authorization_failed, f"may not create topic {t.name!r}"
+        elif t.replication_factor not in (-1, 1) or t.assignments:
             code = ErrorCode.invalid_replication_factor
             message = f"topic {t.name!r}: one node holds every partition, so the replication factor is 1"
         elif not request.validate_only:
@@ -53,6 +55,7 @@ async def delete_topics(ctx: ServerContext, header: RequestHeader, request: Any)
     for name in names:
         code, message = ErrorCode.none, None
         try:
+            ctx.authorize(header, "Delete", "Topic", name)
             await ctx.call(ctx.broker.delete_topic, name)
         except Exception as e:
             code, message = error_code(e, f"delete topic {name!r}"), str(e)
@@ -70,6 +73,7 @@ async def create_partitions(ctx: ServerContext, header: RequestHeader, request: 
             message = f"topic {t.name!r}: one node holds every partition, so there is nothing to assign"
         else:
             try:
+                ctx.authorize(header, "Alter", "Topic", t.name)
                 await _grow(ctx, t.name, t.count, request.validate_only)
             except Exception as e:
                 code, message = error_code(e, f"create partitions of {t.name!r}"), str(e)

@@ -25,12 +25,15 @@ def _text(value: Any) -> str:
 async def describe_configs(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
     results = [
-        await _resource(ctx, m, r.resource_type, r.resource_name, r.configuration_keys) for r in request.resources
+        await _resource(ctx, header, m, r.resource_type, r.resource_name, r.configuration_keys)
+        for r in request.resources
     ]
     return make(m.DescribeConfigsResponse, throttle_time=datetime.timedelta(0), results=tuple(results))
 
 
-async def _resource(ctx: ServerContext, m: Any, kind: int, name: str, keys: tuple[str, ...] | None) -> Any:
+async def _resource(
+    ctx: ServerContext, header: RequestHeader, m: Any, kind: int, name: str, keys: tuple[str, ...] | None
+) -> Any:
     def result(code: ErrorCode, message: str | None, configs: tuple[Any, ...] = ()) -> Any:
         return make(
             m.DescribeConfigsResult,
@@ -42,6 +45,10 @@ async def _resource(ctx: ServerContext, m: Any, kind: int, name: str, keys: tupl
         )
 
     defaults = ctx.broker.config
+    if kind == TOPIC and not ctx.allowed(header, "DescribeConfigs", "Topic", name):
+        return result(ErrorCode.topic_authorization_failed, f"may not describe the configs of topic {name!r}")
+    if kind == BROKER and not ctx.allowed(header, "DescribeConfigs", "Cluster"):
+        return result(ErrorCode.cluster_authorization_failed, "may not describe the broker's configs")
     if kind == TOPIC:
         try:
             values = await ctx.call(ctx.broker.topic_config, name)

@@ -37,7 +37,7 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
     ]
     deadline = time.monotonic() + request.max_wait.total_seconds()
     while True:
-        answers = await _read(ctx, wanted, request.max_bytes)
+        answers = await _read(ctx, header, wanted, request.max_bytes)
         size = sum(len(b) for a in answers if isinstance(a, FetchedBatches) for b in a.batches)
         errors = any(not isinstance(a, FetchedBatches) for a in answers)
         left = deadline - time.monotonic()
@@ -57,12 +57,15 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
     )
 
 
-async def _read(ctx: ServerContext, wanted: list[_Wanted], max_bytes: int) -> list[FetchedBatches | ErrorCode]:
+async def _read(
+    ctx: ServerContext, header: RequestHeader, wanted: list[_Wanted], max_bytes: int
+) -> list[FetchedBatches | ErrorCode]:
     out: list[FetchedBatches | ErrorCode] = []
     budget = max_bytes
     for w in wanted:
         limit = max(min(w.max_bytes, budget), 1)
         try:
+            ctx.authorize(header, "Read", "Topic", w.topic)
             fetched = await ctx.call(ctx.broker.fetch_partition, w.topic, w.partition, w.offset, limit)
         except Exception as e:
             out.append(error_code(e, f"fetch from {w.topic}-{w.partition} at {w.offset}"))

@@ -23,7 +23,9 @@ async def join_group(ctx: ServerContext, header: RequestHeader, request: Any) ->
     rebalance = getattr(request, "rebalance_timeout", None)
     rebalance_ms = int(rebalance.total_seconds() * 1000) if rebalance is not None else session_ms
     low, high = ctx.broker.config["group.min.session.timeout.ms"], ctx.broker.config["group.max.session.timeout.ms"]
-    if not low <= session_ms <= high:
+    if not ctx.allowed(header, "Read", "Group", request.group_id):
+        result_error, result = ErrorCode.group_authorization_failed, None
+    elif not low <= session_ms <= high:
         result_error, result = ErrorCode.invalid_session_timeout, None
     else:
         result = await ctx.membership.join(
@@ -57,6 +59,10 @@ async def join_group(ctx: ServerContext, header: RequestHeader, request: Any) ->
 
 async def sync_group(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
+    if not ctx.allowed(header, "Read", "Group", request.group_id):
+        return make(
+            m.SyncGroupResponse, throttle_time=NO_TIME, error_code=ErrorCode.group_authorization_failed, assignment=b""
+        )
     result = await ctx.membership.sync(
         request.group_id,
         request.generation_id,
@@ -76,6 +82,8 @@ async def sync_group(ctx: ServerContext, header: RequestHeader, request: Any) ->
 
 async def heartbeat(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
+    if not ctx.allowed(header, "Read", "Group", request.group_id):
+        return make(m.HeartbeatResponse, throttle_time=NO_TIME, error_code=ErrorCode.group_authorization_failed)
     code = ctx.membership.heartbeat(
         request.group_id, request.generation_id, request.member_id, getattr(request, "group_instance_id", None)
     )
@@ -84,6 +92,9 @@ async def heartbeat(ctx: ServerContext, header: RequestHeader, request: Any) -> 
 
 async def leave_group(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
+    if not ctx.allowed(header, "Read", "Group", request.group_id):
+        refused = ErrorCode.group_authorization_failed
+        return make(m.LeaveGroupResponse, throttle_time=NO_TIME, error_code=refused, members=())
     if header.api_version < 3:
         code = ctx.membership.leave(request.group_id, request.member_id, None)
         return make(m.LeaveGroupResponse, throttle_time=NO_TIME, error_code=code)
@@ -104,7 +115,14 @@ async def describe_groups(ctx: ServerContext, header: RequestHeader, request: An
     out = []
     for group_id in request.groups:
         g = ctx.membership.groups.get(group_id)
-        if g is not None and g.members:
+        code = (
+            ErrorCode.none
+            if ctx.allowed(header, "Describe", "Group", group_id)
+            else ErrorCode.group_authorization_failed
+        )
+        if code != ErrorCode.none:
+            members, state, protocol_type, protocol = (), "", "", ""
+        elif g is not None and g.members:
             members = tuple(
                 make(
                     m.DescribedGroupMember,
@@ -126,7 +144,7 @@ async def describe_groups(ctx: ServerContext, header: RequestHeader, request: An
         out.append(
             make(
                 m.DescribedGroup,
-                error_code=ErrorCode.none,
+                error_code=code,
                 group_id=group_id,
                 group_state=state,
                 protocol_type=protocol_type,
@@ -146,10 +164,11 @@ async def list_groups(ctx: ServerContext, header: RequestHeader, request: Any) -
         if g.members:
             groups[g.group_id] = (g.protocol_type or "", g.state.value)
     wanted = set(getattr(request, "states_filter", ()))
+    everything = ctx.allowed(header, "Describe", "Cluster")  # else the groups it may describe, as Kafka
     listed = tuple(
         make(m.ListedGroup, group_id=name, protocol_type=kind, group_state=state)
         for name, (kind, state) in sorted(groups.items())
-        if not wanted or state in wanted
+        if (not wanted or state in wanted) and (everything or ctx.allowed(header, "Describe", "Group", name))
     )
     return make(m.ListGroupsResponse, throttle_time=NO_TIME, error_code=ErrorCode.none, groups=listed)
 
@@ -158,7 +177,9 @@ async def delete_groups(ctx: ServerContext, header: RequestHeader, request: Any)
     m = response_module(header.api_key, header.api_version)
     results = []
     for group_id in request.groups_names:
-        if ctx.membership.is_active(group_id):
+        if not ctx.allowed(header, "Delete", "Group", group_id):
+            code = ErrorCode.group_authorization_failed
+        elif ctx.membership.is_active(group_id):
             code = ErrorCode.non_empty_group
         else:
             try:
@@ -176,8 +197,12 @@ async def offset_delete(ctx: ServerContext, header: RequestHeader, request: Any)
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     subscribed = ctx.membership.subscribed_topics(request.group_id)
     codes = {tp: ErrorCode.group_subscribed_to_topic for tp in wanted if tp[0] in subscribed}
+    codes.update(
+        {tp: ErrorCode.topic_authorization_failed for tp in wanted if not ctx.allowed(header, "Read", "Topic", tp[0])}
+    )
     top = ErrorCode.none
     try:
+        ctx.authorize(header, "Delete", "Group", request.group_id)
         await ctx.call(ctx.broker.delete_offsets, request.group_id, [tp for tp in wanted if tp not in codes])
     except Exception as e:
         top = error_code(e, f"delete offsets of group {request.group_id!r}")

@@ -21,16 +21,19 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
     m = response_module(header.api_key, header.api_version)
     topics = []
     for t in request.topics:
-        partitions = [await _partition(ctx, m, t.name, p.partition_index, p.timestamp) for p in t.partitions]
+        partitions = [await _partition(ctx, header, m, t.name, p.partition_index, p.timestamp) for p in t.partitions]
         topics.append(make(m.ListOffsetsTopicResponse, name=t.name, partitions=tuple(partitions)))
     return make(m.ListOffsetsResponse, throttle_time=datetime.timedelta(0), topics=tuple(topics))
 
 
-async def _partition(ctx: ServerContext, m: Any, topic: str, partition: int, timestamp: int) -> Any:
+async def _partition(
+    ctx: ServerContext, header: RequestHeader, m: Any, topic: str, partition: int, timestamp: int
+) -> Any:
     spec = SPECS.get(timestamp, timestamp)
     if isinstance(spec, int) and spec < 0:  # earliest-local (-4) and tiered lookups are not served
         return make(m.ListOffsetsPartitionResponse, partition_index=partition, error_code=ErrorCode.invalid_request)
     try:
+        ctx.authorize(header, "Describe", "Topic", topic)
         offset, found_at = await ctx.call(ctx.broker.offset_and_timestamp, topic, partition, spec)
     except Exception as e:
         code = error_code(e, f"list offsets of {topic}-{partition}")

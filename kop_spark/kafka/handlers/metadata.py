@@ -20,12 +20,12 @@ NO_TOPIC_ID = uuid.UUID(int=0)  # topic ids are not supported: clients then addr
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
-    if request.topics is None:
-        names = await ctx.call(ctx.broker.list_topics)
+    if request.topics is None:  # every topic: those the client may not describe are not mentioned
+        names = [t for t in await ctx.call(ctx.broker.list_topics) if ctx.allowed(header, "Describe", "Topic", t)]
     else:
         names = [t.name for t in request.topics]
     auto_create = getattr(request, "allow_auto_topic_creation", True) and ctx.broker.config["allowAutoTopicCreation"]
-    topics = [await _topic(ctx, m, name, auto_create and request.topics is not None) for name in names]
+    topics = [await _topic(ctx, header, m, name, auto_create and request.topics is not None) for name in names]
     broker = make(
         m.MetadataResponseBroker, node_id=NODE_ID, host=ctx.advertised(header).host, port=ctx.advertised(header).port
     )
@@ -39,14 +39,17 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
     )
 
 
-async def _topic(ctx: ServerContext, m: Any, name: str | None, auto_create: bool) -> Any:
+async def _topic(ctx: ServerContext, header: RequestHeader, m: Any, name: str | None, auto_create: bool) -> Any:
     def failed(code: ErrorCode) -> Any:
         return make(m.MetadataResponseTopic, error_code=code, name=name, topic_id=NO_TOPIC_ID, partitions=())
 
     if not name:
         return failed(ErrorCode.invalid_topic_exception)
+    if not ctx.allowed(header, "Describe", "Topic", name):
+        return failed(ErrorCode.topic_authorization_failed)
+    creatable = ctx.allowed(header, "Create", "Cluster") or ctx.allowed(header, "Create", "Topic", name)
     try:
-        count = await _partitions(ctx, name, auto_create)
+        count = await _partitions(ctx, name, auto_create and creatable)
     except Exception as e:
         return failed(error_code(e, f"metadata of topic {name!r}"))
     partitions = tuple(
@@ -83,13 +86,14 @@ async def _partitions(ctx: ServerContext, name: str, auto_create: bool) -> int:
 
 async def describe_cluster(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
+    allowed = ctx.allowed(header, "Describe", "Cluster")
     broker = make(
         m.DescribeClusterBroker, broker_id=NODE_ID, host=ctx.advertised(header).host, port=ctx.advertised(header).port
     )
     return make(
         m.DescribeClusterResponse,
         throttle_time=datetime.timedelta(0),
-        error_code=ErrorCode.none,
+        error_code=ErrorCode.none if allowed else ErrorCode.cluster_authorization_failed,
         cluster_id=ctx.cluster_id,
         controller_id=NODE_ID,
         brokers=(broker,),

@@ -20,16 +20,20 @@ NO_GENERATION = -1  # a commit from outside any group generation (assign(), tool
 async def find_coordinator(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
     here = {"node_id": NODE_ID, "host": ctx.advertised(header).host, "port": ctx.advertised(header).port}
+
+    def code(key: str) -> ErrorCode:  # key_type 1 (transactions) is not served; its ACLs do not apply
+        allowed = getattr(request, "key_type", 0) != 0 or ctx.allowed(header, "Describe", "Group", key)
+        return ErrorCode.none if allowed else ErrorCode.group_authorization_failed
+
     if header.api_version >= 4:
         found = tuple(
-            make(m.Coordinator, key=k, error_code=ErrorCode.none, error_message=None, **here)
-            for k in request.coordinator_keys
+            make(m.Coordinator, key=k, error_code=code(k), error_message=None, **here) for k in request.coordinator_keys
         )
         return make(m.FindCoordinatorResponse, throttle_time=datetime.timedelta(0), coordinators=found)
     return make(
         m.FindCoordinatorResponse,
         throttle_time=datetime.timedelta(0),
-        error_code=ErrorCode.none,
+        error_code=code(request.key),
         error_message=None,
         **here,
     )
@@ -47,6 +51,8 @@ async def offset_commit(ctx: ServerContext, header: RequestHeader, request: Any)
     for t in request.topics:
         code = ErrorCode.unknown_topic_or_partition
         try:
+            ctx.authorize(header, "Read", "Group", request.group_id)
+            ctx.authorize(header, "Read", "Topic", t.name)
             partitions = await ctx.call(b.partitions_for, t.name)
         except Exception as e:
             partitions, code = 0, error_code(e, f"commit of group {request.group_id!r} to {t.name}")
@@ -86,7 +92,9 @@ async def offset_fetch(ctx: ServerContext, header: RequestHeader, request: Any) 
     m = response_module(header.api_key, header.api_version)
     wanted = None if request.topics is None else [(t.name, p) for t in request.topics for p in t.partition_indexes]
     try:
+        ctx.authorize(header, "Describe", "Group", request.group_id)
         found = await ctx.call(ctx.broker.fetch_offsets, request.group_id, wanted)
+        found = {tp: o for tp, o in found.items() if ctx.allowed(header, "Describe", "Topic", tp[0])}
     except Exception as e:
         code = error_code(e, f"offsets of group {request.group_id!r}")
         return make(m.OffsetFetchResponse, throttle_time=datetime.timedelta(0), topics=(), error_code=code)

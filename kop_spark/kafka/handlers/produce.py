@@ -29,7 +29,7 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
         return _answer(m, request, lambda t, p: _partition(m, p.index, ErrorCode.transactional_id_authorization_failed))
     # Queued in request order (this connection's next request waits for it), written later.
     queued = {
-        (t.name, p.index): await _queue(ctx, t.name, p.index, p.records)
+        (t.name, p.index): await _queue(ctx, header, t.name, p.index, p.records)
         for t in request.topic_data
         for p in t.partition_data
     }
@@ -65,10 +65,11 @@ def _partition(m: Any, index: int, code: ErrorCode, produced: Produced = _NOTHIN
 
 
 async def _queue(
-    ctx: ServerContext, topic: str, partition: int, records: bytes | None
+    ctx: ServerContext, header: RequestHeader, topic: str, partition: int, records: bytes | None
 ) -> Callable[[], Produced] | Exception:
     """Check a partition's batches and queue them for its next write; what is refused, why."""
     try:
+        ctx.authorize(header, "Write", "Topic", topic)
         if not records:
             raise InvalidRecordError(f"produce to {topic}-{partition}: no record batches given")
         return await ctx.call(ctx.broker.queue_batches, topic, partition, [records])

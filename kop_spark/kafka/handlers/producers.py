@@ -29,7 +29,16 @@ async def init_producer_id(ctx: ServerContext, header: RequestHeader, request: A
 
     if request.transactional_id is not None:
         return answer(ErrorCode.transactional_id_authorization_failed)
+    # Kafka lets an idempotent producer in with IdempotentWrite on the cluster or Write on any topic.
+    if not ctx.allowed(header, "IdempotentWrite", "Cluster") and not await _writes_somewhere(ctx, header):
+        return answer(ErrorCode.cluster_authorization_failed)
     try:
         return answer(ErrorCode.none, await ctx.call(ctx.broker.init_producer_id), 0)
     except Exception as e:
         return answer(error_code(e, "init producer id"))
+
+
+async def _writes_somewhere(ctx: ServerContext, header: RequestHeader) -> bool:
+    if not ctx.authorization.enabled:
+        return True
+    return any(ctx.allowed(header, "Write", "Topic", t) for t in await ctx.call(ctx.broker.list_topics))
