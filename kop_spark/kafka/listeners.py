@@ -31,9 +31,10 @@ def parse_listeners(text: str, setting: str = "kafkaListeners") -> list[Listener
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
-        parts = urllib.parse.urlsplit(item)
-        protocol = parts.scheme.upper()
-        if not protocol or "://" not in item:
+        scheme, sep, address = item.partition("://")
+        protocol = scheme.upper()
+        parts = urllib.parse.urlsplit("//" + address)  # urlsplit takes no '_' in a scheme: SASL_SSL
+        if not protocol or not sep:
             raise ConfigError(f"{setting}: {item!r} is not PROTOCOL://host:port")
         if protocol not in SUPPORTED_PROTOCOLS:
             raise ConfigError(f"{setting}: {item!r}: {protocol} is not supported ({', '.join(SUPPORTED_PROTOCOLS)})")

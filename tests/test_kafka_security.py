@@ -1,0 +1,323 @@
+"""``kop serve`` security with real clients: SASL/SCRAM (SHA-256, SHA-512) and PLAIN logins against
+users made by ``kop users``, TLS listeners with and without client certificates, and ACLs made
+by ``kop acls`` enforced as Kafka's simple authorizer enforces them."""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.sasl import SaslHandshakeRequest
+
+from kop_spark import Broker
+from kop_spark.broker.credentials import ScramCredential
+from kop_spark.errors import ConfigError
+from kop_spark.kafka.listeners import parse_listeners
+from kop_spark.kafka.sasl import SaslAuthenticationError, ScramServer
+from kop_spark.kafka.tls import certificate_principal, server_context
+
+from .conftest import PYTHON, python_subprocess_env
+from .kafka_wire import call, wire_request
+from .kop_server import KopServer
+from .pki import Pki, make_pki
+
+PASSWORDS = {"alice": "alice-Secret-1", "bob": "bob-Secret-2", "admin": "admin-Secret-3"}
+
+
+def kop(root: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "-m", "kop_spark.cli", "--root", root, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=python_subprocess_env(),
+    )
+
+
+@pytest.fixture
+def root(tmp_path) -> str:
+    """A store with topics and the users alice (SCRAM-SHA-256, from a password file), bob
+    (SCRAM-SHA-512, from stdin) and admin (both), made with the CLI."""
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        for topic in ("t", "orders-eu", "orders-secret", "other"):
+            b.create_topic(topic, 1)
+    secret = tmp_path / "alice.password"
+    secret.write_text(PASSWORDS["alice"] + "\n")
+    assert kop(root, "users", "add", "alice", "--password-file", str(secret)).returncode == 0
+    assert kop(root, "users", "add", "bob", "--mechanism", "SCRAM-SHA-512", stdin=PASSWORDS["bob"]).returncode == 0
+    made = kop(root, "users", "add", "admin", "--mechanism", "SCRAM-SHA-256", "--mechanism", "SCRAM-SHA-512",
+               stdin=PASSWORDS["admin"])  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    return root
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def sasl(server: KopServer, user: str, password: str, mechanism: str = "SCRAM-SHA-256", tls: Pki | None = None):
+    conf = {
+        "bootstrap.servers": server.bootstraps["SASL_SSL" if tls else "SASL_PLAINTEXT"],
+        "security.protocol": "SASL_SSL" if tls else "SASL_PLAINTEXT",
+        "sasl.mechanism": mechanism,
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+    return {**conf, "ssl.ca.location": str(tls.ca)} if tls else conf
+
+
+def round_trip(conf: dict, topic: str = "t", group: str | None = None) -> bytes:
+    """Produce one record and read it back; what was read."""
+    value = uuid.uuid4().bytes
+    producer = Producer({**conf, "enable.idempotence": True, "acks": "all"})
+    producer.produce(topic, value, partition=0)
+    assert producer.flush(30) == 0
+    consumer = Consumer({**conf, "group.id": group or f"g-{uuid.uuid4().hex}", "enable.auto.commit": False})
+    end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1]
+    consumer.assign([TopicPartition(topic, 0, end - 1)])
+    m = consumer.poll(30)
+    assert m is not None and m.error() is None, m and m.error()
+    consumer.commit(m, asynchronous=False)
+    consumer.close()
+    return m.value()
+
+
+def group_error(conf: dict, topic: str, group: str) -> int:
+    """The error a consumer in ``group`` gets (a consumer's errors come as messages)."""
+    consumer = Consumer({**conf, "group.id": group, "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    try:
+        while True:
+            m = consumer.poll(30)
+            assert m is not None, f"no error for group {group!r}"
+            if m.error() is not None:
+                return m.error().code()
+    finally:
+        consumer.close()
+
+
+def refusal(conf: dict) -> list[KafkaError]:
+    """What a client is told when it cannot get in (its error callback's errors)."""
+    told: list[KafkaError] = []
+    admin = AdminClient({**conf, "socket.timeout.ms": 3000, "error_cb": told.append})
+    with pytest.raises(KafkaException):
+        admin.list_topics(timeout=5)
+    admin.poll(1)  # delivers the error callbacks
+    return told
+
+
+def authentication_failed(told: list[KafkaError]) -> bool:
+    return any(e.code() == KafkaError._AUTHENTICATION and "Authentication failed" in e.str() for e in told)
+
+
+def test_scram_users_log_in_and_everyone_else_is_refused(root: str) -> None:
+    with KopServer(root, protocols=["SASL_PLAINTEXT"]) as server:
+        assert round_trip(sasl(server, "alice", PASSWORDS["alice"]))
+        assert round_trip(sasl(server, "bob", PASSWORDS["bob"], "SCRAM-SHA-512"))
+        producer = KafkaProducer(  # kafka-python 3, idempotent by default
+            bootstrap_servers=server.bootstrap,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="SCRAM-SHA-512",
+            sasl_plain_username="admin",
+            sasl_plain_password=PASSWORDS["admin"],
+        )
+        sent = producer.send("t", b"from kafka-python", partition=0).get(30)
+        producer.close()
+        with Broker(root) as b:
+            assert b.fetch("t", 0, sent.offset)[0].value == b"from kafka-python"
+
+        assert authentication_failed(refusal(sasl(server, "alice", "wrong")))
+        assert authentication_failed(refusal(sasl(server, "nobody", "whatever")))
+        assert authentication_failed(refusal(sasl(server, "bob", PASSWORDS["bob"], "SCRAM-SHA-256")))
+        not_enabled = refusal(sasl(server, "alice", PASSWORDS["alice"], "PLAIN"))
+        assert any("Unsupported SASL mechanism" in e.str() for e in not_enabled), not_enabled
+        refusal({"bootstrap.servers": server.bootstrap})  # anonymous: no request before a login
+        assert round_trip(sasl(server, "alice", PASSWORDS["alice"]))  # the server went on serving
+    log = "".join(server.log)
+    assert log.count("failed SCRAM-SHA-256 login from 127.0.0.1") >= 2
+    assert not any(p in log for p in ["wrong", "whatever", *PASSWORDS.values()])
+
+
+def test_no_password_is_stored_or_shown(root: str) -> None:
+    for path in Path(root).rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert not any(p.encode() in data for p in PASSWORDS.values()), path
+    listed = kop(root, "users", "list")
+    assert listed.stdout.splitlines() == [
+        "admin\tSCRAM-SHA-256,SCRAM-SHA-512",
+        "alice\tSCRAM-SHA-256",
+        "bob\tSCRAM-SHA-512",
+    ]
+    with Broker(root) as b:
+        (stored,) = b.users.credentials("alice")
+    assert stored.iterations >= 4096 and len(stored.salt) >= 16
+    assert stored.verify_password(PASSWORDS["alice"]) and not stored.verify_password("alice")
+    assert kop(root, "users", "delete", "bob").returncode == 0
+    assert kop(root, "users", "list").stdout.split()[::2] == ["admin", "alice"]
+    assert kop(root, "users", "delete", "bob").returncode == 1
+
+
+def test_plain_and_scram_over_sasl_ssl_and_plain_tls(root: str, pki: Pki) -> None:
+    conf = ["sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512", f"ssl.keystore.location={pki.server}"]
+    with KopServer(root, conf, protocols=["SASL_SSL", "SSL"]) as server:
+        assert round_trip(sasl(server, "alice", PASSWORDS["alice"], "PLAIN", tls=pki))
+        assert round_trip(sasl(server, "bob", PASSWORDS["bob"], "SCRAM-SHA-512", tls=pki))
+        assert authentication_failed(refusal(sasl(server, "alice", "wrong", "PLAIN", tls=pki)))
+        tls_only = {"bootstrap.servers": server.bootstraps["SSL"], "security.protocol": "SSL"}
+        assert round_trip({**tls_only, "ssl.ca.location": str(pki.ca)})
+        refusal({"bootstrap.servers": server.bootstraps["SSL"]})  # a plaintext client: its handshake fails
+        consumer = KafkaConsumer(  # kafka-python over SASL_SSL with PLAIN
+            bootstrap_servers=server.bootstraps["SASL_SSL"],
+            security_protocol="SASL_SSL",
+            ssl_cafile=str(pki.ca),
+            sasl_mechanism="PLAIN",
+            sasl_plain_username="alice",
+            sasl_plain_password=PASSWORDS["alice"],
+        )
+        assert "t" in consumer.topics()
+        consumer.close()
+        assert round_trip({**tls_only, "ssl.ca.location": str(pki.ca)})  # still serving
+
+
+def test_client_certificates_are_principals_for_acls(root: str, pki: Pki) -> None:
+    assert kop(root, "acls", "add", "--allow-principal", pki.client_principal, "--operation", "Write",
+               "--operation", "Read", "--topic", "t", "--group", "certified").returncode == 0  # fmt: skip
+    conf = [
+        f"ssl.keystore.location={pki.server}",
+        "ssl.client.auth=required",
+        f"ssl.truststore.location={pki.ca}",
+        "authorizationEnabled=true",
+    ]
+    with KopServer(root, conf, protocols=["SSL"]) as server:
+        client = {
+            "bootstrap.servers": server.bootstrap,
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(pki.ca),
+            "ssl.certificate.location": str(pki.client_cert),
+            "ssl.key.location": str(pki.client_key),
+        }
+        assert round_trip(client, group="certified")
+        assert group_error(client, "t", "uncertified") == KafkaError.GROUP_AUTHORIZATION_FAILED
+        refusal({k: v for k, v in client.items() if not k.startswith(("ssl.cert", "ssl.key"))})  # no certificate
+
+
+def test_acls_allow_deny_prefixes_super_users_and_change_without_a_restart(root: str) -> None:
+    def acls(*args: str) -> None:
+        done = kop(root, "acls", *args)
+        assert done.returncode == 0, done.stderr
+
+    acls("add", "--allow-principal", "User:alice", "--operation", "Write", "--operation", "Read",
+         "--topic", "orders-", "--resource-pattern-type", "prefixed")  # fmt: skip
+    acls("add", "--deny-principal", "User:alice", "--operation", "Read", "--topic", "orders-secret")
+    acls("add", "--allow-principal", "User:alice", "--operation", "Read", "--group", "billing")
+    assert "Deny User:alice Read on Topic:Literal:orders-secret" in kop(root, "acls", "list").stdout
+    conf = ["authorizationEnabled=true", "superUserRoles=User:admin"]
+    with KopServer(root, conf, protocols=["SASL_PLAINTEXT"]) as server:
+        alice = sasl(server, "alice", PASSWORDS["alice"])
+        assert round_trip(alice, "orders-eu", group="billing")
+        assert group_error(alice, "orders-eu", "other-group") == KafkaError.GROUP_AUTHORIZATION_FAILED
+        producer = Producer(alice)
+        failures: list[KafkaError] = []
+        producer.produce("other", b"x", partition=0, on_delivery=lambda e, m: failures.append(e))
+        producer.flush(30)
+        assert failures[0] is not None and failures[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        # Read is allowed on orders-* by prefix, and denied on orders-secret by name: deny wins.
+        assert group_error(alice, "orders-secret", "billing") == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        visible = AdminClient(alice).list_topics(timeout=30).topics
+        assert set(visible) == {"orders-eu", "orders-secret"}  # Describe comes with Read/Write
+
+        bob = sasl(server, "bob", PASSWORDS["bob"], "SCRAM-SHA-512")
+        assert AdminClient(bob).list_topics(timeout=30).topics == {}
+        acls("add", "--allow-principal", "User:bob", "--operation", "Describe", "--topic", "other")
+        deadline = time.monotonic() + 30
+        while "other" not in AdminClient(bob).list_topics(timeout=30).topics:  # no restart
+            assert time.monotonic() < deadline, "an added ACL did not take effect"
+        acls("remove", "--allow-principal", "User:bob", "--operation", "Describe", "--topic", "other")
+        while AdminClient(bob).list_topics(timeout=30).topics:
+            assert time.monotonic() < deadline + 30, "a removed ACL did not take effect"
+
+        assert round_trip(sasl(server, "admin", PASSWORDS["admin"]), "other")  # a super user, without ACLs
+
+
+def test_a_v0_handshake_logs_in_with_bare_tokens(root: str) -> None:
+    """SaslHandshake v0: the tokens that follow come without Kafka's request framing."""
+    with KopServer(root, ["sasl.enabled.mechanisms=PLAIN"], protocols=["SASL_PLAINTEXT"]) as server:
+        host, port = server.bootstrap.split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            assert call(sock, wire_request(SaslHandshakeRequest, 0, mechanism="PLAIN")).error_code == 0
+            token = b"\0alice\0" + PASSWORDS["alice"].encode()
+            sock.sendall(struct.pack(">i", len(token)) + token)
+            assert sock.recv(4) == b"\0\0\0\0"  # an empty token: logged in
+            topics = call(sock, wire_request(MetadataRequest, 1, topics=None)).topics
+        assert {t[1] for t in topics} >= {"t", "orders-eu"}
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            call(sock, wire_request(SaslHandshakeRequest, 0, mechanism="PLAIN"))
+            token = b"\0alice\0wrong"
+            sock.sendall(struct.pack(">i", len(token)) + token)
+            assert sock.recv(4) == b""  # refused: the connection is closed
+
+
+def test_tls_settings_are_checked_by_name(pki: Pki, tmp_path) -> None:
+    base = {
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": "",
+        "ssl.keystore.key": pki.server_key_pem,
+        "ssl.keystore.certificate.chain": pki.server_chain_pem,
+        "ssl.key.password": "",
+        "ssl.client.auth": "none",
+        "ssl.truststore.location": "",
+    }
+    assert server_context(base) is not None  # the PEM text itself, as KIP-651 allows
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(ConfigError, match=re.escape("ssl.keystore.location=/nowhere.pem")):
+        server_context({**base, "ssl.keystore.location": "/nowhere.pem"})
+    with pytest.raises(ConfigError, match=re.escape("needs ssl.keystore.location")):
+        server_context({**base, "ssl.keystore.key": ""})
+    with pytest.raises(ConfigError, match=re.escape("ssl.client.auth=required needs ssl.truststore.location")):
+        server_context({**base, "ssl.client.auth": "required"})
+    subject = ((("organizationName", "kop"),), (("commonName", "client, the first"),))
+    assert certificate_principal({"subject": subject}) == "User:CN=client\\, the first,O=kop"
+    assert certificate_principal({}) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(first=st.binary(max_size=200), final=st.binary(max_size=200))
+def test_scram_logins_refuse_any_malformed_message_cleanly(first: bytes, final: bytes) -> None:
+    """Whatever a client sends, a login fails with SaslAuthenticationError and nothing else."""
+    credential = ScramCredential.from_password("SCRAM-SHA-256", "pw")
+    server = ScramServer("SCRAM-SHA-256", lambda user, mechanism: credential if user == "u" else None)
+    for message in (b"n,,n=u,r=abc" if first[:1] == b"\0" else first, final):
+        try:
+            server.step(message)
+        except SaslAuthenticationError:
+            return
+    assert server.user is None or final.startswith(b"c=biws,r=abc")
+
+
+def test_listeners_of_every_protocol_parse_and_a_bad_one_is_named() -> None:
+    parsed = parse_listeners("PLAINTEXT://127.0.0.1:9092, sasl_ssl://:9094,SSL://[::1]:9093,SASL_PLAINTEXT://h:0")
+    assert [str(listener) for listener in parsed] == [
+        "PLAINTEXT://127.0.0.1:9092",
+        "SASL_SSL://0.0.0.0:9094",
+        "SSL://[::1]:9093",
+        "SASL_PLAINTEXT://h:0",
+    ]
+    for bad, says in (("GSSAPI://h:1", "GSSAPI is not supported"), ("h:1", "is not PROTOCOL://host:port"),
+                      ("SSL://h", "needs a port")):  # fmt: skip
+        with pytest.raises(ConfigError, match=f"kafkaListeners: '{bad}'.*{says}"):
+            parse_listeners(bad)
