@@ -224,13 +224,16 @@ def test_acls_allow_deny_prefixes_super_users_and_change_without_a_restart(root:
     acls("add", "--allow-principal", "User:alice", "--operation", "Write", "--operation", "Read",
          "--topic", "orders-", "--resource-pattern-type", "prefixed")  # fmt: skip
     acls("add", "--deny-principal", "User:alice", "--operation", "Read", "--topic", "orders-secret")
-    acls("add", "--allow-principal", "User:alice", "--operation", "Read", "--group", "billing")
+    acls("add", "--allow-principal", "User:alice", "--operation", "Read", "--group", "bill",
+         "--resource-pattern-type", "prefixed")  # fmt: skip
+    acls("add", "--deny-principal", "User:alice", "--operation", "All", "--group", "billing-blocked")
     assert "Deny User:alice Read on Topic:Literal:orders-secret" in kop(root, "acls", "list").stdout
     conf = ["authorizationEnabled=true", "superUserRoles=User:admin"]
     with KopServer(root, conf, protocols=["SASL_PLAINTEXT"]) as server:
         alice = sasl(server, "alice", PASSWORDS["alice"])
         assert round_trip(alice, "orders-eu", group="billing")
-        assert group_error(alice, "orders-eu", "other-group") == KafkaError.GROUP_AUTHORIZATION_FAILED
+        for refused in ("other-group", "billing-blocked"):  # not allowed; allowed by prefix, denied by name
+            assert group_error(alice, "orders-eu", refused) == KafkaError.GROUP_AUTHORIZATION_FAILED
         producer = Producer(alice)
         failures: list[KafkaError] = []
         producer.produce("other", b"x", partition=0, on_delivery=lambda e, m: failures.append(e))
