@@ -115,7 +115,7 @@ def refusal(conf: dict) -> list[KafkaError]:
     told: list[KafkaError] = []
     admin = AdminClient({**conf, "socket.timeout.ms": 3000, "error_cb": told.append})
     with pytest.raises(KafkaException):
-        admin.list_topics(timeout=5)
+        admin.list_topics(timeout=2)
     admin.poll(1)  # delivers the error callbacks
     return told
 
