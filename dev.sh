@@ -15,12 +15,13 @@ setup_python() {
     fi
     # Reinstall only when the declared dependencies or the compiled codec's source change.
     local stamp="$VENV/.kop-installed" want
-    want=$( (cat pyproject.toml setup.py kop_spark/record/_crecords.c; echo editable_mode=compat) | cksum)
+    want=$( (cat pyproject.toml setup.py kop_spark/record/_crecords.c) | cksum)
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         "$VENV/bin/python" -m pip install --quiet --upgrade pip
-        # compat mode puts the checkout on sys.path, where Spark looks for pyspark_* data sources,
-        # and builds the optional compiled codec in place (skipped, with a warning, without a C compiler).
-        "$VENV/bin/python" -m pip install --quiet -e ".[test]" --config-settings editable_mode=compat
+        # The editable install of this flat layout puts the checkout on sys.path (a .pth file), where
+        # Spark looks for pyspark_* data sources, and builds the optional compiled codec in place
+        # (skipped, with a warning, without a C compiler). [spark] brings PySpark to this machine.
+        "$VENV/bin/python" -m pip install --quiet -e ".[spark,test]"
         echo "$want" > "$stamp"
         if ! "$VENV/bin/python" -c "import sys; from kop_spark.record._speedups import compiled; sys.exit(compiled is None)"; then
             echo "note: the compiled codec was not built (no C compiler or Python headers?); running the" >&2
