@@ -18,9 +18,7 @@ Rates are the best of three rounds on each side.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -33,22 +31,10 @@ BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(BENCH))
 from kop_spark import Broker, Record  # noqa: E402 - importable only once the checkout is on sys.path
 from tests.kop_server import KopServer  # noqa: E402 - as above
+from tests.mock_cluster import mock_logger  # noqa: E402 - as above
 
 VALUE = b"v" * 100
 PRODUCER = {"enable.idempotence": True, "acks": "all", "linger.ms": 5, "batch.size": 1 << 20}
-
-
-class _MockAddress(logging.Handler):
-    """librdkafka logs where its mock cluster listens; the consumer needs that address."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.address = ""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        found = re.search(r"replaced with (\S+)", record.getMessage())
-        if found:
-            self.address = found[1].rstrip(",")
 
 
 def produce_rate(conf: dict, n: int, topic: str = "bench") -> tuple[float, Producer]:
@@ -138,11 +124,7 @@ def cpu_seconds(pid: int) -> float:
 def run(n: int = 1_000_000, rounds: int = 3) -> list[tuple[str, float, str, float, str]]:
     """Rows of (benchmark, value, unit, ratio, baseline); rates are the best of ``rounds`` on
     either side, as two cores shared by client and server make single runs noisy."""
-    mock = _MockAddress()
-    logger = logging.getLogger("rdkafka-mock")
-    logger.addHandler(mock)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
+    logger, mock = mock_logger("rdkafka-mock")
     mock_produce = mock_consume = 0.0
     for _ in range(rounds):  # a new mock cluster each round, made by its producer
         rate, mock_cluster = produce_rate({"test.mock.num.brokers": 1, "logger": logger}, n)

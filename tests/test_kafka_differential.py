@@ -9,8 +9,7 @@ against Kafka's rules in test_kafka_clients instead."""
 
 from __future__ import annotations
 
-import logging
-import re
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,31 +19,15 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kop_spark import Broker
 
 from .kop_server import KopServer
+from .mock_cluster import mock_logger
 
 T0 = 1_900_000_000_000
 PARTITIONS = 4  # what the mock cluster gives a topic it creates
 
 
-class _MockAddress(logging.Handler):
-    """librdkafka logs where its mock cluster listens."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.address = ""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        found = re.search(r"replaced with (\S+)", record.getMessage())
-        if found:
-            self.address = found[1].rstrip(",")
-
-
 @pytest.fixture
 def mock_cluster() -> Iterator[str]:
-    found = _MockAddress()
-    logger = logging.getLogger(f"rdkafka-mock-{id(found)}")
-    logger.addHandler(found)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
+    logger, found = mock_logger(f"rdkafka-mock-{uuid.uuid4().hex}")
     owner = Producer({"test.mock.num.brokers": 1, "logger": logger})  # the cluster lives as long as it
     while not found.address:
         owner.poll(0.1)

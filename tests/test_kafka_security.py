@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import socket
 import struct
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -28,22 +27,12 @@ from kop_spark.kafka.listeners import parse_listeners
 from kop_spark.kafka.sasl import SaslAuthenticationError, ScramServer
 from kop_spark.kafka.tls import certificate_principal, server_context
 
-from .conftest import PYTHON, python_subprocess_env
 from .kafka_wire import call, wire_request
 from .kop_server import KopServer
 from .pki import Pki, make_pki
+from .test_cli import kop
 
 PASSWORDS = {"alice": "alice-Secret-1", "bob": "bob-Secret-2", "admin": "admin-Secret-3"}
-
-
-def kop(root: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "kop_spark.cli", "--root", root, *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=python_subprocess_env(),
-    )
 
 
 @pytest.fixture

@@ -220,6 +220,57 @@ varint_or_raise(const uint8_t *buf, Py_ssize_t size, Py_ssize_t *pos, int64_t *o
     return 0;
 }
 
+/* The record at *pos: its length, checked against the batch's end `size`; *pos moves past the
+ * length and the record's attributes byte (unused by Kafka), *record_end to the record's end. */
+static int
+read_record_start(const uint8_t *buf, Py_ssize_t size, Py_ssize_t *pos, Py_ssize_t *record_end, long long base_offset)
+{
+    int64_t length = 0;
+    if (varint_or_raise(buf, size, pos, &length, base_offset) < 0)
+        return -1;
+    *record_end = *pos + length;
+    if (length < 0 || *record_end > size)
+        return corrupt("record of %lld bytes overruns its batch at offset %lld", (long long)length, base_offset);
+    (*pos)++;
+    return 0;
+}
+
+/* A record's headers: their count at *pos, then each header's key and value, every length checked
+ * against the record ending at `end` (a value length of -1 is a null value). */
+typedef struct {
+    Py_ssize_t key_at, value_at;
+    int64_t key_length, value_length;
+} header_t;
+
+static int
+read_header_count(const uint8_t *buf, Py_ssize_t end, Py_ssize_t *pos, int64_t *n, long long offset,
+                  long long base_offset)
+{
+    if (varint_or_raise(buf, end, pos, n, base_offset) < 0)
+        return -1;
+    return *n < 0 ? corrupt("record at offset %lld has a negative header count", offset) : 0;
+}
+
+static int
+read_header(const uint8_t *buf, Py_ssize_t end, Py_ssize_t *pos, header_t *h, long long offset, long long base_offset)
+{
+    if (varint_or_raise(buf, end, pos, &h->key_length, base_offset) < 0)
+        return -1;
+    if (h->key_length < 0)
+        return corrupt("record at offset %lld has a header with a null key", offset);
+    if (*pos + h->key_length > end)
+        return corrupt("record at offset %lld overruns its length", offset);
+    h->key_at = *pos;
+    *pos += h->key_length;
+    if (varint_or_raise(buf, end, pos, &h->value_length, base_offset) < 0)
+        return -1;
+    if (*pos + (h->value_length > 0 ? h->value_length : 0) > end)
+        return corrupt("record at offset %lld overruns its length", offset);
+    h->value_at = *pos;
+    *pos += h->value_length > 0 ? h->value_length : 0;
+    return 0;
+}
+
 PyDoc_STRVAR(decode_records_doc,
 "decode_records(payload, count, base_offset, base_ts, log_append_ts, start, end, include_headers, columns)\n\n"
 "Append the records of an uncompressed records section whose offsets lie in [start, end) to the\n"
@@ -267,16 +318,11 @@ decode_records(PyObject *self, PyObject *args)
                  binary_reserve(&hkeys, headers, include_headers ? size : 0) < 0 ||
                  binary_reserve(&hvalues, headers, include_headers ? size : 0) < 0;
     for (Py_ssize_t i = 0; i < count && !failed; i++) {
-        int64_t length = 0, ts_delta = 0, offset_delta = 0, key_length = 0, value_length = 0;
+        int64_t ts_delta = 0, offset_delta = 0, key_length = 0, value_length = 0;
+        Py_ssize_t record_end = 0;
         failed = -1;
-        if (varint_or_raise(buf, size, &pos, &length, base_offset) < 0)
+        if (read_record_start(buf, size, &pos, &record_end, base_offset) < 0)
             break;
-        Py_ssize_t record_end = pos + length;
-        if (length < 0 || record_end > size) {
-            corrupt("record of %lld bytes overruns its batch at offset %lld", (long long)length, base_offset);
-            break;
-        }
-        pos++; /* the record's attributes byte: unused by Kafka */
         if (varint_or_raise(buf, size, &pos, &ts_delta, base_offset) < 0 ||
             varint_or_raise(buf, size, &pos, &offset_delta, base_offset) < 0)
             break;
@@ -307,38 +353,15 @@ decode_records(PyObject *self, PyObject *args)
             out_int32(&timestamp_types, log_append) < 0)
             break;
         if (include_headers) {
-            int64_t n = 0;
-            if (varint_or_raise(buf, record_end, &pos, &n, base_offset) < 0)
+            int64_t n = 0, h;
+            if (read_header_count(buf, record_end, &pos, &n, offset, base_offset) < 0)
                 break;
-            if (n < 0) {
-                corrupt("record at offset %lld has a negative header count", offset);
-                break;
-            }
-            int64_t h;
             for (h = 0; h < n; h++) {
-                int64_t hk = 0, hv = 0;
-                if (varint_or_raise(buf, record_end, &pos, &hk, base_offset) < 0)
+                header_t hd;
+                if (read_header(buf, record_end, &pos, &hd, offset, base_offset) < 0 ||
+                    binary_put(&hkeys, buf + hd.key_at, hd.key_length) < 0 ||
+                    binary_put(&hvalues, buf + hd.value_at, hd.value_length) < 0)
                     break;
-                if (hk < 0) {
-                    corrupt("record at offset %lld has a header with a null key", offset);
-                    break;
-                }
-                if (pos + hk > record_end) {
-                    corrupt("record at offset %lld overruns its length", offset);
-                    break;
-                }
-                if (binary_put(&hkeys, buf + pos, hk) < 0)
-                    break;
-                pos += hk;
-                if (varint_or_raise(buf, record_end, &pos, &hv, base_offset) < 0)
-                    break;
-                if (pos + (hv > 0 ? hv : 0) > record_end) {
-                    corrupt("record at offset %lld overruns its length", offset);
-                    break;
-                }
-                if (binary_put(&hvalues, buf + pos, hv) < 0)
-                    break;
-                pos += hv > 0 ? hv : 0;
             }
             if (h < n)
                 break;
@@ -371,33 +394,21 @@ static int
 skip_headers(const uint8_t *buf, Py_ssize_t end, Py_ssize_t *pos, long long offset, long long base_offset)
 {
     int64_t n = 0;
-    if (varint_or_raise(buf, end, pos, &n, base_offset) < 0)
+    if (read_header_count(buf, end, pos, &n, offset, base_offset) < 0)
         return -1;
-    if (n < 0)
-        return corrupt("record at offset %lld has a negative header count", offset);
     for (int64_t h = 0; h < n; h++) {
-        int64_t hk = 0, hv = 0;
-        if (varint_or_raise(buf, end, pos, &hk, base_offset) < 0)
+        header_t hd;
+        if (read_header(buf, end, pos, &hd, offset, base_offset) < 0)
             return -1;
-        if (hk < 0)
-            return corrupt("record at offset %lld has a header with a null key", offset);
-        if (*pos + hk > end)
-            return corrupt("record at offset %lld overruns its length", offset);
         /* Header keys are strings to Kafka and to our readers: one that is not UTF-8 would make
          * the partition unreadable where it is read as Arrow. */
-        PyObject *key = PyUnicode_DecodeUTF8((const char *)buf + *pos, hk, NULL);
+        PyObject *key = PyUnicode_DecodeUTF8((const char *)buf + hd.key_at, hd.key_length, NULL);
         if (key == NULL) {
             PyErr_Clear();
             PyErr_Format(InvalidRecordError, "record at offset %lld has a header key that is not UTF-8", offset);
             return -1;
         }
         Py_DECREF(key);
-        *pos += hk;
-        if (varint_or_raise(buf, end, pos, &hv, base_offset) < 0)
-            return -1;
-        if (*pos + (hv > 0 ? hv : 0) > end)
-            return corrupt("record at offset %lld overruns its length", offset);
-        *pos += hv > 0 ? hv : 0;
     }
     return 0;
 }
@@ -421,16 +432,11 @@ check_records(PyObject *self, PyObject *args)
     int in_order = 1, failed = 0;
     int64_t max_ts_delta = INT64_MIN;
     for (Py_ssize_t i = 0; i < count && !failed; i++) {
-        int64_t length = 0, ts_delta = 0, offset_delta = 0, key_length = 0, value_length = 0;
+        int64_t ts_delta = 0, offset_delta = 0, key_length = 0, value_length = 0;
+        Py_ssize_t record_end = 0;
         failed = -1;
-        if (varint_or_raise(buf, size, &pos, &length, base_offset) < 0)
+        if (read_record_start(buf, size, &pos, &record_end, base_offset) < 0)
             break;
-        Py_ssize_t record_end = pos + length;
-        if (length < 0 || record_end > size) {
-            corrupt("record of %lld bytes overruns its batch at offset %lld", (long long)length, base_offset);
-            break;
-        }
-        pos++; /* the attributes byte */
         if (varint_or_raise(buf, record_end, &pos, &ts_delta, base_offset) < 0 ||
             varint_or_raise(buf, record_end, &pos, &offset_delta, base_offset) < 0 ||
             varint_or_raise(buf, record_end, &pos, &key_length, base_offset) < 0)

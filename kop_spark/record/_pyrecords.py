@@ -8,6 +8,7 @@ so a change to one is a change to both.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 from ..errors import CorruptRecordError, InvalidRecordError
 from ..partitioner import murmur2
@@ -137,7 +138,9 @@ def check_records(payload: Buffer, count: int, base_offset: int, base_ts: int) -
     return in_order, -1 if max_delta is None else base_ts + max_delta, keyless
 
 
-def _skip_headers(record: memoryview, pos: int, offset: int) -> None:
+def _headers(record: memoryview, pos: int, offset: int) -> Iterator[tuple[int, int, int, int]]:
+    """The headers of the record ending at ``len(record)``, from ``pos``: ``(key at, key length,
+    value at, value length)`` each, every length checked against the record's (-1: a null value)."""
     n, pos = read_varint(record, pos)
     if n < 0:
         raise CorruptRecordError(f"record at offset {offset} has a negative header count")
@@ -147,41 +150,33 @@ def _skip_headers(record: memoryview, pos: int, offset: int) -> None:
             raise CorruptRecordError(f"record at offset {offset} has a header with a null key")
         if pos + hk > len(record):
             raise CorruptRecordError(f"record at offset {offset} overruns its length")
-        try:  # header keys are strings to Kafka and to our Arrow readers
-            str(record[pos : pos + hk], "utf-8")
-        except UnicodeDecodeError:
-            raise InvalidRecordError(f"record at offset {offset} has a header key that is not UTF-8") from None
+        key_at = pos
         hv, pos = read_varint(record, pos + hk)
-        pos += max(hv, 0)
-        if pos > len(record):
+        if pos + max(hv, 0) > len(record):
             raise CorruptRecordError(f"record at offset {offset} overruns its length")
+        yield key_at, hk, pos, hv
+        pos += max(hv, 0)
     if pos != len(record):
         raise CorruptRecordError(f"record at offset {offset} does not match its length")
+
+
+def _skip_headers(record: memoryview, pos: int, offset: int) -> None:
+    for key_at, key_length, _, _ in _headers(record, pos, offset):
+        try:  # header keys are strings to Kafka and to our Arrow readers
+            str(record[key_at : key_at + key_length], "utf-8")
+        except UnicodeDecodeError:
+            raise InvalidRecordError(f"record at offset {offset} has a header key that is not UTF-8") from None
 
 
 def _decode_headers(record: memoryview, pos: int, offset: int, columns: tuple[bytearray, ...]) -> int:
     """Append the headers of the record ending at ``len(record)`` whose headers start at ``pos``
     to the header key and value columns; return how many there were."""
     hkdata, hkends, hkvalid, hvdata, hvends, hvvalid = columns
-    record_end = len(record)
-    n, pos = read_varint(record, pos)
-    if n < 0:
-        raise CorruptRecordError(f"record at offset {offset} has a negative header count")
-    for _ in range(n):
-        hk, pos = read_varint(record, pos)
-        if hk < 0:
-            raise CorruptRecordError(f"record at offset {offset} has a header with a null key")
-        if pos + hk > record_end:
-            raise CorruptRecordError(f"record at offset {offset} overruns its length")
-        _put(hkdata, hkends, hkvalid, record, pos, hk)
-        pos += hk
-        hv, pos = read_varint(record, pos)
-        if pos + max(hv, 0) > record_end:
-            raise CorruptRecordError(f"record at offset {offset} overruns its length")
-        _put(hvdata, hvends, hvvalid, record, pos, hv)
-        pos += max(hv, 0)
-    if pos != record_end:
-        raise CorruptRecordError(f"record at offset {offset} does not match its length")
+    n = 0
+    for key_at, key_length, value_at, value_length in _headers(record, pos, offset):
+        _put(hkdata, hkends, hkvalid, record, key_at, key_length)
+        _put(hvdata, hvends, hvvalid, record, value_at, value_length)
+        n += 1
     return n
 
 
