@@ -54,10 +54,15 @@ class KopDataSource(DataSource):
         return KopBatchWriter(prepare(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return KopStreamWriter(prepare(self.options, schema))
+        return KopStreamWriter(prepare(self.options, schema), schema)
 
 
 def register(spark: SparkSession) -> None:
     """Make ``format("kop")`` available in ``spark`` (Spark also finds it by itself through the
-    ``pyspark_kop`` package when kop-spark is installed)."""
-    spark.dataSource.register(KopDataSource)
+    ``pyspark_kop`` package when kop-spark is installed). Harmless when it is there already:
+    PySpark 4.0 refuses a second registration of a name that later versions replace."""
+    try:
+        spark.dataSource.register(KopDataSource)
+    except Exception as e:  # PySpark 4.0's AnalysisException
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(e):
+            raise

@@ -10,8 +10,10 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from ..clock import SYSTEM_CLOCK, Clock
+from ..errors import ConfigError
 from . import source_offset
 from ._compat import (
+    ADMISSION_CONTROL,
     ReadAllAvailable,
     ReadLimit,
     ReadMaxBytes,
@@ -27,8 +29,15 @@ from .partition_reader import read_input_partition
 Offset = dict[str, dict[str, int]]
 
 
+RATE_OPTIONS = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxBytesPerTrigger")
+
+
 class KopMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: SourceOptions, clock: Clock = SYSTEM_CLOCK):
+    def __init__(
+        self, options: SourceOptions, clock: Clock = SYSTEM_CLOCK, admission_control: bool = ADMISSION_CONTROL
+    ):
+        if not admission_control:
+            _refuse_rate_options(options)
         self.options = options
         self._clock = clock
         self._offset_reader: KopOffsetReader | None = None
@@ -75,7 +84,7 @@ class KopMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return source_offset.to_json(self._latest if self._latest is not None else self._reader.latest())
 
     def latestOffset(self, start: Offset | None = None, limit: ReadLimit | None = None) -> Offset:
-        if start is None:  # PySpark < 4.2 passes neither and cannot limit batches: read all there is
+        if start is None:  # PySpark < 4.2 passes neither: each batch reads all there is
             start = self._last_end or {}
         if limit is None:
             limit = ReadAllAvailable()
@@ -159,3 +168,22 @@ def _byte_limit(max_bytes: int, begin: PartitionOffsets, end: PartitionOffsets, 
         if records > 0:
             out[tp] = begin[tp] + max(1, records * max_bytes // total)
     return out
+
+
+def _refuse_rate_options(options: SourceOptions) -> None:
+    """Before PySpark 4.2, Spark tells a Python source neither where a batch starts nor how much it
+    may read, so limits could not hold across a restart: refused by name rather than ignored."""
+    given = [
+        name
+        for name, value in zip(
+            RATE_OPTIONS,
+            (options.max_offsets_per_trigger, options.min_offsets_per_trigger, options.max_bytes_per_trigger),
+            strict=True,
+        )
+        if value is not None
+    ]
+    if given:
+        raise ConfigError(
+            f"option {given[0]!r} needs PySpark 4.2 or later (admission control for Python data sources); "
+            "on older runtimes each micro-batch reads all there is"
+        )

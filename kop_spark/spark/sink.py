@@ -21,11 +21,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
-from pyspark.sql.datasource import (
-    DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
-    WriterCommitMessage,
-)
+from pyspark.sql import Row
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from ..broker import SINK_HEARTBEAT_MS, Broker, StagedLedger, StagedPartition
@@ -36,7 +33,9 @@ from ..errors import (
     TopicNotFoundError,
 )
 from ..record.arrow import encode_arrow, key_partitions
+from ._compat import ARROW_STREAM_WRITER, StreamWriterBase
 from .options import SinkOptions
+from .rows import rows_to_arrow
 from .schema import check_sink_schema
 
 log = logging.getLogger(__name__)
@@ -261,20 +260,22 @@ class KopBatchWriter(DataSourceArrowWriter):
         _abort(self.options, messages, self.job, 0)
 
 
-class KopStreamWriter(DataSourceStreamArrowWriter):
+class KopStreamWriter(StreamWriterBase):
     """``writeStream.format("kop")``: each micro-batch appended exactly once, keyed by the query id
-    (stable across restarts) and the batch id."""
+    (stable across restarts) and the batch id. Spark hands it Arrow batches (PySpark 4.1+) or rows."""
 
-    def __init__(self, options: SinkOptions):
+    def __init__(self, options: SinkOptions, schema: StructType):
         self.options = options
+        self.schema = schema
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+    def write(self, iterator: Iterator[pa.RecordBatch] | Iterator[Row]) -> WriterCommitMessage:
         ctx = TaskContext.get()
         query = ctx.getLocalProperty("sql.streaming.queryId") if ctx else None
         batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
         if not query or batch is None:
             raise RuntimeError("kop stream writer: the task carries no streaming query id or batch id")
-        return _write(self.options, query, int(batch), iterator)
+        batches = iterator if ARROW_STREAM_WRITER else rows_to_arrow(iterator, self.schema)  # rows before 4.1
+        return _write(self.options, query, int(batch), batches)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _commit(self.options, messages, batchId, streaming=True)
