@@ -6,6 +6,8 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from kop_spark.spark._compat import ADMISSION_CONTROL
+
 root, checkpoint = sys.argv[1], sys.argv[2]
 spark = (
     SparkSession.builder.master("local[2]")
@@ -14,12 +16,14 @@ spark = (
     .getOrCreate()
 )
 spark.sparkContext.setLogLevel("ERROR")
+# Several batches to be killed between, where Spark lets a Python source limit them (PySpark 4.2+).
+limits = {"maxOffsetsPerTrigger": "40"} if ADMISSION_CONTROL else {}
 query = (
     spark.readStream.format("kop")
     .option("kop.root", root)
     .option("subscribe", "in")
     .option("startingOffsets", "earliest")
-    .option("maxOffsetsPerTrigger", "40")
+    .options(**limits)
     .option("group.id", "pipeline")
     .option("includeHeaders", "true")
     .load()

@@ -8,6 +8,7 @@ import datetime
 
 import pyarrow as pa
 import pytest
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import Row
 from pyspark.sql.types import (
     ArrayType,
@@ -20,6 +21,7 @@ from pyspark.sql.types import (
 )
 
 from kop_spark.errors import ConfigError
+from kop_spark.spark._compat import ADMISSION_CONTROL
 from kop_spark.spark.micro_batch_stream import KopMicroBatchStream
 from kop_spark.spark.options import SourceOptions
 from kop_spark.spark.rows import rows_to_arrow
@@ -61,3 +63,20 @@ def test_rows_become_arrow_batches_with_utc_instants() -> None:
     assert table.column("headers").to_pylist() == [[{"key": "h", "value": b"1"}], None, []]
     instant = local.astimezone(datetime.timezone.utc)
     assert table.column("timestamp").to_pylist() == [instant, None, instant]
+
+
+@pytest.mark.skipif(ADMISSION_CONTROL, reason="this PySpark honours the rate options")
+def test_a_query_with_a_rate_option_fails_at_start_naming_it(spark, root: str, broker, tmp_path) -> None:
+    broker.create_topic("t", 1)
+    query = (
+        spark.readStream.format("kop")
+        .option("kop.root", root)
+        .option("subscribe", "t")
+        .option("maxOffsetsPerTrigger", "10")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    with pytest.raises(StreamingQueryException, match=r"option 'maxOffsetsPerTrigger' needs PySpark 4\.2 or later"):
+        query.awaitTermination(120)

@@ -16,6 +16,7 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, St
 
 from kop_spark import Broker, Record
 from kop_spark.record import build_record_batch
+from kop_spark.spark._compat import ADMISSION_CONTROL
 from kop_spark.storage.staging import LedgerStager
 
 from .conftest import PYTHON, python_subprocess_env
@@ -220,7 +221,7 @@ def test_stream_write_and_a_rerun_batch_is_applied_once(spark, root, broker, tmp
         .option("kop.root", root)
         .option("subscribe", "in")
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "25")
+        .options(**({"maxOffsetsPerTrigger": "25"} if ADMISSION_CONTROL else {}))  # several batches, where it can
         .load()
     )
     q = (

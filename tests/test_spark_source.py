@@ -322,6 +322,7 @@ def test_stream_restart_from_checkpoint_reads_each_record_once(spark, root, smal
     assert got == [(0, o) for o in range(35)] + [(1, o) for o in range(21)]
 
 
+@pytest.mark.admission_control
 def test_max_offsets_per_trigger_is_shared_by_backlog(spark, root, broker, tmp_path):
     broker.create_topic("t", partitions=2)
     produce(broker, "t", 0, 30, batch=10)
@@ -339,6 +340,7 @@ def test_max_offsets_per_trigger_is_shared_by_backlog(spark, root, broker, tmp_p
     assert sum(batch_sizes(q)) == 40
 
 
+@pytest.mark.admission_control
 def test_min_offsets_per_trigger_waits_for_enough_records(spark, root, broker, tmp_path):
     broker.create_topic("t", partitions=1)
     produce(broker, "t", 0, 3)
@@ -362,6 +364,7 @@ def test_min_offsets_per_trigger_waits_for_enough_records(spark, root, broker, t
     assert batch_sizes(q) == [3, 10]
 
 
+@pytest.mark.admission_control
 def test_max_trigger_delay_lets_a_small_batch_through(spark, root, broker, tmp_path):
     broker.create_topic("t", partitions=1)
     produce(broker, "t", 0, 3)
@@ -382,6 +385,7 @@ def test_max_trigger_delay_lets_a_small_batch_through(spark, root, broker, tmp_p
     assert batch_sizes(q) == [3, 2]
 
 
+@pytest.mark.admission_control
 def test_max_bytes_per_trigger(spark, root, broker, tmp_path):
     broker.create_topic("t", partitions=1)
     for _ in range(40):
@@ -394,6 +398,7 @@ def test_max_bytes_per_trigger(spark, root, broker, tmp_path):
     assert sum(sizes) == 40 and len(sizes) >= 4 and max(sizes) <= 10
 
 
+@pytest.mark.admission_control
 def test_available_now_stops_at_what_was_there(spark, root, broker, tmp_path):
     broker.create_topic("t", partitions=1)
     producer = subprocess.Popen(
@@ -481,6 +486,7 @@ def _trim_under_query(spark, root, tmp_path, fail_on_data_loss, name):
     return q
 
 
+@pytest.mark.admission_control
 def test_retention_under_a_running_query_fails_it(spark, root, tmp_path):
     q = _trim_under_query(spark, root, tmp_path, "true", "trim_fail")
     with pytest.raises(StreamingQueryException, match=r"Cannot fetch offsets 10 to 29 of t-0.*failOnDataLoss"):
@@ -488,6 +494,7 @@ def test_retention_under_a_running_query_fails_it(spark, root, tmp_path):
     q.stop()
 
 
+@pytest.mark.admission_control
 def test_retention_under_a_running_query_is_skipped_when_asked(spark, root, tmp_path):
     q = _trim_under_query(spark, root, tmp_path, "false", "trim_skip")
     q.processAllAvailable()
