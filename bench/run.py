@@ -64,7 +64,7 @@ def main() -> None:
     scale_rows = offsets_scale.run()
     cas_rows, s3_rows = object_store.run()
     s3_reads = spark_s3_read.run(args.s3_records, args.rounds)
-    wire_rows = kafka_wire.run(args.wire_records)
+    wire_rows = kafka_wire.run_apart(args.wire_records)
 
     lines = [
         "# Benchmark results",

@@ -159,6 +159,8 @@ def test_no_password_is_stored_or_shown(root: str) -> None:
     assert kop(root, "users", "delete", "bob").returncode == 0
     assert kop(root, "users", "list").stdout.split()[::2] == ["admin", "alice"]
     assert kop(root, "users", "delete", "bob").returncode == 1
+    refused = kop(root, "users", "add", "ANONYMOUS", stdin="pw")
+    assert refused.returncode == 1 and "reserved" in refused.stderr
 
 
 def test_plain_and_scram_over_sasl_ssl_and_plain_tls(root: str, pki: Pki) -> None:
@@ -256,6 +258,9 @@ def test_a_v0_handshake_logs_in_with_bare_tokens(root: str) -> None:
             sock.sendall(struct.pack(">i", len(token)) + token)
             assert sock.recv(4) == b"\0\0\0\0"  # an empty token: logged in
             topics = call(sock, wire_request(MetadataRequest, 1, topics=None)).topics
+            again = call(sock, wire_request(SaslHandshakeRequest, 1, mechanism="PLAIN"))
+            assert again.error_code == 34  # ILLEGAL_SASL_STATE: no second login on a connection
+            assert sock.recv(4) == b""  # and the connection is closed
         assert {t[1] for t in topics} >= {"t", "orders-eu"}
         with socket.create_connection((host, int(port)), timeout=30) as sock:
             call(sock, wire_request(SaslHandshakeRequest, 0, mechanism="PLAIN"))

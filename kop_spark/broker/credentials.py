@@ -80,6 +80,8 @@ def check_mechanism(mechanism: str) -> None:
 def check_user_name(name: str) -> None:
     if not name or any(c in name for c in "/,=") or not name.isprintable():
         raise ConfigError(f"user name {name!r}: must be printable, not empty, without '/', ',' or '='")
+    if name == "ANONYMOUS":  # the principal of a client that has not logged in
+        raise ConfigError("user name 'ANONYMOUS' is reserved for clients that have not logged in")
 
 
 class Users:

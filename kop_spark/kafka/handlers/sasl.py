@@ -27,7 +27,7 @@ async def sasl_handshake(ctx: ServerContext, header: RequestHeader, request: Any
         session.close_after_answer = True
         log.warning("refused a login from %s: mechanism %s is not enabled", session.host, request.mechanism)
         return make(m.SaslHandshakeResponse, error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=enabled)
-    if not session.protocol.startswith("SASL_") or session.sasl is not None:
+    if not session.needs_login or session.sasl is not None:  # not a SASL listener, or logged in already
         session.close_after_answer = True
         return make(m.SaslHandshakeResponse, error_code=ErrorCode.illegal_sasl_state, mechanisms=enabled)
     session.sasl = sasl_server(request.mechanism, ctx.broker.users.credential)
