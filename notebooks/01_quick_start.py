@@ -3,8 +3,8 @@
 # MAGIC # kop-spark: quick start
 # MAGIC
 # MAGIC Kafka-style topics on ledgers, read and written by Spark with `format("kop")` exactly as with
-# MAGIC `format("kafka")`. The store is a directory (a Unity Catalog volume on Databricks); offsets are
-# MAGIC continuous: 0, 1, 2, … with no gaps.
+# MAGIC `format("kafka")`. The store is a cloud URI on Databricks (the `root` widget) or a directory;
+# MAGIC offsets are continuous: 0, 1, 2, … with no gaps.
 # MAGIC
 # MAGIC Runs unchanged as plain Python: `python notebooks/01_quick_start.py` (store in `$KOP_ROOT`).
 
@@ -22,10 +22,12 @@ from pyspark.sql import functions as F
 import kop_spark
 
 spark = SparkSession.builder.getOrCreate()  # on Databricks: the notebook's session
-try:
-    ROOT = dbutils.widgets.get("root")  # noqa: F821 - Databricks, e.g. /Volumes/main/default/kop
+try:  # Databricks: the store root from a widget, a cloud URI (s3://, abfss://, gs://)
+    dbutils.widgets.text("root", "s3://my-bucket/kop", "kop store root")  # noqa: F821
+    ROOT = dbutils.widgets.get("root")  # noqa: F821
 except NameError:
     ROOT = os.environ.get("KOP_ROOT", "./kop-data/notebooks")
+kop_spark.register(spark)  # Spark looks for data sources once per session, before %pip installed this one
 try:
     display  # noqa: B018 - Databricks renders DataFrames and charts
 except NameError:

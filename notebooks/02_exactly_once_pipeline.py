@@ -21,10 +21,12 @@ from pyspark.sql import SparkSession
 import kop_spark
 
 spark = SparkSession.builder.getOrCreate()
-try:
+try:  # Databricks: the store root from a widget, a cloud URI (s3://, abfss://, gs://)
+    dbutils.widgets.text("root", "s3://my-bucket/kop", "kop store root")  # noqa: F821
     ROOT = dbutils.widgets.get("root")  # noqa: F821
 except NameError:
     ROOT = os.environ.get("KOP_ROOT", "./kop-data/notebooks")
+kop_spark.register(spark)  # Spark looks for data sources once per session, before %pip installed this one
 CHECKPOINT = os.path.join(ROOT, "_checkpoints", "large-payments")
 
 # COMMAND ----------

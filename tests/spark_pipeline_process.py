@@ -6,8 +6,6 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from kop_spark.spark._compat import ADMISSION_CONTROL
-
 root, checkpoint = sys.argv[1], sys.argv[2]
 spark = (
     SparkSession.builder.master("local[2]")
@@ -16,14 +14,12 @@ spark = (
     .getOrCreate()
 )
 spark.sparkContext.setLogLevel("ERROR")
-# Several batches to be killed between, where Spark lets a Python source limit them (PySpark 4.2+).
-limits = {"maxOffsetsPerTrigger": "40"} if ADMISSION_CONTROL else {}
 query = (
     spark.readStream.format("kop")
     .option("kop.root", root)
     .option("subscribe", "in")
     .option("startingOffsets", "earliest")
-    .options(**limits)
+    .option("maxOffsetsPerTrigger", "40")  # several batches to be killed between
     .option("group.id", "pipeline")
     .option("includeHeaders", "true")
     .load()

@@ -1,14 +1,12 @@
 """What the Spark layer does on the older runtimes Databricks runs (PySpark 4.0 on 17.3 LTS, 4.1 on
-18 LTS): rate options it cannot honour are refused by name, and the rows PySpark 4.0's stream
-writer is handed become the Arrow batches later versions hand over."""
+18 LTS): the stream reader bounds its own batches where Spark passes no read limit, and the rows
+PySpark 4.0's stream writer is handed become the Arrow batches later versions hand over."""
 
 from __future__ import annotations
 
 import datetime
 
 import pyarrow as pa
-import pytest
-from pyspark.errors import StreamingQueryException
 from pyspark.sql import Row
 from pyspark.sql.types import (
     ArrayType,
@@ -20,22 +18,39 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kop_spark.errors import ConfigError
-from kop_spark.spark._compat import ADMISSION_CONTROL
+from kop_spark import Record
 from kop_spark.spark.micro_batch_stream import KopMicroBatchStream
 from kop_spark.spark.options import SourceOptions
 from kop_spark.spark.rows import rows_to_arrow
 
 
-@pytest.mark.parametrize("option", ["maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxBytesPerTrigger"])
-def test_rate_options_are_refused_by_name_without_admission_control(root: str, option: str) -> None:
-    options = SourceOptions.parse({"kop.root": root, "subscribe": "t", option: "10"}, streaming=True)
-    with pytest.raises(ConfigError, match=f"option '{option}' needs PySpark 4.2 or later"):
-        KopMicroBatchStream(options, admission_control=False)
-    KopMicroBatchStream(options, admission_control=True)
-    KopMicroBatchStream(
-        SourceOptions.parse({"kop.root": root, "subscribe": "t"}, streaming=True), admission_control=False
-    )
+def _stream(root: str, **options: str) -> KopMicroBatchStream:
+    opts = {"kop.root": root, "subscribe": "t", "startingOffsets": "earliest", **options}
+    return KopMicroBatchStream(SourceOptions.parse(opts, streaming=True))
+
+
+def test_without_admission_control_the_reader_bounds_its_own_batches(root: str, broker) -> None:
+    """PySpark < 4.2 calls latestOffset() with neither start nor limit: the reader starts from what
+    it learnt (the initial offset; the end Spark re-plans or commits after a restart)."""
+    broker.create_topic("t", 1)
+    broker.produce("t", [Record(value=b"v") for _ in range(25)], partition=0)
+    fresh = _stream(root, maxOffsetsPerTrigger="10")
+    fresh.initialOffset()
+    assert fresh.latestOffset() == {"t": {"0": 10}}
+    assert fresh.latestOffset() == {"t": {"0": 20}}
+    restarted = _stream(root, maxOffsetsPerTrigger="10")
+    restarted.commit({"t": {"0": 10}})  # the last batch was committed: Spark says so first
+    assert restarted.latestOffset() == {"t": {"0": 20}}
+    rerun = _stream(root, maxOffsetsPerTrigger="10")
+    rerun.commit({"t": {"0": 10}})
+    rerun.partitions({"t": {"0": 10}}, {"t": {"0": 20}})  # the batch it had not committed, re-run
+    rerun.commit({"t": {"0": 20}})  # one batch late: moves nothing back
+    assert rerun.latestOffset() == {"t": {"0": 25}}
+    assert _stream(root).latestOffset() == {"t": {"0": 25}}  # no limit: all there is
+    minimum = _stream(root, minOffsetsPerTrigger="30", maxTriggerDelay="1h")
+    minimum.initialOffset()
+    assert minimum.latestOffset() == {"t": {"0": 25}}  # the first trigger runs at once, as in Spark
+    assert minimum.latestOffset() == {"t": {"0": 25}}  # then waits for 30 more
 
 
 def test_rows_become_arrow_batches_with_utc_instants() -> None:
@@ -63,20 +78,3 @@ def test_rows_become_arrow_batches_with_utc_instants() -> None:
     assert table.column("headers").to_pylist() == [[{"key": "h", "value": b"1"}], None, []]
     instant = local.astimezone(datetime.timezone.utc)
     assert table.column("timestamp").to_pylist() == [instant, None, instant]
-
-
-@pytest.mark.skipif(ADMISSION_CONTROL, reason="this PySpark honours the rate options")
-def test_a_query_with_a_rate_option_fails_at_start_naming_it(spark, root: str, broker, tmp_path) -> None:
-    broker.create_topic("t", 1)
-    query = (
-        spark.readStream.format("kop")
-        .option("kop.root", root)
-        .option("subscribe", "t")
-        .option("maxOffsetsPerTrigger", "10")
-        .load()
-        .writeStream.format("noop")
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .start()
-    )
-    with pytest.raises(StreamingQueryException, match=r"option 'maxOffsetsPerTrigger' needs PySpark 4\.2 or later"):
-        query.awaitTermination(120)

@@ -1,8 +1,9 @@
-"""The Spark tests that matter, on older PySpark versions that Databricks runs (4.2 on 19; 4.0 on
-17.3 LTS and 4.1 on 18 LTS still fail six of them): batch reads and writes, streaming reads (rate options honoured from 4.2,
-refused by name before), exactly-once streaming writes through a rerun batch and driver kills,
-group commits and the notebooks. ``./dev.sh setup`` installs each version into ``.tools/``; the
-suite then runs in a child pytest with that PySpark ahead of the environment's."""
+"""The Spark tests that matter, on the older PySpark versions Databricks runs (4.0 on 17.3 LTS, 4.1
+on 18 LTS, 4.2 on 19): batch reads and writes, streaming reads with each rate option (Spark's
+admission control from 4.2; the source's own bound before), exactly-once streaming writes through a
+rerun batch and driver kills, group commits, the notebooks and Spark Connect. ``./dev.sh setup``
+installs each version into ``.tools/``; the suite then runs in a child pytest with that PySpark
+ahead of the environment's."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ SUITE = [
     "tests/test_spark_source.py",
     "tests/test_spark_runtimes.py",
     "tests/test_notebooks.py",
+    "tests/test_spark_connect.py",
     "tests/test_spark_sink.py::test_written_records_read_back_by_broker_and_a_kafka_client",
     "tests/test_spark_sink.py::test_a_failed_job_leaves_nothing_visible_or_staged",
     "tests/test_spark_sink.py::test_stream_write_and_a_rerun_batch_is_applied_once",
@@ -27,7 +29,7 @@ SUITE = [
 ]
 
 
-CI_VERSIONS = {"4.2"}  # 4.0 and 4.1 join once the suite passes on them (issue #18)
+CI_VERSIONS = {"4.0", "4.1", "4.2"}
 
 
 def test_the_older_pysparks_ci_runs_are_installed() -> None:

@@ -10,10 +10,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..errors import ConfigError
 from . import source_offset
 from ._compat import (
-    ADMISSION_CONTROL,
     ReadAllAvailable,
     ReadLimit,
     ReadMaxBytes,
@@ -29,15 +27,8 @@ from .partition_reader import read_input_partition
 Offset = dict[str, dict[str, int]]
 
 
-RATE_OPTIONS = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxBytesPerTrigger")
-
-
 class KopMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(
-        self, options: SourceOptions, clock: Clock = SYSTEM_CLOCK, admission_control: bool = ADMISSION_CONTROL
-    ):
-        if not admission_control:
-            _refuse_rate_options(options)
+    def __init__(self, options: SourceOptions, clock: Clock = SYSTEM_CLOCK):
         self.options = options
         self._clock = clock
         self._offset_reader: KopOffsetReader | None = None
@@ -45,7 +36,7 @@ class KopMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now: PartitionOffsets | None = None
         self._last_trigger_ms = 0
         self._committed: PartitionOffsets | None = None
-        self._last_end: Offset | None = None
+        self._last_end: Offset | None = None  # where the next batch starts, as far as this reader knows
         self._latest: PartitionOffsets | None = None  # as of the last latestOffset(), for progress
 
     @property
@@ -63,6 +54,8 @@ class KopMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> Offset:
         views = self._reader.starting()
         self._initial = source_offset.to_json(self._reader.resolve(self.options.starting, views, "startingOffsets"))
+        if self._last_end is None:
+            self._last_end = self._initial
         return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -84,12 +77,19 @@ class KopMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return source_offset.to_json(self._latest if self._latest is not None else self._reader.latest())
 
     def latestOffset(self, start: Offset | None = None, limit: ReadLimit | None = None) -> Offset:
-        if start is None:  # PySpark < 4.2 passes neither: each batch reads all there is
-            start = self._last_end or {}
-        if limit is None:
-            limit = ReadAllAvailable()
+        if start is None or limit is None:
+            start, limit = self._own_start_and_limit()
         self._last_end = self._latest_offset(start, limit)
         return self._last_end
+
+    def _own_start_and_limit(self) -> tuple[Offset, ReadLimit]:
+        """Before PySpark 4.2 Spark passes neither the batch's start nor a read limit: the reader
+        bounds the batch itself, from where it has learnt the query stands (the end of the last
+        batch planned, the initial offset). Spark asks for a run's first batch before saying where
+        the run starts; that batch takes all there is, which can never end before the start."""
+        if self._last_end is None:
+            return {}, ReadAllAvailable()
+        return self._last_end, self.getDefaultReadLimit()
 
     def _latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
         # Spark asks for the next batch only once the batch ending at ``start`` is complete, so this
@@ -131,6 +131,9 @@ class KopMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return end
 
     def commit(self, end: Offset) -> None:
+        # One batch late: where the query stands only if nothing newer has been learnt.
+        if self._last_end is None:
+            self._last_end = end
         self._commit_group(source_offset.from_json(end))
 
     def _commit_group(self, offsets: PartitionOffsets, live: Views | None = None) -> None:
@@ -143,6 +146,7 @@ class KopMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- planning and reading ----------------------------------------------------------------
 
     def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
+        self._last_end = end  # batches run in order: a batch re-run after a restart ends here too
         begin, until = source_offset.from_json(start), source_offset.from_json(end)
         views = self._reader.views(list(until))
         return self._reader.plan(self._reader.stream_ranges(begin, until, views), views)
@@ -168,22 +172,3 @@ def _byte_limit(max_bytes: int, begin: PartitionOffsets, end: PartitionOffsets, 
         if records > 0:
             out[tp] = begin[tp] + max(1, records * max_bytes // total)
     return out
-
-
-def _refuse_rate_options(options: SourceOptions) -> None:
-    """Before PySpark 4.2, Spark tells a Python source neither where a batch starts nor how much it
-    may read, so limits could not hold across a restart: refused by name rather than ignored."""
-    given = [
-        name
-        for name, value in zip(
-            RATE_OPTIONS,
-            (options.max_offsets_per_trigger, options.min_offsets_per_trigger, options.max_bytes_per_trigger),
-            strict=True,
-        )
-        if value is not None
-    ]
-    if given:
-        raise ConfigError(
-            f"option {given[0]!r} needs PySpark 4.2 or later (admission control for Python data sources); "
-            "on older runtimes each micro-batch reads all there is"
-        )
