@@ -2,8 +2,8 @@
 
 ``arrow_ceiling`` yields pre-built Arrow batches memory-mapped from IPC files: nothing is decoded,
 so its time is what the Python Data Source read path itself costs, the best any Python source can do.
-``arrow_noop`` is an Arrow stream writer that takes every batch and keeps nothing: the write path's
-ceiling.
+``arrow_noop`` is an Arrow writer (batch and stream) that takes every batch and keeps nothing: the
+write path's ceiling.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pyarrow as pa
 from _spark import ipc_batches
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
@@ -74,6 +75,13 @@ class _NoopWriter(DataSourceStreamArrowWriter):
         pass
 
 
+class _NoopBatchWriter(DataSourceArrowWriter):
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        for _ in iterator:
+            pass
+        return WriterCommitMessage()
+
+
 class ArrowNoop(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -81,6 +89,9 @@ class ArrowNoop(DataSource):
 
     def streamWriter(self, schema, overwrite):
         return _NoopWriter()
+
+    def writer(self, schema, overwrite):
+        return _NoopBatchWriter()
 
 
 @dataclass(frozen=True)

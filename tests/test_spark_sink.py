@@ -162,6 +162,20 @@ def test_compression_types_decode_with_a_kafka_client(spark, root, broker, codec
     assert sorted(values) == sorted(f"v{i}".encode() * 20 for i in range(300))
 
 
+def test_default_batches_are_a_sinks_not_a_producers_and_fit_the_topic(spark, root, broker):
+    """Without batch.size, batches of up to 256 KiB (a producer's 16 KiB costs a quarter of a task's
+    time in per-batch work), and at most half a topic's smaller max.message.bytes."""
+    broker.create_topic("big", partitions=1)
+    broker.create_topic("small", partitions=1, config={"max.message.bytes": 40_000})
+    df = spark.createDataFrame([(b"v" * 1000,) for _ in range(2000)], "value binary").coalesce(1)
+    for topic in ("big", "small"):
+        write(df, root, topic=topic)
+    sizes = {t: [len(raw) for raw in broker.fetch_batches(t, 0, 0, max_bytes=1 << 30)] for t in ("big", "small")}
+    assert 128 << 10 < max(sizes["big"]) <= (256 << 10) + 2000  # closed by the record that reaches 256 KiB
+    assert max(sizes["small"]) <= 20_000 + 2000
+    assert sum(1 for r in kafka_decoded(broker, "small")) == 2000
+
+
 @pytest.mark.parametrize(
     "ddl, options, message",
     [

@@ -390,7 +390,7 @@ class SinkOptions:
     conf: dict[str, str]
     topic: str | None
     compression: CompressionType
-    batch_size: int
+    batch_size: int | None  # None: the sink's default, sized to the topic
     auto_create: bool
     num_partitions: int | None
 
@@ -406,7 +406,7 @@ class SinkOptions:
             raise ConfigError(
                 f"option 'compression.type': expected none, gzip, snappy, lz4 or zstd, got {codec_name!r}"
             ) from None
-        batch_size = opts.positive("batch.size") or opts.positive("kafka.batch.size") or 16384
+        batch_size = opts.positive("batch.size") or opts.positive("kafka.batch.size")
         topic = opts.get("topic")
         if topic is not None and not topic.strip():
             raise ConfigError("option 'topic' is empty")
