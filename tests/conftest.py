@@ -32,6 +32,15 @@ def python_subprocess_env():
 PYTHON = sys.executable
 
 
+def forget_last_batch_commit(checkpoint: str) -> None:
+    """Drop a streaming query's last commit-log entry, as if its driver died before recording it:
+    Spark re-runs that batch when the query restarts."""
+    commits = os.path.join(checkpoint, "commits")
+    last = max(int(n) for n in os.listdir(commits) if n.isdigit())
+    for name in (str(last), f".{last}.crc"):
+        os.remove(os.path.join(commits, name))
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``admission_control`` need Spark's own (PySpark 4.2+): Trigger.AvailableNow
     ending a run at what was there while a rate option holds each batch back."""

@@ -17,7 +17,7 @@ import pytest
 import kop_spark
 from kop_spark import Record
 
-from .conftest import PYTHON, python_subprocess_env
+from .conftest import PYTHON, forget_last_batch_commit, python_subprocess_env
 
 pytest.importorskip("grpc", reason="the Spark Connect client needs pyspark's connect extra (./dev.sh setup)")
 SPARK_HOME = os.path.dirname(pyspark.__file__)
@@ -118,9 +118,7 @@ def test_exactly_once_stream_through_spark_connect_with_a_restart(remote, root, 
 
     run()
     broker.produce("in", [Record(value=b"b%d" % i) for i in range(5)])
-    last = max(int(n) for n in os.listdir(tmp_path / "ck" / "commits") if n.isdigit())
-    for name in (str(last), f".{last}.crc"):  # as if the driver died before recording it: Spark re-runs it
-        os.remove(tmp_path / "ck" / "commits" / name)
+    forget_last_batch_commit(str(tmp_path / "ck"))
     run()
     out = sorted(r.value for r in broker.fetch("out", 0, 0, max_records=100))
     assert out == sorted([b"a%d" % i for i in range(30)] + [b"b%d" % i for i in range(5)])

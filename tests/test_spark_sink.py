@@ -19,7 +19,7 @@ from kop_spark import Broker, Record
 from kop_spark.record import build_record_batch
 from kop_spark.storage.staging import LedgerStager
 
-from .conftest import PYTHON, python_subprocess_env
+from .conftest import PYTHON, forget_last_batch_commit, python_subprocess_env
 
 HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 SCHEMA = StructType(
@@ -249,10 +249,7 @@ def test_stream_write_and_a_rerun_batch_is_applied_once(spark, root, broker, tmp
     q.processAllAvailable()
     q.stop()
     assert sorted(r.value for r in all_records(broker, "out")) == sorted(f"v{i}".encode() for i in range(60))
-    # Spark re-runs a batch whose commit it did not record: drop the last commit-log entry, restart.
-    last = max(int(n) for n in os.listdir(tmp_path / "ck" / "commits") if n.isdigit())
-    for name in (str(last), f".{last}.crc"):
-        os.remove(tmp_path / "ck" / "commits" / name)
+    forget_last_batch_commit(str(tmp_path / "ck"))
     q = (
         df.selectExpr("key", "value")
         .writeStream.format("kop")

@@ -17,6 +17,7 @@ from kop_spark.spark.options import SinkOptions
 from kop_spark.spark.sink import KopBatchWriter
 from kop_spark.storage.managed_ledger import ManagedLedger
 
+from .conftest import forget_last_batch_commit
 from .test_spark_sink import all_records, staged_files
 
 
@@ -126,11 +127,7 @@ def test_a_rerun_after_a_thousand_batch_jobs_is_not_applied_twice(spark, root, b
     checkpoint = str(tmp_path / "ck")
     q = _query(spark, root, checkpoint)
     q.awaitTermination(300)
-    # Spark re-runs a batch whose commit it did not record: drop the last commit-log entry.
-    commits = os.path.join(checkpoint, "commits")
-    last = max(int(n) for n in os.listdir(commits) if n.isdigit())
-    for name in (str(last), f".{last}.crc"):
-        os.remove(os.path.join(commits, name))
+    forget_last_batch_commit(checkpoint)
     # Meanwhile, many batch jobs write the same partitions (each df.write is a new writer).
     options = SinkOptions.parse({"kop.root": root, "topic": "dst"})
     for i in range(1100):
