@@ -1,7 +1,7 @@
 """The Spark tests that matter, on the older PySpark versions Databricks runs (4.0 on 17.3 LTS, 4.1
 on 18 LTS, 4.2 on 19): batch reads and writes, streaming reads with each rate option (Spark's
 admission control from 4.2; the source's own bound before), exactly-once streaming writes through a
-rerun batch and driver kills, group commits, the notebooks and Spark Connect. ``./dev.sh setup``
+rerun batch, group commits, the notebooks and Spark Connect. ``./dev.sh setup``
 installs each version into ``.tools/``; the suite then runs in a child pytest with that PySpark
 ahead of the environment's."""
 
@@ -25,7 +25,6 @@ SUITE = [
     "tests/test_spark_sink.py::test_written_records_read_back_by_broker_and_a_kafka_client",
     "tests/test_spark_sink.py::test_a_failed_job_leaves_nothing_visible_or_staged",
     "tests/test_spark_sink.py::test_stream_write_and_a_rerun_batch_is_applied_once",
-    "tests/test_spark_sink.py::test_exactly_once_through_driver_kills",
 ]
 
 
