@@ -70,9 +70,8 @@ setup_servers() {
     fi
 }
 
-# Older PySpark versions Databricks runs, each in .tools/pyspark-<version>, which
-# tests/test_spark_versions.py puts ahead of the environment's: 19 runs 4.2. (17.3 LTS's 4.0 and
-# 18 LTS's 4.1 join once their six failing Spark tests pass: issue #18.)
+# Older PySpark versions Databricks runs (17.3 LTS: 4.0, 18 LTS: 4.1, 19: 4.2), each in
+# .tools/pyspark-<version>, which tests/test_spark_versions.py puts ahead of the environment's.
 PYSPARK_VERSIONS="4.0.5 4.1.4 4.2.1"
 
 setup_pyspark_versions() {

@@ -1,4 +1,5 @@
-"""Real servers on loopback for the tests: ZooKeeper, etcd, moto's S3 server and Azurite.
+"""Real servers on loopback for the tests: ZooKeeper, etcd, moto's S3 server, Azurite and a Spark
+Connect server.
 
 Each starts on a free port with its data in a temporary directory, is waited for until it
 answers, and can be stopped and started again on the same port and data (for outage tests).
@@ -43,8 +44,17 @@ def _require(path: str | Path, what: str) -> str:
 class Server:
     """One server process: ``start`` waits until ``ready`` says it answers; ``stop`` ends it."""
 
-    def __init__(self, name: str, port: int, command: list[str], ready: Callable[[], bool], workdir: Path):
+    def __init__(
+        self,
+        name: str,
+        port: int,
+        command: list[str],
+        ready: Callable[[], bool],
+        workdir: Path,
+        env: dict[str, str] | None = None,
+    ):
         self.name, self.port, self.command, self._ready, self.workdir = name, port, command, ready, workdir
+        self.env = env
         self.process: subprocess.Popen[bytes] | None = None
         self.log = workdir / f"{name}.log"
 
@@ -52,7 +62,12 @@ class Server:
         self.workdir.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
-                self.command, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, start_new_session=True
+                self.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                env=self.env,
+                start_new_session=True,
             )
         deadline = time.monotonic() + timeout
         while not self._ready():
@@ -166,6 +181,22 @@ def azurite(workdir: Path) -> Server:
         "--silent",
     ]
     return Server("azurite", port, command, _answers_tcp(port), workdir)
+
+
+def spark_connect(workdir: Path, spark_home: str, env: dict[str, str]) -> Server:
+    """PySpark's own Spark Connect server (``spark_home``: the pyspark package), local[2]; its Python
+    workers run with ``env``."""
+    port = free_port()
+    conf = {
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+    }
+    command = [os.path.join(spark_home, "bin", "spark-submit"), "--master", "local[2]"]
+    command += ["--class", "org.apache.spark.sql.connect.service.SparkConnectServer"]
+    command += [a for k, v in conf.items() for a in ("--conf", f"{k}={v}")] + ["spark-internal"]
+    return Server("spark-connect", port, command, _answers_tcp(port), workdir, {**env, "SPARK_HOME": spark_home})
 
 
 def s3_env(port: int) -> dict[str, str]:

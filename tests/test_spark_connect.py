@@ -5,11 +5,7 @@ importing kop_spark), and a client session that only speaks gRPC to it."""
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
-from typing import IO
 
 import pyspark
 import pytest
@@ -18,55 +14,20 @@ import kop_spark
 from kop_spark import Record
 
 from .conftest import PYTHON, forget_last_batch_commit, python_subprocess_env
+from .servers import spark_connect
 
 pytest.importorskip("grpc", reason="the Spark Connect client needs pyspark's connect extra (./dev.sh setup)")
-SPARK_HOME = os.path.dirname(pyspark.__file__)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def connect_url(tmp_path_factory) -> Iterator[str]:
-    port = _free_port()
-    env = {**python_subprocess_env(), "SPARK_HOME": SPARK_HOME, "PYSPARK_PYTHON": PYTHON}
-    conf = {
-        "spark.connect.grpc.binding.address": "127.0.0.1",
-        "spark.connect.grpc.binding.port": str(port),
-        "spark.ui.enabled": "false",
-        "spark.sql.shuffle.partitions": "2",
-    }
-    submit = [os.path.join(SPARK_HOME, "bin", "spark-submit"), "--master", "local[2]"]
-    submit += ["--class", "org.apache.spark.sql.connect.service.SparkConnectServer"]
-    submit += [a for k, v in conf.items() for a in ("--conf", f"{k}={v}")] + ["spark-internal"]
-    with open(tmp_path_factory.mktemp("connect") / "server.log", "w+") as log:
-        server = subprocess.Popen(submit, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            _await_port(port, server, log)
-            yield f"sc://127.0.0.1:{port}"
-        finally:
-            server.terminate()
-            try:
-                server.wait(30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-
-
-def _await_port(port: int, server: subprocess.Popen, log: IO[str], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                log.seek(0)
-                pytest.fail(f"the Spark Connect server did not listen on port {port}:\n{log.read()[-4000:]}")
-            time.sleep(0.2)  # polling a port that is not open yet: nothing to wait on instead
+    env = {**python_subprocess_env(), "PYSPARK_PYTHON": PYTHON}
+    server = spark_connect(tmp_path_factory.mktemp("connect"), os.path.dirname(pyspark.__file__), env)
+    server.start(timeout=120)
+    try:
+        yield f"sc://127.0.0.1:{server.port}"
+    finally:
+        server.stop(graceful=True)
 
 
 @pytest.fixture(scope="module")

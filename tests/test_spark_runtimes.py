@@ -39,7 +39,7 @@ def test_without_admission_control_the_reader_bounds_its_own_batches(root: str, 
     assert fresh.latestOffset() == {"t": {"0": 10}}
     assert fresh.latestOffset() == {"t": {"0": 20}}
     restarted = _stream(root, maxOffsetsPerTrigger="10")
-    restarted.commit({"t": {"0": 10}})  # the last batch was committed: Spark says so first
+    restarted.commit({"t": {"0": 10}})  # a commit before anything else was learnt: where the query stands
     assert restarted.latestOffset() == {"t": {"0": 20}}
     rerun = _stream(root, maxOffsetsPerTrigger="10")
     rerun.commit({"t": {"0": 10}})
