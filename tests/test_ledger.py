@@ -54,6 +54,34 @@ def test_recover_sealed_and_unsealed(tmp_path):
     assert rec.sealed and rec.error is None and rec.rows == rows and rec.ledger_id == 42
 
 
+def test_an_open_ledger_is_indexed_from_its_entry_headers_not_read_whole(tmp_path):
+    """A fetch from an open ledger of large batches (a producer's 1 MB batches) plans from its
+    table: building it reads each entry's header, not the records."""
+    fio = FileIO(str(tmp_path))
+    w = LedgerWriter.create(fio, "l.ledger", 1)
+    rows = []
+    for i in range(8):
+        rows += w.append([build_record_batch([Record(bytes(1 << 20), timestamp_ms=i)])], i, 0)
+    w.sync()
+    reader = LedgerReader(fio, "l.ledger", w.position, sealed=False)
+    assert reader.table().rows == rows
+    assert reader.stats.entries_scanned == 8
+    assert reader.stats.bytes_read < w.position // 8
+    assert values(reader.read(7, 0)) == [bytes(1 << 20)]  # what it reads is still verified whole
+    w.close()
+
+
+def test_an_older_view_of_an_open_ledger_takes_a_prefix_of_its_cached_table(tmp_path):
+    """Readers planned from an older snapshot than the table was extended to (a fetch beside an
+    append) see the entries that snapshot confirms, with no rescan."""
+    fio, rows, length, _ = make_ledger(tmp_path, seal=False)
+    assert LedgerReader(fio, "l.ledger", length, sealed=False).table().rows == rows
+    older = LedgerReader(fio, "l.ledger", rows[3].position, sealed=False)
+    assert older.table().rows == rows[:3]
+    assert older.stats.entries_scanned == 0 and older.stats.bytes_read == 0
+    assert [e.relative_index for e in older.read(0, 1 << 20)] == [0, 3, 6]
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
 def test_every_flipped_byte_is_detected_never_returned(tmp_path, data):

@@ -56,17 +56,19 @@ _CRC = struct.Struct(">I")
 _I32 = struct.Struct(">i")
 
 
-def check_framing(buffer: bytes | bytearray | memoryview) -> None:
-    """Raise ``CorruptRecordError`` unless ``buffer`` is exactly one magic-2 batch, as its header says."""
-    if len(buffer) < HEADER_SIZE:
-        raise CorruptRecordError(f"record batch of {len(buffer)} bytes is shorter than its {HEADER_SIZE}-byte header")
+def check_framing(buffer: bytes | bytearray | memoryview, size: int | None = None) -> None:
+    """Raise ``CorruptRecordError`` unless ``buffer`` is exactly one magic-2 batch, as its header says.
+    With ``size``, ``buffer`` may be the batch's header alone and ``size`` is the whole batch's."""
+    size = len(buffer) if size is None else size
+    if size < HEADER_SIZE or len(buffer) < HEADER_SIZE:
+        raise CorruptRecordError(f"record batch of {size} bytes is shorter than its {HEADER_SIZE}-byte header")
     magic = buffer[MAGIC_OFFSET]
     if magic != MAGIC:
         raise CorruptRecordError(f"record batch has magic {magic}; only magic {MAGIC} (Kafka 0.11+) is supported")
     (length,) = _I32.unpack_from(buffer, LENGTH_OFFSET)
-    if length + LOG_OVERHEAD != len(buffer):
+    if length + LOG_OVERHEAD != size:
         raise CorruptRecordError(
-            f"record batch says it is {length + LOG_OVERHEAD} bytes long but {len(buffer)} bytes were given"
+            f"record batch says it is {length + LOG_OVERHEAD} bytes long but {size} bytes were given"
         )
 
 

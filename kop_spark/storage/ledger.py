@@ -4,10 +4,7 @@ A ledger is BookKeeper's unit of storage. Here it is one file (format in docs/le
 
     file header | entry | entry | ... | [entry table | trailer]      (table and trailer once sealed)
 
-An entry is broker entry metadata followed by one Kafka v2 record batch. The metadata carries the
-entry's index relative to its ledger, the broker's timestamp and the record count, and a CRC-32C
-that covers itself and the batch's first 21 bytes; the batch's own CRC covers the rest. So every
-byte of an entry is checked, and corrupt bytes are never handed out as data.
+An entry (``ledger_entry``) is broker entry metadata followed by one Kafka v2 record batch.
 
 The absolute offset of a record is ``ledger base offset + entry relative index + i``; the base
 offset lives in the managed ledger, not here, so committing a ledger to a partition never rewrites
@@ -27,50 +24,35 @@ import logging
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import crc32c
 
 from ..errors import CorruptRecordError
-from ..record.codec import Buffer
 from ..record.default_record_batch import (
-    ATTRIBUTES_OFFSET,
-    HEADER_SIZE,
     LAST_OFFSET_DELTA_OFFSET,
-    MAX_TIMESTAMP_OFFSET,
-    RECORDS_COUNT_OFFSET,
-    RecordBatch,
-    check_framing,
 )
 from .fileio import FileIO, NewFile
+from .ledger_entry import (
+    ENTRY_METADATA,
+    Entry,
+    EntryInfo,
+    entry_parts,
+    parse_entry,
+    scan,
+    scan_table_rows,
+)
 
 FILE_MAGIC = b"KOPL"
 FORMAT_VERSION = 1
 FILE_HEADER = struct.Struct(">4sHHqI")  # magic, version, flags, ledger id, crc
-ENTRY_MAGIC = 0x4B45  # "KE": lets dump-ledger tell an entry boundary from garbage
-ENTRY_METADATA = struct.Struct(">HiqqiI")  # magic, batch size, relative index, broker ts, records, crc
-_METADATA_CRC_SPAN = ENTRY_METADATA.size - 4
 TABLE_ROW = struct.Struct(">qqq")  # position, relative index, max timestamp
 TRAILER = struct.Struct(">qiqII4s")  # table position, entries, records, table crc, trailer crc, magic
 TRAILER_MAGIC = b"KOPE"
-_BATCH_PREFIX = ATTRIBUTES_OFFSET  # batch bytes the metadata CRC covers
-_MAX_TS = struct.Struct(">q")
-_BASE_OFFSET = struct.Struct(">q")
 _I32 = struct.Struct(">i")
-_CRC = struct.Struct(">I")
-_SCAN_CHUNK = 8 << 20
 
 log = logging.getLogger(__name__)
-
-
-class EntryInfo(NamedTuple):
-    """One row of a ledger's entry table."""
-
-    position: int
-    relative_index: int
-    max_timestamp: int
 
 
 class EntryTable:
@@ -103,24 +85,6 @@ class EntryTable:
         return EntryTable(self.rows + more) if more else self
 
 
-class Entry(NamedTuple):
-    """An entry read back and verified. ``batch`` has ``baseOffset`` = relative index."""
-
-    position: int
-    relative_index: int
-    broker_timestamp: int
-    record_count: int
-    batch: bytes
-
-    @property
-    def size(self) -> int:
-        return ENTRY_METADATA.size + len(self.batch)
-
-    @property
-    def offset_span(self) -> int:
-        return struct.unpack_from(">i", self.batch, LAST_OFFSET_DELTA_OFFSET)[0] + 1
-
-
 @dataclass
 class IOStats:
     """Counters of what reads cost; tests assert on them instead of on time."""
@@ -134,53 +98,6 @@ class IOStats:
 def ledger_file_header(ledger_id: int) -> bytes:
     head = struct.pack(">4sHHq", FILE_MAGIC, FORMAT_VERSION, 0, ledger_id)
     return head + struct.pack(">I", crc32c.crc32c(head))
-
-
-def _entry_parts(batch: bytes | memoryview, relative_index: int, broker_timestamp: int) -> tuple[tuple, int]:
-    """An entry as the pieces to write (metadata, the batch with its base offset set to the
-    relative index) and the batch's max timestamp. Checks the batch's framing and magic."""
-    check_framing(batch)
-    (count,) = _I32.unpack_from(batch, RECORDS_COUNT_OFFSET)
-    prefix = _BASE_OFFSET.pack(relative_index) + bytes(batch[8:_BATCH_PREFIX])
-    meta = ENTRY_METADATA.pack(ENTRY_MAGIC, len(batch), relative_index, broker_timestamp, count, 0)[:_METADATA_CRC_SPAN]
-    crc = crc32c.crc32c(prefix, crc32c.crc32c(meta))
-    return (meta, _CRC.pack(crc), prefix, memoryview(batch)[_BATCH_PREFIX:]), _MAX_TS.unpack_from(
-        batch, MAX_TIMESTAMP_OFFSET
-    )[0]
-
-
-def _parse_entry(buf: Buffer, pos: int, path: str, file_offset: int, *, verify_batch: bool) -> tuple[Entry, int]:
-    """Parse and check the entry at ``buf[pos:]``, where ``buf`` starts at byte ``file_offset`` of the
-    file; return it and the max timestamp of its batch. Errors give the entry's byte in the file,
-    as ``kop dump-ledger`` lists it."""
-    at = file_offset + pos
-    end_meta = pos + ENTRY_METADATA.size
-    if end_meta > len(buf):
-        raise CorruptRecordError(f"{path}: entry at byte {at} is cut short in its metadata")
-    magic, size, rel, broker_ts, count, crc = ENTRY_METADATA.unpack_from(buf, pos)
-    if magic != ENTRY_MAGIC:
-        raise CorruptRecordError(f"{path}: no entry starts at byte {at} (bad entry magic {magic:#06x})")
-    if size < HEADER_SIZE or end_meta + size > len(buf):
-        raise CorruptRecordError(f"{path}: entry at byte {at} claims {size} bytes, beyond the data")
-    view = memoryview(buf)
-    actual = crc32c.crc32c(
-        view[end_meta : end_meta + _BATCH_PREFIX], crc32c.crc32c(view[pos : pos + _METADATA_CRC_SPAN])
-    )
-    if actual != crc:
-        raise CorruptRecordError(f"{path}: entry at byte {at} fails its metadata checksum")
-    batch = bytes(view[end_meta : end_meta + size])
-    try:
-        check_framing(batch)
-    except CorruptRecordError as e:
-        raise CorruptRecordError(f"{path}: entry at byte {at} holds a malformed record batch: {e}") from None
-    if verify_batch:
-        rb = RecordBatch(batch)
-        if not rb.is_valid():
-            raise CorruptRecordError(f"{path}: record batch of the entry at byte {at} fails its CRC-32C")
-        if rb.record_count != count:
-            raise CorruptRecordError(f"{path}: entry at byte {at} says {count} records, its batch {rb.record_count}")
-    (max_ts,) = _MAX_TS.unpack_from(batch, MAX_TIMESTAMP_OFFSET)
-    return Entry(at, rel, broker_ts, count, batch), max_ts
 
 
 class LedgerWriter:
@@ -221,7 +138,7 @@ class LedgerWriter:
         rel = first_relative_index
         position = self._file.position
         for batch in batches:
-            pieces, max_ts = _entry_parts(batch, rel, broker_timestamp)
+            pieces, max_ts = entry_parts(batch, rel, broker_timestamp)
             rows.append(EntryInfo(position, rel, max_ts))
             parts += pieces
             position += ENTRY_METADATA.size + len(batch)
@@ -328,9 +245,13 @@ class LedgerReader:
         self._data_end = self.length
         key = ("open", self.fileio.uri, self.path)
         cached = _TABLES.get(key)
-        if cached is None or cached[0] > self.length:
-            # Nothing cached, or cached from a longer view than this (older) snapshot confirms.
+        if cached is None:
             covered, table = FILE_HEADER.size, EntryTable([])
+        elif cached[0] > self.length:
+            # Cached from a longer view than this (older) snapshot confirms: the entries it confirms
+            # are the table's first rows (confirmed lengths fall between entries).
+            rows = cached[1].rows
+            return EntryTable(rows[: bisect.bisect_left(rows, self.length, key=lambda r: r.position)])
         else:
             covered, table = cached
         if covered < self.length:
@@ -358,11 +279,9 @@ class LedgerReader:
         return table_pos, [EntryInfo(*r) for r in TABLE_ROW.iter_unpack(table)]
 
     def _scan_rows(self, start: int, end: int) -> list[EntryInfo]:
-        rows = []
-        for entry, max_ts in _scan(self.fileio, self.path, start, end, verify_batch=False):
-            rows.append(EntryInfo(entry.position, entry.relative_index, max_ts))
+        rows, read = scan_table_rows(self.fileio, self.path, start, end)
         self.stats.entries_scanned += len(rows)
-        self.stats.bytes_read += end - start
+        self.stats.bytes_read += read
         return rows
 
     def read(self, first_entry: int, max_bytes: int, last_entry: int | None = None) -> list[Entry]:
@@ -386,7 +305,7 @@ class LedgerReader:
             raise CorruptRecordError(f"{self._full()}: ledger ends before its confirmed length {data_end}")
         entries = []
         for row in rows[first_entry:last]:
-            entry, _ = _parse_entry(data, row.position - start, self._full(), start, verify_batch=True)
+            entry, _ = parse_entry(data, row.position - start, self._full(), start)
             if entry.relative_index != row.relative_index:
                 raise CorruptRecordError(
                     f"{self._full()}: entry at byte {row.position} has relative index {entry.relative_index}, "
@@ -395,39 +314,6 @@ class LedgerReader:
             entries.append(entry)
         self.stats.entries_read += len(entries)
         return entries
-
-
-def scan_entries(fileio: FileIO, path: str, start: int, end: int) -> Iterator[Entry]:
-    """Entries in ``[start, end)``, each verified whole (both checksums); raises
-    ``CorruptRecordError`` at the first bad one."""
-    for entry, _ in _scan(fileio, path, start, end, verify_batch=True):
-        yield entry
-
-
-def _scan(fileio: FileIO, path: str, start: int, end: int, *, verify_batch: bool) -> Iterator[tuple[Entry, int]]:
-    """Entries in ``[start, end)``; raises CorruptRecordError at the first bad one."""
-    full = fileio.full_path(path)
-    with fileio.open_input(path) as f:
-
-        def fill(at: int, n: int) -> memoryview:
-            # Never past ``end``: bytes after the confirmed length are not entries.
-            return memoryview(f.read_at(min(n, end - at), at))
-
-        buf = memoryview(b"")
-        buf_start = start
-        pos = start
-        while pos < end:
-            if pos + ENTRY_METADATA.size > buf_start + len(buf):
-                buf, buf_start = fill(pos, _SCAN_CHUNK), pos
-            if len(buf) < ENTRY_METADATA.size:
-                raise CorruptRecordError(f"{full}: entry at byte {pos} is cut short (file ends at {pos + len(buf)})")
-            (size,) = struct.unpack_from(">i", buf, pos - buf_start + 2)
-            need = ENTRY_METADATA.size + max(size, 0)
-            if pos - buf_start + need > len(buf) and size >= 0 and pos + need <= end:
-                buf, buf_start = fill(pos, max(_SCAN_CHUNK, need)), pos
-            entry, max_ts = _parse_entry(buf, pos - buf_start, full, buf_start, verify_batch=verify_batch)
-            yield entry, max_ts
-            pos += entry.size
 
 
 @dataclass
@@ -467,7 +353,7 @@ def recover(fileio: FileIO, path: str) -> Recovered:
     error = None
     valid = FILE_HEADER.size
     try:
-        for entry, max_ts in _scan(fileio, path, FILE_HEADER.size, end, verify_batch=True):
+        for entry, max_ts in scan(fileio, path, FILE_HEADER.size, end):
             rows.append(EntryInfo(entry.position, entry.relative_index, max_ts))
             entries.append(entry)
             valid = entry.position + entry.size

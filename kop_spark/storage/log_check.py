@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from ..errors import CorruptRecordError, StorageError
 from .fileio import FileIO
-from .ledger import FILE_HEADER, Entry, LedgerReader, scan_entries
+from .ledger import FILE_HEADER, LedgerReader
+from .ledger_entry import Entry, scan_entries
 
 
 @dataclass(frozen=True)

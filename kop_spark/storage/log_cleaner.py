@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import KopError, OrphanRemovedError
 from ..record import Record, build_record_batch
-from .ledger import EntryInfo, delete_quietly
+from .ledger import delete_quietly
+from .ledger_entry import EntryInfo
 from .ledger_metadata import OPEN, LedgerRecord, LogMetadata
 from .read_plan import PartitionView, ReadEntry, ledger_reader
 

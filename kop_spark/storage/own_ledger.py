@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..record import RecordBatch
-from .ledger import FILE_HEADER, EntryInfo, LedgerReader, LedgerWriter, delete_quietly
+from .ledger import FILE_HEADER, LedgerReader, LedgerWriter, delete_quietly
+from .ledger_entry import EntryInfo
 from .ledger_metadata import CLOSED, OPEN, LedgerRecord, LogMetadata
 from .staging import new_ledger_id
 

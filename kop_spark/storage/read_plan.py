@@ -17,7 +17,8 @@ from ..errors import CorruptRecordError
 from ..record import RecordBatch
 from ..record.default_record_batch import with_base_offset
 from .fileio import FileIO, open_fileio
-from .ledger import Entry, IOStats, LedgerReader, Recovered, recover
+from .ledger import IOStats, LedgerReader, Recovered, recover
+from .ledger_entry import Entry
 from .ledger_metadata import LedgerRecord, LogMetadata
 
 

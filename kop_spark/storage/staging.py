@@ -10,7 +10,8 @@ from typing import NamedTuple
 from ..layout import staged_ledger_file
 from ..record import RecordBatch
 from .fileio import FileIO
-from .ledger import EntryInfo, LedgerWriter
+from .ledger import LedgerWriter
+from .ledger_entry import EntryInfo
 from .ledger_metadata import LedgerRecord
 
 

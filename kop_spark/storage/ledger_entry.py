@@ -1,0 +1,177 @@
+"""A ledger's entries: broker entry metadata followed by one Kafka v2 record batch (format in
+docs/ledger-format.md), and scanning a run of them.
+
+The metadata carries the entry's index relative to its ledger, the broker's timestamp and the
+record count, and a CRC-32C that covers itself and the batch's first 21 bytes; the batch's own CRC
+covers the rest. So every byte of an entry is checked, and corrupt bytes are never handed out as data.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import crc32c
+
+from ..errors import CorruptRecordError
+from ..record.codec import Buffer
+from ..record.default_record_batch import (
+    ATTRIBUTES_OFFSET,
+    HEADER_SIZE,
+    LAST_OFFSET_DELTA_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    RECORDS_COUNT_OFFSET,
+    RecordBatch,
+    check_framing,
+)
+from .fileio import FileIO
+
+ENTRY_MAGIC = 0x4B45  # "KE": lets dump-ledger tell an entry boundary from garbage
+ENTRY_METADATA = struct.Struct(">HiqqiI")  # magic, batch size, relative index, broker ts, records, crc
+_METADATA_CRC_SPAN = ENTRY_METADATA.size - 4
+_BATCH_PREFIX = ATTRIBUTES_OFFSET  # batch bytes the metadata CRC covers
+_MAX_TS = struct.Struct(">q")
+_BASE_OFFSET = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_CRC = struct.Struct(">I")
+_SCAN_CHUNK = 8 << 20
+_HEADER_SCAN_CHUNK = 64 << 10
+
+
+class EntryInfo(NamedTuple):
+    """One row of a ledger's entry table."""
+
+    position: int
+    relative_index: int
+    max_timestamp: int
+
+
+class Entry(NamedTuple):
+    """An entry read back and verified. ``batch`` has ``baseOffset`` = relative index."""
+
+    position: int
+    relative_index: int
+    broker_timestamp: int
+    record_count: int
+    batch: bytes
+
+    @property
+    def size(self) -> int:
+        return ENTRY_METADATA.size + len(self.batch)
+
+    @property
+    def offset_span(self) -> int:
+        return struct.unpack_from(">i", self.batch, LAST_OFFSET_DELTA_OFFSET)[0] + 1
+
+
+def entry_parts(batch: bytes | memoryview, relative_index: int, broker_timestamp: int) -> tuple[tuple, int]:
+    """An entry as the pieces to write (metadata, the batch with its base offset set to the
+    relative index) and the batch's max timestamp. Checks the batch's framing and magic."""
+    check_framing(batch)
+    (count,) = _I32.unpack_from(batch, RECORDS_COUNT_OFFSET)
+    prefix = _BASE_OFFSET.pack(relative_index) + bytes(batch[8:_BATCH_PREFIX])
+    meta = ENTRY_METADATA.pack(ENTRY_MAGIC, len(batch), relative_index, broker_timestamp, count, 0)[:_METADATA_CRC_SPAN]
+    crc = crc32c.crc32c(prefix, crc32c.crc32c(meta))
+    return (meta, _CRC.pack(crc), prefix, memoryview(batch)[_BATCH_PREFIX:]), _MAX_TS.unpack_from(
+        batch, MAX_TIMESTAMP_OFFSET
+    )[0]
+
+
+def entry_header(buf: Buffer, pos: int, path: str, file_offset: int, limit: int) -> tuple[int, int, int, int, int]:
+    """Check the metadata of the entry at ``buf[pos:]`` and its batch's header, where ``buf`` starts
+    at byte ``file_offset`` of the file and the entry must end by ``buf[limit]`` (which may lie past
+    what ``buf`` holds); return the batch's size, the relative index, the broker's timestamp, the
+    record count and the batch's max timestamp. Errors give the entry's byte in the file, as
+    ``kop dump-ledger`` lists it."""
+    at = file_offset + pos
+    end_meta = pos + ENTRY_METADATA.size
+    if end_meta > len(buf):
+        raise CorruptRecordError(f"{path}: entry at byte {at} is cut short in its metadata")
+    magic, size, rel, broker_ts, count, crc = ENTRY_METADATA.unpack_from(buf, pos)
+    if magic != ENTRY_MAGIC:
+        raise CorruptRecordError(f"{path}: no entry starts at byte {at} (bad entry magic {magic:#06x})")
+    if size < HEADER_SIZE or end_meta + size > limit:
+        raise CorruptRecordError(f"{path}: entry at byte {at} claims {size} bytes, beyond the data")
+    if end_meta + HEADER_SIZE > len(buf):
+        raise CorruptRecordError(f"{path}: entry at byte {at} is cut short (file ends at {file_offset + len(buf)})")
+    view = memoryview(buf)
+    actual = crc32c.crc32c(
+        view[end_meta : end_meta + _BATCH_PREFIX], crc32c.crc32c(view[pos : pos + _METADATA_CRC_SPAN])
+    )
+    if actual != crc:
+        raise CorruptRecordError(f"{path}: entry at byte {at} fails its metadata checksum")
+    try:
+        check_framing(view[end_meta : end_meta + HEADER_SIZE], size)
+    except CorruptRecordError as e:
+        raise CorruptRecordError(f"{path}: entry at byte {at} holds a malformed record batch: {e}") from None
+    (max_ts,) = _MAX_TS.unpack_from(buf, end_meta + MAX_TIMESTAMP_OFFSET)
+    return size, rel, broker_ts, count, max_ts
+
+
+def parse_entry(buf: Buffer, pos: int, path: str, file_offset: int) -> tuple[Entry, int]:
+    """Parse and verify the entry at ``buf[pos:]`` (both checksums, as ``_entry_header`` says);
+    return it and the max timestamp of its batch."""
+    size, rel, broker_ts, count, max_ts = entry_header(buf, pos, path, file_offset, len(buf))
+    at, end_meta = file_offset + pos, pos + ENTRY_METADATA.size
+    batch = bytes(memoryview(buf)[end_meta : end_meta + size])
+    rb = RecordBatch(batch)
+    if not rb.is_valid():
+        raise CorruptRecordError(f"{path}: record batch of the entry at byte {at} fails its CRC-32C")
+    if rb.record_count != count:
+        raise CorruptRecordError(f"{path}: entry at byte {at} says {count} records, its batch {rb.record_count}")
+    return Entry(at, rel, broker_ts, count, batch), max_ts
+
+
+def scan_entries(fileio: FileIO, path: str, start: int, end: int) -> Iterator[Entry]:
+    """Entries in ``[start, end)``, each verified whole (both checksums); raises
+    ``CorruptRecordError`` at the first bad one."""
+    for entry, _ in scan(fileio, path, start, end):
+        yield entry
+
+
+def scan_table_rows(fileio: FileIO, path: str, start: int, end: int) -> tuple[list[EntryInfo], int]:
+    """The table rows of the entries in ``[start, end)`` and the bytes read for them: each entry's
+    metadata and batch header are checked (as every read checks them), its records are skipped, not
+    read: an open ledger of large batches is indexed without reading it whole."""
+    full = fileio.full_path(path)
+    # Where a read is a system call, read a little past each header; where it is a request to an
+    # object store, read in large chunks.
+    chunk = _HEADER_SCAN_CHUNK if fileio.supports_append else _SCAN_CHUNK
+    rows, read = [], 0
+    with fileio.open_input(path) as f:
+        buf, buf_start, pos = b"", start, start
+        while pos < end:
+            if pos + ENTRY_METADATA.size + HEADER_SIZE > buf_start + len(buf):
+                buf, buf_start = f.read_at(min(chunk, end - pos), pos), pos
+                read += len(buf)
+            size, rel, _, _, max_ts = entry_header(buf, pos - buf_start, full, buf_start, end - buf_start)
+            rows.append(EntryInfo(pos, rel, max_ts))
+            pos += ENTRY_METADATA.size + size
+    return rows, read
+
+
+def scan(fileio: FileIO, path: str, start: int, end: int) -> Iterator[tuple[Entry, int]]:
+    """Entries in ``[start, end)``, each verified whole; raises CorruptRecordError at the first bad one."""
+    full = fileio.full_path(path)
+    with fileio.open_input(path) as f:
+
+        def fill(at: int, n: int) -> memoryview:
+            # Never past ``end``: bytes after the confirmed length are not entries.
+            return memoryview(f.read_at(min(n, end - at), at))
+
+        buf = memoryview(b"")
+        buf_start = start
+        pos = start
+        while pos < end:
+            if pos + ENTRY_METADATA.size > buf_start + len(buf):
+                buf, buf_start = fill(pos, _SCAN_CHUNK), pos
+            if len(buf) < ENTRY_METADATA.size:
+                raise CorruptRecordError(f"{full}: entry at byte {pos} is cut short (file ends at {pos + len(buf)})")
+            (size,) = struct.unpack_from(">i", buf, pos - buf_start + 2)
+            need = ENTRY_METADATA.size + max(size, 0)
+            if pos - buf_start + need > len(buf) and size >= 0 and pos + need <= end:
+                buf, buf_start = fill(pos, max(_SCAN_CHUNK, need)), pos
+            entry, max_ts = parse_entry(buf, pos - buf_start, full, buf_start)
+            yield entry, max_ts
+            pos += entry.size
