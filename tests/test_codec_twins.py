@@ -15,7 +15,13 @@ from hypothesis import strategies as st
 from kop_spark.errors import CorruptRecordError, InvalidRecordError
 from kop_spark.partitioner import partition_for_key
 from kop_spark.record import CompressionType, Record, RecordBatch, TimestampType, _speedups, build_record_batch
-from kop_spark.record.arrow import HEADERS_TYPE, ArrowRecordBuilder, encode_arrow, key_partitions
+from kop_spark.record.arrow import (
+    HEADERS_TYPE,
+    ArrowRecordBuilder,
+    encode_arrow,
+    encode_arrow_by_partition,
+    key_partitions,
+)
 
 from .conftest import PYTHON, python_subprocess_env
 
@@ -268,12 +274,86 @@ def test_key_partitions_are_kafkas(keys, skip, n):
 
 
 @needs_compiled
+@settings(max_examples=100, deadline=None)
+@given(
+    stamps=st.lists(st.one_of(st.none(), st.integers(-(2**50), 2**50)), min_size=1, max_size=30),
+    unit=st.sampled_from(["s", "ms", "us", "ns"]),
+)
+def test_encoders_take_timestamps_of_any_unit_floored_to_milliseconds(stamps, unit):
+    """Spark hands its sink microseconds; Kafka stores milliseconds, floored as Spark's own Kafka
+    sink floors them (DateTimeUtils.toMillis), before 1970 too."""
+    per_ms = {"s": 1, "ms": 1, "us": 1000, "ns": 1_000_000}[unit]
+    if unit == "s":
+        stamps = [None if t is None else t // 10**6 for t in stamps]  # seconds Arrow can make milliseconds of
+    column = pa.array(stamps, pa.timestamp(unit, tz="UTC"))
+    values = pa.array([b"v"] * len(stamps))
+    ours, theirs = (encode_arrow(values, None, column, now_ms=9, codec=c) for c in (compiled, reference))
+    assert ours == theirs
+    expected = [9 if t is None else t * 1000 if unit == "s" else t // per_ms for t in stamps]
+    assert [r.timestamp_ms for b in ours for r in RecordBatch(b).records()] == expected
+
+
+@needs_compiled
+@settings(max_examples=100, deadline=None)
+@given(
+    columns=arrow_columns(),
+    data=st.data(),
+    batch_bytes=st.integers(1, 500),
+    codec=st.sampled_from(list(CompressionType)),
+)
+def test_encoders_split_rows_by_partition_in_one_pass_as_row_by_row(columns, data, batch_bytes, codec):
+    """Each partition's batches are those of its rows encoded alone, in their order."""
+    values, keys, stamps, headers = columns
+    parts = data.draw(st.lists(st.integers(0, 4), min_size=len(values), max_size=len(values)))
+    skip = data.draw(st.integers(0, 3))
+    where = pa.array([0] * skip + parts, pa.int32()).slice(skip)
+    for c in (compiled, reference):
+        split = encode_arrow_by_partition(
+            values,
+            keys,
+            stamps,
+            headers,
+            partitions=where,
+            num_partitions=5,
+            compression=codec,
+            batch_bytes=batch_bytes,
+            now_ms=3,
+            codec=c,
+        )
+        alone = [
+            encode_arrow(
+                values,
+                keys,
+                stamps,
+                headers,
+                rows=pa.array([i for i, q in enumerate(parts) if q == p], pa.uint64()),
+                compression=codec,
+                batch_bytes=batch_bytes,
+                now_ms=3,
+                codec=c,
+            )
+            for p in range(5)
+        ]
+        assert split == alone
+        with pytest.raises(ValueError, match="not one of 0 to 4"):
+            encode_arrow_by_partition(
+                values,
+                keys,
+                stamps,
+                headers,
+                partitions=pa.array([5] * len(values), pa.int32()),
+                num_partitions=5,
+                codec=c,
+            )
+
+
+@needs_compiled
 def test_compiled_codec_refuses_buffers_shorter_than_their_rows():
     short = pa.array([b"abc", b"de"])
     _validity, offsets, data = short.buffers()
     for codec in (compiled, reference):
         with pytest.raises((ValueError, IndexError)):
-            codec.encode_records(None, (None, offsets, data, 0), None, None, None, 5, 100, 0, False)
+            codec.encode_records(None, (None, offsets, data, 0), None, None, None, None, 1, 5, 100, 0, False)
 
 
 def test_the_install_built_the_compiled_codec():

@@ -564,11 +564,13 @@ invalid_row(const char *what, Py_ssize_t row)
 /* ---- encode ---- */
 
 PyDoc_STRVAR(encode_records_doc,
-"encode_records(keys, values, timestamps, headers, rows, count, max_bytes, now_ms, seal) -> [(records, count, first_ts, max_ts)]\n\n"
-"Encode `count` rows as the records sections of batches, each closed after the record that brings\n"
-"it to max_bytes. keys/values: binary column tuples or None; timestamps: (validity, int64 millis,\n"
-"offset) or None, a null meaning now_ms; headers: (validity, int32 list offsets, offset, key column,\n"
-"value column) or None; rows: None for rows 0..count-1, else a buffer of uint64 row numbers.\n"
+"encode_records(keys, values, timestamps, headers, rows, partitions, num_partitions, count, max_bytes, now_ms,\n"
+"               seal) -> [[(records, count, first_ts, max_ts)] per partition]\n\n"
+"Encode `count` rows as the records sections of batches, each partition's closed after the record\n"
+"that brings it to max_bytes. keys/values: binary column tuples or None; timestamps: (validity,\n"
+"int64 values, offset, units per ms) or None, a null meaning now_ms; headers: (validity, int32 list\n"
+"offsets, offset, key column, value column) or None; rows: None for rows 0..count-1, else a buffer\n"
+"of uint64 row numbers; partitions: None (num_partitions 1) or an int32 partition per row.\n"
 "With seal, each records section comes framed as a whole uncompressed batch (header and CRC),\n"
 "as seal_record_batch frames it by default.");
 
@@ -605,6 +607,54 @@ write_batch_header(uint8_t *b, Py_ssize_t size, Py_ssize_t count, long long firs
         return -1;
     put_be(crc_at, (uint64_t)crc, 4);
     return 0;
+}
+
+/* A bytes object built in place: each encoded batch is handed out as the bytes it was written into,
+ * not copied out of a reused buffer. */
+typedef struct {
+    PyObject *bytes;
+    Py_ssize_t len, cap;
+} bytes_out_t;
+
+static int
+bytes_out_open(bytes_out_t *o, Py_ssize_t cap)
+{
+    o->bytes = PyBytes_FromStringAndSize(NULL, cap);
+    o->len = 0;
+    o->cap = cap;
+    return o->bytes == NULL ? -1 : 0;
+}
+
+static inline uint8_t *
+bytes_out_reserve(bytes_out_t *o, Py_ssize_t n)
+{
+    if (o->len + n > o->cap) {
+        Py_ssize_t want = o->len + n + (o->len >> 3) + 64;
+        if (_PyBytes_Resize(&o->bytes, want) < 0)
+            return NULL;
+        o->cap = want;
+    }
+    return (uint8_t *)PyBytes_AS_STRING(o->bytes) + o->len;
+}
+
+/* The bytes written, trimmed to their length; the builder is empty afterwards. */
+static PyObject *
+bytes_out_take(bytes_out_t *o)
+{
+    if (_PyBytes_Resize(&o->bytes, o->len) < 0)
+        return NULL;
+    PyObject *taken = o->bytes;
+    o->bytes = NULL;
+    o->len = o->cap = 0;
+    return taken;
+}
+
+/* Spark's and Java's Math.floorDiv: microseconds before 1970 round down to their millisecond. */
+static inline long long
+floor_div(long long v, long long d)
+{
+    long long q = v / d;
+    return (v % d != 0 && (v < 0) != (d < 0)) ? q - 1 : q;
 }
 
 /* An optional fixed-width column: (validity or None, values, offset). */
@@ -657,23 +707,56 @@ fixed_in_valid(const fixed_in_t *c, Py_ssize_t i, Py_ssize_t extra)
     return c->has_validity ? bit_set(&c->validity, j) : 1;
 }
 
+/* A partition's batch being encoded. */
+typedef struct {
+    bytes_out_t out;
+    Py_ssize_t records;
+    long long first_ts, max_ts;
+} open_batch_t;
+
+/* Frame the batch (with seal), append it to `chunks` as (bytes, records, first_ts, max_ts), and
+ * start afresh. */
+static int
+close_batch(open_batch_t *b, PyObject *chunks, int seal)
+{
+    if (seal && write_batch_header((uint8_t *)PyBytes_AS_STRING(b->out.bytes), b->out.len, b->records, b->first_ts,
+                                   b->max_ts) < 0)
+        return -1;
+    PyObject *batch = bytes_out_take(&b->out);
+    PyObject *chunk = batch == NULL ? NULL : Py_BuildValue("(NnLL)", batch, b->records, b->first_ts, b->max_ts);
+    int failed = chunk == NULL || PyList_Append(chunks, chunk) < 0;
+    Py_XDECREF(chunk);
+    b->records = 0;
+    return failed ? -1 : 0;
+}
+
+static void
+free_batches(open_batch_t *batches, int n)
+{
+    if (batches == NULL)
+        return;
+    for (int k = 0; k < n; k++)
+        Py_XDECREF(batches[k].out.bytes);
+    PyMem_Free(batches);
+}
+
 static PyObject *
 encode_records(PyObject *self, PyObject *args)
 {
-    PyObject *keys_obj, *values_obj, *ts_obj, *headers_obj, *rows_obj;
+    PyObject *keys_obj, *values_obj, *ts_obj, *headers_obj, *rows_obj, *partitions_obj;
     Py_ssize_t count, max_bytes;
+    int num_partitions, seal;
     long long now_ms;
-    int seal;
-    if (!PyArg_ParseTuple(args, "OOOOOnnLp", &keys_obj, &values_obj, &ts_obj, &headers_obj, &rows_obj, &count,
-                          &max_bytes, &now_ms, &seal))
+    if (!PyArg_ParseTuple(args, "OOOOOOinnLp", &keys_obj, &values_obj, &ts_obj, &headers_obj, &rows_obj,
+                          &partitions_obj, &num_partitions, &count, &max_bytes, &now_ms, &seal))
         return NULL;
-    if (count < 0) {
-        PyErr_SetString(PyExc_ValueError, "negative row count");
+    if (count < 0 || num_partitions <= 0 || (partitions_obj == Py_None && num_partitions != 1)) {
+        PyErr_Format(PyExc_ValueError, "%zd rows into %d partitions", count, num_partitions);
         return NULL;
     }
 
     binary_in_t keys, values, hkeys, hvalues;
-    fixed_in_t ts, lists, rows;
+    fixed_in_t ts, lists, rows, partitions;
     memset(&keys, 0, sizeof(keys));
     memset(&values, 0, sizeof(values));
     memset(&hkeys, 0, sizeof(hkeys));
@@ -681,16 +764,22 @@ encode_records(PyObject *self, PyObject *args)
     memset(&ts, 0, sizeof(ts));
     memset(&lists, 0, sizeof(lists));
     memset(&rows, 0, sizeof(rows));
-    PyObject *result = NULL, *chunks = NULL, *body = NULL;
-    out_t out = {NULL, 0, 0};
+    memset(&partitions, 0, sizeof(partitions));
+    PyObject *result = NULL;
+    open_batch_t *batches = NULL;
+    long long ts_per_ms = 1;
 
     if (binary_in_open(&keys, keys_obj, "keys") < 0 || binary_in_open(&values, values_obj, "values") < 0)
         goto done;
     if (ts_obj != Py_None) {
         PyObject *v, *d;
         Py_ssize_t offset;
-        if (!PyTuple_Check(ts_obj) || !PyArg_ParseTuple(ts_obj, "OOn", &v, &d, &offset)) {
-            PyErr_SetString(PyExc_TypeError, "timestamps: expected (validity, values, offset)");
+        if (!PyTuple_Check(ts_obj) || !PyArg_ParseTuple(ts_obj, "OOnL", &v, &d, &offset, &ts_per_ms)) {
+            PyErr_SetString(PyExc_TypeError, "timestamps: expected (validity, values, offset, units per ms)");
+            goto done;
+        }
+        if (ts_per_ms <= 0) {
+            PyErr_SetString(PyExc_ValueError, "timestamps: units per ms must be positive");
             goto done;
         }
         if (fixed_in_open(&ts, v, d, offset, 8) < 0)
@@ -715,33 +804,67 @@ encode_records(PyObject *self, PyObject *args)
             goto done;
         }
     }
-
-    chunks = PyList_New(0);
-    body = PyByteArray_FromStringAndSize(NULL, 0);
-    if (chunks == NULL || body == NULL)
+    if (partitions_obj != Py_None && fixed_in_open(&partitions, Py_None, partitions_obj, 0, 4) < 0)
         goto done;
-    out_open(&out, body);
+
+    result = PyList_New(num_partitions);
+    batches = PyMem_Calloc((size_t)num_partitions, sizeof(open_batch_t));
+    if (result == NULL || batches == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int k = 0; k < num_partitions; k++) {
+        PyObject *chunks = PyList_New(0);
+        if (chunks == NULL)
+            goto done;
+        PyList_SET_ITEM(result, k, chunks);
+    }
+    /* A batch's room: its header, max_bytes of records and the record that closes it, mostly; or
+     * its partition's share of the input, when that is less (a task writing to many partitions). */
+    Py_ssize_t header = seal ? BATCH_HEADER : 0;
+    Py_ssize_t share = (keys.data.len + values.data.len + hkeys.data.len + hvalues.data.len + 16 * count) / num_partitions;
+    Py_ssize_t records_room = max_bytes < (1 << 20) ? max_bytes : (1 << 20);
+    Py_ssize_t room = header + (share < records_room ? share : records_room) + 1024;
     const int64_t *ts_values = ts.present ? (const int64_t *)ts.values.buf : NULL;
     const int32_t *list_ends = lists.present ? (const int32_t *)lists.values.buf : NULL;
     const uint64_t *row_numbers = rows.present ? (const uint64_t *)rows.values.buf : NULL;
-    long long first_ts = 0, max_ts = 0;
-    Py_ssize_t start = 0, header = seal ? BATCH_HEADER : 0;
-    if (out_reserve(&out, header) == NULL)
-        goto done;
-    out.len = header;
+    const int32_t *partition_of = partitions.present ? (const int32_t *)partitions.values.buf : NULL;
+    /* One pass over the rows, each encoded into its partition's open batch: the columns are read
+     * in order however the rows are spread. */
     for (Py_ssize_t i = 0; i < count; i++) {
         Py_ssize_t row = row_numbers ? (Py_ssize_t)row_numbers[i] : i;
-        Py_ssize_t delta = i - start;
+        int k = 0;
+        if (partition_of) {
+            if (row < 0 || (row + 1) * 4 > partitions.values.len) {
+                invalid_row("partitions", row);
+                goto done;
+            }
+            k = partition_of[row];
+            if (k < 0 || k >= num_partitions) {
+                PyErr_Format(PyExc_ValueError, "row %zd goes to partition %d, not one of 0 to %d", row, k,
+                             num_partitions - 1);
+                goto done;
+            }
+        }
+        open_batch_t *b = &batches[k];
+        bytes_out_t *out = &b->out;
+        Py_ssize_t delta = b->records;
+        if (delta == 0) {
+            if (bytes_out_open(out, room) < 0)
+                goto done;
+            out->len = header;
+        }
         int has_t = fixed_in_valid(&ts, row, 0), has_h = fixed_in_valid(&lists, row, 1);
         if (has_t < 0 || has_h < 0) {
             invalid_row(has_t < 0 ? "timestamps" : "headers", row);
             goto done;
         }
-        long long t = has_t ? ts_values[ts.offset + row] : now_ms;
+        long long t = has_t ? floor_div(ts_values[ts.offset + row], ts_per_ms) : now_ms;
         if (delta == 0)
-            first_ts = max_ts = t;
-        else if (t > max_ts)
-            max_ts = t;
+            b->first_ts = b->max_ts = t;
+        else if (t > b->max_ts)
+            b->max_ts = t;
+        long long first_ts = b->first_ts;
         const uint8_t *key = NULL, *value = NULL;
         int64_t key_len = binary_in_get(&keys, row, &key);
         int64_t value_len = binary_in_get(&values, row, &value);
@@ -775,7 +898,7 @@ encode_records(PyObject *self, PyObject *args)
             }
             size += varint_size(hk) + hk + varint_size(hv) + (hv > 0 ? hv : 0);
         }
-        uint8_t *p = out_reserve(&out, varint_size(size) + size);
+        uint8_t *p = bytes_out_reserve(out, varint_size(size) + size);
         if (p == NULL)
             goto done;
         uint8_t *begin = p;
@@ -808,28 +931,23 @@ encode_records(PyObject *self, PyObject *args)
                 p += hv;
             }
         }
-        out.len += p - begin;
-        if (out.len - header >= max_bytes || i == count - 1) {
-            if (seal && write_batch_header((uint8_t *)PyByteArray_AS_STRING(body), out.len, i + 1 - start, first_ts,
-                                           max_ts) < 0)
-                goto done;
-            PyObject *chunk = Py_BuildValue("(y#nLL)", PyByteArray_AS_STRING(body), out.len, i + 1 - start, first_ts,
-                                            max_ts);
-            if (chunk == NULL || PyList_Append(chunks, chunk) < 0) {
-                Py_XDECREF(chunk);
-                goto done;
-            }
-            Py_DECREF(chunk);
-            out.len = header; /* the next batch reuses the buffer */
-            start = i + 1;
-        }
+        out->len += p - begin;
+        b->records++;
+        if (out->len - header >= max_bytes && close_batch(b, PyList_GET_ITEM(result, k), seal) < 0)
+            goto done;
     }
-    result = chunks;
-    chunks = NULL;
+    for (int k = 0; k < num_partitions; k++)
+        if (batches[k].records && close_batch(&batches[k], PyList_GET_ITEM(result, k), seal) < 0)
+            goto done;
+    free_batches(batches, num_partitions);
+    batches = NULL;
+    goto release;
 
 done:
-    Py_XDECREF(chunks);
-    Py_XDECREF(body);
+    free_batches(batches, num_partitions);
+    Py_CLEAR(result);
+release:
+    fixed_in_release(&partitions);
     binary_in_release(&keys);
     binary_in_release(&values);
     binary_in_release(&hkeys);

@@ -20,10 +20,12 @@ def encode_records(
     timestamps: TimestampColumn | None,
     headers: HeaderColumn | None,
     rows: Buffer | None,
+    partitions: Buffer | None,
+    num_partitions: int,
     count: int,
     max_bytes: int,
     now_ms: int,
     seal: bool,
     /,
-) -> list[EncodedChunk]: ...
+) -> list[list[EncodedChunk]]: ...
 def key_partitions(n: int, keys: BinaryColumn | None, num_partitions: int, /) -> bytes: ...

@@ -206,15 +206,19 @@ def encode_records(
     timestamps: TimestampColumn | None,
     headers: HeaderColumn | None,
     rows: Buffer | None,
+    partitions: Buffer | None,
+    num_partitions: int,
     count: int,
     max_bytes: int,
     now_ms: int,
     seal: bool,
-) -> list[EncodedChunk]:
-    """Encode ``count`` rows as the records sections of batches, each closed after the record that
-    brings it to ``max_bytes``: ``[(records, count, first timestamp, max timestamp)]``.
+) -> list[list[EncodedChunk]]:
+    """Encode ``count`` rows as the records sections of batches, each partition's closed after the
+    record that brings it to ``max_bytes``: ``[(records, count, first timestamp, max timestamp)]``
+    per partition. ``partitions`` is None (``num_partitions`` 1) or an int32 partition per row.
 
-    ``timestamps`` is ``(validity, int64 millis, offset)`` and ``headers`` is ``(validity, int32
+    ``timestamps`` is ``(validity, int64 values, offset, units per millisecond)`` (values are
+    floor-divided to milliseconds, as Spark's Kafka sink does) and ``headers`` is ``(validity, int32
     list offsets, offset, key column, value column)``, or None; a null timestamp means ``now_ms``.
     ``rows`` is None for rows ``0..count-1``, else a buffer of uint64 row numbers to encode in order.
     With ``seal``, each records section comes framed as a whole uncompressed batch, as
@@ -222,45 +226,85 @@ def encode_records(
     """
     if count < 0:
         raise ValueError("negative row count")
-    key_col, value_col = _Binary(keys), _Binary(values)
-    if timestamps is not None:
-        ts_validity, ts_data, ts_offset = timestamps
-        ts_validity = memoryview(ts_validity).cast("B") if ts_validity is not None else None
-        ts_values = memoryview(ts_data).cast("B").cast("q")
-    if headers is not None:
-        h_validity, h_offsets, h_offset, hk_col, hv_col = headers
-        h_validity = memoryview(h_validity).cast("B") if h_validity is not None else None
-        h_ends = memoryview(h_offsets).cast("B").cast("i")
-        hkeys, hvalues = _Binary(hk_col), _Binary(hv_col)
     row_numbers = memoryview(rows).cast("B").cast("Q") if rows is not None else range(count)
     if len(row_numbers) < count:
         raise ValueError(f"rows: {len(row_numbers)} row numbers given for {count} rows")
+    if num_partitions <= 0 or (partitions is None and num_partitions != 1):
+        raise ValueError(f"{count} rows into {num_partitions} partitions")
+    groups: list[list[int]] = [[] for _ in range(num_partitions)]
+    partition_of = memoryview(partitions).cast("B").cast("i") if partitions is not None else None
+    for row in row_numbers[:count]:
+        k = partition_of[row] if partition_of is not None else 0
+        if not 0 <= k < num_partitions:
+            raise ValueError(f"row {row} goes to partition {k}, not one of 0 to {num_partitions - 1}")
+        groups[k].append(row)
+    columns = _Columns(keys, values, timestamps, headers, now_ms)
+    return [_encode_rows(columns, g, max_bytes, seal) for g in groups]
+
+
+class _Columns:
+    """What a record is made of, by row: the encoders' view of the Arrow columns."""
+
+    def __init__(
+        self,
+        keys: BinaryColumn | None,
+        values: BinaryColumn | None,
+        timestamps: TimestampColumn | None,
+        headers: HeaderColumn | None,
+        now_ms: int,
+    ):
+        self.keys, self.values, self._now_ms = _Binary(keys), _Binary(values), now_ms
+        self._ts = None
+        if timestamps is not None:
+            validity, data, offset, per_ms = timestamps
+            if per_ms <= 0:
+                raise ValueError("timestamps: units per ms must be positive")
+            bits = memoryview(validity).cast("B") if validity is not None else None
+            self._ts = (bits, memoryview(data).cast("B").cast("q"), offset, per_ms)
+        self._headers = None
+        if headers is not None:
+            h_validity, h_offsets, h_offset, hk_col, hv_col = headers
+            bits = memoryview(h_validity).cast("B") if h_validity is not None else None
+            ends = memoryview(h_offsets).cast("B").cast("i")
+            self._headers = (bits, ends, h_offset, _Binary(hk_col), _Binary(hv_col))
+
+    def timestamp(self, row: int) -> int:
+        """Milliseconds, floored as Spark's Kafka sink floors them; ``now_ms`` for a null."""
+        if self._ts is None:
+            return self._now_ms
+        bits, stamps, offset, per_ms = self._ts
+        j = offset + row
+        return stamps[j] // per_ms if bits is None or bits[j >> 3] >> (j & 7) & 1 else self._now_ms
+
+    def headers(self, row: int) -> list[tuple[bytes, bytes | None]]:
+        if self._headers is None:
+            return []
+        bits, ends, offset, hkeys, hvalues = self._headers
+        j = offset + row
+        pairs: list[tuple[bytes, bytes | None]] = []
+        if bits is None or bits[j >> 3] >> (j & 7) & 1:
+            for h in range(ends[j], ends[j + 1]):
+                hk = hkeys.get(h)
+                if hk is None:
+                    raise InvalidRecordError(f"row {row} has a header with a null key")
+                pairs.append((hk, hvalues.get(h)))
+        return pairs
+
+
+def _encode_rows(columns: _Columns, row_numbers: list[int], max_bytes: int, seal: bool) -> list[EncodedChunk]:
     chunks = []
     out = bytearray()
     first_ts = max_ts = start = 0
-    for i in range(count):
-        row = row_numbers[i]
+    for i, row in enumerate(row_numbers):
         delta = i - start
-        ts = now_ms
-        if timestamps is not None:
-            j = ts_offset + row
-            if ts_validity is None or ts_validity[j >> 3] >> (j & 7) & 1:
-                ts = ts_values[j]
+        ts = columns.timestamp(row)
         if delta == 0:
             first_ts = max_ts = ts
         elif ts > max_ts:
             max_ts = ts
-        pairs: list[tuple[bytes, bytes | None]] = []
-        if headers is not None:
-            j = h_offset + row
-            if h_validity is None or h_validity[j >> 3] >> (j & 7) & 1:
-                for h in range(h_ends[j], h_ends[j + 1]):
-                    hk = hkeys.get(h)
-                    if hk is None:
-                        raise InvalidRecordError(f"row {row} has a header with a null key")
-                    pairs.append((hk, hvalues.get(h)))
-        encode_record(out, delta, ts - first_ts, key_col.get(row), value_col.get(row), pairs)
-        if len(out) >= max_bytes or i == count - 1:
+        pairs = columns.headers(row)
+        encode_record(out, delta, ts - first_ts, columns.keys.get(row), columns.values.get(row), pairs)
+        if len(out) >= max_bytes or i == len(row_numbers) - 1:
             n = i + 1 - start
             chunks.append((seal_record_batch(out, n, first_ts, max_ts) if seal else bytes(out), n, first_ts, max_ts))
             out = bytearray()

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from ..clock import now_ms as wall_clock_ms
 from ..errors import CorruptRecordError
 from . import _speedups
-from .codec import BinaryColumn, Buffer, RecordsCodec
+from .codec import BinaryColumn, Buffer, HeaderColumn, RecordsCodec, TimestampColumn
 from .compression import CompressionType, decompress
 from .default_record_batch import COMPRESSION_MASK, HEADER_SIZE, TIMESTAMP_TYPE_MASK, RecordBatch, seal_record_batch
 
@@ -158,6 +158,9 @@ class ArrowRecordBuilder:
         return pa.RecordBatch.from_arrays(columns, schema=self._schema)
 
 
+_UNITS_PER_MS = {"ms": 1, "us": 1000, "ns": 1_000_000}
+
+
 def _binary_parts(array: pa.Array | None) -> BinaryColumn | None:
     """A binary or string array as the codec takes it: ``(validity, int32 offsets, data, offset)``."""
     if array is None:
@@ -185,55 +188,112 @@ def encode_arrow(
     """Encode Arrow columns as record batches, as a Kafka producer with ``batch.size`` would: a
     batch closes after the record that brings its records to ``batch_bytes``.
 
-    ``values`` and ``keys`` are binary or string (null allowed); ``timestamps_ms`` int64 (null means
+    ``values`` and ``keys`` are binary or string (null allowed); ``timestamps_ms`` int64 milliseconds
+    or an Arrow timestamp of any unit, floored to milliseconds as Spark's Kafka sink does (null means
     ``now_ms``, by default the time of the call); ``headers`` a list of ``struct<key: string,
     value: binary>``. Absent columns are null in every record. ``rows`` (uint64 row numbers, as
     ``sort_indices`` gives) picks the rows to encode, in its order; by default all, in order.
     """
+    selected = None
+    if rows is not None:
+        rows = rows if rows.type == pa.uint64() else rows.cast(pa.uint64())
+        if rows.null_count:
+            raise ValueError("row numbers must not be null")
+        selected = (memoryview(rows.buffers()[1])[rows.offset * 8 : (rows.offset + len(rows)) * 8], len(rows))
+    columns = (values, keys, timestamps_ms, headers)
+    return _encode(columns, selected, None, 1, compression, batch_bytes, now_ms, codec)[0]
+
+
+def encode_arrow_by_partition(
+    values: pa.Array | None,
+    keys: pa.Array | None,
+    timestamps_ms: pa.Array | None,
+    headers: pa.Array | None,
+    *,
+    partitions: pa.Array,
+    num_partitions: int,
+    compression: CompressionType = CompressionType.NONE,
+    batch_bytes: int = 16384,
+    now_ms: int | None = None,
+    codec: RecordsCodec = _speedups.codec,
+) -> list[list[bytes]]:
+    """``encode_arrow`` of each partition's rows, in their order, in one pass over the columns:
+    ``partitions`` (int32, no nulls) says where each row goes; the result's ``p``-th list holds
+    partition ``p``'s batches."""
+    if partitions.null_count:
+        raise ValueError("partitions must not be null")
+    if partitions.type != pa.int32():
+        partitions = partitions.cast(pa.int32())
+    where = memoryview(partitions.buffers()[1])[partitions.offset * 4 : (partitions.offset + len(partitions)) * 4]
+    columns = (values, keys, timestamps_ms, headers)
+    return _encode(columns, None, where, num_partitions, compression, batch_bytes, now_ms, codec)
+
+
+def _encode(
+    columns: tuple[pa.Array | None, pa.Array | None, pa.Array | None, pa.Array | None],
+    rows: tuple[memoryview, int] | None,
+    partitions: memoryview | None,
+    num_partitions: int,
+    compression: CompressionType,
+    batch_bytes: int,
+    now_ms: int | None,
+    codec: RecordsCodec,
+) -> list[list[bytes]]:
+    values, keys, timestamps_ms, headers = columns
     n = len(values) if values is not None else len(keys) if keys is not None else 0
     for column in (keys, timestamps_ms, headers):
         if column is not None and len(column) != n:
             raise ValueError(f"columns of {n} and {len(column)} rows")
-    ts = None
-    if timestamps_ms is not None:
-        validity, data = timestamps_ms.cast(pa.int64()).buffers()
-        ts = (validity if timestamps_ms.null_count else None, data, timestamps_ms.offset)
-    hs = None
-    if headers is not None:
-        entries = headers.values.flatten()  # key and value children, the struct's nulls folded in
-        hs = (
-            headers.buffers()[0] if headers.null_count else None,
-            headers.buffers()[1],
-            headers.offset,
-            _binary_parts(entries[0]),
-            _binary_parts(entries[1]),
-        )
-    selected = None
-    if rows is not None:
-        rows = rows.cast(pa.uint64())
-        if rows.null_count:
-            raise ValueError("row numbers must not be null")
-        selected = memoryview(rows.buffers()[1])[rows.offset * 8 : (rows.offset + len(rows)) * 8]
-    if now_ms is None:
-        now_ms = wall_clock_ms()
+    if partitions is not None and len(partitions) != n * 4:
+        raise ValueError(f"{n} rows and {len(partitions) // 4} partitions")
     seal = compression == CompressionType.NONE  # the codec frames uncompressed batches itself
-    chunks = codec.encode_records(
+    encoded = codec.encode_records(
         _binary_parts(keys),
         _binary_parts(values),
-        ts,
-        hs,
-        selected,
-        n if rows is None else len(rows),
+        _timestamp_parts(timestamps_ms),
+        _header_parts(headers),
+        None if rows is None else rows[0],
+        partitions,
+        num_partitions,
+        n if rows is None else rows[1],
         batch_bytes,
-        now_ms,
+        wall_clock_ms() if now_ms is None else now_ms,
         seal,
     )
     if seal:
-        return [batch for batch, _, _, _ in chunks]
+        return [[batch for batch, _, _, _ in chunks] for chunks in encoded]
     return [
-        seal_record_batch(records, count, first_ts, max_ts, compression=compression)
-        for records, count, first_ts, max_ts in chunks
+        [
+            seal_record_batch(records, count, first_ts, max_ts, compression=compression)
+            for records, count, first_ts, max_ts in chunks
+        ]
+        for chunks in encoded
     ]
+
+
+def _timestamp_parts(timestamps: pa.Array | None) -> TimestampColumn | None:
+    """int64 milliseconds, or an Arrow timestamp, as the codec takes it (its unit is the codec's to
+    floor to milliseconds)."""
+    if timestamps is None:
+        return None
+    per_ms = _UNITS_PER_MS.get(timestamps.type.unit, 0) if pa.types.is_timestamp(timestamps.type) else 1
+    if per_ms == 0:  # seconds: to milliseconds first
+        timestamps, per_ms = timestamps.cast(pa.timestamp("ms", timestamps.type.tz)), 1
+    validity, data = timestamps.buffers()
+    return (validity if timestamps.null_count else None, data, timestamps.offset, per_ms)
+
+
+def _header_parts(headers: pa.Array | None) -> HeaderColumn | None:
+    if headers is None:
+        return None
+    entries = headers.values.flatten()  # key and value children, the struct's nulls folded in
+    return (
+        headers.buffers()[0] if headers.null_count else None,
+        headers.buffers()[1],
+        headers.offset,
+        _binary_parts(entries[0]),
+        _binary_parts(entries[1]),
+    )
 
 
 def key_partitions(keys: pa.Array, num_partitions: int, *, codec: RecordsCodec = _speedups.codec) -> pa.Array:

@@ -12,7 +12,7 @@ Buffer = Any
 # A binary column: (validity or None, int32 end offsets, data, offset of the first row)
 BinaryColumn = tuple[Buffer | None, Buffer, Buffer, int]
 # An int64 column of milliseconds: (validity or None, values, offset of the first row)
-TimestampColumn = tuple[Buffer | None, Buffer, int]
+TimestampColumn = tuple[Buffer | None, Buffer, int, int]  # validity, int64 values, offset, units per ms
 # A list<struct<key, value>> column: (validity or None, int32 list ends, offset, keys, values)
 HeaderColumn = tuple[Buffer | None, Buffer, int, BinaryColumn | None, BinaryColumn | None]
 # An encoded records section (or whole batch): (bytes, records, first timestamp, max timestamp)
@@ -45,11 +45,13 @@ class RecordsCodec(Protocol):
         timestamps: TimestampColumn | None,
         headers: HeaderColumn | None,
         rows: Buffer | None,
+        partitions: Buffer | None,
+        num_partitions: int,
         count: int,
         max_bytes: int,
         now_ms: int,
         seal: bool,
         /,
-    ) -> list[EncodedChunk]: ...
+    ) -> list[list[EncodedChunk]]: ...
 
     def key_partitions(self, n: int, keys: BinaryColumn | None, num_partitions: int, /) -> bytes: ...

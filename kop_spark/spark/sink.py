@@ -32,7 +32,7 @@ from ..errors import (
     TopicAlreadyExistsError,
     TopicNotFoundError,
 )
-from ..record.arrow import encode_arrow, key_partitions
+from ..record.arrow import encode_arrow_by_partition, key_partitions
 from ._compat import ARROW_STREAM_WRITER, StreamWriterBase
 from .options import SinkOptions
 from .rows import rows_to_arrow
@@ -106,8 +106,6 @@ class _TaskOutput:
             return
         names = {name.lower(): i for i, name in enumerate(rb.schema.names)}
         columns = {name: rb.column(names[name]) for name in _COLUMNS if name in names}
-        if "timestamp" in columns:  # Spark's microseconds to Kafka's milliseconds
-            columns["timestamp"] = pc.divide(columns["timestamp"].cast(pa.int64()), _int(1000))
         if self.options.topic is not None:
             self._add_topic(self.options.topic, columns)
             return
@@ -140,34 +138,25 @@ class _TaskOutput:
             chosen = pc.coalesce(chosen, spread.cast(pa.int32()))
             self._round_robin += keyless.true_count
         columns.pop("partition", None)
-        lowest, highest = pc.min_max(chosen).values()
-        if lowest == highest:
-            self._stage(topic, lowest.as_py(), columns, None)
-            return
-        # A stable sort groups each partition's rows and keeps their order; the encoder reads the
-        # rows in that order, so no column is copied.
-        order = pc.sort_indices(chosen)
-        at = 0
-        for counted in pc.value_counts(chosen.take(order)):
-            p, rows = counted["values"].as_py(), counted["counts"].as_py()
-            self._stage(topic, p, columns, order.slice(at, rows))
-            at += rows
+        encoded = encode_arrow_by_partition(
+            columns["value"],
+            columns.get("key"),
+            columns.get("timestamp"),
+            columns.get("headers"),
+            partitions=chosen,
+            num_partitions=count,
+            compression=self.options.compression,
+            batch_bytes=self.batch_bytes(topic),
+        )
+        for p, batches in enumerate(encoded):
+            if batches:
+                self._stage(topic, p, batches)
 
-    def _stage(self, topic: str, partition: int, columns: dict[str, pa.Array], rows: pa.Array | None) -> None:
+    def _stage(self, topic: str, partition: int, batches: list[bytes]) -> None:
         staged = self._staged.get((topic, partition))
         if staged is None:
             staged = self._staged[(topic, partition)] = self._broker.stage(topic, partition, self._dir)
-        staged.append(
-            encode_arrow(
-                columns["value"],
-                columns.get("key"),
-                columns.get("timestamp"),
-                columns.get("headers"),
-                rows=rows,
-                compression=self.options.compression,
-                batch_bytes=self.batch_bytes(topic),
-            )
-        )
+        staged.append(batches)
 
     def finish(self) -> KopCommitMessage:
         staged = tuple((t, p, ledger) for (t, p), s in sorted(self._staged.items()) for ledger in s.finish())
