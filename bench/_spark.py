@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -80,15 +81,20 @@ def write_parquet(rb: pa.RecordBatch, path: str) -> None:
     pq.write_table(pa.Table.from_batches([rb]), path)
 
 
-def best_times(runs: dict[str, Callable[[], None]], rounds: int) -> dict[str, float]:
+def best_times(runs: dict[str, Callable[[], float | None]], rounds: int) -> dict[str, float]:
     """Best time of each run over ``rounds`` rounds, in seconds. A round runs each once, in turn,
-    so that JVM warm-up and machine noise fall on all of them alike."""
+    so that JVM warm-up and machine noise fall on all of them alike, and in another order each
+    round (a seeded shuffle), so that no run always follows the same one: a heavy run leaves work
+    for the JVM's collector and the disk to whatever comes next. A run with set-up or clean-up that
+    is not what is measured times itself and returns its seconds; otherwise the call is timed."""
     best = {name: float("inf") for name in runs}
-    for _ in range(rounds):
-        for name, fn in runs.items():
+    order = list(runs.items())
+    for r in range(rounds):
+        random.Random(r).shuffle(order)
+        for name, fn in order:
             t = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - t)
+            took = fn()
+            best[name] = min(best[name], time.perf_counter() - t if took is None else took)
     return best
 
 
