@@ -48,13 +48,14 @@ class EntryInfo(NamedTuple):
 
 
 class Entry(NamedTuple):
-    """An entry read back and verified. ``batch`` has ``baseOffset`` = relative index."""
+    """An entry read back and verified. ``batch`` has ``baseOffset`` = relative index; it is a view of
+    the bytes read (which it keeps alive)."""
 
     position: int
     relative_index: int
     broker_timestamp: int
     record_count: int
-    batch: bytes
+    batch: memoryview
 
     @property
     def size(self) -> int:
@@ -114,7 +115,7 @@ def parse_entry(buf: Buffer, pos: int, path: str, file_offset: int) -> tuple[Ent
     return it and the max timestamp of its batch."""
     size, rel, broker_ts, count, max_ts = entry_header(buf, pos, path, file_offset, len(buf))
     at, end_meta = file_offset + pos, pos + ENTRY_METADATA.size
-    batch = bytes(memoryview(buf)[end_meta : end_meta + size])
+    batch = memoryview(buf)[end_meta : end_meta + size]  # a view: the entry's bytes are not copied again
     rb = RecordBatch(batch)
     if not rb.is_valid():
         raise CorruptRecordError(f"{path}: record batch of the entry at byte {at} fails its CRC-32C")

@@ -30,7 +30,7 @@ _TIER_FACTOR = 16
 _TIERS_MERGED_IN_PASSING = 2
 
 # An entry to write: (batch, index relative to the new ledger, broker timestamp, records kept).
-NewEntry = tuple[bytes, int, int, int]
+NewEntry = tuple[bytes | memoryview, int, int, int]
 
 log = logging.getLogger(__name__)
 
