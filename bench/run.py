@@ -27,9 +27,7 @@ import kafka_wire
 import object_store
 import offsets_scale
 import seek
-import spark_read
-import spark_s3_read
-import spark_write
+from _spark import run_apart
 
 from kop_spark.record._speedups import compiled
 
@@ -60,13 +58,13 @@ def main() -> None:
     # its session stops, shares the two cores with the client and the server measured.
     wire_rows = kafka_wire.run_apart(args.wire_records)
     codecs = codec.run(repeat=args.repeat)
-    reads = spark_read.run(args.records, args.rounds)
-    writes = spark_write.run(args.records, args.rounds)
+    reads = run_apart("spark_read.py", args.records, args.rounds)
+    writes = run_apart("spark_write.py", args.records, args.rounds)
     seeks = seek.run(args.seek_max_exponent)
     group_rows = groups.run(history=args.history)
     scale_rows = offsets_scale.run()
     cas_rows, s3_rows = object_store.run()
-    s3_reads = spark_s3_read.run(args.s3_records, args.rounds)
+    s3_reads = run_apart("spark_s3_read.py", args.s3_records, args.rounds)
 
     lines = [
         "# Benchmark results",

@@ -368,9 +368,7 @@ def seal_record_batch(
 
 def with_base_offset(batch: bytes | bytearray | memoryview, base_offset: int) -> bytes:
     """Return the batch with ``baseOffset`` replaced; the CRC does not cover it, so it stays valid."""
-    out = bytearray(batch)
-    _BASE_OFFSET.pack_into(out, 0, base_offset)
-    return bytes(out)
+    return b"".join((_BASE_OFFSET.pack(base_offset), memoryview(batch)[8:]))  # one copy, not two
 
 
 def with_timestamps(batch: bytes | bytearray | memoryview, timestamp_type: TimestampType, max_timestamp: int) -> bytes:
