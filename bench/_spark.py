@@ -11,7 +11,6 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -125,7 +124,7 @@ def cli(
     baselines: tuple[str, str] = ("ceiling", "Parquet"),
 ) -> None:
     """A Spark benchmark's command line: sizes in, a line per variant out (or the rows as JSON, what
-    ``run_apart`` reads)."""
+    bench/run.py reads)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=records)
     ap.add_argument("--repeat", type=int, default=repeat, help="rounds; the best of each is kept")
@@ -140,16 +139,3 @@ def cli(
         print(
             f"{name:<34} {t:7.2f} s  {rate / 1e6:6.2f} M records/s  {vs_first:5.2f}x {first}  {vs_second:5.2f}x {second}"
         )
-
-
-def run_apart(script: str, records: int, repeat: int) -> list[tuple]:
-    """A Spark benchmark (``bench/<script>``) in a process of its own, as when it runs alone: a JVM
-    lives on in the process that started it, its heap and compiled code shaped by whatever ran in it
-    before, so benchmarks sharing one would measure each other's leftovers."""
-    out = subprocess.run(
-        [sys.executable, os.path.join(BENCH, script), "--json", "--records", str(records), "--repeat", str(repeat)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return [tuple(row) for row in json.loads(out.strip().splitlines()[-1])]

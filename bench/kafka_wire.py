@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -176,18 +175,6 @@ def main() -> None:
         return
     for name, value, unit, ratio, base in rows:
         print(f"{name:<58} {value:>14,.1f} {unit:<10} {ratio:5.2f}x {base}")
-
-
-def run_apart(n: int = 1_000_000, rounds: int = 3) -> list[tuple[str, float, str, float, str]]:
-    """``run`` in a process of its own: the Kafka client measured shares nothing with what ran
-    before it in bench/run.py (a Spark JVM, a large heap for Python's collector to walk)."""
-    out = subprocess.run(
-        [sys.executable, __file__, "--json", "--records", str(n), "--rounds", str(rounds)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return [tuple(row) for row in json.loads(out.strip().splitlines()[-1])]
 
 
 if __name__ == "__main__":

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
+import subprocess
 import sys
 
 import aiokafka
@@ -23,11 +25,9 @@ import pyspark
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import codec
 import groups
-import kafka_wire
 import object_store
 import offsets_scale
 import seek
-from _spark import run_apart
 
 from kop_spark.record._speedups import compiled
 
@@ -43,6 +43,20 @@ def table(header, rows):
     ]
 
 
+def run_apart(script: str, *options: str) -> list[tuple]:
+    """A benchmark (``bench/<script>``, which prints its rows as JSON with ``--json``) in a process of
+    its own, as when it runs alone: a Spark JVM lives on in the process that started it, its heap and
+    compiled code shaped by whatever ran in it before, so benchmarks sharing one would measure each
+    other's leftovers (and a Kafka client would share the two cores with it)."""
+    out = subprocess.run(
+        [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), script), "--json", *options],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [tuple(row) for row in json.loads(out.strip().splitlines()[-1])]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=5_000_000, help="records of the Spark benchmarks")
@@ -54,17 +68,16 @@ def main() -> None:
     ap.add_argument("--history", type=int, default=100_000, help="commits before the group load benchmark")
     args = ap.parse_args()
 
-    # The Kafka client benchmark first: before any Spark JVM, which lives on in this process after
-    # its session stops, shares the two cores with the client and the server measured.
-    wire_rows = kafka_wire.run_apart(args.wire_records)
+    spark = ("--records", str(args.records), "--repeat", str(args.rounds))
+    wire_rows = run_apart("kafka_wire.py", "--records", str(args.wire_records))
     codecs = codec.run(repeat=args.repeat)
-    reads = run_apart("spark_read.py", args.records, args.rounds)
-    writes = run_apart("spark_write.py", args.records, args.rounds)
+    reads = run_apart("spark_read.py", *spark)
+    writes = run_apart("spark_write.py", *spark)
     seeks = seek.run(args.seek_max_exponent)
     group_rows = groups.run(history=args.history)
     scale_rows = offsets_scale.run()
     cas_rows, s3_rows = object_store.run()
-    s3_reads = run_apart("spark_s3_read.py", args.s3_records, args.rounds)
+    s3_reads = run_apart("spark_s3_read.py", "--records", str(args.s3_records), "--repeat", str(args.rounds))
 
     lines = [
         "# Benchmark results",

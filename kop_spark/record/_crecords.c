@@ -105,11 +105,19 @@ out_open(out_t *o, PyObject *ba)
 
 /* Room for `n` more bytes. Callers reserve a whole batch's worth up front, so the writes of a
  * record are plain stores; out_close gives back what was not used. */
+/* What a builder holding `len` bytes grows to for `n` more: an eighth to spare, so that growing by
+ * records costs amortised constant time. */
+static inline Py_ssize_t
+grown(Py_ssize_t len, Py_ssize_t n)
+{
+    return len + n + (len >> 3) + 64;
+}
+
 static inline uint8_t *
 out_reserve(out_t *o, Py_ssize_t n)
 {
     if (o->len + n > o->cap) {
-        Py_ssize_t want = o->len + n + (o->len >> 3) + 64;
+        Py_ssize_t want = grown(o->len, n);
         if (PyByteArray_Resize(o->ba, want) < 0)
             return NULL;
         o->cap = want;
@@ -629,7 +637,7 @@ static inline uint8_t *
 bytes_out_reserve(bytes_out_t *o, Py_ssize_t n)
 {
     if (o->len + n > o->cap) {
-        Py_ssize_t want = o->len + n + (o->len >> 3) + 64;
+        Py_ssize_t want = grown(o->len, n);
         if (_PyBytes_Resize(&o->bytes, want) < 0)
             return NULL;
         o->cap = want;
@@ -835,7 +843,7 @@ encode_records(PyObject *self, PyObject *args)
         Py_ssize_t row = row_numbers ? (Py_ssize_t)row_numbers[i] : i;
         int k = 0;
         if (partition_of) {
-            if (row < 0 || (row + 1) * 4 > partitions.values.len) {
+            if (fixed_in_valid(&partitions, row, 0) < 0) {
                 invalid_row("partitions", row);
                 goto done;
             }
@@ -939,14 +947,12 @@ encode_records(PyObject *self, PyObject *args)
     for (int k = 0; k < num_partitions; k++)
         if (batches[k].records && close_batch(&batches[k], PyList_GET_ITEM(result, k), seal) < 0)
             goto done;
-    free_batches(batches, num_partitions);
-    batches = NULL;
     goto release;
 
 done:
-    free_batches(batches, num_partitions);
     Py_CLEAR(result);
 release:
+    free_batches(batches, num_partitions);
     fixed_in_release(&partitions);
     binary_in_release(&keys);
     binary_in_release(&values);

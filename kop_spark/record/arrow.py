@@ -199,7 +199,7 @@ def encode_arrow(
         rows = rows if rows.type == pa.uint64() else rows.cast(pa.uint64())
         if rows.null_count:
             raise ValueError("row numbers must not be null")
-        selected = (memoryview(rows.buffers()[1])[rows.offset * 8 : (rows.offset + len(rows)) * 8], len(rows))
+        selected = memoryview(rows.buffers()[1])[rows.offset * 8 : (rows.offset + len(rows)) * 8]
     columns = (values, keys, timestamps_ms, headers)
     return _encode(columns, selected, None, 1, compression, batch_bytes, now_ms, codec)[0]
 
@@ -231,7 +231,7 @@ def encode_arrow_by_partition(
 
 def _encode(
     columns: tuple[pa.Array | None, pa.Array | None, pa.Array | None, pa.Array | None],
-    rows: tuple[memoryview, int] | None,
+    rows: memoryview | None,
     partitions: memoryview | None,
     num_partitions: int,
     compression: CompressionType,
@@ -252,10 +252,10 @@ def _encode(
         _binary_parts(values),
         _timestamp_parts(timestamps_ms),
         _header_parts(headers),
-        None if rows is None else rows[0],
+        rows,
         partitions,
         num_partitions,
-        n if rows is None else rows[1],
+        n if rows is None else len(rows) // 8,
         batch_bytes,
         wall_clock_ms() if now_ms is None else now_ms,
         seal,

@@ -18,12 +18,12 @@ from ..errors import CorruptRecordError
 from ..record.codec import Buffer
 from ..record.default_record_batch import (
     ATTRIBUTES_OFFSET,
-    CRC_OFFSET,
     HEADER_SIZE,
     LAST_OFFSET_DELTA_OFFSET,
     MAX_TIMESTAMP_OFFSET,
     RECORDS_COUNT_OFFSET,
     check_framing,
+    crc_matches,
 )
 from .fileio import FileIO
 
@@ -63,7 +63,7 @@ class Entry(NamedTuple):
 
     @property
     def offset_span(self) -> int:
-        return struct.unpack_from(">i", self.batch, LAST_OFFSET_DELTA_OFFSET)[0] + 1
+        return _I32.unpack_from(self.batch, LAST_OFFSET_DELTA_OFFSET)[0] + 1
 
 
 def entry_parts(batch: bytes | memoryview, relative_index: int, broker_timestamp: int) -> tuple[tuple, int]:
@@ -111,15 +111,12 @@ def entry_header(buf: Buffer, pos: int, path: str, file_offset: int, limit: int)
 
 
 def parse_entry(buf: Buffer, pos: int, path: str, file_offset: int) -> tuple[Entry, int]:
-    """Parse and verify the entry at ``buf[pos:]`` (both checksums, as ``_entry_header`` says);
+    """Parse and verify the entry at ``buf[pos:]`` (both checksums, as ``entry_header`` says);
     return it and the max timestamp of its batch."""
     size, rel, broker_ts, count, max_ts = entry_header(buf, pos, path, file_offset, len(buf))
     at, end_meta = file_offset + pos, pos + ENTRY_METADATA.size
     batch = memoryview(buf)[end_meta : end_meta + size]  # a view: the entry's bytes are not copied again
-    # The batch's own CRC covers all the metadata's does not: checked here without building a
-    # RecordBatch, as every read of every entry passes here.
-    (stored,) = _CRC.unpack_from(batch, CRC_OFFSET)
-    if crc32c.crc32c(batch[ATTRIBUTES_OFFSET:]) != stored:
+    if not crc_matches(batch):  # the batch's own CRC covers all the metadata's does not
         raise CorruptRecordError(f"{path}: record batch of the entry at byte {at} fails its CRC-32C")
     (records,) = _I32.unpack_from(batch, RECORDS_COUNT_OFFSET)
     if records != count:
@@ -172,7 +169,7 @@ def scan(fileio: FileIO, path: str, start: int, end: int) -> Iterator[tuple[Entr
                 buf, buf_start = fill(pos, _SCAN_CHUNK), pos
             if len(buf) < ENTRY_METADATA.size:
                 raise CorruptRecordError(f"{full}: entry at byte {pos} is cut short (file ends at {pos + len(buf)})")
-            (size,) = struct.unpack_from(">i", buf, pos - buf_start + 2)
+            (size,) = _I32.unpack_from(buf, pos - buf_start + 2)
             need = ENTRY_METADATA.size + max(size, 0)
             if pos - buf_start + need > len(buf) and size >= 0 and pos + need <= end:
                 buf, buf_start = fill(pos, max(_SCAN_CHUNK, need)), pos
