@@ -410,7 +410,7 @@ def test_max_trigger_delay_lets_a_small_batch_through(spark, root, broker, tmp_p
     )
     q = start(df, tmp_path, sink="noop")
     q.processAllAvailable()
-    produce(broker, "t", 0, 2)
+    produce(broker, "t", 0, 2, batch=2)  # one append: a trigger between two would rightly take 1 and 1
     q.processAllAvailable()
     q.stop()
     assert batch_sizes(q) == [3, 2]
