@@ -9,7 +9,7 @@ import subprocess
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from kop_spark.errors import CorruptRecordError, InvalidRecordError
@@ -74,12 +74,41 @@ def test_decoders_build_the_same_arrow_batch(batches, window, headers):
 
 
 @needs_compiled
+def test_decoders_agree_over_many_batches_into_one_builder():
+    """The compiled builder's columns keep the room they grew to from one batch to the next (and
+    grow past it by doubling): hundreds of batches of mixed sizes, with headers, keyless and valueless
+    records, come out as the reference builds them."""
+    batches = []
+    for i in range(300):
+        recs = [
+            Record(
+                value=None if j % 7 == 0 else bytes([i % 251]) * (j * 13 % 300),
+                key=None if j % 5 == 0 else f"k{i}-{j}".encode(),
+                timestamp_ms=i * 1000 + j,
+                headers=[("h", bytes([j])) for _ in range(j % 3)],
+            )
+            for j in range(1 + i * 7 % 90)
+        ]
+        batches.append((build_record_batch(recs), len(recs)))
+    total = sum(n for _, n in batches)
+    ours, theirs = decode_both(batches, 5, total - 5, True)
+    assert ours.equals(theirs)
+    assert ours.num_rows == total - 10
+
+
+@needs_compiled
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     recs=records,
     flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1, max_size=3),
     cut=st.integers(0, 10_000),
     headers=st.booleans(),
+)
+@example(  # a skipped record (its offset delta flipped negative) whose fields overrun its length
+    recs=[Record(None, b"\0", 0), Record(None, b"\0\0\0", 1 << 20), Record(b"\x81", None, 0)],
+    flips=[(2241, 132)],
+    cut=0,
+    headers=False,
 )
 def test_decoders_agree_on_corrupt_bytes(recs, flips, cut, headers):
     """Damage the records section (bypassing the CRC, as a codec bug would): both decoders refuse it

@@ -103,21 +103,31 @@ out_open(out_t *o, PyObject *ba)
     return 0;
 }
 
-/* Room for `n` more bytes. Callers reserve a whole batch's worth up front, so the writes of a
- * record are plain stores; out_close gives back what was not used. */
-/* What a builder holding `len` bytes grows to for `n` more: an eighth to spare, so that growing by
- * records costs amortised constant time. */
+/* What a builder holding `len` bytes grows to for `n` more: double, so that a column built over
+ * many calls is copied a bounded number of times, not once per call. */
 static inline Py_ssize_t
 grown(Py_ssize_t len, Py_ssize_t n)
 {
-    return len + n + (len >> 3) + 64;
+    return 2 * len + n + 64;
 }
 
+/* Bytes the bytearray holds without reallocating: CPython keeps a bytearray's spare room when it
+ * shrinks by less than half, and out_close shrinks by setting the size, so the room a column grew
+ * to in one call serves the next. */
+static inline Py_ssize_t
+out_room(PyObject *ba)
+{
+    PyByteArrayObject *b = (PyByteArrayObject *)ba;
+    return b->ob_alloc > 0 ? b->ob_alloc - (b->ob_start - b->ob_bytes) - 1 : 0;
+}
+
+/* Room for `n` more bytes. Callers reserve a whole batch's worth up front, so the writes of a
+ * record are plain stores; out_close gives back what was not used. */
 static inline uint8_t *
 out_reserve(out_t *o, Py_ssize_t n)
 {
     if (o->len + n > o->cap) {
-        Py_ssize_t want = grown(o->len, n);
+        Py_ssize_t room = out_room(o->ba), want = o->len + n <= room ? room : grown(o->len, n);
         if (PyByteArray_Resize(o->ba, want) < 0)
             return NULL;
         o->cap = want;
@@ -155,13 +165,20 @@ out_byte(out_t *o, uint8_t v)
     return out_put(o, &v, 1);
 }
 
+/* The column's size is what was written. Set in place, as CPython's own bytearray shrink does when it
+ * keeps the room: PyByteArray_Resize would give the room back to the allocator when more than half
+ * of it is unused, as it is in a key column after a whole batch's worth was reserved for it. */
 static int
 out_close(out_t *o)
 {
     if (o->ba == NULL || o->cap == o->len)
         return 0;
+    if (((PyByteArrayObject *)o->ba)->ob_exports > 0) /* refused as before: a view holds the buffer */
+        return PyByteArray_Resize(o->ba, o->len);
     o->cap = o->len;
-    return PyByteArray_Resize(o->ba, o->len);
+    Py_SET_SIZE(o->ba, o->len);
+    PyByteArray_AS_STRING(o->ba)[o->len] = '\0';
+    return 0;
 }
 
 /* A variable-length column: data, int32 end offsets, a validity byte per row. */
@@ -331,8 +348,11 @@ decode_records(PyObject *self, PyObject *args)
         failed = -1;
         if (read_record_start(buf, size, &pos, &record_end, base_offset) < 0)
             break;
-        if (varint_or_raise(buf, size, &pos, &ts_delta, base_offset) < 0 ||
-            varint_or_raise(buf, size, &pos, &offset_delta, base_offset) < 0)
+        /* Bounded by the record, even one outside [start, end) that is skipped: a record whose
+         * fields overrun its length is corrupt wherever it lies, as the reference finds it. */
+        if (varint_or_raise(buf, record_end, &pos, &ts_delta, base_offset) < 0 ||
+            varint_or_raise(buf, record_end, &pos, &offset_delta, base_offset) < 0 ||
+            varint_or_raise(buf, record_end, &pos, &key_length, base_offset) < 0)
             break;
         long long offset = base_offset + offset_delta;
         if (offset < start || offset >= end) {
@@ -340,8 +360,6 @@ decode_records(PyObject *self, PyObject *args)
             failed = 0;
             continue;
         }
-        if (varint_or_raise(buf, record_end, &pos, &key_length, base_offset) < 0)
-            break;
         Py_ssize_t key_at = pos;
         pos += key_length > 0 ? key_length : 0;
         if (pos > record_end || varint_or_raise(buf, record_end, &pos, &value_length, base_offset) < 0) {

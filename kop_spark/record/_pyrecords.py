@@ -75,6 +75,8 @@ def decode_records(
                             f"record of {fields[0]} bytes overruns its batch at offset {base_offset}"
                         )
             offset = base_offset + fields[2]
+            if pos > record_end:  # even in a record outside [start, end): its fields overrun it
+                raise CorruptRecordError(f"record at offset {offset} overruns its length")
             if offset < start or offset >= end:
                 pos = record_end
                 continue
