@@ -74,10 +74,11 @@ def test_decoders_build_the_same_arrow_batch(batches, window, headers):
 
 
 @needs_compiled
-def test_decoders_agree_over_many_batches_into_one_builder():
-    """The compiled builder's columns keep the room they grew to from one batch to the next (and
-    grow past it by doubling): hundreds of batches of mixed sizes, with headers, keyless and valueless
-    records, come out as the reference builds them."""
+def test_decoders_agree_over_many_batches_and_builds():
+    """The compiled builder's columns keep the room they grew to from one batch to the next, grow
+    past it by doubling, and start each build with the room the last one needed: hundreds of batches
+    of mixed sizes (headers, keyless and valueless records) come out as the reference builds them,
+    flushed every hundred batches and at the end."""
     batches = []
     for i in range(300):
         recs = [
@@ -91,9 +92,19 @@ def test_decoders_agree_over_many_batches_into_one_builder():
         ]
         batches.append((build_record_batch(recs), len(recs)))
     total = sum(n for _, n in batches)
-    ours, theirs = decode_both(batches, 5, total - 5, True)
-    assert ours.equals(theirs)
-    assert ours.num_rows == total - 10
+    built = []
+    for codec in (reference, compiled):
+        builder, base, flushes = ArrowRecordBuilder("t", 3, True, codec=codec), 0, []
+        for i, (batch, span) in enumerate(batches):
+            builder.add(RecordBatch(batch), base, 5, total - 5)
+            base += span
+            if i % 100 == 99 or i == len(batches) - 1:
+                flushes.append(builder.build())
+        built.append(flushes)
+    ours, theirs = built
+    assert len(ours) == len(theirs) == 3
+    assert all(a.equals(b) for a, b in zip(ours, theirs))
+    assert sum(b.num_rows for b in ours) == total - 10
 
 
 @needs_compiled

@@ -165,20 +165,27 @@ out_byte(out_t *o, uint8_t v)
     return out_put(o, &v, 1);
 }
 
-/* The column's size is what was written. Set in place, as CPython's own bytearray shrink does when it
- * keeps the room: PyByteArray_Resize would give the room back to the allocator when more than half
- * of it is unused, as it is in a key column after a whole batch's worth was reserved for it. */
+/* A bytearray's size set to `len` (no more than it holds) in place, as CPython's own shrink does
+ * when it keeps the room: PyByteArray_Resize gives the room back to the allocator when more than half
+ * of it would be unused, as it is in a key column after a whole batch's worth was reserved for it. */
+static int
+set_size(PyObject *ba, Py_ssize_t len)
+{
+    if (((PyByteArrayObject *)ba)->ob_exports > 0) /* refused as before: a view holds the buffer */
+        return PyByteArray_Resize(ba, len);
+    Py_SET_SIZE(ba, len);
+    PyByteArray_AS_STRING(ba)[len] = '\0';
+    return 0;
+}
+
+/* The column's size is what was written. */
 static int
 out_close(out_t *o)
 {
     if (o->ba == NULL || o->cap == o->len)
         return 0;
-    if (((PyByteArrayObject *)o->ba)->ob_exports > 0) /* refused as before: a view holds the buffer */
-        return PyByteArray_Resize(o->ba, o->len);
     o->cap = o->len;
-    Py_SET_SIZE(o->ba, o->len);
-    PyByteArray_AS_STRING(o->ba)[o->len] = '\0';
-    return 0;
+    return set_size(o->ba, o->len);
 }
 
 /* A variable-length column: data, int32 end offsets, a validity byte per row. */
@@ -338,10 +345,9 @@ decode_records(PyObject *self, PyObject *args)
     Py_ssize_t rows = count < size / 2 + 1 ? count : size / 2 + 1, headers = include_headers ? size / 2 + 1 : 0;
     int failed = PyErr_Occurred() != NULL || out_reserve(&offsets, rows * 8) == NULL ||
                  out_reserve(&timestamps, rows * 8) == NULL || out_reserve(&timestamp_types, rows * 4) == NULL ||
-                 binary_reserve(&keys, rows, size) < 0 || binary_reserve(&values, rows, size) < 0 ||
+                 binary_reserve(&keys, rows, 0) < 0 || binary_reserve(&values, rows, 0) < 0 ||
                  out_reserve(&header_ends, include_headers ? rows * 4 : 0) == NULL ||
-                 binary_reserve(&hkeys, headers, include_headers ? size : 0) < 0 ||
-                 binary_reserve(&hvalues, headers, include_headers ? size : 0) < 0;
+                 binary_reserve(&hkeys, headers, 0) < 0 || binary_reserve(&hvalues, headers, 0) < 0;
     for (Py_ssize_t i = 0; i < count && !failed; i++) {
         int64_t ts_delta = 0, offset_delta = 0, key_length = 0, value_length = 0;
         Py_ssize_t record_end = 0;
@@ -982,6 +988,41 @@ release:
     return result;
 }
 
+/* ---- reserve ---- */
+
+PyDoc_STRVAR(reserve_columns_doc,
+"reserve_columns(columns, sizes)\n\n"
+"Room for sizes[i] bytes in bytearray columns[i], their contents unchanged: what a builder expects\n"
+"to hold, so that decoding into it does not reallocate and copy the column as it grows.");
+
+static PyObject *
+reserve_columns(PyObject *self, PyObject *args)
+{
+    PyObject *columns, *sizes;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyTuple_Type, &columns, &PyTuple_Type, &sizes))
+        return NULL;
+    if (PyTuple_GET_SIZE(columns) != PyTuple_GET_SIZE(sizes)) {
+        PyErr_SetString(PyExc_ValueError, "a size for each column");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(columns); i++) {
+        PyObject *ba = PyTuple_GET_ITEM(columns, i);
+        Py_ssize_t want = PyLong_AsSsize_t(PyTuple_GET_ITEM(sizes, i));
+        if (want == -1 && PyErr_Occurred())
+            return NULL;
+        if (!PyByteArray_Check(ba)) {
+            PyErr_SetString(PyExc_TypeError, "columns must be bytearrays");
+            return NULL;
+        }
+        Py_ssize_t len = PyByteArray_GET_SIZE(ba);
+        if (want <= out_room(ba))
+            continue;
+        if (PyByteArray_Resize(ba, want) < 0 || set_size(ba, len) < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* ---- murmur2 ---- */
 
 static inline int32_t
@@ -1055,6 +1096,7 @@ static PyMethodDef methods[] = {
     {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
     {"encode_records", encode_records, METH_VARARGS, encode_records_doc},
     {"key_partitions", key_partitions, METH_VARARGS, key_partitions_doc},
+    {"reserve_columns", reserve_columns, METH_VARARGS, reserve_columns_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -326,4 +326,11 @@ def key_partitions(n: int, keys: BinaryColumn | None, num_partitions: int) -> by
     return bytes(out)
 
 
-__all__ = ["check_records", "decode_records", "encode_records", "key_partitions"]
+def reserve_columns(columns: tuple[bytearray, ...], sizes: tuple[int, ...]) -> None:
+    """Room for what a builder expects to hold: nothing to do here, as Python's bytearrays offer no way
+    to hold room while empty; appending to them grows them geometrically."""
+    if len(columns) != len(sizes):
+        raise ValueError("a size for each column")
+
+
+__all__ = ["check_records", "decode_records", "encode_records", "key_partitions", "reserve_columns"]

@@ -71,11 +71,14 @@ class ArrowRecordBuilder:
         self.partition = partition
         self.include_headers = include_headers
         self._decode_records = codec.decode_records
+        self._reserve_columns = codec.reserve_columns
         self._schema = kafka_source_schema(include_headers)
         self._reset()
 
-    def _reset(self) -> None:
+    def _reset(self, expected: tuple[int, ...] | None = None) -> None:
         self._columns = tuple(bytearray(_ZERO if i in (4, 7, 9, 11, 14) else b"") for i in range(16))
+        if expected:  # a builder flushed at a size is flushed at about that size again: no column regrows
+            self._reserve_columns(self._columns, expected)
 
     def __len__(self) -> int:
         return len(self._columns[0]) // 8
@@ -154,7 +157,7 @@ class ArrowRecordBuilder:
             )
             list_ends = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(header_ends)])
             columns.append(pa.ListArray.from_arrays(list_ends, entries, HEADERS_TYPE))
-        self._reset()
+        self._reset(tuple(len(c) + (len(c) >> 3) for c in self._columns))
         return pa.RecordBatch.from_arrays(columns, schema=self._schema)
 
 
