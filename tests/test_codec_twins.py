@@ -103,7 +103,7 @@ def test_decoders_agree_over_many_batches_and_builds():
         built.append(flushes)
     ours, theirs = built
     assert len(ours) == len(theirs) == 3
-    assert all(a.equals(b) for a, b in zip(ours, theirs))
+    assert all(a.equals(b) for a, b in zip(ours, theirs, strict=True))
     assert sum(b.num_rows for b in ours) == total - 10
 
 

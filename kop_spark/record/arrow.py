@@ -73,6 +73,7 @@ class ArrowRecordBuilder:
         self._decode_records = codec.decode_records
         self._reserve_columns = codec.reserve_columns
         self._schema = kafka_source_schema(include_headers)
+        self._constants: tuple[pa.Array, pa.Array] | None = None
         self._reset()
 
     def _reset(self, expected: tuple[int, ...] | None = None) -> None:
@@ -87,6 +88,15 @@ class ArrowRecordBuilder:
     def size_in_bytes(self) -> int:
         c = self._columns
         return len(c[3]) + len(c[6]) + len(c[13])
+
+    def _topic_partition(self, n: int) -> tuple[pa.Array, pa.Array]:
+        # Arrays are immutable: batches of one size (every full flush) share one pair.
+        if self._constants is None or len(self._constants[0]) != n:
+            self._constants = (
+                pa.repeat(pa.scalar(self.topic, pa.string()), n),
+                pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            )
+        return self._constants
 
     def add(self, batch: RecordBatch, base_offset: int, start: int = 0, end: int = (1 << 63) - 1) -> None:
         """Add the records of ``batch`` (whose first offset is ``base_offset``) that lie in
@@ -134,8 +144,7 @@ class ArrowRecordBuilder:
         columns: list[pa.Array] = [
             _binary_column(kdata, kends, kvalid, pa.binary()),
             _binary_column(vdata, vends, vvalid, pa.binary()),
-            pa.repeat(pa.scalar(self.topic, pa.string()), n),
-            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            *self._topic_partition(n),
             pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
             pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n, [None, pa.py_buffer(timestamps)]),
             pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(ts_types)]),
