@@ -16,6 +16,7 @@ from _spark import ipc_batches
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
+    DataSourceReader,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
@@ -50,6 +51,17 @@ class _CeilingReader(DataSourceStreamReader):
         pass
 
 
+class _CeilingBatchReader(DataSourceReader):
+    def __init__(self, paths):
+        self.paths = paths
+
+    def partitions(self):
+        return [_File(p) for p in self.paths]
+
+    def read(self, partition: _File) -> Iterator[pa.RecordBatch]:
+        yield from ipc_batches([partition.path])
+
+
 class ArrowCeiling(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -57,6 +69,9 @@ class ArrowCeiling(DataSource):
 
     def schema(self):
         return source_schema(False)
+
+    def reader(self, schema):
+        return _CeilingBatchReader(self.options["paths"].split(","))
 
     def streamReader(self, schema):
         return _CeilingReader(self.options["paths"].split(","))
