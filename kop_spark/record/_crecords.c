@@ -389,7 +389,7 @@ decode_records(PyObject *self, PyObject *args)
             if (read_header_count(buf, record_end, &pos, &n, offset, base_offset) < 0)
                 break;
             for (h = 0; h < n; h++) {
-                header_t hd;
+                header_t hd = {0}; /* zeroed: the compiler cannot see that read_header sets it */
                 if (read_header(buf, record_end, &pos, &hd, offset, base_offset) < 0 ||
                     binary_put(&hkeys, buf + hd.key_at, hd.key_length) < 0 ||
                     binary_put(&hvalues, buf + hd.value_at, hd.value_length) < 0)
@@ -429,7 +429,7 @@ skip_headers(const uint8_t *buf, Py_ssize_t end, Py_ssize_t *pos, long long offs
     if (read_header_count(buf, end, pos, &n, offset, base_offset) < 0)
         return -1;
     for (int64_t h = 0; h < n; h++) {
-        header_t hd;
+        header_t hd = {0}; /* zeroed: the compiler cannot see that read_header sets it */
         if (read_header(buf, end, pos, &hd, offset, base_offset) < 0)
             return -1;
         /* Header keys are strings to Kafka and to our readers: one that is not UTF-8 would make
