@@ -121,8 +121,8 @@ out_room(PyObject *ba)
     return b->ob_alloc > 0 ? b->ob_alloc - (b->ob_start - b->ob_bytes) - 1 : 0;
 }
 
-/* Room for `n` more bytes. Callers reserve a whole batch's worth up front, so the writes of a
- * record are plain stores; out_close gives back what was not used. */
+/* Room for `n` more bytes: the room the bytearray holds when it is enough (all of it, so that the
+ * writes that follow need no resize), else doubled. out_close gives back what was not used. */
 static inline uint8_t *
 out_reserve(out_t *o, Py_ssize_t n)
 {
@@ -167,7 +167,7 @@ out_byte(out_t *o, uint8_t v)
 
 /* A bytearray's size set to `len` (no more than it holds) in place, as CPython's own shrink does
  * when it keeps the room: PyByteArray_Resize gives the room back to the allocator when more than half
- * of it would be unused, as it is in a key column after a whole batch's worth was reserved for it. */
+ * of it would be unused, as it is after a doubling or a builder's reserve_columns. */
 static int
 set_size(PyObject *ba, Py_ssize_t len)
 {
