@@ -72,10 +72,15 @@ def check_framing(buffer: bytes | bytearray | memoryview, size: int | None = Non
         )
 
 
+def batch_crc(buffer: bytes | bytearray | memoryview) -> int:
+    """The CRC-32C a framed batch should carry: of its bytes from ``attributes`` on."""
+    return crc32c.crc32c(memoryview(buffer)[ATTRIBUTES_OFFSET:])
+
+
 def crc_matches(buffer: bytes | bytearray | memoryview) -> bool:
-    """Whether a framed batch's stored CRC-32C is that of its bytes from ``attributes`` on; read in
-    place, without building a RecordBatch (every read of a stored entry checks it)."""
-    return crc32c.crc32c(memoryview(buffer)[ATTRIBUTES_OFFSET:]) == _CRC.unpack_from(buffer, CRC_OFFSET)[0]
+    """Whether a framed batch's stored CRC-32C is its ``batch_crc``; read in place, without building a
+    RecordBatch (every read of a stored entry checks it)."""
+    return batch_crc(buffer) == _CRC.unpack_from(buffer, CRC_OFFSET)[0]
 
 
 class RecordBatch:
@@ -148,7 +153,7 @@ class RecordBatch:
         return self.base_offset + self.last_offset_delta
 
     def compute_crc(self) -> int:
-        return crc32c.crc32c(memoryview(self.buffer)[ATTRIBUTES_OFFSET:])
+        return batch_crc(self.buffer)
 
     def is_valid(self) -> bool:
         return crc_matches(self.buffer)
@@ -392,7 +397,7 @@ def with_timestamps(batch: bytes | bytearray | memoryview, timestamp_type: Times
     out = bytearray(batch)
     struct.pack_into(">h", out, ATTRIBUTES_OFFSET, wanted)
     struct.pack_into(">q", out, MAX_TIMESTAMP_OFFSET, max_timestamp)
-    _CRC.pack_into(out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    _CRC.pack_into(out, CRC_OFFSET, batch_crc(out))
     return bytes(out)
 
 
