@@ -1,5 +1,7 @@
 """Ledger files: entries, sealed tables, and detection of every torn or corrupt byte."""
 
+import mmap
+import os
 import tempfile
 from pathlib import Path
 
@@ -102,6 +104,45 @@ def test_every_flipped_byte_is_detected_never_returned(tmp_path, data):
     except CorruptRecordError:
         return
     assert got == original
+
+
+def make_large_ledger(tmp_path, seal):
+    """Eight entries of 64 KiB: a read of them is large enough to be mapped, not copied."""
+    fio = FileIO(str(tmp_path))
+    w = LedgerWriter.create(fio, "l.ledger", 42)
+    rows, expected = [], []
+    for i in range(8):
+        batch = [os.urandom(16 << 10) for _ in range(4)]
+        rows += w.append([build_record_batch([Record(v) for v in batch])], 4 * i, 5000 + i)
+        expected += batch
+    w.sync()
+    length = w.seal(rows, 32) if seal else w.position
+    w.close()
+    return fio, length, expected
+
+
+@pytest.mark.parametrize("sealed", [True, False])
+def test_a_large_read_maps_the_ledger_and_outlives_its_deletion(tmp_path, sealed):
+    """Entries read from a local ledger are views of the file's pages, not copies; retention may
+    delete the file while a reader still holds them."""
+    fio, length, expected = make_large_ledger(tmp_path, sealed)
+    reader = LedgerReader(fio, "l.ledger", length, sealed)
+    reader.table()
+    entries = reader.read(0, 8 << 20)
+    assert len(entries) == 8 and all(isinstance(e.batch.obj, mmap.mmap) for e in entries)
+    os.remove(tmp_path / "l.ledger")
+    assert values(entries) == expected
+
+
+def test_a_ledger_shorter_than_its_confirmed_length_is_an_error_naming_it(tmp_path):
+    """Cut short under what its metadata confirms (by hand: kop's writers never do), a ledger is
+    reported, not mapped past its end, where touching the missing pages would kill the reader."""
+    fio, length, _expected = make_large_ledger(tmp_path, seal=False)
+    reader = LedgerReader(fio, "l.ledger", length, False)
+    reader.table()
+    os.truncate(tmp_path / "l.ledger", length - 1000)
+    with pytest.raises(CorruptRecordError, match=r"l\.ledger: ledger ends before its confirmed length"):
+        reader.read(0, 8 << 20)
 
 
 def test_recovery_truncates_at_first_torn_entry(tmp_path):

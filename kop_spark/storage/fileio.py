@@ -94,6 +94,11 @@ class FileIO(abc.ABC):
         with self.open_input(path) as f:
             return f.read_at(length, offset)
 
+    def read_view(self, path: str, offset: int, length: int) -> bytes | memoryview:
+        """As ``read_at``, for a large read of bytes no writer changes any more (a ledger's
+        confirmed part): a backend may hand out a read-only view of them instead of a copy."""
+        return self.read_at(path, offset, length)
+
     @abc.abstractmethod
     def size(self, path: str) -> int: ...
 

@@ -299,7 +299,7 @@ class LedgerReader:
         while last < stop_row and entry_end(last) - start <= max_bytes:
             last += 1
         stop = entry_end(last - 1)
-        data = self.fileio.read_at(self.path, start, stop - start)
+        data = self.fileio.read_view(self.path, start, stop - start)
         self.stats.bytes_read += len(data)
         if len(data) != stop - start:
             raise CorruptRecordError(f"{self._full()}: ledger ends before its confirmed length {data_end}")
