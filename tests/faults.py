@@ -1,9 +1,9 @@
 """Fault injection for the storage layer: every call that changes a file is a step, and a fault
 can be made to land at any one of them.
 
-``FaultyOS`` stands in for the ``os`` module inside ``kop_spark.storage.fileio``, ``local_fileio`` and
-``kop_spark.storage.metadata.file`` (and ``FileIO.delete``, which goes through pyarrow, is wrapped
-too). At step ``at`` it raises instead of making the call, makes the call and then raises (the
+``FaultyOS`` stands in for the ``os`` module inside ``kop_spark.storage.fileio``, ``local_fileio``,
+``direct_file`` and ``kop_spark.storage.metadata.file`` (and ``FileIO.delete``, which goes through
+pyarrow, is wrapped too). At step ``at`` it raises instead of making the call, makes the call and then raises (the
 case kill -9 never shows: the step happened and clean-up code runs), or writes half of what it
 was asked to and returns the short count.
 """
@@ -16,8 +16,8 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from kop_spark.storage import direct_file, local_fileio
 from kop_spark.storage import fileio as fileio_module
-from kop_spark.storage import local_fileio
 from kop_spark.storage.metadata import file as metadata_module
 
 CHANGING = ("open", "pwrite", "pwritev", "write", "fsync", "ftruncate", "link", "unlink", "rename", "makedirs")
@@ -98,6 +98,7 @@ def injected(monkeypatch, injector: Injector) -> Iterator[Injector]:
     with monkeypatch.context() as m:
         m.setattr(fileio_module, "os", faulty)  # write_all
         m.setattr(local_fileio, "os", faulty)
+        m.setattr(direct_file, "os", faulty)
         m.setattr(metadata_module, "os", faulty)
         real_delete = local_fileio.LocalFileIO.delete
         m.setattr(

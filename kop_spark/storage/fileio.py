@@ -116,8 +116,9 @@ class FileIO(abc.ABC):
     # -- writes -------------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def create(self, path: str) -> NewFile:
-        """A new file (never an existing one) for its one writer."""
+    def create(self, path: str, direct: bool = False) -> NewFile:
+        """A new file (never an existing one) for its one writer. ``direct``: a large file written
+        once and read later, which a local disk takes around the page cache where it can."""
 
     def reopen(self, path: str, length: int) -> NewFile:
         """Reopen a file this writer created, dropping anything after ``length``."""

@@ -110,8 +110,9 @@ class LedgerWriter:
         self._file = file
 
     @classmethod
-    def create(cls, fileio: FileIO, path: str, ledger_id: int) -> LedgerWriter:
-        f = fileio.create(path)
+    def create(cls, fileio: FileIO, path: str, ledger_id: int, direct: bool = False) -> LedgerWriter:
+        """A new ledger file; ``direct``: one written whole, then read by others (``FileIO.create``)."""
+        f = fileio.create(path, direct)
         try:
             f.write(ledger_file_header(ledger_id))
         except BaseException:

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from ..errors import FileMissingError, StorageError
+from .direct_file import DirectFile, open_direct
 from .fileio import FileIO, NewFile, WholeFile, storage_error, write_all
 
 _IOV_MAX = 1024  # buffers one pwritev takes on Linux and the BSDs
@@ -185,15 +186,20 @@ class LocalFileIO(FileIO):
             )
         return self.full_path(path)
 
-    def create(self, path: str) -> AppendFile:
-        """Create a new file (never an existing one) for appending."""
+    def create(self, path: str, direct: bool = False) -> NewFile:
+        """Create a new file (never an existing one) for appending; ``direct``: written with
+        ``O_DIRECT`` (``direct_file``) where the filesystem takes it."""
         full = self._require_local("create", path)
         try:
             os.makedirs(os.path.dirname(full), exist_ok=True)
-            fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = open_direct(full) if direct else None
+            f: NewFile
+            if fd is not None:
+                f = DirectFile(full, fd, self.sync)
+            else:
+                f = AppendFile(full, os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), 0, self.sync)
         except OSError as e:
             raise storage_error("create", full, e) from e
-        f = AppendFile(full, fd, 0, self.sync)
         try:
             self.sync_dir(os.path.dirname(full))
         except BaseException:
@@ -308,7 +314,7 @@ class WholeFileIO(LocalFileIO):
 
     supports_append = False
 
-    def create(self, path: str) -> NewFile:  # type: ignore[override]  # WholeFile, not AppendFile
+    def create(self, path: str, direct: bool = False) -> NewFile:
         return WholeFile(self, path)
 
     def reopen(self, path: str, length: int) -> AppendFile:

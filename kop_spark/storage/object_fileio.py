@@ -73,7 +73,7 @@ class ObjectFileIO(FileIO):
 
     # -- writes -------------------------------------------------------------------------------
 
-    def create(self, path: str) -> NewFile:
+    def create(self, path: str, direct: bool = False) -> NewFile:
         return WholeFile(self, path)
 
     def delete(self, path: str) -> None:

@@ -42,10 +42,11 @@ class LedgerStager:
     """Writes one ledger that is not yet part of a partition: entries get relative indexes from 0,
     and ``finish`` seals it."""
 
-    def __init__(self, fileio: FileIO, path: str, ledger_id: int | None = None):
+    def __init__(self, fileio: FileIO, path: str, ledger_id: int | None = None, direct: bool = False):
         self.path = path
         self._fileio = fileio
-        self._writer = LedgerWriter.create(fileio, path, new_ledger_id() if ledger_id is None else ledger_id)
+        ledger_id = new_ledger_id() if ledger_id is None else ledger_id
+        self._writer = LedgerWriter.create(fileio, path, ledger_id, direct)
         self._rows: list[EntryInfo] = []
         self._records = 0
 
@@ -88,6 +89,6 @@ def task_stager(fileio: FileIO, ledger_path: Callable[[int], str], task_dir: str
     """A ledger a task stages for a partition: in ``task_dir``, to be moved in when it is appended;
     on an object store (no rename) at its final name ``ledger_path(id)``, where it will stay."""
     ledger_id = new_ledger_id()
-    if fileio.supports_append:
-        return LedgerStager(fileio, staged_ledger_file(task_dir, f"{ledger_id:x}"), ledger_id)
+    if fileio.supports_append:  # written whole and read only once appended: around the page cache
+        return LedgerStager(fileio, staged_ledger_file(task_dir, f"{ledger_id:x}"), ledger_id, direct=True)
     return LedgerStager(fileio, ledger_path(ledger_id), ledger_id)
