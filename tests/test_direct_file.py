@@ -3,6 +3,7 @@ written, whatever the sizes and buffer boundaries, and a fault at any step loses
 
 import os
 import random
+from pathlib import Path
 
 import pytest
 from hypothesis import example, given, settings
@@ -23,6 +24,10 @@ def new_file(tmp_path, name="f"):
     return path, DirectFile(path, fd, sync=True)
 
 
+def contents(path):
+    return Path(path).read_bytes()
+
+
 def data(n, seed):
     return random.Random(seed).randbytes(n)
 
@@ -30,10 +35,10 @@ def data(n, seed):
 def test_a_direct_file_is_written_around_the_page_cache(tmp_path):
     path, f = new_file(tmp_path)
     f.write(data(5000, 1))
-    flags = int(open(f"/proc/self/fdinfo/{f._fd}").read().split("flags:")[1].split()[0], 8)
+    flags = int(Path(f"/proc/self/fdinfo/{f._fd}").read_text().split("flags:")[1].split()[0], 8)
     f.sync()
     f.close()
-    assert flags & os.O_DIRECT and open(path, "rb").read() == data(5000, 1)
+    assert flags & os.O_DIRECT and contents(path) == data(5000, 1)
 
 
 operations = st.lists(
@@ -66,10 +71,10 @@ def test_what_a_reader_finds_after_sync_is_what_was_written(tmp_path_factory, op
                 positions = [p for p in positions if p <= length]
             else:
                 f.sync()
-                assert open(path, "rb").read() == model
+                assert contents(path) == model
             assert f.position == len(model)
         f.sync()
-        assert open(path, "rb").read() == model
+        assert contents(path) == model
     finally:
         f.close()
 
@@ -105,4 +110,4 @@ def test_a_fault_at_any_step_loses_nothing_written(tmp_path, monkeypatch):
             _writes(f, model, monkeypatch, Injector(at, fault))
             f.sync()
             f.close()
-            assert open(path, "rb").read() == model, f"{fault} at step {at}"
+            assert contents(path) == model, f"{fault} at step {at}"
