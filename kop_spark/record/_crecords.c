@@ -89,6 +89,7 @@ typedef struct {
     PyObject *ba;
     Py_ssize_t len; /* bytes written */
     Py_ssize_t cap; /* the bytearray's size while we write: len plus what is reserved */
+    uint8_t *data;  /* the bytearray's bytes, looked up again only when it is resized */
 } out_t;
 
 static int
@@ -100,6 +101,7 @@ out_open(out_t *o, PyObject *ba)
     }
     o->ba = ba;
     o->len = o->cap = PyByteArray_GET_SIZE(ba);
+    o->data = (uint8_t *)PyByteArray_AS_STRING(ba);
     return 0;
 }
 
@@ -131,8 +133,9 @@ out_reserve(out_t *o, Py_ssize_t n)
         if (PyByteArray_Resize(o->ba, want) < 0)
             return NULL;
         o->cap = want;
+        o->data = (uint8_t *)PyByteArray_AS_STRING(o->ba);
     }
-    return (uint8_t *)PyByteArray_AS_STRING(o->ba) + o->len;
+    return o->data + o->len;
 }
 
 static inline int
@@ -199,7 +202,7 @@ binary_open(binary_out_t *c, PyObject *data, PyObject *ends, PyObject *valid)
     return (out_open(&c->data, data) < 0 || out_open(&c->ends, ends) < 0 || out_open(&c->valid, valid) < 0) ? -1 : 0;
 }
 
-static int
+static inline int
 binary_put(binary_out_t *c, const uint8_t *src, int64_t length)
 {
     if (length < 0) {
