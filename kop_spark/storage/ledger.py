@@ -304,9 +304,9 @@ class LedgerReader:
         self.stats.bytes_read += len(data)
         if len(data) != stop - start:
             raise CorruptRecordError(f"{self._full()}: ledger ends before its confirmed length {data_end}")
-        entries = []
+        entries, full = [], self._full()
         for row in rows[first_entry:last]:
-            entry, _ = parse_entry(data, row.position - start, self._full(), start)
+            entry, _ = parse_entry(data, row.position - start, full, start)
             if entry.relative_index != row.relative_index:
                 raise CorruptRecordError(
                     f"{self._full()}: entry at byte {row.position} has relative index {entry.relative_index}, "
