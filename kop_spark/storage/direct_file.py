@@ -12,6 +12,7 @@ was written before a ``sync`` is in the file for any reader, durable when ``sync
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from collections.abc import Sequence
@@ -32,14 +33,14 @@ def open_direct(path: str) -> int | None:
         # read and write: a truncate reads back the block it cuts into
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | flag, 0o644)
     except OSError as e:
-        if e.errno == 22:  # EINVAL: no direct I/O here
+        if e.errno == errno.EINVAL:  # no direct I/O here
             return None
         raise
 
 
 class DirectFile:
-    """A file one writer appends to through an aligned buffer, written with ``O_DIRECT`` (see the
-    module). ``position`` is where the next write goes; a write that fails part way leaves the file
+    """A file one writer appends to through an aligned buffer of 1 MiB, written with ``O_DIRECT``
+    (see the module). ``position`` is where the next write goes; a write that fails part way leaves the file
     ``torn`` until ``truncate`` takes it back to a length known to be good."""
 
     def __init__(self, path: str, fd: int, sync: bool):
@@ -84,7 +85,7 @@ class DirectFile:
         except OSError as e:
             raise storage_error("write to", self.path, e) from e
         if n != size:  # the rest would be unaligned: a full device, as a short write is elsewhere
-            raise storage_error("write to", self.path, OSError(28, os.strerror(28)))
+            raise storage_error("write to", self.path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
 
     def sync(self) -> None:
         """Put the buffered tail in the file (a whole block, then cut back to ``position``), and
@@ -113,7 +114,7 @@ class DirectFile:
                 if length > start:
                     got = os.preadv(self._fd, [memoryview(self._buffer)[:_BLOCK]], start)
                     if got < length - start:
-                        raise OSError(5, f"read {got} bytes back, not {length - start}")
+                        raise OSError(errno.EIO, f"read {got} bytes back, not {length - start}")
                 self._written, self._filled = start, length - start
             os.ftruncate(self._fd, length)
         except OSError as e:

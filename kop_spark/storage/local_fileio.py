@@ -1,7 +1,8 @@
 """The store's files on a POSIX filesystem: appends, fsync, truncate, rename, as writers need them.
 
-Reads go through pyarrow, so a root on any filesystem pyarrow knows (hdfs://...) can be read; writes
-need the root on a local or mounted POSIX filesystem.
+Reads go through pyarrow, so a root on any filesystem pyarrow knows (hdfs://...) can be read (large
+reads of a local disk are mapped instead); writes need the root on a local or mounted POSIX
+filesystem.
 """
 
 from __future__ import annotations
