@@ -6,6 +6,7 @@ twin is checked against the reference."""
 import os
 import shutil
 import subprocess
+from array import array
 
 import pyarrow as pa
 import pytest
@@ -105,6 +106,96 @@ def test_decoders_agree_over_many_batches_and_builds():
     assert len(ours) == len(theirs) == 3
     assert all(a.equals(b) for a, b in zip(ours, theirs, strict=True))
     assert sum(b.num_rows for b in ours) == total - 10
+
+
+def run_of(batches: list[bytes], gaps: list[int]) -> tuple[bytes, array]:
+    """The batches laid out in one buffer as a ledger holds them, other bytes between them (where a
+    ledger keeps each entry's metadata), and their (position, size) spans."""
+    data, spans = bytearray(), array("q")
+    for batch, gap in zip(batches, gaps, strict=True):
+        data += bytes([0xA5]) * gap
+        spans.extend((len(data), len(batch)))
+        data += batch
+    return bytes(data), spans
+
+
+def build_in_runs(codec, data, spans, window, headers, limits) -> list[pa.RecordBatch]:
+    """The Arrow batches a Spark task builds from a run, flushed at the limits, as partition_reader does."""
+    builder, taken, flushed = ArrowRecordBuilder("t", 3, headers, codec=codec), 0, []
+    while taken < len(spans) // 2:
+        taken = builder.add_batches(data, spans, taken, 1000, *window, *limits)
+        if len(builder) >= limits[0] or builder.size_in_bytes >= limits[1]:
+            flushed.append(builder.build())
+    return [*flushed, builder.build()]
+
+
+def build_one_by_one(data, spans, window, headers, limits) -> list[pa.RecordBatch]:
+    builder, flushed = ArrowRecordBuilder("t", 3, headers, codec=reference), []
+    for at, size in zip(spans[::2], spans[1::2], strict=True):
+        batch = RecordBatch(data[at : at + size])
+        builder.add(batch, 1000 + batch.base_offset, *window)
+        if len(builder) >= limits[0] or builder.size_in_bytes >= limits[1]:
+            flushed.append(builder.build())
+    return [*flushed, builder.build()]
+
+
+@needs_compiled
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    batches=st.lists(
+        st.tuples(records, st.sampled_from(list(CompressionType)), st.booleans(), st.booleans()), min_size=1, max_size=6
+    ),
+    gaps=st.lists(st.integers(0, 40), min_size=6, max_size=6),
+    window=st.tuples(st.integers(1000, 1100), st.integers(1000, 1100)),
+    limits=st.tuples(st.integers(1, 60), st.integers(1, 1500)),
+    headers=st.booleans(),
+)
+@example(  # flushed by bytes, not rows
+    batches=[([Record(bytes(100), b"k")] * 20, CompressionType.NONE, False, False)] * 4,
+    gaps=[3] * 6,
+    window=(1000, 1100),
+    limits=(1000, 500),
+    headers=False,
+)
+def test_decoders_read_a_run_of_batches_as_batch_by_batch(batches, gaps, window, limits, headers):
+    """A run of framed batches (compressed, control, LogAppendTime ones among them) decoded in one
+    call per flush, by either twin, builds the Arrow batches that adding them one at a time builds:
+    the same records, flushed at the same places."""
+    encoded, base = [], 0
+    for recs, codec, log_append, control in batches:
+        ts_type = TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME
+        encoded.append(
+            build_record_batch(
+                recs,
+                base_offset=base,
+                compression=codec,
+                timestamp_type=ts_type,
+                log_append_time_ms=9,
+                is_control=control,
+            )
+        )
+        base += len(recs)
+    data, spans = run_of(encoded, gaps[: len(encoded)])
+    window = (min(window), max(window))
+    expected = build_one_by_one(data, spans, window, headers, limits)
+    for codec in (reference, compiled):
+        got = build_in_runs(codec, data, spans, window, headers, limits)
+        assert len(got) == len(expected) and all(a.equals(b) for a, b in zip(got, expected, strict=True))
+
+
+@needs_compiled
+@pytest.mark.parametrize("codec", ["reference", "compiled"])
+def test_a_run_refuses_spans_outside_its_bytes_and_batches_not_framed(codec):
+    run_codec = reference if codec == "reference" else compiled
+    batch = build_record_batch([Record(b"v")])
+    columns = ArrowRecordBuilder("t", 0, False)._columns
+    for data, spans, says in (
+        (batch, array("q", [1, len(batch)]), "lies outside the"),
+        (batch, array("q", [0, 60]), "lies outside the"),
+        (batch[:16] + b"\x01" + batch[17:], array("q", [0, len(batch)]), "not one framed magic-2 batch"),
+    ):
+        with pytest.raises(CorruptRecordError, match=says):
+            run_codec.decode_batches(data, spans, 0, 0, 0, 1 << 62, False, 100, 1 << 20, columns)
 
 
 @needs_compiled

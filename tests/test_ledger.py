@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from kop_spark.errors import CorruptRecordError
 from kop_spark.record import Record, RecordBatch, build_record_batch
 from kop_spark.storage.ledger import FILE_HEADER, LedgerReader, LedgerWriter, recover
+from kop_spark.storage.ledger_entry import Entry
 from kop_spark.storage.local_fileio import LocalFileIO as FileIO
 
 
@@ -101,9 +102,50 @@ def test_every_flipped_byte_is_detected_never_returned(tmp_path, data):
     try:
         reader = LedgerReader(fio, "l.ledger", length, sealed)
         got = values(reader.read(0, 1 << 20))
-    except CorruptRecordError:
-        return
-    assert got == original
+    except CorruptRecordError as e:
+        refused = str(e)
+    else:
+        refused = None
+        assert got == original
+    # A run (what a Spark task reads) is verified alike, and refused with the same words
+    try:
+        run = LedgerReader(fio, "l.ledger", length, sealed).read_run(0, 1 << 20)
+    except CorruptRecordError as e:
+        assert str(e) == refused
+    else:
+        assert refused is None and values(run_entries(run)) == original
+
+
+def run_entries(run):
+    """A run's batches, as read() would hand them out."""
+    return [
+        Entry(0, 0, 0, 0, memoryview(run.data)[at : at + size])
+        for at, size in zip(run.spans[::2], run.spans[1::2], strict=True)
+    ]
+
+
+@pytest.mark.parametrize("sealed", [True, False])
+@pytest.mark.parametrize("max_bytes", [0, 50, 200, 1 << 20])
+def test_a_run_holds_the_entries_a_read_does(tmp_path, sealed, max_bytes):
+    """read_run takes the entries read takes, from any entry on, to any last one, and says where
+    the run's offsets end."""
+    fio, _rows, length, _ = make_ledger(tmp_path, n_entries=6, seal=sealed)
+    reader = LedgerReader(fio, "l.ledger", length, sealed)
+    for first in range(6):
+        for last in (None, *range(first, 7)):
+            entries = reader.read(first, max_bytes, last)
+            run = reader.read_run(first, max_bytes, last)
+            assert len(run) == len(entries)
+            assert [bytes(e.batch) for e in run_entries(run)] == [bytes(e.batch) for e in entries]
+            assert run.end_index == entries[-1].relative_index + entries[-1].offset_span
+
+
+def test_a_run_refuses_an_entry_its_table_places_elsewhere(tmp_path):
+    fio, rows, length, _ = make_ledger(tmp_path, n_entries=3, seal=False)
+    reader = LedgerReader(fio, "l.ledger", length, sealed=False)
+    reader.table().rows[1] = rows[1]._replace(relative_index=4)  # as a stale or damaged table would say
+    with pytest.raises(CorruptRecordError, match="has relative index 3, its table says 4"):
+        reader.read_run(0, 1 << 20)
 
 
 def make_large_ledger(tmp_path, seal):

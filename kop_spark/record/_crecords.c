@@ -306,6 +306,112 @@ read_header(const uint8_t *buf, Py_ssize_t end, Py_ssize_t *pos, header_t *h, lo
     return 0;
 }
 
+#define BATCH_HEADER 61 /* a v2 batch's header, up to its records */
+
+/* The builder's 16 bytearray columns (see ArrowRecordBuilder), open for appending. */
+typedef struct {
+    out_t offsets, timestamps, timestamp_types, header_ends;
+    binary_out_t keys, values, hkeys, hvalues;
+    int32_t header_total; /* the last header list end: where the next record's headers start */
+} columns_t;
+
+static int
+columns_open(columns_t *o, PyObject *columns, int include_headers)
+{
+    memset(o, 0, sizeof(*o));
+    if (!PyTuple_Check(columns) || PyTuple_GET_SIZE(columns) != 16) {
+        PyErr_SetString(PyExc_TypeError, "expected 16 output columns");
+        return -1;
+    }
+    PyObject **c = &PyTuple_GET_ITEM(columns, 0);
+    if (out_open(&o->offsets, c[0]) < 0 || out_open(&o->timestamps, c[1]) < 0 ||
+        out_open(&o->timestamp_types, c[2]) < 0 || binary_open(&o->keys, c[3], c[4], c[5]) < 0 ||
+        binary_open(&o->values, c[6], c[7], c[8]) < 0 || out_open(&o->header_ends, c[9]) < 0 ||
+        binary_open(&o->hkeys, c[10], c[11], c[12]) < 0 || binary_open(&o->hvalues, c[13], c[14], c[15]) < 0)
+        return -1;
+    if (include_headers && o->header_ends.len >= 4)
+        memcpy(&o->header_total, o->header_ends.data + o->header_ends.len - 4, 4);
+    return 0;
+}
+
+/* Give back what was reserved; on failure the builder is discarded with the exception. */
+static int
+columns_close(columns_t *o)
+{
+    return (out_close(&o->offsets) == 0 && out_close(&o->timestamps) == 0 && out_close(&o->timestamp_types) == 0 &&
+            binary_close(&o->keys) == 0 && binary_close(&o->values) == 0 && out_close(&o->header_ends) == 0 &&
+            binary_close(&o->hkeys) == 0 && binary_close(&o->hvalues) == 0) ? 0 : -1;
+}
+
+/* Append the records of an uncompressed records section (`size` bytes at `buf`) whose offsets lie
+ * in [start, end); log_append says the batch is LogAppendTime, stamped log_append_ts. */
+static int
+decode_payload(columns_t *o, const uint8_t *buf, Py_ssize_t size, Py_ssize_t count, long long base_offset,
+               long long base_ts, int log_append, long long log_append_ts, long long start, long long end,
+               int include_headers)
+{
+    Py_ssize_t pos = 0;
+    /* Every record takes two bytes at least, every header two: bounds for the whole batch. */
+    Py_ssize_t rows = count < size / 2 + 1 ? count : size / 2 + 1, headers = include_headers ? size / 2 + 1 : 0;
+    if (out_reserve(&o->offsets, rows * 8) == NULL || out_reserve(&o->timestamps, rows * 8) == NULL ||
+        out_reserve(&o->timestamp_types, rows * 4) == NULL || binary_reserve(&o->keys, rows, 0) < 0 ||
+        binary_reserve(&o->values, rows, 0) < 0 || out_reserve(&o->header_ends, include_headers ? rows * 4 : 0) == NULL ||
+        binary_reserve(&o->hkeys, headers, 0) < 0 || binary_reserve(&o->hvalues, headers, 0) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t ts_delta = 0, offset_delta = 0, key_length = 0, value_length = 0;
+        Py_ssize_t record_end = 0;
+        if (read_record_start(buf, size, &pos, &record_end, base_offset) < 0)
+            return -1;
+        /* Bounded by the record, even one outside [start, end) that is skipped: a record whose
+         * fields overrun its length is corrupt wherever it lies, as the reference finds it. */
+        if (varint_or_raise(buf, record_end, &pos, &ts_delta, base_offset) < 0 ||
+            varint_or_raise(buf, record_end, &pos, &offset_delta, base_offset) < 0 ||
+            varint_or_raise(buf, record_end, &pos, &key_length, base_offset) < 0)
+            return -1;
+        long long offset = base_offset + offset_delta;
+        if (offset < start || offset >= end) {
+            pos = record_end;
+            continue;
+        }
+        Py_ssize_t key_at = pos;
+        pos += key_length > 0 ? key_length : 0;
+        if (pos > record_end || varint_or_raise(buf, record_end, &pos, &value_length, base_offset) < 0) {
+            if (!PyErr_Occurred())
+                corrupt("record at offset %lld overruns its length", offset);
+            return -1;
+        }
+        Py_ssize_t value_at = pos;
+        pos += value_length > 0 ? value_length : 0;
+        if (pos > record_end)
+            return corrupt("record at offset %lld overruns its length", offset);
+        if (binary_put(&o->keys, buf + key_at, key_length) < 0 ||
+            binary_put(&o->values, buf + value_at, value_length) < 0 || out_int64(&o->offsets, offset) < 0 ||
+            out_int64(&o->timestamps, (log_append ? log_append_ts : base_ts + ts_delta) * 1000) < 0 ||
+            out_int32(&o->timestamp_types, log_append) < 0)
+            return -1;
+        if (include_headers) {
+            int64_t n = 0;
+            if (read_header_count(buf, record_end, &pos, &n, offset, base_offset) < 0)
+                return -1;
+            for (int64_t h = 0; h < n; h++) {
+                header_t hd = {0}; /* zeroed: the compiler cannot see that read_header sets it */
+                if (read_header(buf, record_end, &pos, &hd, offset, base_offset) < 0 ||
+                    binary_put(&o->hkeys, buf + hd.key_at, hd.key_length) < 0 ||
+                    binary_put(&o->hvalues, buf + hd.value_at, hd.value_length) < 0)
+                    return -1;
+            }
+            o->header_total += (int32_t)n;
+            if (out_int32(&o->header_ends, o->header_total) < 0)
+                return -1;
+            if (pos != record_end)
+                return corrupt("record at offset %lld does not match its length", offset);
+        }
+        pos = record_end;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(decode_records_doc,
 "decode_records(payload, count, base_offset, base_ts, log_append_ts, start, end, include_headers, columns)\n\n"
 "Append the records of an uncompressed records section whose offsets lie in [start, end) to the\n"
@@ -319,107 +425,82 @@ decode_records(PyObject *self, PyObject *args)
     long long base_offset, base_ts, start, end;
     PyObject *log_append_obj, *columns;
     int include_headers;
-    if (!PyArg_ParseTuple(args, "y*nLLOLLpO!", &payload, &count, &base_offset, &base_ts, &log_append_obj, &start,
-                          &end, &include_headers, &PyTuple_Type, &columns))
+    if (!PyArg_ParseTuple(args, "y*nLLOLLpO", &payload, &count, &base_offset, &base_ts, &log_append_obj, &start,
+                          &end, &include_headers, &columns))
         return NULL;
-
-    out_t offsets, timestamps, timestamp_types, header_ends;
-    binary_out_t keys, values, hkeys, hvalues;
-    PyObject **c = &PyTuple_GET_ITEM(columns, 0);
-    int ok = PyTuple_GET_SIZE(columns) == 16 && out_open(&offsets, c[0]) == 0 && out_open(&timestamps, c[1]) == 0 &&
-             out_open(&timestamp_types, c[2]) == 0 && binary_open(&keys, c[3], c[4], c[5]) == 0 &&
-             binary_open(&values, c[6], c[7], c[8]) == 0 && out_open(&header_ends, c[9]) == 0 &&
-             binary_open(&hkeys, c[10], c[11], c[12]) == 0 && binary_open(&hvalues, c[13], c[14], c[15]) == 0;
-    if (!ok) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "expected 16 output columns");
-        PyBuffer_Release(&payload);
-        return NULL;
-    }
     int log_append = log_append_obj != Py_None;
     long long log_append_ts = log_append ? PyLong_AsLongLong(log_append_obj) : 0;
-    int32_t header_total = 0;
-    if (include_headers && header_ends.len >= 4)
-        memcpy(&header_total, PyByteArray_AS_STRING(header_ends.ba) + header_ends.len - 4, 4);
-
-    const uint8_t *buf = payload.buf;
-    Py_ssize_t size = payload.len, pos = 0;
-    /* Every record takes two bytes at least, every header two: bounds for the whole batch. */
-    Py_ssize_t rows = count < size / 2 + 1 ? count : size / 2 + 1, headers = include_headers ? size / 2 + 1 : 0;
-    int failed = PyErr_Occurred() != NULL || out_reserve(&offsets, rows * 8) == NULL ||
-                 out_reserve(&timestamps, rows * 8) == NULL || out_reserve(&timestamp_types, rows * 4) == NULL ||
-                 binary_reserve(&keys, rows, 0) < 0 || binary_reserve(&values, rows, 0) < 0 ||
-                 out_reserve(&header_ends, include_headers ? rows * 4 : 0) == NULL ||
-                 binary_reserve(&hkeys, headers, 0) < 0 || binary_reserve(&hvalues, headers, 0) < 0;
-    for (Py_ssize_t i = 0; i < count && !failed; i++) {
-        int64_t ts_delta = 0, offset_delta = 0, key_length = 0, value_length = 0;
-        Py_ssize_t record_end = 0;
-        failed = -1;
-        if (read_record_start(buf, size, &pos, &record_end, base_offset) < 0)
-            break;
-        /* Bounded by the record, even one outside [start, end) that is skipped: a record whose
-         * fields overrun its length is corrupt wherever it lies, as the reference finds it. */
-        if (varint_or_raise(buf, record_end, &pos, &ts_delta, base_offset) < 0 ||
-            varint_or_raise(buf, record_end, &pos, &offset_delta, base_offset) < 0 ||
-            varint_or_raise(buf, record_end, &pos, &key_length, base_offset) < 0)
-            break;
-        long long offset = base_offset + offset_delta;
-        if (offset < start || offset >= end) {
-            pos = record_end;
-            failed = 0;
-            continue;
-        }
-        Py_ssize_t key_at = pos;
-        pos += key_length > 0 ? key_length : 0;
-        if (pos > record_end || varint_or_raise(buf, record_end, &pos, &value_length, base_offset) < 0) {
-            if (!PyErr_Occurred())
-                corrupt("record at offset %lld overruns its length", offset);
-            break;
-        }
-        Py_ssize_t value_at = pos;
-        pos += value_length > 0 ? value_length : 0;
-        if (pos > record_end) {
-            corrupt("record at offset %lld overruns its length", offset);
-            break;
-        }
-        if (binary_put(&keys, buf + key_at, key_length) < 0 || binary_put(&values, buf + value_at, value_length) < 0 ||
-            out_int64(&offsets, offset) < 0 ||
-            out_int64(&timestamps, (log_append ? log_append_ts : base_ts + ts_delta) * 1000) < 0 ||
-            out_int32(&timestamp_types, log_append) < 0)
-            break;
-        if (include_headers) {
-            int64_t n = 0, h;
-            if (read_header_count(buf, record_end, &pos, &n, offset, base_offset) < 0)
-                break;
-            for (h = 0; h < n; h++) {
-                header_t hd = {0}; /* zeroed: the compiler cannot see that read_header sets it */
-                if (read_header(buf, record_end, &pos, &hd, offset, base_offset) < 0 ||
-                    binary_put(&hkeys, buf + hd.key_at, hd.key_length) < 0 ||
-                    binary_put(&hvalues, buf + hd.value_at, hd.value_length) < 0)
-                    break;
-            }
-            if (h < n)
-                break;
-            header_total += (int32_t)n;
-            if (out_int32(&header_ends, header_total) < 0)
-                break;
-            if (pos != record_end) {
-                corrupt("record at offset %lld does not match its length", offset);
-                break;
-            }
-        }
-        pos = record_end;
-        failed = 0;
-    }
+    columns_t o = {0};
+    int failed = PyErr_Occurred() != NULL || columns_open(&o, columns, include_headers) < 0 ||
+                 decode_payload(&o, payload.buf, payload.len, count, base_offset, base_ts, log_append, log_append_ts,
+                                start, end, include_headers) < 0;
     PyBuffer_Release(&payload);
-    /* Give back what was reserved; on failure the builder is discarded with the exception. */
-    int closed = out_close(&offsets) == 0 && out_close(&timestamps) == 0 && out_close(&timestamp_types) == 0 &&
-                 binary_close(&keys) == 0 &&
-                 binary_close(&values) == 0 && out_close(&header_ends) == 0 && binary_close(&hkeys) == 0 &&
-                 binary_close(&hvalues) == 0;
-    if (failed || !closed)
+    if (columns_close(&o) < 0 || failed)
         return NULL;
     Py_RETURN_NONE;
+}
+
+static inline int64_t
+get_be(const uint8_t *p, int bytes)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; i++)
+        v = v << 8 | p[i];
+    return bytes == 8 ? (int64_t)v : bytes == 4 ? (int64_t)(int32_t)v : (int64_t)(int16_t)v;
+}
+
+PyDoc_STRVAR(decode_batches_doc,
+"decode_batches(data, spans, first, offset_base, start, end, include_headers, max_rows, max_bytes, columns)\n\n"
+"Append the records of the framed batches at spans[first:] (int64 pairs: position in data, size)\n"
+"whose offsets (offset_base + the batch's baseOffset + delta) lie in [start, end), skipping control\n"
+"batches, until the columns hold max_rows records or max_bytes of keys, values and header values.\n"
+"Stops before a compressed batch. Returns the index of the first span not taken.");
+
+static PyObject *
+decode_batches(PyObject *self, PyObject *args)
+{
+    Py_buffer data, spans;
+    Py_ssize_t first, max_rows, max_bytes;
+    long long offset_base, start, end;
+    int include_headers;
+    PyObject *columns;
+    if (!PyArg_ParseTuple(args, "y*y*nLLLpnnO", &data, &spans, &first, &offset_base, &start, &end, &include_headers,
+                          &max_rows, &max_bytes, &columns))
+        return NULL;
+    const int64_t *span = spans.buf;
+    Py_ssize_t n = spans.len / 16, i = first < 0 ? 0 : first;
+    columns_t o = {0};
+    int failed = columns_open(&o, columns, include_headers) < 0;
+    for (; i < n && !failed; i++) {
+        if (o.offsets.len / 8 >= max_rows || o.keys.data.len + o.values.data.len + o.hvalues.data.len >= max_bytes)
+            break;
+        int64_t at = span[2 * i], size = span[2 * i + 1];
+        if (at < 0 || size < BATCH_HEADER || at + size > data.len) {
+            failed = corrupt("batch %zd of %zd bytes at %lld lies outside the %zd bytes read", i, (Py_ssize_t)size,
+                             (long long)at, data.len);
+            break;
+        }
+        const uint8_t *b = (const uint8_t *)data.buf + at;
+        long long base_offset = offset_base + get_be(b, 8);
+        if (b[16] != 2 || get_be(b + 8, 4) + 12 != size) {
+            failed = corrupt("batch at offset %lld is not one framed magic-2 batch of %lld bytes", base_offset,
+                             (long long)size);
+            break;
+        }
+        int attributes = (int)get_be(b + 21, 2);
+        if (attributes & 0x20 || base_offset + get_be(b + 23, 4) < start || base_offset >= end)
+            continue; /* a control batch holds no data */
+        if (attributes & 0x07)
+            break; /* compressed: the caller decompresses it */
+        int log_append = (attributes & 0x08) != 0;
+        failed = decode_payload(&o, b + BATCH_HEADER, size - BATCH_HEADER, (Py_ssize_t)get_be(b + 57, 4), base_offset,
+                                get_be(b + 27, 8), log_append, get_be(b + 35, 8), start, end, include_headers) < 0;
+    }
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&spans);
+    if (columns_close(&o) < 0 || failed)
+        return NULL;
+    return PyLong_FromSsize_t(i);
 }
 
 /* ---- check ---- */
@@ -609,7 +690,6 @@ PyDoc_STRVAR(encode_records_doc,
 "With seal, each records section comes framed as a whole uncompressed batch (header and CRC),\n"
 "as seal_record_batch frames it by default.");
 
-#define BATCH_HEADER 61
 
 static inline uint8_t *
 put_be(uint8_t *p, uint64_t v, int bytes)
@@ -1096,6 +1176,7 @@ key_partitions(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"check_records", check_records, METH_VARARGS, check_records_doc},
+    {"decode_batches", decode_batches, METH_VARARGS, decode_batches_doc},
     {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
     {"encode_records", encode_records, METH_VARARGS, encode_records_doc},
     {"key_partitions", key_partitions, METH_VARARGS, key_partitions_doc},

@@ -14,6 +14,19 @@ def decode_records(
     columns: tuple[bytearray, ...],
     /,
 ) -> None: ...
+def decode_batches(
+    data: Buffer,
+    spans: Buffer,
+    first: int,
+    offset_base: int,
+    start: int,
+    end: int,
+    include_headers: bool,
+    max_rows: int,
+    max_bytes: int,
+    columns: tuple[bytearray, ...],
+    /,
+) -> int: ...
 def encode_records(
     keys: BinaryColumn | None,
     values: BinaryColumn | None,

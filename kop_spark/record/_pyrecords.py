@@ -103,6 +103,51 @@ def decode_records(
         raise CorruptRecordError(f"record batch at offset {base_offset} ends inside a record") from None
 
 
+_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")  # a v2 batch's 61-byte header (default_record_batch.HEADER)
+
+
+def decode_batches(
+    data: Buffer,
+    spans: Buffer,
+    first: int,
+    offset_base: int,
+    start: int,
+    end: int,
+    include_headers: bool,
+    max_rows: int,
+    max_bytes: int,
+    columns: tuple[bytearray, ...],
+) -> int:
+    """``decode_records`` for a run of framed batches: those at ``spans[first:]`` (int64 pairs:
+    position in ``data``, size), whose offsets are ``offset_base`` plus each batch's ``baseOffset``,
+    until the columns hold ``max_rows`` records or ``max_bytes`` of keys, values and header values.
+    Control batches and batches outside ``[start, end)`` add nothing; a compressed one stops the run,
+    for the caller to decompress. Returns the index of the first span not taken."""
+    pairs = memoryview(spans).cast("B").cast("q")
+    view = memoryview(data)
+    i = max(first, 0)
+    while i < len(pairs) // 2:
+        if len(columns[0]) // 8 >= max_rows or len(columns[3]) + len(columns[6]) + len(columns[13]) >= max_bytes:
+            break
+        at, size = pairs[2 * i], pairs[2 * i + 1]
+        if at < 0 or size < _BATCH_HEADER.size or at + size > len(view):
+            raise CorruptRecordError(f"batch {i} of {size} bytes at {at} lies outside the {len(view)} bytes read")
+        (base, length, _, magic, _, attributes, last_delta, base_ts, max_ts, _, _, _, count) = (
+            _BATCH_HEADER.unpack_from(view, at)
+        )
+        base_offset = offset_base + base
+        if magic != 2 or length + 12 != size:
+            raise CorruptRecordError(f"batch at offset {base_offset} is not one framed magic-2 batch of {size} bytes")
+        if not (attributes & 0x20 or base_offset + last_delta < start or base_offset >= end):
+            if attributes & 0x07:
+                break  # compressed: the caller decompresses it
+            log_append_ts = max_ts if attributes & 0x08 else None
+            payload = view[at + _BATCH_HEADER.size : at + size]
+            decode_records(payload, count, base_offset, base_ts, log_append_ts, start, end, include_headers, columns)
+        i += 1
+    return i
+
+
 def check_records(payload: Buffer, count: int, base_offset: int, base_ts: int) -> tuple[bool, int, int]:
     """Walk every record of an uncompressed records section, checked as a broker checks a produce
     (framing, keys, values, headers and UTF-8 header keys, no bytes left over), copying nothing: ``(offset deltas are
@@ -333,4 +378,4 @@ def reserve_columns(columns: tuple[bytearray, ...], sizes: tuple[int, ...]) -> N
         raise ValueError("a size for each column")
 
 
-__all__ = ["check_records", "decode_records", "encode_records", "key_partitions", "reserve_columns"]
+__all__ = ["check_records", "decode_batches", "decode_records", "encode_records", "key_partitions", "reserve_columns"]

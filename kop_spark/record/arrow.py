@@ -71,6 +71,7 @@ class ArrowRecordBuilder:
         self.partition = partition
         self.include_headers = include_headers
         self._decode_records = codec.decode_records
+        self._decode_batches = codec.decode_batches
         self._reserve_columns = codec.reserve_columns
         self._schema = kafka_source_schema(include_headers)
         self._constants: tuple[pa.Array, pa.Array] | None = None
@@ -119,6 +120,33 @@ class ArrowRecordBuilder:
             self.include_headers,
             self._columns,
         )
+
+    def add_batches(
+        self,
+        data: Buffer,
+        spans: Buffer,
+        first: int,
+        offset_base: int,
+        start: int,
+        end: int,
+        max_rows: int,
+        max_bytes: int,
+    ) -> int:
+        """``add`` for a run of framed batches in ``data``: those at ``spans[first:]`` (int64 pairs:
+        position, size), each batch's first offset ``offset_base`` plus its ``baseOffset``, until the
+        builder holds ``max_rows`` records or ``max_bytes`` (``size_in_bytes``). One codec call
+        decodes the run, so a run of small batches costs no Python per batch. Returns the index of
+        the first span not added."""
+        i = self._decode_batches(
+            data, spans, first, offset_base, start, end, self.include_headers, max_rows, max_bytes, self._columns
+        )
+        if i < memoryview(spans).nbytes // 16 and len(self) < max_rows and self.size_in_bytes < max_bytes:
+            # the codec stopped at a compressed batch, which is decompressed here
+            at, size = struct.unpack_from("=qq", spans, i * 16)
+            batch = RecordBatch(memoryview(data)[at : at + size])
+            self.add(batch, offset_base + batch.base_offset, start, end)
+            i += 1
+        return i
 
     def build(self) -> pa.RecordBatch:
         """The records added so far as one Arrow batch; the builder starts empty again."""

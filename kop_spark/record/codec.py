@@ -38,6 +38,21 @@ class RecordsCodec(Protocol):
         /,
     ) -> None: ...
 
+    def decode_batches(
+        self,
+        data: Buffer,
+        spans: Buffer,
+        first: int,
+        offset_base: int,
+        start: int,
+        end: int,
+        include_headers: bool,
+        max_rows: int,
+        max_bytes: int,
+        columns: tuple[bytearray, ...],
+        /,
+    ) -> int: ...
+
     def encode_records(
         self,
         keys: BinaryColumn | None,

@@ -16,7 +16,6 @@ from pyspark.sql.datasource import InputPartition
 
 from ..config import CLOUD_OPTION_PREFIXES
 from ..errors import DataLossError, FileMissingError, UnknownTopicOrPartitionError
-from ..record import RecordBatch
 from ..record.arrow import ArrowRecordBuilder
 from ..storage.read_plan import LedgerSlice, SliceReader
 
@@ -83,11 +82,15 @@ def read_partition(p: KopInputPartition) -> Iterator[pa.RecordBatch]:
                 start, end = max(position, ledger.base_offset), min(p.end, ledger.end_offset)
                 if start >= end:
                     continue
-                for entry in files.read(ledger, start, end):
-                    builder.add(RecordBatch(entry.entry.batch), entry.base_offset, start, end)
-                    position = max(position, entry.base_offset + entry.entry.offset_span)
-                    if len(builder) >= _FLUSH_RECORDS or builder.size_in_bytes >= _FLUSH_BYTES:
-                        yield builder.build()
+                for run in files.read_runs(ledger, start, end):
+                    taken = 0
+                    while taken < len(run):
+                        taken = builder.add_batches(
+                            run.data, run.spans, taken, ledger.base_offset, start, end, _FLUSH_RECORDS, _FLUSH_BYTES
+                        )
+                        if len(builder) >= _FLUSH_RECORDS or builder.size_in_bytes >= _FLUSH_BYTES:
+                            yield builder.build()
+                    position = max(position, ledger.base_offset + run.end_index)
                 position = max(position, end)
             break
         except FileMissingError:
