@@ -1,7 +1,8 @@
 """Benchmark 2: ``read.format("kop")`` and ``readStream.format("kop")`` into the ``noop`` sink, against
 (a) a Python data source yielding pre-built Arrow batches of the same records (the ceiling of the
 Python Data Source API) and (b) Spark's Parquet source reading the same records, over two partitions
-on a local[2] session. Each is read twice: by a batch query, where what is timed is the read, and by
+on a local[2] session. kop reads the records as a producer batching 500 records sent them, and as
+one sending 10 at a time (a low-traffic producer's batches: a read's cost per batch shows). Each is read twice: by a batch query, where what is timed is the read, and by
 an AvailableNow streaming query, whose planning and commits (about a second for a Python source)
 fall on kop and the ceiling alike. Ratios are speed relative to each baseline read the same way.
 
@@ -21,16 +22,17 @@ from kop_spark import Broker
 from kop_spark.record.arrow import encode_arrow
 
 BATCH_RECORDS = 500  # records per produced batch, as the codec benchmark
+SMALL_BATCH_RECORDS = 10
 
 
-def produce(root: str, parts) -> None:
+def produce(root: str, parts, topic: str = "bench", batch_records: int = BATCH_RECORDS) -> None:
     with Broker(root, conf={"retention.ms": -1}) as b:
-        b.create_topic("bench", partitions=len(parts))
+        b.create_topic(topic, partitions=len(parts))
         for p, rb in enumerate(parts):
             millis = pc.divide(rb.column("timestamp").cast(pa.int64()), 1000)
-            batches = encode_arrow(rb.column("value"), rb.column("key"), millis, batch_bytes=BATCH_RECORDS * 125 - 1)
-            for start in range(0, len(batches), 100):
-                b.produce_batches("bench", p, batches[start : start + 100])
+            batches = encode_arrow(rb.column("value"), rb.column("key"), millis, batch_bytes=batch_records * 125 - 1)
+            for start in range(0, len(batches), 1000):
+                b.produce_batches(topic, p, batches[start : start + 1000])
 
 
 def run(n: int = 5_000_000, repeat: int = 5):
@@ -41,6 +43,7 @@ def run(n: int = 5_000_000, repeat: int = 5):
         parts = [records(n // PARTITIONS, p) for p in range(PARTITIONS)]
         root = os.path.join(tmp, "store")
         produce(root, parts)
+        produce(root, parts, "small", SMALL_BATCH_RECORDS)
         ipc, parquet = [], os.path.join(tmp, "parquet")
         os.makedirs(parquet)
         for p, rb in enumerate(parts):
@@ -62,14 +65,18 @@ def run(n: int = 5_000_000, repeat: int = 5):
         def batch(load):
             return lambda: load(spark.read).write.format("noop").mode("overwrite").save()
 
-        loads = {
-            "kop": lambda r: (
+        def kop(topic: str):
+            return lambda r: (
                 r.format("kop")
                 .option("kop.root", root)
-                .option("subscribe", "bench")
+                .option("subscribe", topic)
                 .option("startingOffsets", "earliest")
                 .load()
-            ),
+            )
+
+        loads = {
+            "kop": kop("bench"),
+            f"kop, {SMALL_BATCH_RECORDS}-record batches": kop("small"),
             "pre-built Arrow (ceiling)": lambda r: r.format("arrow_ceiling").option("paths", ",".join(ipc)).load(),
             "Parquet": lambda r: r.schema(schema).parquet(parquet),
         }
