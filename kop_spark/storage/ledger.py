@@ -26,6 +26,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import crc32c
 
@@ -46,11 +47,6 @@ from .ledger_entry import (
     scan_table_rows,
     verify_run,
 )
-
-
-def _position(row: EntryInfo) -> int:
-    return row.position
-
 
 FILE_MAGIC = b"KOPL"
 FORMAT_VERSION = 1
@@ -328,7 +324,7 @@ class LedgerReader:
         start = rows[first_entry].position
         # More entries while they end within max_bytes: entry k ends where row k + 1 starts (the
         # last where the data ends), so those before the row before the first that starts past it.
-        past = bisect.bisect_right(rows, start + max_bytes, lo=first_entry + 1, key=_position)
+        past = bisect.bisect_right(rows, start + max_bytes, lo=first_entry + 1, key=attrgetter("position"))
         fits = past if past == len(rows) and data_end - start <= max_bytes else past - 1
         last = max(first_entry + 1, min(stop_row, fits))
         stop = rows[last].position if last < len(rows) else data_end

@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from array import array
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import crc32c
@@ -130,9 +131,11 @@ def parse_entry(buf: Buffer, pos: int, path: str, file_offset: int) -> tuple[Ent
     return Entry(at, rel, broker_ts, count, batch), max_ts
 
 
-class EntryRun(NamedTuple):
+@dataclass(frozen=True)
+class EntryRun:
     """Consecutive entries read and verified together, for a reader that decodes them together:
-    the bytes read and where each entry's batch lies in them (``baseOffset`` = relative index)."""
+    the bytes read and where each entry's batch lies in them (``baseOffset`` = relative index).
+    Its length is its number of entries."""
 
     data: Buffer
     spans: array  # int64 pairs: position of the batch in ``data``, its size

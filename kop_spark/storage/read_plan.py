@@ -55,21 +55,9 @@ class SliceReader:
         self._fileio = open_fileio(root, options=options)
         self._stats = stats if stats is not None else IOStats()
 
-    def read(self, ledger: LedgerSlice, start: int, end: int, max_bytes: int = 8 << 20) -> Iterator[ReadEntry]:
-        """The entries of ``ledger`` holding offsets in ``[start, end)``, read ``max_bytes`` at a time."""
-        reader = LedgerReader(self._fileio, ledger.file, ledger.length, ledger.sealed, self._stats)
-        table = reader.table()
-        k = max(table.find_entry(start - ledger.base_offset), 0)
-        last = table.find_entry(end - 1 - ledger.base_offset)
-        while k <= last:
-            entries = reader.read(k, max_bytes, last)
-            for e in entries:
-                yield ReadEntry(ledger.base_offset + e.relative_index, e)
-            k += len(entries)
-
     def read_runs(self, ledger: LedgerSlice, start: int, end: int, max_bytes: int = 8 << 20) -> Iterator[EntryRun]:
-        """``read``'s entries as runs of ``max_bytes`` at most, each verified whole (for a reader that
-        decodes a run in one call); the batches' ``baseOffset`` is relative to ``ledger.base_offset``."""
+        """The entries of ``ledger`` holding offsets in ``[start, end)``, in runs of ``max_bytes`` at
+        most, each verified whole; their batches' ``baseOffset`` is relative to ``ledger.base_offset``."""
         reader = LedgerReader(self._fileio, ledger.file, ledger.length, ledger.sealed, self._stats)
         table = reader.table()
         k = max(table.find_entry(start - ledger.base_offset), 0)
