@@ -2,9 +2,10 @@
 (a) a Python data source yielding pre-built Arrow batches of the same records (the ceiling of the
 Python Data Source API) and (b) Spark's Parquet source reading the same records, over two partitions
 on a local[2] session. kop reads the records as a producer batching 500 records sent them, and as
-one sending 10 at a time (a low-traffic producer's batches: a read's cost per batch shows). Each is read twice: by a batch query, where what is timed is the read, and by
-an AvailableNow streaming query, whose planning and commits (about a second for a Python source)
-fall on kop and the ceiling alike. Ratios are speed relative to each baseline read the same way.
+one sending 10 at a time (a low-traffic producer's batches: a read's cost per batch shows). Each is
+read twice: by a batch query, where what is timed is the read, and by an AvailableNow streaming
+query, whose planning and commits (about a second for a Python source) fall on kop and the ceiling
+alike. Ratios are speed relative to each baseline read the same way.
 
     python bench/spark_read.py [--records 5000000] [--repeat 5]
 """

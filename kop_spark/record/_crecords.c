@@ -307,6 +307,9 @@ read_header(const uint8_t *buf, Py_ssize_t end, Py_ssize_t *pos, header_t *h, lo
 }
 
 #define BATCH_HEADER 61 /* a v2 batch's header, up to its records */
+#define ATTR_COMPRESSION 0x07 /* a batch's attribute bits, as default_record_batch names them */
+#define ATTR_LOG_APPEND_TIME 0x08
+#define ATTR_CONTROL 0x20
 
 /* The builder's 16 bytearray columns (see ArrowRecordBuilder), open for appending. */
 typedef struct {
@@ -488,11 +491,11 @@ decode_batches(PyObject *self, PyObject *args)
             break;
         }
         int attributes = (int)get_be(b + 21, 2);
-        if (attributes & 0x20 || base_offset + get_be(b + 23, 4) < start || base_offset >= end)
+        if (attributes & ATTR_CONTROL || base_offset + get_be(b + 23, 4) < start || base_offset >= end)
             continue; /* a control batch holds no data */
-        if (attributes & 0x07)
+        if (attributes & ATTR_COMPRESSION)
             break; /* compressed: the caller decompresses it */
-        int log_append = (attributes & 0x08) != 0;
+        int log_append = (attributes & ATTR_LOG_APPEND_TIME) != 0;
         failed = decode_payload(&o, b + BATCH_HEADER, size - BATCH_HEADER, (Py_ssize_t)get_be(b + 57, 4), base_offset,
                                 get_be(b + 27, 8), log_append, get_be(b + 35, 8), start, end, include_headers) < 0;
     }

@@ -13,7 +13,17 @@ from collections.abc import Iterator
 from ..errors import CorruptRecordError, InvalidRecordError
 from ..partitioner import murmur2
 from .codec import BinaryColumn, Buffer, EncodedChunk, HeaderColumn, TimestampColumn
-from .default_record_batch import encode_record, seal_record_batch
+from .default_record_batch import (
+    COMPRESSION_MASK,
+    CONTROL_MASK,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    TIMESTAMP_TYPE_MASK,
+    encode_record,
+    seal_record_batch,
+)
 from .varint import read_varint
 
 _I32 = struct.Struct("<i").pack
@@ -103,9 +113,6 @@ def decode_records(
         raise CorruptRecordError(f"record batch at offset {base_offset} ends inside a record") from None
 
 
-_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")  # a v2 batch's 61-byte header (default_record_batch.HEADER)
-
-
 def decode_batches(
     data: Buffer,
     spans: Buffer,
@@ -130,19 +137,19 @@ def decode_batches(
         if len(columns[0]) // 8 >= max_rows or len(columns[3]) + len(columns[6]) + len(columns[13]) >= max_bytes:
             break
         at, size = pairs[2 * i], pairs[2 * i + 1]
-        if at < 0 or size < _BATCH_HEADER.size or at + size > len(view):
+        if at < 0 or size < HEADER_SIZE or at + size > len(view):
             raise CorruptRecordError(f"batch {i} of {size} bytes at {at} lies outside the {len(view)} bytes read")
-        (base, length, _, magic, _, attributes, last_delta, base_ts, max_ts, _, _, _, count) = (
-            _BATCH_HEADER.unpack_from(view, at)
+        (base, length, _, magic, _, attributes, last_delta, base_ts, max_ts, _, _, _, count) = HEADER.unpack_from(
+            view, at
         )
         base_offset = offset_base + base
-        if magic != 2 or length + 12 != size:
+        if magic != MAGIC or length + LOG_OVERHEAD != size:
             raise CorruptRecordError(f"batch at offset {base_offset} is not one framed magic-2 batch of {size} bytes")
-        if not (attributes & 0x20 or base_offset + last_delta < start or base_offset >= end):
-            if attributes & 0x07:
+        if not (attributes & CONTROL_MASK or base_offset + last_delta < start or base_offset >= end):
+            if attributes & COMPRESSION_MASK:
                 break  # compressed: the caller decompresses it
-            log_append_ts = max_ts if attributes & 0x08 else None
-            payload = view[at + _BATCH_HEADER.size : at + size]
+            log_append_ts = max_ts if attributes & TIMESTAMP_TYPE_MASK else None
+            payload = view[at + HEADER_SIZE : at + size]
             decode_records(payload, count, base_offset, base_ts, log_append_ts, start, end, include_headers, columns)
         i += 1
     return i

@@ -41,6 +41,7 @@ from .ledger_entry import (
     Entry,
     EntryInfo,
     EntryRun,
+    check_table_row,
     entry_parts,
     parse_entry,
     scan,
@@ -296,11 +297,7 @@ class LedgerReader:
         entries, full = [], self._full()
         for row in rows:
             entry, _ = parse_entry(data, row.position - start, full, start)
-            if entry.relative_index != row.relative_index:
-                raise CorruptRecordError(
-                    f"{full}: entry at byte {row.position} has relative index {entry.relative_index}, "
-                    f"its table says {row.relative_index}"
-                )
+            check_table_row(entry, row, full)
             entries.append(entry)
         self.stats.entries_read += len(entries)
         return entries

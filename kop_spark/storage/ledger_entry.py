@@ -177,14 +177,20 @@ def verify_run(data: Buffer, rows: Sequence[EntryInfo], start: int, path: str) -
             and crc32(view[meta_end + _BATCH_PREFIX : end]) == fields[10]
         ):
             entry, _ = parse_entry(view, pos, path, start)  # raises, saying what is wrong
-            raise CorruptRecordError(
-                f"{path}: entry at byte {row.position} has relative index {entry.relative_index}, "
-                f"its table says {row.relative_index}"
-            )
+            check_table_row(entry, row, path)
         put(meta_end)
         put(fields[1])
     end_index = fields[2] + fields[12] + 1 if fields else 0  # the last batch's lastOffsetDelta
     return EntryRun(data, spans, end_index)
+
+
+def check_table_row(entry: Entry, row: EntryInfo, path: str) -> None:
+    """Raise ``CorruptRecordError`` unless ``entry`` has the relative index its table row gives it."""
+    if entry.relative_index != row.relative_index:
+        raise CorruptRecordError(
+            f"{path}: entry at byte {row.position} has relative index {entry.relative_index}, "
+            f"its table says {row.relative_index}"
+        )
 
 
 def scan_entries(fileio: FileIO, path: str, start: int, end: int) -> Iterator[Entry]:
