@@ -222,6 +222,7 @@ def test_a_hung_server_is_an_error_then_works_again(name: str, running: dict[str
     assert server.process is not None
     os.kill(server.process.pid, signal.SIGSTOP)
     try:
+        _wait_stopped(server.process.pid)
         for attempt in (lambda: s.get("k"), lambda: s.put("k", {"n": 2}, v)):
             started = time.monotonic()
             with pytest.raises(MetadataStoreUnavailableError):
@@ -250,6 +251,22 @@ def test_a_restarted_server_serves_what_it_stored(name: str, running: dict[str, 
     current = _eventually(lambda: s.get("k"))
     assert current.value == {"n": 1}
     assert s.put("k", {"n": 3}, current.version) > current.version
+
+
+def _wait_stopped(pid: int, timeout_s: float = 10) -> None:
+    """Return once every thread of ``pid`` is stopped: ``kill`` returns before a thread running on
+    another core has taken the signal, and such a thread could still answer a request."""
+    deadline = time.monotonic() + timeout_s
+    tasks = Path(f"/proc/{pid}/task")
+    while True:
+        try:  # the state follows the parenthesised command name in /proc/<pid>/task/<tid>/stat
+            states = {(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks.iterdir()}
+        except FileNotFoundError:  # a thread ended while we looked
+            continue
+        if states <= {"T", "t"}:
+            return
+        assert time.monotonic() < deadline, f"process {pid} did not stop: thread states {states}"
+        time.sleep(0.01)
 
 
 def _url(name: str, server: servers.Server) -> str:
