@@ -1,6 +1,7 @@
-"""The optional compiled codec (kop_spark.record._crecords). Everything else is in pyproject.toml.
+"""The optional compiled twins: the record codec (kop_spark.record._crecords) and the ledger entry
+check (kop_spark.storage._centries). Everything else is in pyproject.toml.
 
-The extension is optional: without a C compiler the install still succeeds and kop_spark runs on
+The extensions are optional: without a C compiler the install still succeeds and kop_spark runs on
 its pure-Python codec, which gives identical results, only slower.
 """
 
@@ -13,6 +14,12 @@ setup(
             ["kop_spark/record/_crecords.c"],
             extra_compile_args=["-O3", "-std=c99", "-Wall", "-Wno-unused-function"],
             optional=True,
-        )
+        ),
+        Extension(
+            "kop_spark.storage._centries",
+            ["kop_spark/storage/_centries.c"],
+            extra_compile_args=["-O3", "-std=c99", "-Wall"],
+            optional=True,
+        ),
     ]
 )

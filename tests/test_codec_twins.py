@@ -23,6 +23,7 @@ from kop_spark.record.arrow import (
     encode_arrow_by_partition,
     key_partitions,
 )
+from kop_spark.storage import ledger_entry
 
 from .conftest import PYTHON, python_subprocess_env
 
@@ -495,16 +496,22 @@ def test_the_install_built_the_compiled_codec():
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler here: the pure-Python codec is what an install gives")
     assert compiled is not None
+    assert ledger_entry.verify_entries is not ledger_entry.verify_entries_reference  # its storage twin
 
 
 def test_no_extensions_switch_selects_the_reference():
     env = python_subprocess_env()
     env["KOP_SPARK_NO_EXTENSIONS"] = "1"
     out = subprocess.run(
-        [PYTHON, "-c", "from kop_spark.record import _speedups as s; print(s.codec.__name__)"],
+        [
+            PYTHON,
+            "-c",
+            "from kop_spark.record import _speedups as s; from kop_spark.storage import ledger_entry as e; "
+            "print(s.codec.__name__, e.verify_entries.__name__)",
+        ],
         env=env,
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    assert out.strip() == "kop_spark.record._pyrecords"
+    assert out.split() == ["kop_spark.record._pyrecords", "verify_entries_reference"]

@@ -3,6 +3,7 @@
 import mmap
 import os
 import tempfile
+from array import array
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from kop_spark.errors import CorruptRecordError
 from kop_spark.record import Record, RecordBatch, build_record_batch
 from kop_spark.storage.ledger import FILE_HEADER, LedgerReader, LedgerWriter, recover
-from kop_spark.storage.ledger_entry import Entry
+from kop_spark.storage.ledger_entry import ENTRY_METADATA, Entry, verify_entries, verify_entries_reference
 from kop_spark.storage.local_fileio import LocalFileIO as FileIO
 
 
@@ -146,6 +147,44 @@ def test_a_run_refuses_an_entry_its_table_places_elsewhere(tmp_path):
     reader.table().rows[1] = rows[1]._replace(relative_index=4)  # as a stale or damaged table would say
     with pytest.raises(CorruptRecordError, match="has relative index 3, its table says 4"):
         reader.read_run(0, 1 << 20)
+
+
+needs_compiled = pytest.mark.skipif(
+    verify_entries is verify_entries_reference, reason="the compiled entry check is not built (no C compiler?)"
+)
+
+
+@needs_compiled
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_the_entry_check_twins_agree(tmp_path, data):
+    """The compiled entry check and its pure-Python reference accept the same entries of a run and
+    stop at the same one, whatever is flipped, cut off or misplaced: bytes anywhere in the run, a
+    table row's relative index or position, where the run starts in the file."""
+    d = tempfile.mkdtemp(dir=tmp_path)
+    n = data.draw(st.integers(1, 6))
+    _fio, rows, length, _ = make_ledger(d, n_entries=n, seal=False)
+    raw = bytearray((Path(d) / "l.ledger").read_bytes()[:length])
+    for _ in range(data.draw(st.integers(0, 3))):
+        raw[data.draw(st.integers(FILE_HEADER.size, len(raw) - 1))] ^= data.draw(st.integers(1, 255))
+    rows = list(rows)
+    if data.draw(st.booleans()):
+        k = data.draw(st.integers(0, n - 1))
+        field = data.draw(st.sampled_from(["position", "relative_index"]))
+        rows[k] = rows[k]._replace(**{field: getattr(rows[k], field) + data.draw(st.integers(-40, 40))})
+    start = data.draw(st.integers(0, rows[0].position))
+    cut = data.draw(st.integers(start, len(raw)))
+    run = bytes(raw[start:cut])
+    results = []
+    for check in (verify_entries, verify_entries_reference):
+        spans = array("q", bytes(16 * n))
+        good, end_index = check(run, rows, start, spans)
+        results.append((good, end_index, list(spans[: 2 * good])))
+    assert results[0] == results[1]
+    good, end_index, spans = results[0]
+    if good:  # what they accept is the table's entries, each batch where the table says
+        assert spans[::2] == [r.position - start + ENTRY_METADATA.size for r in rows[:good]]
+        assert end_index == rows[good - 1].relative_index + 3
 
 
 def make_large_ledger(tmp_path, seal):

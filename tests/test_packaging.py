@@ -72,7 +72,7 @@ print("ok")
 
 
 @pytest.mark.slow
-def test_the_wheel_carries_the_compiled_codec_and_leaves_pyspark_to_the_runtime(tmp_path: Path) -> None:
+def test_the_wheel_carries_the_compiled_twins_and_leaves_pyspark_to_the_runtime(tmp_path: Path) -> None:
     built = subprocess.run(
         [
             sys.executable,
@@ -94,7 +94,9 @@ def test_the_wheel_carries_the_compiled_codec_and_leaves_pyspark_to_the_runtime(
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
         metadata = next(z.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
-    assert any(n.startswith("kop_spark/record/_crecords") and n.endswith(".so") for n in names)
+    for twin in ("kop_spark/record/_crecords", "kop_spark/storage/_centries"):
+        assert any(n.startswith(twin) and n.endswith(".so") for n in names), twin
+        assert f"{twin}.pyi" in names, twin
     assert "pyspark_kop/__init__.py" in names and "kop_spark/py.typed" in names
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist: pyspark")]
     assert requires and all('extra == "spark"' in line for line in requires), requires

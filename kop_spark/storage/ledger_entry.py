@@ -8,9 +8,10 @@ covers the rest. So every byte of an entry is checked, and corrupt bytes are nev
 
 from __future__ import annotations
 
+import os
 import struct
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -148,19 +149,31 @@ class EntryRun:
 def verify_run(data: Buffer, rows: Sequence[EntryInfo], start: int, path: str) -> EntryRun:
     """Verify the entries of table ``rows``, which ``data`` holds from byte ``start`` of the file on,
     as ``parse_entry`` does (both checksums, the batch's framing and record count) and against the
-    rows' relative indexes. One unpack and three CRCs an entry, its loop bound to locals (it runs
-    once per entry a Spark task reads): anything amiss is handed to ``parse_entry``, whose error
-    says what."""
+    rows' relative indexes, in one call for the run (it runs once per entry a Spark task reads).
+    The first entry amiss is handed to ``parse_entry``, whose error says what."""
+    spans = array("q", bytes(16 * len(rows)))
+    good, end_index = verify_entries(data, rows, start, spans)
+    if good < len(rows):
+        row = rows[good]
+        entry, _ = parse_entry(memoryview(data), row.position - start, path, start)  # raises, saying what
+        check_table_row(entry, row, path)
+        raise CorruptRecordError(f"{path}: entry at byte {row.position} fails verification")  # the twins disagree
+    return EntryRun(data, spans, end_index)
+
+
+def verify_entries_reference(data: Buffer, rows: Sequence[EntryInfo], start: int, spans: array) -> tuple[int, int]:
+    """The pure-Python twin of ``_centries.verify_entries``: how many of ``rows``, from the first,
+    hold good entries (``spans`` gets each one's batch position in ``data`` and size), and the
+    relative index after the last good one's records. One unpack and three CRCs an entry."""
     view = memoryview(data)
-    spans = array("q")
-    put, unpack, crc32 = spans.append, _METADATA_AND_HEADER.unpack_from, crc32c.crc32c
+    unpack, crc32 = _METADATA_AND_HEADER.unpack_from, crc32c.crc32c
     size = len(view)
-    fields: tuple = ()
-    for row in rows:
+    end_index = 0
+    for good, row in enumerate(rows):
         pos = row.position - start
         meta_end = pos + ENTRY_METADATA.size
         try:
-            fields = unpack(view, pos)
+            fields = unpack(view, pos) if pos >= 0 else ()
         except struct.error:
             fields = ()
         # magic, batch size, relative index, broker ts, records, crc | the batch header's fields
@@ -176,12 +189,27 @@ def verify_run(data: Buffer, rows: Sequence[EntryInfo], start: int, path: str) -
             and crc32(view[meta_end : meta_end + _BATCH_PREFIX], crc32(view[pos : meta_end - 4])) == fields[5]
             and crc32(view[meta_end + _BATCH_PREFIX : end]) == fields[10]
         ):
-            entry, _ = parse_entry(view, pos, path, start)  # raises, saying what is wrong
-            check_table_row(entry, row, path)
-        put(meta_end)
-        put(fields[1])
-    end_index = fields[2] + fields[12] + 1 if fields else 0  # the last batch's lastOffsetDelta
-    return EntryRun(data, spans, end_index)
+            return good, end_index
+        spans[2 * good] = meta_end
+        spans[2 * good + 1] = fields[1]
+        end_index = fields[2] + fields[12] + 1  # after the batch's lastOffsetDelta
+    return len(rows), end_index
+
+
+def _verify_entries() -> Callable[[Buffer, Sequence[EntryInfo], int, array], tuple[int, int]]:
+    """The compiled twin when it is built (and ``KOP_SPARK_NO_EXTENSIONS`` is not set), as the
+    record codec chooses its own."""
+    if not os.environ.get("KOP_SPARK_NO_EXTENSIONS"):
+        try:
+            from ._centries import verify_entries as compiled
+        except ImportError:
+            pass
+        else:
+            return compiled
+    return verify_entries_reference
+
+
+verify_entries = _verify_entries()
 
 
 def check_table_row(entry: Entry, row: EntryInfo, path: str) -> None:
