@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -82,21 +83,57 @@ def write_parquet(rb: pa.RecordBatch, path: str) -> None:
     pq.write_table(pa.Table.from_batches([rb]), path)
 
 
-def best_times(runs: dict[str, Callable[[], float | None]], rounds: int) -> dict[str, float]:
-    """Best time of each run over ``rounds`` rounds, in seconds. A round runs each once, in turn,
+class Rounds:
+    """Each run's seconds in every round of a benchmark (``timed_rounds``), and speeds from them."""
+
+    def __init__(self, seconds: dict[str, list[float]]):
+        self.seconds = seconds
+
+    def best(self, name: str) -> float:
+        return min(self.seconds[name])
+
+    def speed(self, name: str, baseline: str) -> float:
+        """Best against best: how fast ``name`` can go relative to how fast ``baseline`` can."""
+        return self.best(baseline) / self.best(name)
+
+    def paired_speed(self, name: str, baseline: str) -> float:
+        """The median over rounds of each round's speed relative to the baseline in that round. The
+        two ran within the same minute, so a slow spell of the machine falls on both; the ratio of
+        bests instead compares each one's luckiest round, which on a noisy machine may come from
+        minutes apart."""
+        return statistics.median(b / t for t, b in zip(self.seconds[name], self.seconds[baseline], strict=True))
+
+    def rows(self, n: int, names: list[str], first: str, second: str) -> list[tuple]:
+        """A row per run of ``names``: (name, best seconds, records/s, speed vs ``first``, vs
+        ``second``, paired speed vs ``first``)."""
+        return [
+            (
+                name,
+                self.best(name),
+                n / self.best(name),
+                self.speed(name, first),
+                self.speed(name, second),
+                self.paired_speed(name, first),
+            )
+            for name in names
+        ]
+
+
+def timed_rounds(runs: dict[str, Callable[[], float | None]], rounds: int) -> Rounds:
+    """Each run's time in each of ``rounds`` rounds, in seconds. A round runs each once, in turn,
     so that JVM warm-up and machine noise fall on all of them alike, and in another order each
     round (a seeded shuffle), so that no run always follows the same one: a heavy run leaves work
     for the JVM's collector and the disk to whatever comes next. A run with set-up or clean-up that
     is not what is measured times itself and returns its seconds; otherwise the call is timed."""
-    best = {name: float("inf") for name in runs}
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
     order = list(runs.items())
     for r in range(rounds):
         random.Random(r).shuffle(order)
         for name, fn in order:
             t = time.perf_counter()
             took = fn()
-            best[name] = min(best[name], time.perf_counter() - t if took is None else took)
-    return best
+            seconds[name].append(time.perf_counter() - t if took is None else took)
+    return Rounds(seconds)
 
 
 def run_available_now(stream_df, sink_format: str, checkpoint: str, **options) -> None:
@@ -135,7 +172,8 @@ def cli(
         print(json.dumps(rows))
         return
     first, second = baselines
-    for name, t, rate, vs_first, vs_second in rows:
+    for name, t, rate, vs_first, vs_second, paired in rows:
         print(
             f"{name:<34} {t:7.2f} s  {rate / 1e6:6.2f} M records/s  {vs_first:5.2f}x {first}  {vs_second:5.2f}x {second}"
+            f"  (median of rounds {paired:5.2f}x {first})"
         )

@@ -43,6 +43,16 @@ def table(header, rows):
     ]
 
 
+# The ratio of bests compares each side's luckiest round; the median of each round's own ratio
+# is the steadier of the two on a noisy machine (see bench/_spark.py's Rounds).
+PAIRED = "median of the rounds' speeds vs the first baseline"
+
+
+def spark_row(row: tuple) -> tuple[str, ...]:
+    name, seconds, rate, first, second, paired = row
+    return (name, f"{seconds:.2f}", f"{rate / 1e6:.2f}", f"{first:.2f}x", f"{second:.2f}x", f"{paired:.2f}x")
+
+
 def run_apart(script: str, *options: str) -> list[tuple]:
     """A benchmark (``bench/<script>``, which prints its rows as JSON with ``--json``) in a process of
     its own, as when it runs alone: a Spark JVM lives on in the process that started it, its heap and
@@ -103,11 +113,13 @@ def main() -> None:
         "Two partitions on local[2], read by a batch query (what is timed is the read) and by an "
         "AvailableNow streaming query (whose planning and commits, about a second for any Python source, "
         "fall on kop and the ceiling alike). kop's first rounds run slower than the ceiling's (its Python "
-        "workers warm up: imports, entry tables, the allocator), so the best round is its steady state.",
+        "workers warm up: imports, entry tables, the allocator), so the best round is its steady state. "
+        "The last column is the median of each round's own ratio: the two ran within a minute of each "
+        "other, so a slow spell of the machine falls on both, where the best rounds may be minutes apart.",
         "",
         *table(
-            ["source", "seconds", "M records/s", "speed vs pre-built Arrow (ceiling)", "speed vs Parquet"],
-            [(name, f"{t:.2f}", f"{rate / 1e6:.2f}", f"{c:.2f}x", f"{p:.2f}x") for name, t, rate, c, p in reads],
+            ["source", "seconds", "M records/s", "speed vs pre-built Arrow (ceiling)", "speed vs Parquet", PAIRED],
+            [spark_row(row) for row in reads],
         ),
         "",
         f"## 3. Spark write: {args.records:,} records (best of {args.rounds} rounds)",
@@ -118,8 +130,15 @@ def main() -> None:
         "Parquet files read by an AvailableNow stream, where reading the files falls on every sink alike.",
         "",
         *table(
-            ["feed: sink", "seconds", "M records/s", "speed vs no-op Arrow writer (ceiling)", "speed vs Parquet"],
-            [(name, f"{t:.2f}", f"{rate / 1e6:.2f}", f"{c:.2f}x", f"{p:.2f}x") for name, t, rate, c, p in writes],
+            [
+                "feed: sink",
+                "seconds",
+                "M records/s",
+                "speed vs no-op Arrow writer (ceiling)",
+                "speed vs Parquet",
+                PAIRED,
+            ],
+            [spark_row(row) for row in writes],
         ),
         "",
         "## 4. Seek: time to the first record from a cold reader, as the partition grows",
@@ -171,8 +190,8 @@ def main() -> None:
         "jars pyspark does not ship. kop on the local disk shows what the endpoint costs.",
         "",
         *table(
-            ["source", "seconds", "M records/s", "speed vs Parquet on S3", "speed vs kop on the local disk"],
-            [(name, f"{t:.2f}", f"{rate / 1e6:.2f}", f"{p:.2f}x", f"{lo:.2f}x") for name, t, rate, p, lo in s3_reads],
+            ["source", "seconds", "M records/s", "speed vs Parquet on S3", "speed vs kop on the local disk", PAIRED],
+            [spark_row(row) for row in s3_reads],
         ),
         "",
         f"## 9. Kafka clients through kop serve: {args.wire_records:,} records of 100 bytes",
@@ -208,9 +227,14 @@ def main() -> None:
     def met(ok: bool) -> str:
         return "met" if ok else "**not met**"
 
-    def near(ratio: float, line: float) -> str:
-        # Spark runs on a noisy two-core machine move by about 0.05 from one run to the next.
-        return "; within the 0.05 that runs vary by, so close to the line" if abs(ratio - line) < 0.05 else ""
+    def spark_met(rows: tuple, line: float, parquet_line: float = 0.0) -> str:
+        """A Spark target, judged by both measures of each row: the ratio of bests and the median
+        of the rounds' ratios."""
+        best = all(r[3] >= line and r[4] >= parquet_line for r in rows)
+        paired = all(r[5] >= line and r[4] >= parquet_line for r in rows)
+        if best and paired:
+            return "met"
+        return "met by the median of the rounds, not by the best rounds" if paired else met(best)
 
     lines += [
         "",
@@ -222,8 +246,9 @@ def main() -> None:
         "(`kop_spark/record/_crecords.c`); the pure-Python reference it must agree with runs at "
         f"{min(pure, default=0):.2f}x to {max(pure, default=0):.2f}x, where a compiler is missing or "
         "`KOP_SPARK_NO_EXTENSIONS=1` is set.",
-        f"- Spark batch read at least 0.9x the pre-built-Arrow ceiling: {met(read[3] >= 0.9)} "
-        f"({read[3]:.2f}x{near(read[3], 0.9)}; streaming {stream_read[3]:.2f}x). Beside Parquet: {read[4]:.2f}x "
+        f"- Spark batch read at least 0.9x the pre-built-Arrow ceiling: {spark_met((read,), 0.9)} "
+        f"({read[3]:.2f}x best against best, {read[5]:.2f}x the median of the rounds; streaming "
+        f"{stream_read[3]:.2f}x and {stream_read[5]:.2f}x). Beside Parquet: {read[4]:.2f}x "
         f"batch, {stream_read[4]:.2f}x streaming, where the ceiling runs at "
         f"{by_name['batch: pre-built Arrow (ceiling)'][4]:.2f}x and "
         f"{by_name['stream: pre-built Arrow (ceiling)'][4]:.2f}x: a Python source pays for moving Arrow batches from its worker to the JVM, "
@@ -236,9 +261,10 @@ def main() -> None:
         f"a third of it. From 10-record batches (a low-traffic producer's) kop reads at {small_read[3]:.2f}x "
         "the ceiling: each entry's metadata and both checksums are checked in Python, about 2 µs an entry.",
         "- Spark write from a cached source at least 0.9x the no-op Arrow writer and at least 1.0x Parquet's "
-        f"sink, batch and streaming: {met(all(w[3] >= 0.9 and w[4] >= 1.0 for w in cached_writes))} (batch "
-        f"{batch_write[3]:.2f}x and {batch_write[4]:.2f}x, one micro-batch {stream_write[3]:.2f}x and "
-        f"{stream_write[4]:.2f}x; from Parquet files {file_write[3]:.2f}x and {file_write[4]:.2f}x). The no-op "
+        f"sink, batch and streaming: {spark_met(cached_writes, 0.9, 1.0)} (batch {batch_write[3]:.2f}x best "
+        f"against best and {batch_write[5]:.2f}x the median of the rounds, {batch_write[4]:.2f}x Parquet; one "
+        f"micro-batch {stream_write[3]:.2f}x, {stream_write[5]:.2f}x and {stream_write[4]:.2f}x; from Parquet "
+        f"files {file_write[3]:.2f}x, {file_write[5]:.2f}x and {file_write[4]:.2f}x). The no-op "
         "writer leaves both cores to the JVM, which hands it Arrow batches; kop's tasks also partition, "
         "encode and sign (CRC-32C) every record and write it to the device, synced at the end for "
         "exactly-once durability, and on two cores each such CPU-second is taken from the JVM feeding "

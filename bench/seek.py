@@ -69,6 +69,7 @@ def run(max_exponent: int = 7, seeks: int = 50):
             fill(b, size, 10**exp)
             size = 10**exp
             b.close()
+            os.sync()  # no writeback of what was just produced competing with the seeks
             if base is None:
                 seek_times(root, size, 5, rng)  # warm-up: imports and first-call costs are not seeks
             t_off, t_ts = seek_times(root, size, seeks, rng)

@@ -17,7 +17,7 @@ import tempfile
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from _spark import PARTITIONS, best_times, cli, records, run_available_now, session, write_ipc, write_parquet
+from _spark import PARTITIONS, cli, records, run_available_now, session, timed_rounds, write_ipc, write_parquet
 
 from kop_spark import Broker
 from kop_spark.record.arrow import encode_arrow
@@ -37,7 +37,7 @@ def produce(root: str, parts, topic: str = "bench", batch_records: int = BATCH_R
 
 
 def run(n: int = 5_000_000, repeat: int = 5):
-    """Rows of (source, seconds, records/s, speed vs ceiling, speed vs Parquet)."""
+    """Rows of (source, seconds, records/s, speed vs ceiling, speed vs Parquet, paired speed vs ceiling)."""
     spark = session()
     spark.dataSource.register(__import__("baselines").ArrowCeiling)
     with tempfile.TemporaryDirectory() as tmp:
@@ -82,16 +82,14 @@ def run(n: int = 5_000_000, repeat: int = 5):
             "Parquet": lambda r: r.schema(schema).parquet(parquet),
         }
         queries = {"batch": batch, "stream": stream}
-        times = best_times(
+        times = timed_rounds(
             {f"{mode}: {name}": query(load) for mode, query in queries.items() for name, load in loads.items()}, repeat
         )
     spark.stop()
     rows = []
     for mode in queries:
-        ceiling, parquet_time = times[f"{mode}: pre-built Arrow (ceiling)"], times[f"{mode}: Parquet"]
-        for name in loads:
-            t = times[f"{mode}: {name}"]
-            rows.append((f"{mode}: {name}", t, n / t, ceiling / t, parquet_time / t))
+        names = [f"{mode}: {name}" for name in loads]
+        rows += times.rows(n, names, f"{mode}: pre-built Arrow (ceiling)", f"{mode}: Parquet")
     return rows
 
 

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 import pyarrow.fs
-from _spark import PARTITIONS, best_times, cli, records, run_available_now, session, write_parquet
+from _spark import PARTITIONS, cli, records, run_available_now, session, timed_rounds, write_parquet
 from spark_read import produce
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -86,10 +86,9 @@ def _run(n: int, repeat: int, port: int, tmp: str):
         ),
         "kop on the local disk": query(lambda: kop(local_root, {})),
     }
-    times = best_times(sources, repeat)
+    times = timed_rounds(sources, repeat)
     spark.stop()
-    base, local = times["Parquet on the same S3 (pyarrow)"], times["kop on the local disk"]
-    return [(name, t, n / t, base / t, local / t) for name, t in times.items()]
+    return times.rows(n, list(sources), "Parquet on the same S3 (pyarrow)", "kop on the local disk")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from _spark import PARTITIONS, best_times, cli, records, run_available_now, session, write_parquet
+from _spark import PARTITIONS, cli, records, run_available_now, session, timed_rounds, write_parquet
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -32,8 +32,9 @@ SINKS = {"kop": "kop", "no-op Arrow writer (ceiling)": "arrow_noop", "Parquet": 
 FEEDS = ("batch, cached", "stream, cached", "stream, Parquet files")
 
 
-def run(n: int = 5_000_000, repeat: int = 5) -> list[tuple[str, float, float, float, float]]:
-    """Rows of (feed and sink, seconds, records/s, speed vs ceiling, speed vs Parquet)."""
+def run(n: int = 5_000_000, repeat: int = 5) -> list[tuple]:
+    """Rows of (feed and sink, seconds, records/s, speed vs ceiling, speed vs Parquet, paired speed vs
+    ceiling)."""
     spark = session()
     spark.dataSource.register(__import__("baselines").ArrowNoop)
     with tempfile.TemporaryDirectory() as tmp:
@@ -73,16 +74,16 @@ def run(n: int = 5_000_000, repeat: int = 5) -> list[tuple[str, float, float, fl
 
             return go
 
-        times = best_times(
+        times = timed_rounds(
             {f"{feed}: {name}": write(feed, sink) for feed in FEEDS for name, sink in SINKS.items()}, repeat
         )
     cached.unpersist()
     spark.stop()
     rows = []
     for feed in FEEDS:
-        ceiling, parquet = times[f"{feed}: no-op Arrow writer (ceiling)"], times[f"{feed}: Parquet"]
-        rows += [(f"{feed}: {name}", times[f"{feed}: {name}"], ceiling, parquet) for name in SINKS]
-    return [(name, t, n / t, ceiling / t, parquet / t) for name, t, ceiling, parquet in rows]
+        names = [f"{feed}: {name}" for name in SINKS]
+        rows += times.rows(n, names, f"{feed}: no-op Arrow writer (ceiling)", f"{feed}: Parquet")
+    return rows
 
 
 def _sink_options(sink: str, out: str) -> dict[str, str]:
