@@ -15,7 +15,7 @@ setup_python() {
     fi
     # Reinstall only when the declared dependencies or the compiled codec's source change.
     local stamp="$VENV/.kop-installed" want
-    want=$( (cat pyproject.toml setup.py kop_spark/record/_crecords.c kop_spark/storage/_centries.c) | cksum)
+    want=$( (cat pyproject.toml setup.py kop_spark/record/_crecords.c kop_spark/record/_native.h kop_spark/storage/_centries.c) | cksum)
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         "$VENV/bin/python" -m pip install --quiet --upgrade pip
         # The editable install of this flat layout puts the checkout on sys.path (a .pth file), where

@@ -12,12 +12,14 @@ setup(
         Extension(
             "kop_spark.record._crecords",
             ["kop_spark/record/_crecords.c"],
+            depends=["kop_spark/record/_native.h"],
             extra_compile_args=["-O3", "-std=c99", "-Wall", "-Wno-unused-function"],
             optional=True,
         ),
         Extension(
             "kop_spark.storage._centries",
             ["kop_spark/storage/_centries.c"],
+            depends=["kop_spark/record/_native.h"],
             extra_compile_args=["-O3", "-std=c99", "-Wall"],
             optional=True,
         ),

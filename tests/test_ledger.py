@@ -168,11 +168,11 @@ def test_the_entry_check_twins_agree(tmp_path, data):
     for _ in range(data.draw(st.integers(0, 3))):
         raw[data.draw(st.integers(FILE_HEADER.size, len(raw) - 1))] ^= data.draw(st.integers(1, 255))
     rows = list(rows)
+    start = data.draw(st.integers(0, rows[0].position))  # where the run's bytes start in the file
     if data.draw(st.booleans()):
         k = data.draw(st.integers(0, n - 1))
         field = data.draw(st.sampled_from(["position", "relative_index"]))
         rows[k] = rows[k]._replace(**{field: getattr(rows[k], field) + data.draw(st.integers(-40, 40))})
-    start = data.draw(st.integers(0, rows[0].position))
     cut = data.draw(st.integers(start, len(raw)))
     run = bytes(raw[start:cut])
     results = []

@@ -7,10 +7,8 @@
  * knows about pyarrow: columns come in as (validity, offsets, data, offset) tuples of objects that
  * export the buffer protocol, and go out into bytearrays that Python wraps as Arrow buffers.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_native.h"
 #include <stdarg.h>
-#include <stdint.h>
 #include <string.h>
 
 static PyObject *CorruptRecordError;
@@ -61,26 +59,6 @@ write_varint(uint8_t *p, int64_t value)
     }
     *p++ = (uint8_t)v;
     return p;
-}
-
-/* ---- CRC-32C: the crc32c package's, which the project already depends on ---- */
-
-static PyObject *crc32c_function;
-
-/* CRC-32C of n bytes at p, or -1 with an exception set. */
-static long long
-crc32c(const uint8_t *p, Py_ssize_t n)
-{
-    PyObject *view = PyMemoryView_FromMemory((char *)p, n, PyBUF_READ);
-    if (view == NULL)
-        return -1;
-    PyObject *crc = PyObject_CallOneArg(crc32c_function, view);
-    Py_DECREF(view);
-    if (crc == NULL)
-        return -1;
-    long long value = PyLong_AsLongLong(crc);
-    Py_DECREF(crc);
-    return value;
 }
 
 /* ---- growing bytearray columns ---- */
@@ -441,15 +419,6 @@ decode_records(PyObject *self, PyObject *args)
     if (columns_close(&o) < 0 || failed)
         return NULL;
     Py_RETURN_NONE;
-}
-
-static inline int64_t
-get_be(const uint8_t *p, int bytes)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; i++)
-        v = v << 8 | p[i];
-    return bytes == 8 ? (int64_t)v : bytes == 4 ? (int64_t)(int32_t)v : (int64_t)(int16_t)v;
 }
 
 PyDoc_STRVAR(decode_batches_doc,
@@ -1202,12 +1171,7 @@ PyInit__crecords(void)
     Py_DECREF(errors);
     if (CorruptRecordError == NULL || InvalidRecordError == NULL)
         return NULL;
-    PyObject *crc32c_module = PyImport_ImportModule("crc32c");
-    if (crc32c_module == NULL)
-        return NULL;
-    crc32c_function = PyObject_GetAttrString(crc32c_module, "crc32c");
-    Py_DECREF(crc32c_module);
-    if (crc32c_function == NULL)
+    if (crc32c_import() < 0)
         return NULL;
     return PyModule_Create(&module);
 }

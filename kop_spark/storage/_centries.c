@@ -6,9 +6,7 @@
  * when this module is not built, and the tests check both accept and refuse the same entries. It
  * only says whether entries are good; where one is not, the reference names what is wrong.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
+#include "../record/_native.h"
 
 /* Broker entry metadata: magic u16, batch size i32, relative index i64, broker timestamp i64,
  * record count i32, CRC-32C u32; then the Kafka v2 batch, whose header is 61 bytes. */
@@ -19,7 +17,6 @@
 #define LOG_OVERHEAD 12
 #define BATCH_PREFIX 21 /* the batch's bytes up to its attributes: under the metadata's CRC */
 
-static PyObject *crc32c_function;
 static uint32_t crc_table[256];
 
 static void
@@ -44,31 +41,6 @@ crc_small(const uint8_t *p, Py_ssize_t n, uint32_t crc)
     return ~crc;
 }
 
-/* The library's CRC-32C (hardware accelerated) of a batch's body, or -1 with an exception set. */
-static long long
-crc_large(const uint8_t *p, Py_ssize_t n)
-{
-    PyObject *view = PyMemoryView_FromMemory((char *)p, n, PyBUF_READ);
-    if (view == NULL)
-        return -1;
-    PyObject *crc = PyObject_CallOneArg(crc32c_function, view);
-    Py_DECREF(view);
-    if (crc == NULL)
-        return -1;
-    long long value = PyLong_AsLongLong(crc);
-    Py_DECREF(crc);
-    return value;
-}
-
-static inline uint64_t
-be(const uint8_t *p, int bytes)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
 /* Whether the entry at data[pos:] is whole and sound, where its table row gives it `relative`:
  * 1 if so (its batch's size in *size, its lastOffsetDelta in *last_delta), 0 if not, -1 on error. */
 static int
@@ -77,23 +49,23 @@ entry_ok(const uint8_t *data, Py_ssize_t len, Py_ssize_t pos, long long relative
     if (pos < 0 || pos > len - METADATA_SIZE - HEADER_SIZE)
         return 0;
     const uint8_t *meta = data + pos, *batch = meta + METADATA_SIZE;
-    int32_t batch_size = (int32_t)be(meta + 2, 4);
-    if (be(meta, 2) != ENTRY_MAGIC || batch_size < HEADER_SIZE || batch_size > len - pos - METADATA_SIZE)
+    int64_t batch_size = get_be(meta + 2, 4);
+    if (get_be(meta, 2) != ENTRY_MAGIC || batch_size < HEADER_SIZE || batch_size > len - pos - METADATA_SIZE)
         return 0;
-    if (batch[16] != 2 || (int32_t)be(batch + 8, 4) + LOG_OVERHEAD != batch_size)
+    if (batch[16] != 2 || get_be(batch + 8, 4) + LOG_OVERHEAD != batch_size)
         return 0; /* magic, batchLength */
-    if (be(meta + 22, 4) != be(batch + 57, 4) || (long long)be(meta + 6, 8) != relative)
+    if (get_be(meta + 22, 4) != get_be(batch + 57, 4) || get_be(meta + 6, 8) != relative)
         return 0; /* the record counts agree, and the relative index is the table's */
     uint32_t crc = crc_small(batch, BATCH_PREFIX, crc_small(meta, METADATA_CRC_SPAN, 0));
-    if (crc != (uint32_t)be(meta + METADATA_CRC_SPAN, 4))
+    if (crc != (uint32_t)get_be(meta + METADATA_CRC_SPAN, 4))
         return 0;
-    long long body = crc_large(batch + BATCH_PREFIX, batch_size - BATCH_PREFIX);
+    long long body = crc32c(batch + BATCH_PREFIX, batch_size - BATCH_PREFIX);
     if (body < 0)
         return -1;
-    if ((uint32_t)body != (uint32_t)be(batch + 17, 4))
+    if ((uint32_t)body != (uint32_t)get_be(batch + 17, 4))
         return 0;
-    *size = batch_size;
-    *last_delta = (int32_t)be(batch + 23, 4);
+    *size = (int32_t)batch_size;
+    *last_delta = (int32_t)get_be(batch + 23, 4);
     return 1;
 }
 
@@ -164,12 +136,7 @@ PyMODINIT_FUNC
 PyInit__centries(void)
 {
     crc_table_init();
-    PyObject *crc32c_module = PyImport_ImportModule("crc32c");
-    if (crc32c_module == NULL)
-        return NULL;
-    crc32c_function = PyObject_GetAttrString(crc32c_module, "crc32c");
-    Py_DECREF(crc32c_module);
-    if (crc32c_function == NULL)
+    if (crc32c_import() < 0)
         return NULL;
     return PyModule_Create(&module);
 }
