@@ -261,8 +261,8 @@ def _wait_stopped(pid: int, timeout_s: float = 10) -> None:
     while True:
         try:  # the state follows the parenthesised command name in /proc/<pid>/task/<tid>/stat
             states = {(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks.iterdir()}
-        except FileNotFoundError:  # a thread ended while we looked
-            continue
+        except FileNotFoundError:  # a thread ended while we looked (or the process did)
+            states = {"gone"}
         if states <= {"T", "t"}:
             return
         assert time.monotonic() < deadline, f"process {pid} did not stop: thread states {states}"
