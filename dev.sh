@@ -13,9 +13,9 @@ setup_python() {
     if [ ! -x "$VENV/bin/python" ]; then
         "$PY" -m venv "$VENV"
     fi
-    # Reinstall only when the declared dependencies or the compiled codec's source change.
+    # Reinstall only when the declared dependencies or the compiled twins' sources change.
     local stamp="$VENV/.kop-installed" want
-    want=$( (cat pyproject.toml setup.py kop_spark/record/_crecords.c kop_spark/record/_native.h kop_spark/storage/_centries.c) | cksum)
+    want=$( (cat pyproject.toml setup.py kop_spark/*/*.[ch]) | cksum)
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         "$VENV/bin/python" -m pip install --quiet --upgrade pip
         # The editable install of this flat layout puts the checkout on sys.path (a .pth file), where
