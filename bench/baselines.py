@@ -3,11 +3,15 @@
 ``arrow_ceiling`` yields pre-built Arrow batches memory-mapped from IPC files: nothing is decoded,
 so its time is what the Python Data Source read path itself costs, the best any Python source can do.
 ``arrow_noop`` is an Arrow writer (batch and stream) that takes every batch and keeps nothing: the
-write path's ceiling.
+write path's ceiling. ``arrow_dump`` writes the buffers of every batch it is handed to a file, as
+they are, with kop's direct writes, synced at the end: a durable sink with no format, so what kop
+costs beyond it is the Kafka format (placement, encoding, CRC) and its staging.
 """
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -24,6 +28,7 @@ from pyspark.sql.datasource import (
 )
 
 from kop_spark.spark.schema import source_schema
+from kop_spark.storage.direct_file import DirectFile, open_direct
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,57 @@ class ArrowNoop(DataSource):
 
     def writer(self, schema, overwrite):
         return _NoopBatchWriter()
+
+
+def _dump(directory: str, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+    """Every buffer of every batch as it came, appended to one file per task with kop's own direct
+    writes (``DirectFile``), synced at the end: kop's durable write without its format."""
+    path = os.path.join(directory, f"part-{uuid.uuid4().hex}")
+    fd = open_direct(path)
+    if fd is None:
+        raise OSError(f"{directory}: no O_DIRECT here")
+    file = DirectFile(path, fd, sync=True)
+    try:
+        for rb in iterator:
+            file.write_parts([b for column in rb.columns for b in column.buffers() if b is not None])
+        file.sync()
+    finally:
+        file.close()
+    return WriterCommitMessage()
+
+
+class _DumpWriter(DataSourceStreamArrowWriter):
+    def __init__(self, directory: str):
+        self.directory = directory
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return _dump(self.directory, iterator)
+
+    def commit(self, messages, batchId) -> None:
+        pass
+
+    def abort(self, messages, batchId) -> None:
+        pass
+
+
+class _DumpBatchWriter(DataSourceArrowWriter):
+    def __init__(self, directory: str):
+        self.directory = directory
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return _dump(self.directory, iterator)
+
+
+class ArrowDump(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "arrow_dump"
+
+    def streamWriter(self, schema, overwrite):
+        return _DumpWriter(self.options["path"])
+
+    def writer(self, schema, overwrite):
+        return _DumpBatchWriter(self.options["path"])
 
 
 @dataclass(frozen=True)

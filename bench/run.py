@@ -220,7 +220,11 @@ def main() -> None:
     by_name = {row[0]: row for row in reads}
     read, stream_read = by_name["batch: kop"], by_name["stream: kop"]
     small_read = next(row for name, row in by_name.items() if name.startswith("batch: kop, "))
-    batch_write, stream_write, file_write = writes[0], writes[3], writes[6]  # kop's row of each feed
+    written = {row[0]: row for row in writes}
+    batch_write, stream_write, file_write = (
+        written[f"{feed}: kop"] for feed in ("batch, cached", "stream, cached", "stream, Parquet files")
+    )
+    batch_dump = written["batch, cached: Arrow buffers written as they come (durable, no format)"]
     cached_writes = (batch_write, stream_write)
     flat = min(r[3] for r in seeks)
 

@@ -1,7 +1,9 @@
 """Benchmark 3: ``df.write.format("kop")`` and ``writeStream.format("kop")`` of the read benchmark's
 records (16-byte keys, so murmur2 placement, into a two-partition topic), against (a) a no-op Arrow
-writer (the ceiling of the Python Data Source write API) and (b) Spark's Parquet sink, each fed
-three ways:
+writer (the ceiling of the Python Data Source write API), (b) a writer that puts the Arrow buffers
+it is handed in a file as they are, with kop's direct writes, synced (durability without a format,
+so the gap between it and kop is the Kafka format's) and (c) Spark's Parquet sink, each fed three
+ways:
 
 - batch, cached: a batch write of a DataFrame cached in memory, so what is timed is the sink;
 - stream, cached: one micro-batch of the same cached DataFrame (a one-row ``rate-micro-batch``
@@ -28,7 +30,12 @@ from pyspark.sql import functions as F
 
 from kop_spark import Broker
 
-SINKS = {"kop": "kop", "no-op Arrow writer (ceiling)": "arrow_noop", "Parquet": "parquet"}
+SINKS = {
+    "kop": "kop",
+    "no-op Arrow writer (ceiling)": "arrow_noop",
+    "Arrow buffers written as they come (durable, no format)": "arrow_dump",
+    "Parquet": "parquet",
+}
 FEEDS = ("batch, cached", "stream, cached", "stream, Parquet files")
 
 
@@ -36,7 +43,9 @@ def run(n: int = 5_000_000, repeat: int = 5) -> list[tuple]:
     """Rows of (feed and sink, seconds, records/s, speed vs ceiling, speed vs Parquet, paired speed vs
     ceiling)."""
     spark = session()
-    spark.dataSource.register(__import__("baselines").ArrowNoop)
+    baselines = __import__("baselines")
+    spark.dataSource.register(baselines.ArrowNoop)
+    spark.dataSource.register(baselines.ArrowDump)
     with tempfile.TemporaryDirectory() as tmp:
         source = os.path.join(tmp, "source")
         os.makedirs(source)
@@ -91,7 +100,9 @@ def _sink_options(sink: str, out: str) -> dict[str, str]:
         with Broker(out) as b:
             b.create_topic("bench", partitions=PARTITIONS)
         return {"kop.root": out, "topic": "bench"}
-    return {"path": out} if sink == "parquet" else {}
+    if sink == "arrow_dump":
+        os.makedirs(out)
+    return {"path": out} if sink in ("parquet", "arrow_dump") else {}
 
 
 def _stream_once(df: DataFrame, sink: str, checkpoint: str, options: dict[str, str]) -> None:
