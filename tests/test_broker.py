@@ -106,6 +106,19 @@ def test_list_offsets_by_timestamp(broker):
     assert broker.list_offsets("t", 0, -2) == 0 and broker.list_offsets("t", 0, -1) == 6
 
 
+def test_list_offsets_by_timestamp_across_ledgers(root):
+    """A ledger may hold only older records than the one before it: the running maximum still finds
+    the first record at or after the time, with its timestamp."""
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1})
+    b.create_topic("t", 1)
+    for s in (300, 100, 200, 500):
+        b.produce("t", [Record(b"x", timestamp_ms=NOW + s)], partition=0)
+    assert [b.list_offsets("t", 0, NOW + s) for s in (0, 150, 250, 300, 301, 500, 501)] == [0, 0, 0, 0, 3, 3, -1]
+    assert b.offset_and_timestamp("t", 0, NOW + 150) == (0, NOW + 300)
+    assert b.offset_and_timestamp("t", 0, NOW + 301) == (3, NOW + 500)
+    b.close()
+
+
 def test_list_offsets_on_empty_partition(broker):
     broker.create_topic("t", 2)
     assert [broker.list_offsets("t", 1, s) for s in ("earliest", "latest", 0)] == [0, 0, -1]

@@ -120,6 +120,19 @@ def _large_managed_ledger(ledgers: int) -> dict:
     return LogMetadata(0, ledgers * 1000, records).to_json()
 
 
+def test_a_managed_ledger_reads_back_what_every_version_wrote() -> None:
+    """Ledger records are read by position; one an earlier version wrote, without ``modified_ms``,
+    still reads, to its default."""
+    value = _large_managed_ledger(50)
+    assert LogMetadata.from_json(value).to_json() == value
+    meta = LogMetadata.from_json(value)
+    assert [l.id for l in meta.ledgers] == [l["id"] for l in value["ledgers"]]
+    for ledger in value["ledgers"]:
+        del ledger["modified_ms"]
+    old = LogMetadata.from_json(value)
+    assert [l._replace(modified_ms=-1) for l in meta.ledgers] == old.ledgers
+
+
 def test_values_at_the_size_of_a_large_managed_ledger(backend: Backend) -> None:
     value = _large_managed_ledger(20_000)  # several MB of JSON: more than any backend takes raw
     s = backend.open()

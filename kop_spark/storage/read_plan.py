@@ -11,6 +11,8 @@ import bisect
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import accumulate
+from operator import attrgetter
 from typing import NamedTuple
 
 from ..errors import CorruptRecordError
@@ -93,13 +95,11 @@ class PartitionView:
 
     @classmethod
     def of(cls, meta: LogMetadata, version: int) -> PartitionView:
-        running, top = [], -(1 << 63)
-        for l in meta.ledgers:
-            top = max(top, l.max_timestamp)
-            running.append(top)
         ledgers = tuple(meta.ledgers)
-        bases = tuple(l.base_offset for l in ledgers)
-        return cls(version, meta.log_start_offset, meta.next_offset, ledgers, bases, tuple(running))
+        # built by C loops: a cold reader pays this for every ledger of the partition
+        running = tuple(accumulate(map(attrgetter("max_timestamp"), ledgers), max, initial=-(1 << 63)))[1:]
+        bases = tuple(map(attrgetter("base_offset"), ledgers))
+        return cls(version, meta.log_start_offset, meta.next_offset, ledgers, bases, running)
 
     def ledger_for_offset(self, offset: int) -> int:
         return bisect.bisect_right(self._bases, offset) - 1
