@@ -21,6 +21,7 @@ from kop_spark.record.arrow import (
     ArrowRecordBuilder,
     encode_arrow,
     encode_arrow_by_partition,
+    first_at_or_after,
     key_partitions,
 )
 from kop_spark.storage import ledger_entry
@@ -478,6 +479,28 @@ def test_encoders_split_rows_by_partition_in_one_pass_as_row_by_row(columns, dat
                 num_partitions=5,
                 codec=c,
             )
+
+
+@needs_compiled
+@settings(max_examples=150, deadline=None)
+@given(
+    recs=records,
+    base=st.integers(0, 2**40),
+    codec=st.sampled_from(list(CompressionType)),
+    log_append=st.booleans(),
+    data=st.data(),
+)
+def test_the_first_record_at_or_after_a_time_is_the_one_a_walk_finds(recs, base, codec, log_append, data):
+    """ListOffsets by time: what the codec finds is what walking the records one by one finds."""
+    near = [r.timestamp_ms + d for r in recs for d in (-1, 0, 1)] + [2**40]  # at a record's time, or either side
+    target = data.draw(st.one_of(st.integers(0, 2**41 + 10), st.sampled_from(near)))
+    ts_type = TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME
+    batch = RecordBatch(
+        build_record_batch(recs, compression=codec, base_offset=base, timestamp_type=ts_type, log_append_time_ms=2**40)
+    )
+    walked = next(((r.offset, r.timestamp_ms) for r in batch.records() if r.timestamp_ms >= target), None)
+    for c in (compiled, reference):
+        assert first_at_or_after(batch, target, codec=c) == walked
 
 
 @needs_compiled

@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 from ..errors import FileMissingError, OffsetOutOfRangeError
 from ..record import ConsumerRecord
+from ..record.arrow import first_at_or_after
 from ..storage.fileio import FileIO
 from ..storage.ledger import IOStats
 from ..storage.read_plan import PartitionView, ReadEntry
@@ -103,10 +104,9 @@ class Fetcher:
     def offset_and_timestamp(self, topic: str, partition: int, spec: OffsetSpec) -> tuple[int, int]:
         if spec in ("max-timestamp", MAX_TIMESTAMP):
             return self._max_timestamp(topic, partition)
-        offset = self.list_offsets(topic, partition, spec)
-        if spec in ("earliest", EARLIEST_TIMESTAMP, "latest", LATEST_TIMESTAMP) or offset < 0:
-            return offset, -1
-        return offset, self.fetch(topic, partition, offset, 1, 1 << 20)[0].timestamp_ms
+        if spec in ("earliest", EARLIEST_TIMESTAMP, "latest", LATEST_TIMESTAMP):
+            return self.list_offsets(topic, partition, spec), -1
+        return self._offset_for_time(topic, partition, spec)
 
     def _max_timestamp(self, topic: str, partition: int) -> tuple[int, int]:
         """Kafka's MAX_TIMESTAMP lookup: the ledger holding the largest timestamp, then the first of
@@ -131,24 +131,32 @@ class Fetcher:
             return view.log_start_offset
         if spec in ("latest", LATEST_TIMESTAMP):
             return view.log_end_offset
+        return self._offset_for_time(topic, partition, spec, view)[0]
+
+    def _offset_for_time(
+        self, topic: str, partition: int, spec: OffsetSpec, view: PartitionView | None = None
+    ) -> tuple[int, int]:
+        """The first record at or after the time ``spec``: its offset and timestamp, or (-1, -1)."""
         if not isinstance(spec, int) or isinstance(spec, bool) or spec < 0:
             raise ValueError(
                 f"list_offsets for {topic}-{partition}: expected 'earliest', 'latest' or a timestamp in ms, got {spec!r}"
             )
+        if view is None:
+            view = self._admin.view(topic, partition)[1]
         found = view.entry_for_timestamp(self._fileio, spec, self._stats)
         if found is None:
-            return -1
+            return -1, -1
         # Batches stored by earlier versions may claim a max timestamp no record has: then the
         # answer lies further on. Batches stored now carry their records' true maximum.
         entries = [found]
         while entries:
             for entry in entries:
                 batch = entry.record_batch()
-                for r in [] if batch.is_control else batch.records():
-                    if r.timestamp_ms >= spec:
-                        return r.offset
+                hit = None if batch.is_control else first_at_or_after(batch, spec)
+                if hit is not None:
+                    return hit
                 position = batch.last_offset + 1
             if position >= view.log_end_offset:
                 break
             view, entries = self.read(topic, partition, position, 1 << 20, view=view)
-        return -1
+        return -1, -1
