@@ -1080,6 +1080,8 @@ reserve_columns(PyObject *self, PyObject *args)
 
 /* ---- murmur2 ---- */
 
+/* Four key bytes as one little-endian word. As a function the compiler makes it one load; written
+ * out in murmur2's loop it stayed four (2 ns a key more, as much as the division below). */
 static inline uint32_t
 load_le32(const uint8_t *p)
 {
