@@ -66,11 +66,14 @@ class LedgerRecord(NamedTuple):
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> LedgerRecord:
         # A cold reader builds one per ledger: by position, which takes a third of the time keywords
-        # do; metadata of earlier versions lacks a field and goes by keyword, to its default.
-        try:
-            return tuple.__new__(cls, _LEDGER_FIELDS(value))
-        except KeyError:
-            return cls(**value)
+        # do. Any other set of fields goes by keyword: one an earlier version lacked takes its
+        # default, and one this version does not know is refused rather than dropped on a rewrite.
+        if len(value) == len(cls._fields):
+            try:
+                return tuple.__new__(cls, _LEDGER_FIELDS(value))
+            except KeyError:
+                pass
+        return cls(**value)
 
     def to_json(self) -> dict[str, Any]:
         return {
