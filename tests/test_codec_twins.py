@@ -509,7 +509,46 @@ def test_compiled_codec_refuses_buffers_shorter_than_their_rows():
     _validity, offsets, data = short.buffers()
     for codec in (compiled, reference):
         with pytest.raises((ValueError, IndexError)):
-            codec.encode_records(None, (None, offsets, data, 0), None, None, None, None, 1, 5, 100, 0, False)
+            codec.encode_records(
+                None, (None, offsets, data, 0), None, None, None, None, 1, 5, 100, 0, False, [bytearray()]
+            )
+
+
+@needs_compiled
+@settings(max_examples=50, deadline=None)
+@given(first=arrow_columns(), second=arrow_columns(), batch_bytes=st.integers(1, 500))
+def test_encoders_reuse_the_bytearrays_given_once_their_batches_are_let_go(first, second, batch_bytes):
+    """The sink passes the same bytearrays for every Arrow batch: each call's batches are what a
+    fresh call gives, and one still held is never written over."""
+    for c in (compiled, reference):
+        into = [bytearray(b"left over"), bytearray()]
+
+        def encode(columns, reuse):
+            values, keys, stamps, headers = columns
+            where = pa.array([i % 2 for i in range(len(values))], pa.int32())
+            return encode_arrow_by_partition(
+                values,
+                keys,
+                stamps,
+                headers,
+                partitions=where,
+                num_partitions=2,
+                batch_bytes=batch_bytes,
+                now_ms=4,
+                codec=c,
+                into=into if reuse else None,
+            )
+
+        for columns in (first, second):
+            reused = encode(columns, True)
+            assert reused == encode(columns, False)
+            held = reused[0][0]
+            before = bytes(held)
+            del reused
+            with pytest.raises(BufferError, match=r"^into\[0\]|re-?sized"):
+                encode(second, True)
+            assert held == before
+            held.release()
 
 
 def test_the_install_built_the_compiled_codec():

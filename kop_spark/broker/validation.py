@@ -133,8 +133,8 @@ class StagedPartition:
         self._config = topic_config
         self._clock = clock
 
-    def append(self, batches: Sequence[bytes]) -> None:
-        """Stage batches as the ledger's next entries."""
+    def append(self, batches: Sequence[bytes | memoryview]) -> None:
+        """Stage batches as the ledger's next entries (copied: the caller may reuse their memory)."""
         now = self._clock.now_ms()
         where = f"{self.topic}-{self.partition}"
         for batch in batches:

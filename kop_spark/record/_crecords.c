@@ -653,14 +653,16 @@ invalid_row(const char *what, Py_ssize_t row)
 
 PyDoc_STRVAR(encode_records_doc,
 "encode_records(keys, values, timestamps, headers, rows, partitions, num_partitions, count, max_bytes, now_ms,\n"
-"               seal) -> [[(records, count, first_ts, max_ts)] per partition]\n\n"
+"               seal, into) -> [[(start, end, count, first_ts, max_ts)] per partition]\n\n"
 "Encode `count` rows as the records sections of batches, each partition's closed after the record\n"
 "that brings it to max_bytes. keys/values: binary column tuples or None; timestamps: (validity,\n"
 "int64 values, offset, units per ms) or None, a null meaning now_ms; headers: (validity, int32 list\n"
 "offsets, offset, key column, value column) or None; rows: None for rows 0..count-1, else a buffer\n"
 "of uint64 row numbers; partitions: None (num_partitions 1) or an int32 partition per row.\n"
 "With seal, each records section comes framed as a whole uncompressed batch (header and CRC),\n"
-"as seal_record_batch frames it by default.");
+"as seal_record_batch frames it by default. into: a bytearray per partition, whose contents are\n"
+"replaced by that partition's sections, one after another, each at into[p][start:end]. It\n"
+"keeps its room for the next call; BufferError if a view of it is still held.");
 
 
 static inline uint8_t *
@@ -694,46 +696,6 @@ write_batch_header(uint8_t *b, Py_ssize_t size, Py_ssize_t count, long long firs
         return -1;
     put_be(crc_at, (uint64_t)crc, 4);
     return 0;
-}
-
-/* A bytes object built in place: each encoded batch is handed out as the bytes it was written into,
- * not copied out of a reused buffer. */
-typedef struct {
-    PyObject *bytes;
-    Py_ssize_t len, cap;
-} bytes_out_t;
-
-static int
-bytes_out_open(bytes_out_t *o, Py_ssize_t cap)
-{
-    o->bytes = PyBytes_FromStringAndSize(NULL, cap);
-    o->len = 0;
-    o->cap = cap;
-    return o->bytes == NULL ? -1 : 0;
-}
-
-static inline uint8_t *
-bytes_out_reserve(bytes_out_t *o, Py_ssize_t n)
-{
-    if (o->len + n > o->cap) {
-        Py_ssize_t want = grown(o->len, n);
-        if (_PyBytes_Resize(&o->bytes, want) < 0)
-            return NULL;
-        o->cap = want;
-    }
-    return (uint8_t *)PyBytes_AS_STRING(o->bytes) + o->len;
-}
-
-/* The bytes written, trimmed to their length; the builder is empty afterwards. */
-static PyObject *
-bytes_out_take(bytes_out_t *o)
-{
-    if (_PyBytes_Resize(&o->bytes, o->len) < 0)
-        return NULL;
-    PyObject *taken = o->bytes;
-    o->bytes = NULL;
-    o->len = o->cap = 0;
-    return taken;
 }
 
 /* Spark's and Java's Math.floorDiv: microseconds before 1970 round down to their millisecond. */
@@ -794,48 +756,72 @@ fixed_in_valid(const fixed_in_t *c, Py_ssize_t i, Py_ssize_t extra)
     return c->has_validity ? bit_set(&c->validity, j) : 1;
 }
 
-/* A partition's batch being encoded. */
+/* A partition's batch being encoded: at out[start:], after that partition's earlier batches. */
 typedef struct {
-    bytes_out_t out;
-    Py_ssize_t records;
+    out_t out;
+    Py_ssize_t start, records;
     long long first_ts, max_ts;
 } open_batch_t;
 
-/* Frame the batch (with seal), append it to `chunks` as (bytes, records, first_ts, max_ts), and
+/* Frame the batch (with seal), append (start, end, records, first_ts, max_ts) to `chunks`, and
  * start afresh. */
 static int
 close_batch(open_batch_t *b, PyObject *chunks, int seal)
 {
-    if (seal && write_batch_header((uint8_t *)PyBytes_AS_STRING(b->out.bytes), b->out.len, b->records, b->first_ts,
-                                   b->max_ts) < 0)
+    if (seal &&
+        write_batch_header(b->out.data + b->start, b->out.len - b->start, b->records, b->first_ts, b->max_ts) < 0)
         return -1;
-    PyObject *batch = bytes_out_take(&b->out);
-    PyObject *chunk = batch == NULL ? NULL : Py_BuildValue("(NnLL)", batch, b->records, b->first_ts, b->max_ts);
+    PyObject *chunk = Py_BuildValue("(nnnLL)", b->start, b->out.len, b->records, b->first_ts, b->max_ts);
     int failed = chunk == NULL || PyList_Append(chunks, chunk) < 0;
     Py_XDECREF(chunk);
     b->records = 0;
     return failed ? -1 : 0;
 }
 
+/* Each partition's bytearray, emptied with its room kept. A caller that copies each call's batches
+ * out before the next (the sink) reuses the same memory for every call, as Kafka's producer pools
+ * its batch buffers: with a new buffer per batch, glibc gave the freed heap top back to the system
+ * and the next call faulted it in again, up to a fifth of kop's CPU in a Spark task's profile. */
+static int
+open_batches(open_batch_t *batches, PyObject *into, int n)
+{
+    if (!PyList_Check(into) || PyList_GET_SIZE(into) != n) {
+        PyErr_Format(PyExc_TypeError, "into: expected a list of %d bytearrays", n);
+        return -1;
+    }
+    for (int k = 0; k < n; k++) {
+        PyObject *ba = PyList_GET_ITEM(into, k);
+        if (out_open(&batches[k].out, ba) < 0)
+            return -1;
+        if (((PyByteArrayObject *)ba)->ob_exports > 0) {
+            PyErr_Format(PyExc_BufferError, "into[%d]: a view of the batches it held is still in use", k);
+            return -1;
+        }
+        batches[k].out.len = 0;
+    }
+    return 0;
+}
+
 static void
-free_batches(open_batch_t *batches, int n)
+close_batches(open_batch_t *batches, int n)
 {
     if (batches == NULL)
         return;
     for (int k = 0; k < n; k++)
-        Py_XDECREF(batches[k].out.bytes);
+        if (batches[k].out.ba != NULL)
+            (void)out_close(&batches[k].out); /* cannot fail: open_batches refused exported ones */
     PyMem_Free(batches);
 }
 
 static PyObject *
 encode_records(PyObject *self, PyObject *args)
 {
-    PyObject *keys_obj, *values_obj, *ts_obj, *headers_obj, *rows_obj, *partitions_obj;
+    PyObject *keys_obj, *values_obj, *ts_obj, *headers_obj, *rows_obj, *partitions_obj, *into;
     Py_ssize_t count, max_bytes;
     int num_partitions, seal;
     long long now_ms;
-    if (!PyArg_ParseTuple(args, "OOOOOOinnLp", &keys_obj, &values_obj, &ts_obj, &headers_obj, &rows_obj,
-                          &partitions_obj, &num_partitions, &count, &max_bytes, &now_ms, &seal))
+    if (!PyArg_ParseTuple(args, "OOOOOOinnLpO", &keys_obj, &values_obj, &ts_obj, &headers_obj, &rows_obj,
+                          &partitions_obj, &num_partitions, &count, &max_bytes, &now_ms, &seal, &into))
         return NULL;
     if (count < 0 || num_partitions <= 0 || (partitions_obj == Py_None && num_partitions != 1)) {
         PyErr_Format(PyExc_ValueError, "%zd rows into %d partitions", count, num_partitions);
@@ -906,12 +892,9 @@ encode_records(PyObject *self, PyObject *args)
             goto done;
         PyList_SET_ITEM(result, k, chunks);
     }
-    /* A batch's room: its header, max_bytes of records and the record that closes it, mostly; or
-     * its partition's share of the input, when that is less (a task writing to many partitions). */
+    if (open_batches(batches, into, num_partitions) < 0)
+        goto done;
     Py_ssize_t header = seal ? BATCH_HEADER : 0;
-    Py_ssize_t share = (keys.data.len + values.data.len + hkeys.data.len + hvalues.data.len + 16 * count) / num_partitions;
-    Py_ssize_t records_room = max_bytes < (1 << 20) ? max_bytes : (1 << 20);
-    Py_ssize_t room = header + (share < records_room ? share : records_room) + 1024;
     const int64_t *ts_values = ts.present ? (const int64_t *)ts.values.buf : NULL;
     const int32_t *list_ends = lists.present ? (const int32_t *)lists.values.buf : NULL;
     const uint64_t *row_numbers = rows.present ? (const uint64_t *)rows.values.buf : NULL;
@@ -934,12 +917,13 @@ encode_records(PyObject *self, PyObject *args)
             }
         }
         open_batch_t *b = &batches[k];
-        bytes_out_t *out = &b->out;
+        out_t *out = &b->out;
         Py_ssize_t delta = b->records;
         if (delta == 0) {
-            if (bytes_out_open(out, room) < 0)
+            if (out_reserve(out, header) == NULL)
                 goto done;
-            out->len = header;
+            b->start = out->len;
+            out->len += header;
         }
         int has_t = fixed_in_valid(&ts, row, 0), has_h = fixed_in_valid(&lists, row, 1);
         if (has_t < 0 || has_h < 0) {
@@ -985,7 +969,7 @@ encode_records(PyObject *self, PyObject *args)
             }
             size += varint_size(hk) + hk + varint_size(hv) + (hv > 0 ? hv : 0);
         }
-        uint8_t *p = bytes_out_reserve(out, varint_size(size) + size);
+        uint8_t *p = out_reserve(out, varint_size(size) + size);
         if (p == NULL)
             goto done;
         uint8_t *begin = p;
@@ -1020,7 +1004,7 @@ encode_records(PyObject *self, PyObject *args)
         }
         out->len += p - begin;
         b->records++;
-        if (out->len - header >= max_bytes && close_batch(b, PyList_GET_ITEM(result, k), seal) < 0)
+        if (out->len - b->start - header >= max_bytes && close_batch(b, PyList_GET_ITEM(result, k), seal) < 0)
             goto done;
     }
     for (int k = 0; k < num_partitions; k++)
@@ -1031,7 +1015,7 @@ encode_records(PyObject *self, PyObject *args)
 done:
     Py_CLEAR(result);
 release:
-    free_batches(batches, num_partitions);
+    close_batches(batches, num_partitions);
     fixed_in_release(&partitions);
     binary_in_release(&keys);
     binary_in_release(&values);

@@ -39,6 +39,7 @@ def encode_records(
     max_bytes: int,
     now_ms: int,
     seal: bool,
+    into: list[bytearray],
     /,
 ) -> list[list[EncodedChunk]]: ...
 def key_partitions(n: int, keys: BinaryColumn | None, num_partitions: int, /) -> bytes: ...

@@ -266,10 +266,13 @@ def encode_records(
     max_bytes: int,
     now_ms: int,
     seal: bool,
+    into: list[bytearray],
 ) -> list[list[EncodedChunk]]:
     """Encode ``count`` rows as the records sections of batches, each partition's closed after the
-    record that brings it to ``max_bytes``: ``[(records, count, first timestamp, max timestamp)]``
-    per partition. ``partitions`` is None (``num_partitions`` 1) or an int32 partition per row.
+    record that brings it to ``max_bytes``: ``[(start, end, records, first timestamp, max
+    timestamp)]`` per partition, the section being ``into[partition][start:end]`` (``into`` holds a
+    bytearray per partition, emptied first). ``partitions`` is None (``num_partitions`` 1) or an
+    int32 partition per row.
 
     ``timestamps`` is ``(validity, int64 values, offset, units per millisecond)`` (values are
     floor-divided to milliseconds, as Spark's Kafka sink does) and ``headers`` is ``(validity, int32
@@ -285,6 +288,10 @@ def encode_records(
         raise ValueError(f"rows: {len(row_numbers)} row numbers given for {count} rows")
     if num_partitions <= 0 or (partitions is None and num_partitions != 1):
         raise ValueError(f"{count} rows into {num_partitions} partitions")
+    if not isinstance(into, list) or len(into) != num_partitions:
+        raise TypeError(f"into: expected a list of {num_partitions} bytearrays")
+    for out in into:
+        out.clear()  # BufferError while a view of it is held, as the compiled twin refuses it
     groups: list[list[int]] = [[] for _ in range(num_partitions)]
     partition_of = memoryview(partitions).cast("B").cast("i") if partitions is not None else None
     for row in row_numbers[:count]:
@@ -293,7 +300,7 @@ def encode_records(
             raise ValueError(f"row {row} goes to partition {k}, not one of 0 to {num_partitions - 1}")
         groups[k].append(row)
     columns = _Columns(keys, values, timestamps, headers, now_ms)
-    return [_encode_rows(columns, g, max_bytes, seal) for g in groups]
+    return [_encode_rows(columns, g, max_bytes, seal, out) for g, out in zip(groups, into, strict=True)]
 
 
 class _Columns:
@@ -345,7 +352,9 @@ class _Columns:
         return pairs
 
 
-def _encode_rows(columns: _Columns, row_numbers: list[int], max_bytes: int, seal: bool) -> list[EncodedChunk]:
+def _encode_rows(
+    columns: _Columns, row_numbers: list[int], max_bytes: int, seal: bool, into: bytearray
+) -> list[EncodedChunk]:
     chunks = []
     out = bytearray()
     first_ts = max_ts = start = 0
@@ -360,7 +369,9 @@ def _encode_rows(columns: _Columns, row_numbers: list[int], max_bytes: int, seal
         encode_record(out, delta, ts - first_ts, columns.keys.get(row), columns.values.get(row), pairs)
         if len(out) >= max_bytes or i == len(row_numbers) - 1:
             n = i + 1 - start
-            chunks.append((seal_record_batch(out, n, first_ts, max_ts) if seal else bytes(out), n, first_ts, max_ts))
+            at = len(into)
+            into += seal_record_batch(out, n, first_ts, max_ts) if seal else out
+            chunks.append((at, len(into), n, first_ts, max_ts))
             out = bytearray()
             start = i + 1
     return chunks

@@ -224,7 +224,7 @@ def encode_arrow(
     batch_bytes: int = 16384,
     now_ms: int | None = None,
     codec: RecordsCodec = _speedups.codec,
-) -> list[bytes]:
+) -> list[bytes | memoryview]:
     """Encode Arrow columns as record batches, as a Kafka producer with ``batch.size`` would: a
     batch closes after the record that brings its records to ``batch_bytes``.
 
@@ -241,7 +241,7 @@ def encode_arrow(
             raise ValueError("row numbers must not be null")
         selected = memoryview(rows.buffers()[1])[rows.offset * 8 : (rows.offset + len(rows)) * 8]
     columns = (values, keys, timestamps_ms, headers)
-    return _encode(columns, selected, None, 1, compression, batch_bytes, now_ms, codec)[0]
+    return _encode(columns, selected, None, 1, compression, batch_bytes, now_ms, codec, None)[0]
 
 
 def encode_arrow_by_partition(
@@ -256,17 +256,22 @@ def encode_arrow_by_partition(
     batch_bytes: int = 16384,
     now_ms: int | None = None,
     codec: RecordsCodec = _speedups.codec,
-) -> list[list[bytes]]:
+    into: list[bytearray] | None = None,
+) -> list[list[bytes | memoryview]]:
     """``encode_arrow`` of each partition's rows, in their order, in one pass over the columns:
     ``partitions`` (int32, no nulls) says where each row goes; the result's ``p``-th list holds
-    partition ``p``'s batches."""
+    partition ``p``'s batches.
+
+    Uncompressed batches are views of ``into``'s ``p``-th bytearray, which a caller that copies the
+    batches out before its next call passes again, its room kept (``BufferError`` if a view of the
+    last call's batches is still held); by default they are new."""
     if partitions.null_count:
         raise ValueError("partitions must not be null")
     if partitions.type != pa.int32():
         partitions = partitions.cast(pa.int32())
     where = memoryview(partitions.buffers()[1])[partitions.offset * 4 : (partitions.offset + len(partitions)) * 4]
     columns = (values, keys, timestamps_ms, headers)
-    return _encode(columns, None, where, num_partitions, compression, batch_bytes, now_ms, codec)
+    return _encode(columns, None, where, num_partitions, compression, batch_bytes, now_ms, codec, into)
 
 
 def _encode(
@@ -278,7 +283,8 @@ def _encode(
     batch_bytes: int,
     now_ms: int | None,
     codec: RecordsCodec,
-) -> list[list[bytes]]:
+    into: list[bytearray] | None,
+) -> list[list[bytes | memoryview]]:
     values, keys, timestamps_ms, headers = columns
     n = len(values) if values is not None else len(keys) if keys is not None else 0
     for column in (keys, timestamps_ms, headers):
@@ -287,6 +293,7 @@ def _encode(
     if partitions is not None and len(partitions) != n * 4:
         raise ValueError(f"{n} rows and {len(partitions) // 4} partitions")
     seal = compression == CompressionType.NONE  # the codec frames uncompressed batches itself
+    into = [bytearray() for _ in range(num_partitions)] if into is None else into
     encoded = codec.encode_records(
         _binary_parts(keys),
         _binary_parts(values),
@@ -299,15 +306,18 @@ def _encode(
         batch_bytes,
         wall_clock_ms() if now_ms is None else now_ms,
         seal,
+        into,
     )
+    # views made once the codec is done growing the bytearrays
+    views = ((memoryview(out), chunks) for out, chunks in zip(into, encoded, strict=True))
     if seal:
-        return [[batch for batch, _, _, _ in chunks] for chunks in encoded]
+        return [[view[start:end] for start, end, *_ in chunks] for view, chunks in views]
     return [
         [
-            seal_record_batch(records, count, first_ts, max_ts, compression=compression)
-            for records, count, first_ts, max_ts in chunks
+            seal_record_batch(view[start:end], count, first_ts, max_ts, compression=compression)
+            for start, end, count, first_ts, max_ts in chunks
         ]
-        for chunks in encoded
+        for view, chunks in views
     ]
 
 

@@ -15,8 +15,9 @@ BinaryColumn = tuple[Buffer | None, Buffer, Buffer, int]
 TimestampColumn = tuple[Buffer | None, Buffer, int, int]  # validity, int64 values, offset, units per ms
 # A list<struct<key, value>> column: (validity or None, int32 list ends, offset, keys, values)
 HeaderColumn = tuple[Buffer | None, Buffer, int, BinaryColumn | None, BinaryColumn | None]
-# An encoded records section (or whole batch): (bytes, records, first timestamp, max timestamp)
-EncodedChunk = tuple[bytes, int, int, int]
+# An encoded records section (or whole batch), as where it is in its partition's bytearray:
+# (start, end, records, first timestamp, max timestamp)
+EncodedChunk = tuple[int, int, int, int, int]
 
 
 class RecordsCodec(Protocol):
@@ -66,6 +67,7 @@ class RecordsCodec(Protocol):
         max_bytes: int,
         now_ms: int,
         seal: bool,
+        into: list[bytearray],
         /,
     ) -> list[list[EncodedChunk]]: ...
 

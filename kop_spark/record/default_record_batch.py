@@ -329,7 +329,7 @@ def build_record_batch(
 
 
 def seal_record_batch(
-    records: bytes | bytearray,
+    records: bytes | bytearray | memoryview,
     count: int,
     first_timestamp: int,
     max_timestamp: int,

@@ -84,6 +84,9 @@ class _TaskOutput:
         self._partitions: dict[str, int] = {}
         self._batch_bytes: dict[str, int] = {}
         self._staged: dict[tuple[str, int], StagedPartition] = {}
+        # Each topic's partitions' encoded batches, reused by every Arrow batch: they are copied
+        # into the staged ledgers before the next is encoded.
+        self._encoded: dict[str, list[bytearray]] = {}
         self._round_robin = self.task
 
     def partitions_of(self, topic: str) -> int:
@@ -147,12 +150,13 @@ class _TaskOutput:
             num_partitions=count,
             compression=self.options.compression,
             batch_bytes=self.batch_bytes(topic),
+            into=self._encoded.setdefault(topic, [bytearray() for _ in range(count)]),
         )
         for p, batches in enumerate(encoded):
             if batches:
                 self._stage(topic, p, batches)
 
-    def _stage(self, topic: str, partition: int, batches: list[bytes]) -> None:
+    def _stage(self, topic: str, partition: int, batches: list[bytes | memoryview]) -> None:
         staged = self._staged.get((topic, partition))
         if staged is None:
             staged = self._staged[(topic, partition)] = self._broker.stage(topic, partition, self._dir)

@@ -55,7 +55,7 @@ class LedgerStager:
         """Bytes written so far."""
         return self._writer.position
 
-    def append(self, batches: Sequence[bytes], broker_timestamp: int) -> None:
+    def append(self, batches: Sequence[bytes | memoryview], broker_timestamp: int) -> None:
         """Write batches as the ledger's next entries, in one write."""
         if batches:
             self._rows += self._writer.append(batches, self._records, broker_timestamp)
