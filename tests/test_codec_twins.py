@@ -514,6 +514,24 @@ def test_compiled_codec_refuses_buffers_shorter_than_their_rows():
             )
 
 
+def _encode_halves(columns, batch_bytes, codec, into):
+    """Rows alternately into two partitions."""
+    values, keys, stamps, headers = columns
+    where = pa.array([i % 2 for i in range(len(values))], pa.int32())
+    return encode_arrow_by_partition(
+        values,
+        keys,
+        stamps,
+        headers,
+        partitions=where,
+        num_partitions=2,
+        batch_bytes=batch_bytes,
+        now_ms=4,
+        codec=codec,
+        into=into,
+    )
+
+
 @needs_compiled
 @settings(max_examples=50, deadline=None)
 @given(first=arrow_columns(), second=arrow_columns(), batch_bytes=st.integers(1, 500))
@@ -522,31 +540,14 @@ def test_encoders_reuse_the_bytearrays_given_once_their_batches_are_let_go(first
     fresh call gives, and one still held is never written over."""
     for c in (compiled, reference):
         into = [bytearray(b"left over"), bytearray()]
-
-        def encode(columns, reuse):
-            values, keys, stamps, headers = columns
-            where = pa.array([i % 2 for i in range(len(values))], pa.int32())
-            return encode_arrow_by_partition(
-                values,
-                keys,
-                stamps,
-                headers,
-                partitions=where,
-                num_partitions=2,
-                batch_bytes=batch_bytes,
-                now_ms=4,
-                codec=c,
-                into=into if reuse else None,
-            )
-
         for columns in (first, second):
-            reused = encode(columns, True)
-            assert reused == encode(columns, False)
+            reused = _encode_halves(columns, batch_bytes, c, into)
+            assert reused == _encode_halves(columns, batch_bytes, c, None)
             held = reused[0][0]
             before = bytes(held)
             del reused
             with pytest.raises(BufferError, match=r"^into\[0\]|re-?sized"):
-                encode(second, True)
+                _encode_halves(second, batch_bytes, c, into)
             assert held == before
             held.release()
 
