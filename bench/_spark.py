@@ -120,19 +120,22 @@ class Rounds:
 
 
 def timed_rounds(runs: dict[str, Callable[[], float | None]], rounds: int) -> Rounds:
-    """Each run's time in each of ``rounds`` rounds, in seconds. A round runs each once, in turn,
-    so that JVM warm-up and machine noise fall on all of them alike, and in another order each
+    """Each run's time in each of ``rounds`` rounds, in seconds, after an untimed round (as JMH's
+    warm-up iterations): in it the JVM compiles the plans' hot code and the Python workers import
+    and fill their caches, which fell on the first timed round and skewed its ratios. A round runs
+    each once, in turn, so that machine noise falls on all of them alike, and in another order each
     round (a seeded shuffle), so that no run always follows the same one: a heavy run leaves work
     for the JVM's collector and the disk to whatever comes next. A run with set-up or clean-up that
     is not what is measured times itself and returns its seconds; otherwise the call is timed."""
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     order = list(runs.items())
-    for r in range(rounds):
+    for r in range(-1, rounds):
         random.Random(r).shuffle(order)
         for name, fn in order:
             t = time.perf_counter()
             took = fn()
-            seconds[name].append(time.perf_counter() - t if took is None else took)
+            if r >= 0:
+                seconds[name].append(time.perf_counter() - t if took is None else took)
     return Rounds(seconds)
 
 

@@ -108,12 +108,12 @@ def main() -> None:
             [(b, c, impl, f"{us:.0f}", f"{ratio:.2f}x") for b, c, impl, us, ratio in codecs],
         ),
         "",
-        f"## 2. Spark read: {args.records:,} records into the noop sink (best of {args.rounds} rounds)",
+        f"## 2. Spark read: {args.records:,} records into the noop sink (best of {args.rounds} rounds, after an untimed one)",
         "",
         "Two partitions on local[2], read by a batch query (what is timed is the read) and by an "
         "AvailableNow streaming query (whose planning and commits, about a second for any Python source, "
-        "fall on kop and the ceiling alike). kop's first rounds run slower than the ceiling's (its Python "
-        "workers warm up: imports, entry tables, the allocator), so the best round is its steady state. "
+        "fall on kop and the ceiling alike). An untimed round comes first, in which the JVM compiles and the "
+        "Python workers warm up (imports, entry tables, the allocator), so the rounds timed are the steady state. "
         "The last column is the median of each round's own ratio: the two ran within a minute of each "
         "other, so a slow spell of the machine falls on both, where the best rounds may be minutes apart.",
         "",
@@ -122,7 +122,7 @@ def main() -> None:
             [spark_row(row) for row in reads],
         ),
         "",
-        f"## 3. Spark write: {args.records:,} records (best of {args.rounds} rounds)",
+        f"## 3. Spark write: {args.records:,} records (best of {args.rounds} rounds, after an untimed one)",
         "",
         "Keyed records (murmur2 placement) into a two-partition topic, exactly-once, durable at commit. "
         "Each sink is fed three ways: a cached DataFrame written by a batch job; the same cached "
@@ -183,7 +183,7 @@ def main() -> None:
             [(name, f"{rate:,.0f}", f"{ratio:.2f}x") for name, rate, ratio in s3_rows],
         ),
         "",
-        f"## 8. Spark read from S3: {args.s3_records:,} records into the noop sink (best of {args.rounds} rounds)",
+        f"## 8. Spark read from S3: {args.s3_records:,} records into the noop sink (best of {args.rounds} rounds, after an untimed one)",
         "",
         "kop on an `s3://` root against the same records as Parquet objects on the same endpoint (moto), "
         "read by pyarrow through the same Python Data Source API: Spark's S3A connector needs hadoop-aws "
