@@ -150,11 +150,17 @@ class _TaskOutput:
             num_partitions=count,
             compression=self.options.compression,
             batch_bytes=self.batch_bytes(topic),
-            into=self._encoded.setdefault(topic, [bytearray() for _ in range(count)]),
+            into=self._encoded_for(topic, count),
         )
         for p, batches in enumerate(encoded):
             if batches:
                 self._stage(topic, p, batches)
+
+    def _encoded_for(self, topic: str, partitions: int) -> list[bytearray]:
+        into = self._encoded.get(topic)
+        if into is None:
+            into = self._encoded[topic] = [bytearray() for _ in range(partitions)]
+        return into
 
     def _stage(self, topic: str, partition: int, batches: list[bytes | memoryview]) -> None:
         staged = self._staged.get((topic, partition))
