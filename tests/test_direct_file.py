@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from kop_spark.storage.direct_file import DirectFile, open_direct
+from kop_spark.storage.direct_file import _BUFFER_BYTES, DirectFile, _BufferPool, open_direct
 
 from .faults import FAULTS, Injector, injected
 
@@ -112,3 +112,31 @@ def test_a_fault_at_any_step_loses_nothing_written(tmp_path, monkeypatch):
             f.sync()
             f.close()
             assert contents(path) == model, f"{fault} at step {at}"
+
+
+def test_a_closed_files_buffer_serves_the_next_file_and_none_of_its_bytes_show(tmp_path):
+    """Buffers are pooled (a fresh one faults in every page it is first written to); a file that
+    gets a used one finds in the file only what it wrote, across a truncate into the buffer."""
+    path, first = new_file(tmp_path, "first")
+    first.write(data(300 * KIB, 1))  # a whole buffer written, and a tail
+    first.sync()
+    used = first._buffer
+    first.close()
+    path, second = new_file(tmp_path, "second")
+    assert second._buffer is used
+    second.write(data(5000, 2))
+    second.truncate(3000)
+    second.write(b"0123456789")
+    second.sync()
+    second.close()
+    assert contents(path) == data(5000, 2)[:3000] + b"0123456789"
+
+
+def test_the_buffer_pool_keeps_no_more_than_its_limit():
+    pool = _BufferPool(2 * _BUFFER_BYTES)
+    buffers = [pool.take() for _ in range(3)]
+    for b in buffers:
+        pool.give(b)
+    assert [b.closed for b in buffers] == [False, False, True]
+    assert {id(pool.take()), id(pool.take())} == {id(buffers[0]), id(buffers[1])}
+    assert pool.take() not in buffers  # a new one once the pool is empty
