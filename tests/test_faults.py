@@ -55,9 +55,12 @@ class Ledger:
         self.in_flight = values
         for v in values:
             self.attempted[v] = (topic, partition)
-        staged = b.stage(topic, partition, f"_staging/q/{batch_id}/{partition}")
-        staged.append([build_record_batch([Record(v, v)]) for v in values])
-        result = b.append_staged(topic, partition, staged.finish(), ("spark:q", batch_id))
+        ledgers = []
+        for task, part in enumerate((values[: n // 2], values[n // 2 :])):  # two tasks' output, moved in together
+            staged = b.stage(topic, partition, f"_staging/q/{batch_id}/{task}")
+            staged.append([build_record_batch([Record(v, v)]) for v in part])
+            ledgers += staged.finish()
+        result = b.append_staged(topic, partition, ledgers, ("spark:q", batch_id))
         for i, v in enumerate(values):
             self.acked[(topic, partition, result.base_offset + i)] = v
         self.in_flight = []

@@ -124,8 +124,9 @@ class FileIO(abc.ABC):
         """Reopen a file this writer created, dropping anything after ``length``."""
         raise StorageError(f"cannot reopen {self.full_path(path)}: {self.uri} does not support appends")
 
-    def rename(self, src: str, dst: str) -> None:
-        raise StorageError(f"cannot move {self.full_path(src)}: {self.uri} does not support renames")
+    def rename(self, moves: Sequence[tuple[str, str]]) -> None:
+        """Move files (source, target) within the root, each atomically; durable together."""
+        raise StorageError(f"cannot move {self.full_path(moves[0][0])}: {self.uri} does not support renames")
 
     @abc.abstractmethod
     def delete(self, path: str) -> None:

@@ -241,16 +241,23 @@ class LocalFileIO(FileIO):
             except OSError:
                 pass
 
-    def rename(self, src: str, dst: str) -> None:
-        """Move a file within the root (atomic on POSIX), creating the target's directory."""
-        full_src, full_dst = self._require_local("move", src), self._require_local("move", dst)
-        try:
-            os.makedirs(os.path.dirname(full_dst), exist_ok=True)
-            os.rename(full_src, full_dst)
-        except OSError as e:
-            raise storage_error(f"move {full_src} to", full_dst, e) from e
-        if self.sync:
-            self.sync_dir(os.path.dirname(full_dst))
+    def rename(self, moves: Sequence[tuple[str, str]]) -> None:
+        """Move files within the root (each atomic on POSIX), creating the targets' directories;
+        each directory moved into is synced once, after the last move: a partition's commit moves
+        one staged ledger per Spark task into it."""
+        targets: set[str] = set()
+        for src, dst in moves:
+            full_src, full_dst = self._require_local("move", src), self._require_local("move", dst)
+            target = os.path.dirname(full_dst)
+            try:
+                if target not in targets:
+                    os.makedirs(target, exist_ok=True)
+                    targets.add(target)
+                os.rename(full_src, full_dst)
+            except OSError as e:
+                raise storage_error(f"move {full_src} to", full_dst, e) from e
+        for directory in sorted(targets):
+            self.sync_dir(directory)
 
     def touch(self, path: str) -> None:
         """Create the file if need be and set its modification time to now: a heartbeat."""
@@ -321,8 +328,8 @@ class WholeFileIO(LocalFileIO):
     def reopen(self, path: str, length: int) -> AppendFile:
         raise StorageError(f"cannot reopen {self.full_path(path)}: {self.uri} takes whole files only")
 
-    def rename(self, src: str, dst: str) -> None:
-        raise StorageError(f"cannot move {self.full_path(src)}: {self.uri} takes whole files only")
+    def rename(self, moves: Sequence[tuple[str, str]]) -> None:
+        raise StorageError(f"cannot move {self.full_path(moves[0][0])}: {self.uri} takes whole files only")
 
     def write_whole(self, path: str, data: bytes) -> None:
         full = self._require_local("write", path)

@@ -343,8 +343,7 @@ class ManagedLedger:
         with self.lock:
             if already(self._load().meta):
                 return result[-1]
-            for s, path in moved:
-                self._move_staged(s.file, path)
+            self._move_staged([(s.file, path) for s, path in moved if s.file != path])
             # Should the CAS fail, the moved files stay unreferenced until maintenance removes them:
             # deleting them here could race another applier of the same batch whose CAS went through.
             self.apply(change)
@@ -352,16 +351,19 @@ class ManagedLedger:
                 self.cleaner.merge_in_passing()
         return result[-1]
 
-    def _move_staged(self, staged: str, path: str) -> None:
-        if staged == path:
-            return
-        if self.fileio.exists(staged):
-            self.fileio.rename(staged, path)
-        elif not self.fileio.exists(path):
-            raise StorageError(
-                f"{self.name}: staged ledger {self.fileio.full_path(staged)} is gone, and was not moved "
-                f"to {self.fileio.full_path(path)}"
-            )
+    def _move_staged(self, moves: list[tuple[str, str]]) -> None:
+        """Move staged ledgers in; one moved already (by another applier of the batch) is skipped."""
+        todo = []
+        for staged, path in moves:
+            if self.fileio.exists(staged):
+                todo.append((staged, path))
+            elif not self.fileio.exists(path):
+                raise StorageError(
+                    f"{self.name}: staged ledger {self.fileio.full_path(staged)} is gone, and was not moved "
+                    f"to {self.fileio.full_path(path)}"
+                )
+        if todo:
+            self.fileio.rename(todo)
 
     def forget_sink(self, writer: str) -> None:
         """Drop a writer's record of its last batch (a batch job's, once its commit is complete:
