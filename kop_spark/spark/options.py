@@ -59,7 +59,7 @@ _DURATION_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60
 # The Kafka client settings kop honours under their ``kafka.`` names; any other has no meaning
 # without brokers, and silently ignoring it (kafka.bootstrap.servers above all) would mislead.
 _SOURCE_KAFKA_OPTIONS = {"kafka.group.id"}
-_SINK_KAFKA_OPTIONS = {"kafka.compression.type", "kafka.batch.size"}
+_SINK_KAFKA_OPTIONS = {"kafka.compression.type", "kafka.batch.size", "kafka.buffer.memory"}
 
 
 def _refuse_kafka_options(opts: Mapping[str, str], honoured: set[str]) -> None:
@@ -382,6 +382,9 @@ def _json_assign(text: str) -> list[TopicPartition]:
         raise ConfigError(f'option \'assign\': expected e.g. {{"topicA":[0,1],"topicB":[0,1]}}, got {text}') from None
 
 
+DEFAULT_BUFFER_MEMORY = 32 << 20  # the Kafka producer's
+
+
 @dataclass(frozen=True)
 class SinkOptions:
     """The options of ``format("kop")`` writes (Spark's Kafka sink names; ``kafka.`` prefixes accepted)."""
@@ -393,6 +396,7 @@ class SinkOptions:
     batch_size: int | None  # None: the sink's default, sized to the topic
     auto_create: bool
     num_partitions: int | None
+    buffer_memory: int  # bytes of rows a task may hold to fill its batches
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -411,4 +415,5 @@ class SinkOptions:
         if topic is not None and not topic.strip():
             raise ConfigError("option 'topic' is empty")
         auto_create = opts.boolean("auto.create.topics.enable", False)
-        return cls(root, conf, topic, codec, batch_size, auto_create, opts.positive("num.partitions"))
+        buffer_memory = opts.positive("buffer.memory") or opts.positive("kafka.buffer.memory") or DEFAULT_BUFFER_MEMORY
+        return cls(root, conf, topic, codec, batch_size, auto_create, opts.positive("num.partitions"), buffer_memory)

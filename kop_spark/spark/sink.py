@@ -35,6 +35,7 @@ from ..errors import (
 from ..record.arrow import encode_arrow_by_partition, key_partitions
 from ._compat import ARROW_STREAM_WRITER, StreamWriterBase
 from .options import SinkOptions
+from .record_accumulator import RecordAccumulator, Rows
 from .rows import rows_to_arrow
 from .schema import check_sink_schema
 
@@ -87,6 +88,7 @@ class _TaskOutput:
         # Each topic's partitions' encoded batches, reused by every Arrow batch: they are copied
         # into the staged ledgers before the next is encoded.
         self._encoded: dict[str, list[bytearray]] = {}
+        self._accumulator = RecordAccumulator(options.buffer_memory)
         self._round_robin = self.task
 
     def partitions_of(self, topic: str) -> int:
@@ -140,13 +142,18 @@ class _TaskOutput:
             spread = pc.remainder(pc.add(nth, _int(self._round_robin)), _int(count))
             chosen = pc.coalesce(chosen, spread.cast(pa.int32()))
             self._round_robin += keyless.true_count
-        columns.pop("partition", None)
+        columns["partition"] = chosen
+        for held_topic, rows in self._accumulator.append(topic, columns, count * self.batch_bytes(topic)):
+            self._encode(held_topic, rows)
+
+    def _encode(self, topic: str, rows: Rows) -> None:
+        count = self.partitions_of(topic)
         encoded = encode_arrow_by_partition(
-            columns["value"],
-            columns.get("key"),
-            columns.get("timestamp"),
-            columns.get("headers"),
-            partitions=chosen,
+            rows["value"],
+            rows.get("key"),
+            rows.get("timestamp"),
+            rows.get("headers"),
+            partitions=rows["partition"],
             num_partitions=count,
             compression=self.options.compression,
             batch_bytes=self.batch_bytes(topic),
@@ -169,6 +176,8 @@ class _TaskOutput:
         staged.append(batches)
 
     def finish(self) -> KopCommitMessage:
+        for topic, rows in self._accumulator.drain():
+            self._encode(topic, rows)
         staged = tuple((t, p, ledger) for (t, p), s in sorted(self._staged.items()) for ledger in s.finish())
         self._heartbeat.stop()
         self._broker.close()
