@@ -143,7 +143,8 @@ class _TaskOutput:
             chosen = pc.coalesce(chosen, spread.cast(pa.int32()))
             self._round_robin += keyless.true_count
         columns["partition"] = chosen
-        for held_topic, rows in self._accumulator.append(topic, columns, count * self.batch_bytes(topic)):
+        # held until each partition has a quarter of a batch on average (see RecordAccumulator)
+        for held_topic, rows in self._accumulator.append(topic, columns, count * self.batch_bytes(topic) // 4):
             self._encode(held_topic, rows)
 
     def _encode(self, topic: str, rows: Rows) -> None:
