@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from kop_spark.storage.direct_file import _BUFFER_BYTES, DirectFile, _BufferPool, open_direct
+from kop_spark.storage.direct_file import MAX_BUFFER_BYTES, MIN_BUFFER_BYTES, BufferPool, DirectFile, open_direct
 
 from .faults import FAULTS, Injector, injected
 
@@ -132,11 +132,12 @@ def test_a_closed_files_buffer_serves_the_next_file_and_none_of_its_bytes_show(t
     assert contents(path) == data(5000, 2)[:3000] + b"0123456789"
 
 
-def test_the_buffer_pool_keeps_no_more_than_its_limit():
-    pool = _BufferPool(2 * _BUFFER_BYTES)
+def test_buffers_shrink_past_the_budget_and_the_pool_keeps_no_more_than_it():
+    pool = BufferPool(2 * MAX_BUFFER_BYTES)
     buffers = [pool.take() for _ in range(3)]
+    assert [len(b) for b in buffers] == [MAX_BUFFER_BYTES, MAX_BUFFER_BYTES, MIN_BUFFER_BYTES]
     for b in buffers:
         pool.give(b)
     assert [b.closed for b in buffers] == [False, False, True]
-    assert {id(pool.take()), id(pool.take())} == {id(buffers[0]), id(buffers[1])}
-    assert pool.take() not in buffers  # a new one once the pool is empty
+    again = [pool.take() for _ in range(3)]
+    assert again[:2] == buffers[1::-1] and again[2] is not buffers[2]  # a new one once the pool is empty

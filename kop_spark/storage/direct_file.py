@@ -15,39 +15,59 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import threading
 from collections.abc import Sequence
 
 from .fileio import storage_error
 
 _BLOCK = 4096  # O_DIRECT offsets and sizes: a multiple of the device's logical block, 4096 at most
-_BUFFER_BYTES = 256 << 10  # per open file: a task writing 128 partitions holds 128 (writes of 1 MiB were no faster)
-_POOL_BYTES = 32 << 20  # free buffers kept for the next files
+# A file's buffer while few are open: on the bench machine's VM each write costs a VM exit, and
+# 256 KiB writes cost a sink task a quarter more CPU than 1 MiB ones; larger ones cost no less.
+MAX_BUFFER_BYTES = 1 << 20
+MIN_BUFFER_BYTES = 128 << 10
+BUFFER_BUDGET = 32 << 20  # what open files' buffers should take, and the most kept free
 
 
-class _BufferPool:
-    """Page-aligned buffers kept for reuse once their file is closed, as Kafka's producer pools its
-    batch buffers: a fresh anonymous mapping faults in, zeroed, every page it is first written to,
-    which cost a task writing 128 partitions a fifth of its time; a Spark worker's next task gets
-    the same pages back."""
+class BufferPool:
+    """Page-aligned buffers for direct writes, sized to what open files hold and kept for reuse once
+    their file is closed, as Kafka's producer pools its batch buffers.
 
-    def __init__(self, limit: int):
-        self._free: list[mmap.mmap] = []
-        self._limit = limit // _BUFFER_BYTES
+    A file gets 1 MiB while the open files' buffers fit the budget, and less (down to 128 KiB) past
+    it: a task writing 128 partitions holds 128 at once. A fresh anonymous mapping faults in, zeroed,
+    every page it is first written to, which cost such a task a fifth of its time, so freed buffers
+    are kept (up to the budget): a Spark worker's next task gets the same pages back."""
+
+    def __init__(self, budget: int = BUFFER_BUDGET):
+        self._budget = budget
+        self._lock = threading.Lock()
+        self._free: dict[int, list[mmap.mmap]] = {}
+        self._free_bytes = 0
+        self._in_use = 0
 
     def take(self) -> mmap.mmap:
-        try:
-            return self._free.pop()
-        except IndexError:
-            return mmap.mmap(-1, _BUFFER_BYTES)  # anonymous mappings are page-aligned
+        with self._lock:
+            size = MAX_BUFFER_BYTES
+            while size > MIN_BUFFER_BYTES and self._in_use + size > self._budget:
+                size //= 2
+            self._in_use += size
+            free = self._free.get(size)
+            if free:
+                self._free_bytes -= size
+                return free.pop()
+        return mmap.mmap(-1, size)  # anonymous mappings are page-aligned
 
     def give(self, buffer: mmap.mmap) -> None:
-        if len(self._free) < self._limit:
-            self._free.append(buffer)
-        else:
-            buffer.close()
+        size = len(buffer)
+        with self._lock:
+            self._in_use -= size
+            if self._free_bytes + size <= self._budget:
+                self._free.setdefault(size, []).append(buffer)
+                self._free_bytes += size
+                return
+        buffer.close()
 
 
-_POOL = _BufferPool(_POOL_BYTES)
+_POOL = BufferPool()
 
 
 def open_direct(path: str) -> int | None:
@@ -66,7 +86,7 @@ def open_direct(path: str) -> int | None:
 
 
 class DirectFile:
-    """A file one writer appends to through an aligned buffer of 256 KiB, written with ``O_DIRECT``
+    """A file one writer appends to through an aligned buffer (``BufferPool``), written with ``O_DIRECT``
     (see the module). ``position`` is where the next write goes; a write that fails part way leaves the file
     ``torn`` until ``truncate`` takes it back to a length known to be good."""
 
@@ -92,16 +112,17 @@ class DirectFile:
             self.truncate(self._good)
         at = self._good = self.position
         self.torn = True  # until every byte is in
+        size = len(self._buffer)
         for part in parts:
             view = memoryview(part).cast("B")
             while view:
-                n = min(len(view), _BUFFER_BYTES - self._filled)
+                n = min(len(view), size - self._filled)
                 self._buffer[self._filled : self._filled + n] = view[:n]
                 self._filled += n
                 view = view[n:]
-                if self._filled == _BUFFER_BYTES:
-                    self._write_buffer(_BUFFER_BYTES)
-                    self._written += _BUFFER_BYTES
+                if self._filled == size:
+                    self._write_buffer(size)
+                    self._written += size
                     self._filled = 0
         self.torn = False
         return at
