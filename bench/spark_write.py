@@ -11,6 +11,9 @@ ways:
 - stream, Parquet files: an AvailableNow stream of Parquet files, as a scheduled job reads them,
   where reading the files falls on every sink alike.
 
+One more run writes the batch feed into a topic of 128 partitions: what a topic of many partitions
+costs (each task stages a ledger per partition, and Spark's Arrow batches give each a sliver).
+
 Ratios are speed relative to each baseline fed the same way.
 
     python bench/spark_write.py [--records 5000000] [--repeat 5]
@@ -37,6 +40,8 @@ SINKS = {
     "Parquet": "parquet",
 }
 FEEDS = ("batch, cached", "stream, cached", "stream, Parquet files")
+MANY = 128  # partitions of one more batch run of kop: what a topic of many partitions costs
+MANY_NAME = f"batch, cached: kop, {MANY} partitions"
 
 
 def run(n: int = 5_000_000, repeat: int = 5) -> list[tuple]:
@@ -60,11 +65,11 @@ def run(n: int = 5_000_000, repeat: int = 5) -> list[tuple]:
         os.sync()  # no writeback of the set-up competing with the timed queries
         runs = [0]
 
-        def write(feed: str, sink: str) -> Callable[[], float]:
+        def write(feed: str, sink: str, partitions: int = PARTITIONS) -> Callable[[], float]:
             def go() -> float:
                 runs[0] += 1
                 out, checkpoint = os.path.join(tmp, f"out-{runs[0]}"), os.path.join(tmp, f"ck-{runs[0]}")
-                options = _sink_options(sink, out)
+                options = _sink_options(sink, out, partitions)
                 start = time.perf_counter()  # the write alone: not the topic's creation, the check, the clean-up
                 if feed == "batch, cached":
                     cached.write.format(sink).options(**options).mode("append").save()
@@ -76,29 +81,31 @@ def run(n: int = 5_000_000, repeat: int = 5) -> list[tuple]:
                 took = time.perf_counter() - start
                 if sink == "kop":
                     with Broker(out) as b:
-                        written = sum(b.list_offsets("bench", p, "latest") for p in range(PARTITIONS))
+                        written = sum(b.list_offsets("bench", p, "latest") for p in range(partitions))
                     assert written == n, f"kop wrote {written} records of {n} ({feed})"
                 shutil.rmtree(out, ignore_errors=True)
                 return took
 
             return go
 
-        times = timed_rounds(
-            {f"{feed}: {name}": write(feed, sink) for feed in FEEDS for name, sink in SINKS.items()}, repeat
-        )
+        contenders = {f"{feed}: {name}": write(feed, sink) for feed in FEEDS for name, sink in SINKS.items()}
+        contenders[MANY_NAME] = write("batch, cached", "kop", MANY)
+        times = timed_rounds(contenders, repeat)
     cached.unpersist()
     spark.stop()
     rows = []
     for feed in FEEDS:
         names = [f"{feed}: {name}" for name in SINKS]
+        if feed == "batch, cached":
+            names.insert(1, MANY_NAME)
         rows += times.rows(n, names, f"{feed}: no-op Arrow writer (ceiling)", f"{feed}: Parquet")
     return rows
 
 
-def _sink_options(sink: str, out: str) -> dict[str, str]:
+def _sink_options(sink: str, out: str, partitions: int) -> dict[str, str]:
     if sink == "kop":
         with Broker(out) as b:
-            b.create_topic("bench", partitions=PARTITIONS)
+            b.create_topic("bench", partitions=partitions)
         return {"kop.root": out, "topic": "bench"}
     if sink == "arrow_dump":
         os.makedirs(out)

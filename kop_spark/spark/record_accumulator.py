@@ -21,7 +21,7 @@ Rows = dict[str, pa.Array]  # a topic's columns by name, ``partition`` the one c
 
 
 class RecordAccumulator:
-    """Rows held per topic, handed back to be encoded once they are worth a batch per partition."""
+    """Rows held per topic, handed back to be encoded once there are enough of them."""
 
     def __init__(self, buffer_memory: int):
         self._buffer_memory = buffer_memory
