@@ -28,6 +28,7 @@ import groups
 import object_store
 import offsets_scale
 import seek
+import spark_write
 
 from kop_spark.record._speedups import compiled
 
@@ -128,7 +129,7 @@ def main() -> None:
         "Each sink is fed three ways: a cached DataFrame written by a batch job; the same cached "
         "DataFrame as one micro-batch (a one-row `rate-micro-batch` stream cross-joined with it); and "
         "Parquet files read by an AvailableNow stream, where reading the files falls on every sink alike. "
-        "One more batch row writes into a 128-partition topic: there each task stages a ledger per partition "
+        f"One more batch row writes into a {spark_write.MANY}-partition topic: there each task stages a ledger per partition "
         "and each of Spark's Arrow batches gives every partition a sliver, which the sink holds until each "
         "has a quarter of a batch.",
         "",
@@ -228,7 +229,7 @@ def main() -> None:
         written[f"{feed}: kop"] for feed in ("batch, cached", "stream, cached", "stream, Parquet files")
     )
     batch_dump = written["batch, cached: Arrow buffers written as they come (durable, no format)"]
-    many_write = written["batch, cached: kop, 128 partitions"]
+    many_write = written[spark_write.MANY_NAME]
     cached_writes = (batch_write, stream_write)
     flat = min(r[3] for r in seeks)
 
@@ -302,7 +303,8 @@ def main() -> None:
         "every encoded batch, which in some runs cost a fifth of kop's CPU in the kernel zeroing pages, "
         "gave way to per-partition buffers reused by every Arrow batch. "
         "The driver's commit is one CAS recording the batch and one per partition appending it: "
-        f"milliseconds at two partitions, outside the tasks. Into a 128-partition topic kop runs at {many_write[3]:.2f}x "
+        "milliseconds at two partitions, outside the tasks. "
+        f"Into a {spark_write.MANY}-partition topic kop runs at {many_write[3]:.2f}x "
         f"({many_write[5]:.2f}x by the median): each task creates, syncs and closes a ledger per partition, "
         "and the commit moves 640 ledgers of 5 tasks into their partitions and records and then forgets the "
         "batch in each (about 5 fsyncs a partition, 0.3-0.5 s of the job). Holding rows until each partition "
