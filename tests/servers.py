@@ -8,6 +8,7 @@ answers, and can be stopped and started again on the same port and data (for out
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -117,12 +119,15 @@ def zookeeper(workdir: Path) -> Server:
     port = free_port()
     java = _require("java", "Java")
     jar = _require("/usr/share/java/zookeeper.jar", "ZooKeeper (Debian package zookeeper)")
+    # Without a binding SLF4J drops ZooKeeper's log, and a failed start would say nothing of why;
+    # the Debian package brings libslf4j-java, whose simple binding logs to stderr.
+    classpath = ":".join(["/etc/zookeeper/conf", jar, *glob.glob("/usr/share/java/slf4j-simple.jar")])
     command = [
         java,
         "-Xmx256m",
         "-Dzookeeper.admin.enableServer=false",
         "-cp",
-        f"/etc/zookeeper/conf:{jar}",
+        classpath,
         "org.apache.zookeeper.server.ZooKeeperServerMain",
         str(port),
         str(workdir / "data"),
@@ -227,9 +232,7 @@ def start_all(base: Path) -> Iterator[dict[str, Server]]:
             ("s3", moto_s3),
             ("azure", azurite),
         ):
-            server = make(base / name)
-            server.start()
-            started[name] = server
+            started[name] = _start_on_a_free_port(make, base / name)
         env = {**s3_env(started["s3"].port), **azure_env(started["azure"].port)}
         os.environ.update(env)  # obstore and the child processes read the clouds' variables
         _make_bucket(started["s3"].port)
@@ -238,6 +241,22 @@ def start_all(base: Path) -> Iterator[dict[str, Server]]:
     finally:
         for server in started.values():
             server.stop()
+
+
+def _start_on_a_free_port(make: Callable[[Path], Server], workdir: Path, attempts: int = 3) -> Server:
+    """A port ``free_port`` found can be taken before the server binds it (by any connection's
+    ephemeral port, from the same range), so a server that does not start is tried on new ports;
+    pytest's summary shows each failed start as a warning, with the server's log."""
+    for _ in range(attempts - 1):
+        server = make(workdir)
+        try:
+            server.start()
+            return server
+        except RuntimeError as e:
+            warnings.warn(f"{e}\n(port {server.port}; trying another)", stacklevel=1)
+    server = make(workdir)
+    server.start()
+    return server
 
 
 def _make_bucket(port: int) -> None:
