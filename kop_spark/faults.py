@@ -9,16 +9,20 @@ check costs one lookup per operation.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from .layout import fault_file
 from .storage.fileio import FileIO
 
 
-def crash_point(fileio: FileIO, point: str, reached: int) -> None:
-    """Die here if a test asked for it at the ``reached``-th time this point is reached."""
+def crash_point(fileio: FileIO, point: str, reached: int, settle: Callable[[], object] | None = None) -> None:
+    """Die here if a test asked for it at the ``reached``-th time this point is reached; ``settle``
+    first, where the steps before it run at once with it (it waits for them to end)."""
     path = fault_file(point)
     if not fileio.exists(path):
         return
     if int(fileio.read_at(path, 0, 32).decode().strip() or 0) == reached:
         fileio.delete(path)
+        if settle is not None:
+            settle()
         os._exit(137)

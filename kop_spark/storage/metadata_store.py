@@ -37,6 +37,10 @@ class Versioned(NamedTuple):
 
 
 class MetadataStore(abc.ABC):
+    # Updates of different keys worth running at once (a sink commit's partitions): each waits on a
+    # server's round trip, which others can overlap.
+    update_parallelism = 16
+
     @abc.abstractmethod
     def get(self, key: str) -> Versioned: ...
 
