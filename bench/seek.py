@@ -25,57 +25,61 @@ BATCH = 1000  # records per produced batch
 BASE_TS = 1_900_000_000_000
 
 
-def fill(b: Broker, first: int, end: int) -> None:
+def fill(b: Broker, topic: str, n: int) -> None:
     values = pa.array([b"x" * 100] * BATCH, pa.binary())
-    for start in range(first, end, 100 * BATCH):
+    for start in range(0, n, 100 * BATCH):
         batches = [
             encode_arrow(
                 values,
                 timestamps_ms=pa.array(range(BASE_TS + at, BASE_TS + at + BATCH), pa.int64()),
                 batch_bytes=1 << 30,
             )[0]
-            for at in range(start, min(end, start + 100 * BATCH), BATCH)
+            for at in range(start, min(n, start + 100 * BATCH), BATCH)
         ]
-        b.produce_batches("t", 0, batches)
+        b.produce_batches(topic, 0, batches)
 
 
-def seek_times(root: str, n: int, seeks: int, rng: random.Random):
-    offsets, stamps = [], []
-    for _ in range(seeks):
-        ledger._TABLES.__init__()  # cold: no entry table cached, as a new reader would be
-        with Broker(root) as b:
-            o = rng.randrange(n)
-            t = time.perf_counter()
-            assert b.fetch("t", 0, o, max_records=1)[0].offset == o
-            offsets.append(time.perf_counter() - t)
-            ts = BASE_TS + rng.randrange(n)
-            t = time.perf_counter()
-            found = b.list_offsets("t", 0, ts)
-            assert found == ts - BASE_TS, (found, ts - BASE_TS)
-            stamps.append(time.perf_counter() - t)
-    return sorted(offsets)[len(offsets) // 2], sorted(stamps)[len(stamps) // 2]
+def seek_once(root: str, topic: str, n: int, rng: random.Random) -> tuple[float, float]:
+    """Seconds to the first record at a random offset, and to the offset of a random timestamp, by a
+    cold reader: no entry table cached, as a new reader would be."""
+    ledger._TABLES.__init__()
+    with Broker(root) as b:
+        o = rng.randrange(n)
+        t = time.perf_counter()
+        assert b.fetch(topic, 0, o, max_records=1)[0].offset == o
+        offset_s = time.perf_counter() - t
+        ts = BASE_TS + rng.randrange(n)
+        t = time.perf_counter()
+        found = b.list_offsets(topic, 0, ts)
+        assert found == ts - BASE_TS, (found, ts - BASE_TS)
+        return offset_s, time.perf_counter() - t
 
 
 def run(max_exponent: int = 7, seeks: int = 50):
-    """Rows of (benchmark, size, median ms, ratio to the smallest size) for offsets and timestamps."""
+    """Rows of (benchmark, size, median ms, ratio to the smallest size) for offsets and timestamps.
+    Each size is its own partition, and the seeks go round the sizes in turn, so that a slow spell
+    of the machine falls on every size alike rather than on the one measured last."""
     rng = random.Random(1)
-    rows = []
+    sizes = [10**exp for exp in range(4, max_exponent + 1)]
+    times: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "store")
-        b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 100, "retention.ms": -1})
-        b.create_topic("t", partitions=1)
-        size, base = 0, None
-        for exp in range(4, max_exponent + 1):
-            fill(b, size, 10**exp)
-            size = 10**exp
-            b.close()
-            os.sync()  # no writeback of what was just produced competing with the seeks
-            if base is None:
-                seek_times(root, size, 5, rng)  # warm-up: imports and first-call costs are not seeks
-            t_off, t_ts = seek_times(root, size, seeks, rng)
-            base = base or (t_off, t_ts)
-            rows.append(("seek offset", size, t_off * 1e3, base[0] / t_off))
-            rows.append(("seek timestamp", size, t_ts * 1e3, base[1] / t_ts))
+        with Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 100, "retention.ms": -1}) as b:
+            for n in sizes:
+                b.create_topic(f"t{n}", partitions=1)
+                fill(b, f"t{n}", n)
+        os.sync()  # no writeback of what was just produced competing with the seeks
+        for n in sizes:  # warm-up: imports and first-call costs are not seeks
+            seek_once(root, f"t{n}", n, rng)
+        for _ in range(seeks):
+            for n in sizes:
+                times[n].append(seek_once(root, f"t{n}", n, rng))
+    medians = {n: [sorted(column)[len(column) // 2] for column in zip(*times[n], strict=True)] for n in sizes}
+    base = medians[sizes[0]]
+    rows = []
+    for n in sizes:
+        rows.append(("seek offset", n, medians[n][0] * 1e3, base[0] / medians[n][0]))
+        rows.append(("seek timestamp", n, medians[n][1] * 1e3, base[1] / medians[n][1]))
     return rows
 
 
