@@ -555,20 +555,17 @@ def test_a_partition_that_fails_leaves_the_batch_for_its_completion_and_nothing_
     assert broker.sink_commits.pending() == [] and broker.sink_commits.record("q") is None
 
 
-def test_a_driver_killed_in_its_commit_has_appended_the_partitions_before_the_cut_and_not_the_cut_one(root):
-    """The crash point at N waits for the appends before it, which run at once with it, and dies
-    as kill -9 would: what a rerun then completes is applied once."""
+def _commit_killed_at(root, staged, point, reached):
+    """Commit ``staged`` as batch 0 of batch job ``q`` in a child process that dies, as kill -9
+    would, at the ``reached``-th time it comes to the crash point ``point``."""
     import json
     import subprocess
 
     from .conftest import PYTHON, python_subprocess_env
 
-    with Broker(root) as b:
-        b.create_topic("t", partitions=8)
-        staged = _stage_each_partition(b, "t", 8)
-    os.makedirs(os.path.join(root, "_faults"))
-    with open(os.path.join(root, "_faults", "sink-commit"), "w") as f:
-        f.write("3")
+    os.makedirs(os.path.join(root, "_faults"), exist_ok=True)
+    with open(os.path.join(root, "_faults", point), "w") as f:
+        f.write(str(reached))
     child = (
         "import json, sys, kop_spark\n"
         "from kop_spark.storage.staging import StagedLedger\n"
@@ -576,9 +573,18 @@ def test_a_driver_killed_in_its_commit_has_appended_the_partitions_before_the_cu
         "staged = {('t', p): (StagedLedger(*l),) for p, l in enumerate(json.loads(sys.argv[2]))}\n"
         "b.sink_commits.commit('q', 0, staged, streaming=False)\n"
     )
-    ledgers = json.dumps([staged[("t", p)][0] for p in range(8)])
+    ledgers = json.dumps([staged[("t", p)][0] for p in range(len(staged))])
     done = subprocess.run([PYTHON, "-c", child, root, ledgers], env=python_subprocess_env(), timeout=120)
     assert done.returncode == 137
+
+
+def test_a_driver_killed_in_its_commit_has_appended_the_partitions_before_the_cut_and_not_the_cut_one(root):
+    """The crash point at N waits for the appends before it, which run at once with it, and dies
+    as kill -9 would: what a rerun then completes is applied once."""
+    with Broker(root) as b:
+        b.create_topic("t", partitions=8)
+        staged = _stage_each_partition(b, "t", 8)
+    _commit_killed_at(root, staged, "sink-commit", 3)
     with Broker(root) as b:
         ends = [b.list_offsets("t", p, "latest") for p in range(8)]
         assert ends[:4] == [3, 3, 3, 0], ends
@@ -587,3 +593,19 @@ def test_a_driver_killed_in_its_commit_has_appended_the_partitions_before_the_cu
         assert [[r.value for r in b.fetch("t", p, 0)] for p in range(8)] == [
             [b"p%d-%d" % (p, i) for i in range(3)] for p in range(8)
         ]
+
+
+def test_a_batch_job_killed_while_its_partitions_forget_it_leaves_nothing_to_append_again(root):
+    """A batch job's partitions forget its batch once it is appended everywhere; a partition that
+    has forgotten it would take it again, so its record must be gone first."""
+    with Broker(root) as b:
+        b.create_topic("t", partitions=4)
+        staged = _stage_each_partition(b, "t", 4)
+    _commit_killed_at(root, staged, "sink-forget", 2)
+    with Broker(root) as b:
+        for pending in b.sink_commits.pending():
+            b.sink_commits.complete(pending)  # as `kop maintenance` does once the job's lease is over
+        assert [[r.value for r in b.fetch("t", p, 0)] for p in range(4)] == [
+            [b"p%d-%d" % (p, i) for i in range(3)] for p in range(4)
+        ]
+        assert b.sink_commits.record("q") is None
