@@ -11,12 +11,11 @@ task's partition id).
 
 from __future__ import annotations
 
-import logging
-import threading
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,8 +37,7 @@ from .options import SinkOptions
 from .record_accumulator import RecordAccumulator, Rows
 from .rows import rows_to_arrow
 from .schema import check_sink_schema
-
-log = logging.getLogger(__name__)
+from .task_heartbeats import TaskHeartbeats
 
 _COLUMNS = ("key", "value", "topic", "partition", "timestamp", "headers")
 
@@ -55,6 +53,7 @@ class KopCommitMessage(WriterCommitMessage):
 
 
 _INT64 = pa.int64()
+_HEARTBEATS = TaskHeartbeats(SINK_HEARTBEAT_MS / 1000)
 
 # A sink is no latency-bound producer: its default batches are larger than a producer's 16 KiB,
 # which spends a quarter of a task's time on per-batch work. Half the topic's max.message.bytes at
@@ -81,7 +80,7 @@ class _TaskOutput:
         self._broker = Broker(options.root, options.conf)
         self._sinks = self._broker.sink_commits
         self._dir = self._sinks.task_dir(writer, batch_id, f"{self.task}-{attempt}-{uuid.uuid4().hex[:8]}")
-        self._heartbeat = _Heartbeat(lambda: self._sinks.heartbeat(self._dir))
+        self._heartbeat = _HEARTBEATS.start(partial(self._sinks.heartbeat, self._dir))
         self._partitions: dict[str, int] = {}
         self._batch_bytes: dict[str, int] = {}
         self._staged: dict[tuple[str, int], StagedPartition] = {}
@@ -180,37 +179,16 @@ class _TaskOutput:
         for topic, rows in self._accumulator.drain():
             self._encode(topic, rows)
         staged = tuple((t, p, ledger) for (t, p), s in sorted(self._staged.items()) for ledger in s.finish())
-        self._heartbeat.stop()
+        _HEARTBEATS.stop(self._heartbeat)
         self._broker.close()
         return KopCommitMessage(self.writer, self.batch_id, self.task, staged)
 
     def discard(self) -> None:
-        self._heartbeat.stop()
+        _HEARTBEATS.stop(self._heartbeat)
         for s in self._staged.values():
             s.discard()
         self._sinks.discard_task(self._dir)
         self._broker.close()
-
-
-class _Heartbeat:
-    """While a task writes, its staging directory says it is alive (``kop maintenance`` leaves the
-    output of a job alone until none of its tasks has beaten its heart for ``SINK_LEASE_MS``)."""
-
-    def __init__(self, beat: Callable[[], None]):
-        self._stop = threading.Event()
-        beat()
-        self._thread = threading.Thread(target=self._run, args=(beat,), daemon=True, name="kop-sink-heartbeat")
-        self._thread.start()
-
-    def _run(self, beat: Callable[[], None]) -> None:
-        while not self._stop.wait(SINK_HEARTBEAT_MS / 1000):
-            try:
-                beat()
-            except OSError as e:
-                log.warning("staging heartbeat failed: %s", e)
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 def _ensure_topic(broker: Broker, topic: str, options: SinkOptions) -> int:
