@@ -537,6 +537,19 @@ def test_a_sink_commit_appends_its_partitions_at_once_and_each_once(broker, monk
     assert broker.sink_commits.record("q") is None  # a batch job leaves nothing behind
 
 
+def test_a_late_applier_of_a_batch_the_partitions_have_forgotten_appends_nothing(broker):
+    """An applier that read the batch record before another completed it (and its partitions forgot
+    the batch) finds the batch's ledgers in the partition, and does not append them again."""
+    broker.create_topic("t", partitions=2)
+    staged = _stage_each_partition(broker, "t", 2)
+    broker.sink_commits.commit("q", 0, staged, streaming=False)
+    late = [broker.append_staged("t", p, staged[("t", p)], ("spark:q", 0)) for p in range(2)]
+    assert [r.duplicate for r in late] == [True, True]
+    assert [[r.value for r in broker.fetch("t", p, 0)] for p in range(2)] == [
+        [b"p%d-%d" % (p, i) for i in range(3)] for p in range(2)
+    ]
+
+
 def test_commits_reuse_the_threads_of_the_commits_before(broker):
     """A thread took about 3 ms to start in Spark's Python worker: a micro-batch's commit starts none
     once the query's first has."""

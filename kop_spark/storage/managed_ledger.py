@@ -315,12 +315,20 @@ class ManagedLedger:
         ]
         result: list[AppendResult] = []
 
+        ids = {s.ledger_id for s, _ in moved}
+
         def already(meta: LogMetadata) -> bool:
             seen = meta.sinks.get(sink_key[0])
             if seen is not None and sink_key[1] <= seen.seq:
                 result.append(
                     AppendResult(seen.base_offset if sink_key[1] == seen.seq else -1, seen.record_count, True)
                 )
+                return True
+            # A ledger is appended once, whatever the partition remembers of its writer: an applier
+            # that read the batch record before another completed it, and came here after the
+            # partition forgot the batch, must not append it again.
+            if any(l.id in ids for l in meta.ledgers):
+                result.append(AppendResult(-1, sum(s.records for s, _ in moved), True))
                 return True
             return False
 
