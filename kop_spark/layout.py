@@ -4,6 +4,8 @@ knows the layout (docs/ledger-format.md draws it)::
     <root>/_metadata/                        the metadata store of a local root (metadataStoreUrl)
     <root>/ledgers/<tenant>/<ns>/<topic>-partition-<n>/<ledger id>.ledger
     <root>/_staging/<writer>/<batch>/<task dir>/<id>.ledger    a sink's output no reader sees yet
+    <root>/_staging/<writer>/<batch>/<task dir>/<id>.staged    (empty) names a ledger staged in its
+                                                               partition's directory (no renames)
     <root>/_faults/<point>                   crash points armed by tests
 
     topics/<tenant>/<ns>/<topic>                                 a topic: partitions, config
@@ -94,6 +96,20 @@ def heartbeat_file(task_dir: str) -> str:
 
 def staged_ledger_file(task_dir: str, name: str) -> str:
     return f"{task_dir}/{name}{LEDGER_SUFFIX}"
+
+
+STAGED_MARKER_SUFFIX = ".staged"
+
+
+def staged_marker_file(task_dir: str, ledger_id: int) -> str:
+    """Where a task that stages a ledger in its partition's directory (on a store without renames)
+    names it, so that maintenance leaves it alone while the task's job is alive."""
+    return f"{task_dir}/{ledger_id:016x}{STAGED_MARKER_SUFFIX}"
+
+
+def ledger_id_of_marker(path: str) -> int:
+    """The ledger a ``staged_marker_file`` names."""
+    return int(path.rsplit("/", 1)[-1].removesuffix(STAGED_MARKER_SUFFIX), 16)
 
 
 def staging_batch_of(path: str) -> str:

@@ -17,6 +17,7 @@ import obstore
 import pytest
 
 from kop_spark import Broker, Record
+from kop_spark.broker import SINK_LEASE_MS
 from kop_spark.clock import ManualClock
 from kop_spark.errors import ConfigError, CorruptRecordError, StorageError
 from kop_spark.record import build_record_batch
@@ -200,6 +201,30 @@ def test_maintenance_merges_small_ledgers_and_removes_orphans(store: Store) -> N
     assert orphan.path in report.files_removed and not b.fileio.exists(orphan.path)
     assert len(b.view("t", 0).ledgers) <= 3
     assert store.broker().fetch("t", 0, 0, max_records=100) == before
+
+
+def test_maintenance_leaves_the_staged_ledgers_of_a_running_job(store: Store) -> None:
+    """On an object store a task stages its ledgers where they will stay, in the partition's
+    directory, unreferenced until the commit: maintenance must not take them for orphans."""
+    b = store.broker()
+    b.create_topic("t", 1)
+    task_dir = "_staging/q/0/task"
+    b.sink_commits.heartbeat(task_dir)  # the task is running
+    staged = b.stage("t", 0, task_dir)
+    staged.append([build_record_batch([Record(b"v%d" % i) for i in range(3)])])
+    ledgers = staged.finish()
+    report = b.maintenance(orphan_grace_ms=0)
+    assert report.errors == [] and not set(report.files_removed) & {l.file for l in ledgers}
+    b.append_staged("t", 0, ledgers, ("spark:q", 0))
+    assert [r.value for r in b.fetch("t", 0, 0)] == [b"v0", b"v1", b"v2"]
+    # A job that died leaves a ledger nothing will append: once its lease is over, it goes.
+    dead = b.stage("t", 0, "_staging/dead/0/task")
+    dead.append([build_record_batch([Record(b"lost")])])
+    (left,) = dead.finish()
+    later = ManualClock(int(time.time() * 1000) + SINK_LEASE_MS + 60_000)
+    report = Broker(store.root, store.conf, clock=later).maintenance(orphan_grace_ms=0)
+    assert report.errors == [] and left.file in report.files_removed and not b.fileio.exists(left.file)
+    assert [r.value for r in b.fetch("t", 0, 0)] == [b"v0", b"v1", b"v2"]
 
 
 def test_a_large_staged_output_rolls_into_ledgers_of_bounded_size(store: Store) -> None:

@@ -82,32 +82,56 @@ class Housekeeper:
                 with report.item(f"sink batch {record.batch} of {record.writer}"):
                     sinks.complete(record)
         pending = sinks.pending()
+        listed = []
         for t, name, p, ml in b.admin.partition_logs(topic):
             with report.item(f"{t}-{p}"):
                 report.ledgers_merged += ml.cleaner.merge_ledgers(target_ledger_bytes)
                 ml.enforce_retention()
-                files = b.fileio.walk_files(layout.data_dir(name, p))
+                listed.append((t, p, ml, b.fileio.walk_files(layout.data_dir(name, p))))
+        # Listed after the partitions: a task names a ledger it stages there before it creates it.
+        staged_by_live_jobs = self._staged_by_live_jobs()
+        for t, p, ml, files in listed:
+            with report.item(f"{t}-{p}"):
                 # A recorded batch's ledgers may sit in the partition's directory, moved there
                 # by a commit that has not appended them yet: not orphans.
-                moving = {ml.ledger_path(l.ledger_id) for r in pending for l in r.partitions.get((t, p), ())}
-                report.files_removed += remove_orphans(ml, [f for f in files if f[0] not in moving], orphan_grace_ms)
+                moving = {l.ledger_id for r in pending for l in r.partitions.get((t, p), ())}
+                keep = {ml.ledger_path(i) for i in moving | staged_by_live_jobs}
+                report.files_removed += remove_orphans(ml, [f for f in files if f[0] not in keep], orphan_grace_ms)
         if topic is None:
             recorded = {f for r in pending for f in r.staged_files}
             report.files_removed += self._remove_dead_staging(orphan_grace_ms, recorded)
             sinks.expire(now - b.config["transactional.id.expiration.ms"])
         return report
 
+    def _staging_by_batch(self) -> Iterator[tuple[bool, list[tuple[str, float]]]]:
+        """Each staged batch's files, and whether its job is alive: one of its tasks has written
+        or beaten its heart within ``SINK_LEASE_MS``."""
+        now = self._broker.clock.now_ms()
+        batches: dict[str, list[tuple[str, float]]] = {}
+        for path, mtime in self._broker.fileio.walk_files(layout.STAGING_DIR):
+            batches.setdefault(layout.staging_batch_of(path), []).append((path, mtime))
+        for files in batches.values():
+            yield now - max(m for _, m in files) * 1000 < SINK_LEASE_MS, files
+
+    def _staged_by_live_jobs(self) -> set[int]:
+        """The ledgers live jobs' tasks stage in partitions' directories (on a store without
+        renames), as their markers name them."""
+        return {
+            layout.ledger_id_of_marker(path)
+            for alive, files in self._staging_by_batch()
+            if alive
+            for path, _ in files
+            if path.endswith(layout.STAGED_MARKER_SUFFIX)
+        }
+
     def _remove_dead_staging(self, grace_ms: int, recorded: set[str]) -> list[str]:
         """Staged files of jobs that are gone: no task of theirs has beaten its heart within
         ``SINK_LEASE_MS``, no batch record needs them, and they are older than ``grace_ms``."""
         fileio = self._broker.fileio
         now = self._broker.clock.now_ms()
-        batches: dict[str, list[tuple[str, float]]] = {}
-        for path, mtime in fileio.walk_files(layout.STAGING_DIR):
-            batches.setdefault(layout.staging_batch_of(path), []).append((path, mtime))
         removed = []
-        for files in batches.values():
-            if now - max(m for _, m in files) * 1000 < SINK_LEASE_MS:
+        for alive, files in self._staging_by_batch():
+            if alive:
                 continue  # a running job's tasks are writing or beating their hearts
             for path, mtime in files:
                 if path not in recorded and now - mtime * 1000 >= grace_ms:

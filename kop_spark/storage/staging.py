@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from ..layout import staged_ledger_file
+from ..layout import staged_ledger_file, staged_marker_file
 from ..record import RecordBatch
 from .fileio import FileIO
 from .ledger import LedgerWriter
@@ -87,8 +87,12 @@ def sealed_ledger(
 
 def task_stager(fileio: FileIO, ledger_path: Callable[[int], str], task_dir: str) -> LedgerStager:
     """A ledger a task stages for a partition: in ``task_dir``, to be moved in when it is appended;
-    on an object store (no rename) at its final name ``ledger_path(id)``, where it will stay."""
+    on an object store (no rename) at its final name ``ledger_path(id)``, where it will stay, named
+    first by a marker in ``task_dir`` (maintenance takes an unreferenced ledger for an orphan unless
+    a live job's marker names it)."""
     ledger_id = new_ledger_id()
     if fileio.supports_append:  # written whole and read only once appended: around the page cache
         return LedgerStager(fileio, staged_ledger_file(task_dir, f"{ledger_id:x}"), ledger_id, direct=True)
-    return LedgerStager(fileio, ledger_path(ledger_id), ledger_id)
+    path = ledger_path(ledger_id)
+    fileio.write_whole(staged_marker_file(task_dir, ledger_id), b"")
+    return LedgerStager(fileio, path, ledger_id)
