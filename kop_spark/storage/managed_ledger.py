@@ -86,6 +86,22 @@ class _Committed(NamedTuple):
 Change = Callable[[LogMetadata, int], LogMetadata | None]
 
 
+def _appended_already(
+    meta: LogMetadata, staged: Sequence[StagedLedger], sink_key: tuple[str, int]
+) -> AppendResult | None:
+    """What the partition says of a sink batch it took already (or an older one), else None."""
+    seen = meta.sinks.get(sink_key[0])
+    if seen is not None and sink_key[1] <= seen.seq:
+        return AppendResult(seen.base_offset if sink_key[1] == seen.seq else -1, seen.record_count, True)
+    # A ledger is appended once, whatever the partition remembers of its writer: an applier that
+    # read the batch record before another completed it, and came here after the partition forgot
+    # the batch, must not append it again.
+    ids = {s.ledger_id for s in staged}
+    if any(l.id in ids for l in meta.ledgers):
+        return AppendResult(-1, sum(s.records for s in staged), True)
+    return None
+
+
 class ManagedLedger:
     """One partition's log. Safe to use from several processes at once, and from several threads
     through one instance; one instance per writer."""
@@ -315,22 +331,11 @@ class ManagedLedger:
         ]
         result: list[AppendResult] = []
 
-        ids = {s.ledger_id for s, _ in moved}
-
         def already(meta: LogMetadata) -> bool:
-            seen = meta.sinks.get(sink_key[0])
-            if seen is not None and sink_key[1] <= seen.seq:
-                result.append(
-                    AppendResult(seen.base_offset if sink_key[1] == seen.seq else -1, seen.record_count, True)
-                )
-                return True
-            # A ledger is appended once, whatever the partition remembers of its writer: an applier
-            # that read the batch record before another completed it, and came here after the
-            # partition forgot the batch, must not append it again.
-            if any(l.id in ids for l in meta.ledgers):
-                result.append(AppendResult(-1, sum(s.records for s, _ in moved), True))
-                return True
-            return False
+            done = _appended_already(meta, [s for s, _ in moved], sink_key)
+            if done is not None:
+                result.append(done)
+            return done is not None
 
         def change(meta: LogMetadata, now: int) -> LogMetadata | None:
             result.clear()
