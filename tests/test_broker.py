@@ -504,11 +504,11 @@ def test_a_sink_commit_syncs_a_partitions_directory_once_for_all_the_ledgers_it_
     assert [r.value for r in broker.fetch("t", 0, 0)] == [b"v%d" % task for task in range(5)]
 
 
-def _stage_each_partition(broker, topic, partitions, writer="q", batch=0):
-    """One staged ledger a partition, as a task of ``writer``'s ``batch`` leaves them."""
+def _stage_each_partition(broker, topic, partitions, writer="q"):
+    """One staged ledger a partition, as a task of ``writer``'s batch 0 leaves them."""
     staged = {}
     for p in range(partitions):
-        s = broker.stage(topic, p, f"_staging/{writer}/{batch}/task")
+        s = broker.stage(topic, p, f"_staging/{writer}/0/task")
         s.append([build_record_batch([Record(b"p%d-%d" % (p, i)) for i in range(3)])])
         staged[(topic, p)] = s.finish()
     return staged
@@ -548,24 +548,6 @@ def test_a_late_applier_of_a_batch_the_partitions_have_forgotten_appends_nothing
     assert [[r.value for r in broker.fetch("t", p, 0)] for p in range(2)] == [
         [b"p%d-%d" % (p, i) for i in range(3)] for p in range(2)
     ]
-
-
-def test_commits_reuse_the_threads_of_the_commits_before(broker):
-    """A thread took about 3 ms to start in Spark's Python worker: a micro-batch's commit starts none
-    once the query's first has."""
-    import threading
-
-    def commit_threads():
-        return {t for t in threading.enumerate() if t.name.startswith("kop-sink-commit")}
-
-    broker.create_topic("t", partitions=4)
-    broker.sink_commits.commit("q", 0, _stage_each_partition(broker, "t", 4), streaming=True)
-    started = commit_threads()
-    assert started
-    for batch in range(1, 4):
-        broker.sink_commits.commit("q", batch, _stage_each_partition(broker, "t", 4, batch=batch), streaming=True)
-    assert commit_threads() == started
-    assert [broker.list_offsets("t", p, "latest") for p in range(4)] == [12] * 4
 
 
 def test_a_partition_that_fails_leaves_the_batch_for_its_completion_and_nothing_twice(broker):

@@ -19,8 +19,6 @@ last batch. A batch job (a new writer every time; Spark never reruns one) leaves
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from functools import partial
@@ -73,22 +71,6 @@ class SinkBatch(NamedTuple):
     @property
     def staged_files(self) -> list[str]:
         return [l.file for ledgers in self.partitions.values() for l in ledgers]
-
-
-_pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
-_pools_lock = threading.Lock()
-
-
-def _commit_pool(threads: int) -> ThreadPoolExecutor:
-    """This process's pool of ``threads`` for commits' steps. Kept from commit to commit: a thread
-    took about 3 ms to start in Spark's Python worker, which shares its cores with the JVM, and a
-    two-partition commit started four. A forked child, which inherits no threads, gets its own."""
-    key = (os.getpid(), threads)
-    with _pools_lock:
-        pool = _pools.get(key)
-        if pool is None:
-            pool = _pools[key] = ThreadPoolExecutor(threads, thread_name_prefix="kop-sink-commit")
-        return pool
 
 
 class SinkCommits:
@@ -171,15 +153,14 @@ class SinkCommits:
                 crash_point(self._broker.fileio, point, i, lambda: wait(futures[:i]))
             return steps[i]()
 
-        pool = _commit_pool(self._store.update_parallelism)
+        threads = min(self._store.update_parallelism, len(steps)) or 1
+        pool = ThreadPoolExecutor(threads, thread_name_prefix="kop-sink-commit")
         try:
             for i in range(len(steps)):
                 futures.append(pool.submit(step, i))
             wait(futures, return_when=FIRST_EXCEPTION)
         finally:
-            for future in futures:
-                future.cancel()  # those not started yet
-            wait(futures)
+            pool.shutdown(cancel_futures=True)
         for future in futures:
             if not future.cancelled():
                 future.result()

@@ -2,10 +2,11 @@
 says it is alive, so ``kop maintenance`` leaves the output of a live job alone until none of its
 tasks has beaten its heart for ``SINK_LEASE_MS``.
 
-One thread beats for every task of the process. Spark runs task after task in a reused worker, and
-a thread of a task's own took it about 5 ms to start (measured inside Spark, where the worker
-shares its cores with the JVM): as much as the rest of a small micro-batch's task. A task's first
-beat comes from that thread too; until then its files' own modification times say it is alive.
+One thread beats for every task of the process, started once: Spark runs task after task in a
+reused worker, and a thread of each task's own, started and beating once before the task went on,
+held a task of 1,000 records up by a fifth (11.9 ms against 9.5 ms inside Spark, where the worker
+shares its cores with the JVM). Until a task's first beat its files' own modification times say
+it is alive.
 """
 
 from __future__ import annotations
