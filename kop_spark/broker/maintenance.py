@@ -51,6 +51,21 @@ class RepairReport:
     groups_past_end: list[tuple[str, str, int, int]] = field(default_factory=list)  # group, topic, partition, offset
 
 
+_StagedBatch = tuple[bool, list[tuple[str, float]]]  # whether its job is alive, its files and their mtimes
+
+
+def _staged_by_live_jobs(staging: list[_StagedBatch]) -> set[int]:
+    """The ledgers live jobs' tasks stage in partitions' directories (on a store without renames),
+    as their markers name them."""
+    return {
+        layout.ledger_id_of_marker(path)
+        for alive, files in staging
+        if alive
+        for path, _ in files
+        if path.endswith(layout.STAGED_MARKER_SUFFIX)
+    }
+
+
 class Housekeeper:
     def __init__(self, broker: Broker):
         self._broker = broker
@@ -89,7 +104,8 @@ class Housekeeper:
                 ml.enforce_retention()
                 listed.append((t, p, ml, b.fileio.walk_files(layout.data_dir(name, p))))
         # Listed after the partitions: a task names a ledger it stages there before it creates it.
-        staged_by_live_jobs = self._staged_by_live_jobs()
+        staging = self._staging_by_batch()
+        staged_by_live_jobs = _staged_by_live_jobs(staging)
         for t, p, ml, files in listed:
             with report.item(f"{t}-{p}"):
                 # A recorded batch's ledgers may sit in the partition's directory, moved there
@@ -99,38 +115,26 @@ class Housekeeper:
                 report.files_removed += remove_orphans(ml, [f for f in files if f[0] not in keep], orphan_grace_ms)
         if topic is None:
             recorded = {f for r in pending for f in r.staged_files}
-            report.files_removed += self._remove_dead_staging(orphan_grace_ms, recorded)
+            report.files_removed += self._remove_dead_staging(staging, orphan_grace_ms, recorded)
             sinks.expire(now - b.config["transactional.id.expiration.ms"])
         return report
 
-    def _staging_by_batch(self) -> Iterator[tuple[bool, list[tuple[str, float]]]]:
+    def _staging_by_batch(self) -> list[_StagedBatch]:
         """Each staged batch's files, and whether its job is alive: one of its tasks has written
         or beaten its heart within ``SINK_LEASE_MS``."""
         now = self._broker.clock.now_ms()
         batches: dict[str, list[tuple[str, float]]] = {}
         for path, mtime in self._broker.fileio.walk_files(layout.STAGING_DIR):
             batches.setdefault(layout.staging_batch_of(path), []).append((path, mtime))
-        for files in batches.values():
-            yield now - max(m for _, m in files) * 1000 < SINK_LEASE_MS, files
+        return [(now - max(m for _, m in files) * 1000 < SINK_LEASE_MS, files) for files in batches.values()]
 
-    def _staged_by_live_jobs(self) -> set[int]:
-        """The ledgers live jobs' tasks stage in partitions' directories (on a store without
-        renames), as their markers name them."""
-        return {
-            layout.ledger_id_of_marker(path)
-            for alive, files in self._staging_by_batch()
-            if alive
-            for path, _ in files
-            if path.endswith(layout.STAGED_MARKER_SUFFIX)
-        }
-
-    def _remove_dead_staging(self, grace_ms: int, recorded: set[str]) -> list[str]:
+    def _remove_dead_staging(self, staging: list[_StagedBatch], grace_ms: int, recorded: set[str]) -> list[str]:
         """Staged files of jobs that are gone: no task of theirs has beaten its heart within
         ``SINK_LEASE_MS``, no batch record needs them, and they are older than ``grace_ms``."""
         fileio = self._broker.fileio
         now = self._broker.clock.now_ms()
         removed = []
-        for alive, files in self._staging_by_batch():
+        for alive, files in staging:
             if alive:
                 continue  # a running job's tasks are writing or beating their hearts
             for path, mtime in files:
