@@ -107,14 +107,27 @@ def staged_marker_file(task_dir: str, ledger_id: int) -> str:
     return f"{task_dir}/{ledger_id:016x}{STAGED_MARKER_SUFFIX}"
 
 
-def ledger_id_of_marker(path: str) -> int:
-    """The ledger a ``staged_marker_file`` names."""
-    return int(path.rsplit("/", 1)[-1].removesuffix(STAGED_MARKER_SUFFIX), 16)
+def staged_ledger_id(path: str) -> int | None:
+    """The ledger a staged file is (``staged_ledger_file``) or names (``staged_marker_file``), or
+    None for a task's other files."""
+    name = path.rsplit("/", 1)[-1]
+    for suffix in (LEDGER_SUFFIX, STAGED_MARKER_SUFFIX):
+        if name.endswith(suffix):
+            try:
+                return int(name.removesuffix(suffix), 16)
+            except ValueError:
+                return None  # not one of ours
+    return None
 
 
 def staging_batch_of(path: str) -> str:
     """The batch directory a staged file lies in."""
     return "/".join(path.split("/")[:3])
+
+
+def staging_writer_of(path: str) -> str:
+    """The writer a staged file, or a batch's directory, belongs to."""
+    return path.split("/")[1]
 
 
 def sink_key(writer: str) -> str:

@@ -7,6 +7,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch as KBatch
 
 from kop_spark import Broker, Record, layout
+from kop_spark.broker import SINK_LEASE_MS
 from kop_spark.clock import ManualClock
 from kop_spark.errors import (
     ConfigError,
@@ -605,6 +606,27 @@ def test_a_driver_killed_in_its_commit_has_appended_the_partitions_before_the_cu
         b.sink_commits.complete(pending)
         assert [[r.value for r in b.fetch("t", p, 0)] for p in range(8)] == [
             [b"p%d-%d" % (p, i) for i in range(3)] for p in range(8)
+        ]
+
+
+def test_maintenance_leaves_the_ledgers_of_a_batch_recorded_after_its_tasks_looked_gone(root):
+    """A slow driver may record a batch after its tasks' lease is over: what the record names is
+    the batch, however dead its job looks, and maintenance must not delete it."""
+    with Broker(root) as b:
+        b.create_topic("t", partitions=2)
+        staged = _stage_each_partition(b, "t", 2)
+    _commit_killed_at(root, staged, "sink-commit", 0)  # recorded, nothing appended
+    long_ago = time.time() - 2 * SINK_LEASE_MS / 1000
+    for directory, _, files in os.walk(os.path.join(root, layout.STAGING_DIR)):
+        for name in files:
+            os.utime(os.path.join(directory, name), (long_ago, long_ago))
+    with Broker(root) as b:
+        report = b.maintenance(orphan_grace_ms=0)
+        assert report.errors == [] and not any(f.endswith(".ledger") for f in report.files_removed)
+        (pending,) = b.sink_commits.pending()
+        b.sink_commits.complete(pending)
+        assert [[r.value for r in b.fetch("t", p, 0)] for p in range(2)] == [
+            [b"p%d-%d" % (p, i) for i in range(3)] for p in range(2)
         ]
 
 

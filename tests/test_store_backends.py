@@ -16,10 +16,10 @@ from typing import Any, NamedTuple
 import obstore
 import pytest
 
-from kop_spark import Broker, Record
+from kop_spark import Broker, Record, layout
 from kop_spark.broker import SINK_LEASE_MS
 from kop_spark.clock import ManualClock
-from kop_spark.errors import ConfigError, CorruptRecordError, StorageError
+from kop_spark.errors import ConfigError, CorruptRecordError, OrphanRemovedError, StorageError
 from kop_spark.record import build_record_batch
 from kop_spark.storage.fileio import takes_whole_files_only
 from kop_spark.storage.object_fileio import ObjectFileIO
@@ -225,6 +225,34 @@ def test_maintenance_leaves_the_staged_ledgers_of_a_running_job(store: Store) ->
     report = Broker(store.root, store.conf, clock=later).maintenance(orphan_grace_ms=0)
     assert report.errors == [] and left.file in report.files_removed and not b.fileio.exists(left.file)
     assert [r.value for r in b.fetch("t", 0, 0)] == [b"v0", b"v1", b"v2"]
+
+
+def test_a_driver_that_commits_after_maintenance_took_its_job_for_gone_records_nothing(store: Store) -> None:
+    """Maintenance deletes the output of a job whose tasks stopped beating their hearts. A driver
+    that was only slow must not then record that output: the record could never be appended, and
+    every rerun of the batch would try to complete it and fail again."""
+    b = store.broker()
+    b.create_topic("t", 1)
+    staged = b.stage("t", 0, "_staging/slow/0/task-0")
+    staged.append([build_record_batch([Record(b"gone")])])
+    ledgers = staged.finish()
+    lease_over = int(time.time() * 1000) + SINK_LEASE_MS + 60_000
+    later = Broker(store.root, store.conf, clock=ManualClock(lease_over))
+    report = later.maintenance(orphan_grace_ms=0)
+    assert report.errors == [] and ledgers[0].file in report.files_removed
+    with pytest.raises(OrphanRemovedError, match=f"batch 0 of sink writer 'slow'.*{ledgers[0].file}"):
+        b.sink_commits.commit("slow", 0, {("t", 0): ledgers}, streaming=True)
+    assert b.sink_commits.pending() == []
+    # Spark runs the batch again: the new attempt's output lands, and stays.
+    rerun = b.stage("t", 0, "_staging/slow/0/task-1")
+    rerun.append([build_record_batch([Record(b"again")])])
+    b.sink_commits.commit("slow", 0, {("t", 0): rerun.finish()}, streaming=True)
+    assert later.maintenance(orphan_grace_ms=0).errors == []
+    assert [r.value for r in b.fetch("t", 0, 0)] == [b"again"] and b.verify() == {}
+    # The condemnation goes with the writer's record, once transactional.id.expiration.ms is over.
+    expiry = b.config["transactional.id.expiration.ms"]
+    Broker(store.root, store.conf, clock=ManualClock(lease_over + expiry + 1)).maintenance()
+    assert b.store.get(layout.sink_key("slow")).value is None
 
 
 def test_a_large_staged_output_rolls_into_ledgers_of_bounded_size(store: Store) -> None:

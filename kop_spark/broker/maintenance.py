@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from .. import layout
 from ..errors import ConfigError, KopError, ManagedLedgerDeletedError, TopicNotFoundError
@@ -51,19 +51,17 @@ class RepairReport:
     groups_past_end: list[tuple[str, str, int, int]] = field(default_factory=list)  # group, topic, partition, offset
 
 
-_StagedBatch = tuple[bool, list[tuple[str, float]]]  # whether its job is alive, its files and their mtimes
+class _StagedBatch(NamedTuple):
+    """A batch's directory under ``_staging/``: its files (path, modification time in s)."""
+
+    writer: str
+    alive: bool  # one of its tasks has written or beaten its heart within SINK_LEASE_MS
+    files: list[tuple[str, float]]
 
 
-def _staged_by_live_jobs(staging: list[_StagedBatch]) -> set[int]:
-    """The ledgers live jobs' tasks stage in partitions' directories (on a store without renames),
-    as their markers name them."""
-    return {
-        layout.ledger_id_of_marker(path)
-        for alive, files in staging
-        if alive
-        for path, _ in files
-        if path.endswith(layout.STAGED_MARKER_SUFFIX)
-    }
+def _ledger_ids(paths: Iterable[str]) -> set[int]:
+    """The ledgers staged files are, or name (markers of ledgers staged in partitions' directories)."""
+    return {i for i in map(layout.staged_ledger_id, paths) if i is not None}
 
 
 class Housekeeper:
@@ -105,17 +103,17 @@ class Housekeeper:
                 listed.append((t, p, ml, b.fileio.walk_files(layout.data_dir(name, p))))
         # Listed after the partitions: a task names a ledger it stages there before it creates it.
         staging = self._staging_by_batch()
-        staged_by_live_jobs = _staged_by_live_jobs(staging)
+        doomed = self._condemn_dead_staging(staging, orphan_grace_ms, report)
+        staged = _ledger_ids(path for batch in staging for path, _ in batch.files) - doomed
         for t, p, ml, files in listed:
             with report.item(f"{t}-{p}"):
                 # A recorded batch's ledgers may sit in the partition's directory, moved there
                 # by a commit that has not appended them yet: not orphans.
                 moving = {l.ledger_id for r in pending for l in r.partitions.get((t, p), ())}
-                keep = {ml.ledger_path(i) for i in moving | staged_by_live_jobs}
+                keep = {ml.ledger_path(i) for i in moving | staged}
                 report.files_removed += remove_orphans(ml, [f for f in files if f[0] not in keep], orphan_grace_ms)
         if topic is None:
-            recorded = {f for r in pending for f in r.staged_files}
-            report.files_removed += self._remove_dead_staging(staging, orphan_grace_ms, recorded)
+            report.files_removed += self._remove_dead_staging(staging, orphan_grace_ms, doomed)
             sinks.expire(now - b.config["transactional.id.expiration.ms"])
         return report
 
@@ -126,19 +124,39 @@ class Housekeeper:
         batches: dict[str, list[tuple[str, float]]] = {}
         for path, mtime in self._broker.fileio.walk_files(layout.STAGING_DIR):
             batches.setdefault(layout.staging_batch_of(path), []).append((path, mtime))
-        return [(now - max(m for _, m in files) * 1000 < SINK_LEASE_MS, files) for files in batches.values()]
+        return [
+            _StagedBatch(layout.staging_writer_of(d), now - max(m for _, m in files) * 1000 < SINK_LEASE_MS, files)
+            for d, files in batches.items()
+        ]
 
-    def _remove_dead_staging(self, staging: list[_StagedBatch], grace_ms: int, recorded: set[str]) -> list[str]:
+    def _condemn_dead_staging(self, staging: list[_StagedBatch], grace_ms: int, report: MaintenanceReport) -> set[int]:
+        """The ledgers of jobs that are gone (see ``_remove_dead_staging``) that may be deleted:
+        condemned in their writers' keys, so that a driver that was only slow cannot record them."""
+        now = self._broker.clock.now_ms()
+        dead: dict[str, set[int]] = {}
+        for batch in staging:
+            if not batch.alive:
+                old = _ledger_ids(path for path, mtime in batch.files if now - mtime * 1000 >= grace_ms)
+                dead.setdefault(batch.writer, set()).update(old)
+        doomed: set[int] = set()
+        for writer, ids in dead.items():
+            if ids:
+                with report.item(f"staged output of sink writer {writer}"):
+                    doomed |= self._broker.sink_commits.condemn(writer, ids)
+        return doomed
+
+    def _remove_dead_staging(self, staging: list[_StagedBatch], grace_ms: int, doomed: set[int]) -> list[str]:
         """Staged files of jobs that are gone: no task of theirs has beaten its heart within
-        ``SINK_LEASE_MS``, no batch record needs them, and they are older than ``grace_ms``."""
+        ``SINK_LEASE_MS``, and they are older than ``grace_ms``; of their ledgers, those condemned."""
         fileio = self._broker.fileio
         now = self._broker.clock.now_ms()
         removed = []
-        for alive, files in staging:
-            if alive:
+        for batch in staging:
+            if batch.alive:
                 continue  # a running job's tasks are writing or beating their hearts
-            for path, mtime in files:
-                if path not in recorded and now - mtime * 1000 >= grace_ms:
+            for path, mtime in batch.files:
+                ledger = layout.staged_ledger_id(path)
+                if (ledger is None or ledger in doomed) and now - mtime * 1000 >= grace_ms:
                     fileio.delete(path)
                     removed.append(path)
         return removed

@@ -15,17 +15,23 @@ rerun or ``kop maintenance`` completes it.
 A streaming query (writer = its query id, stable across restarts) keeps its record, ``done`` after
 each batch, and its batch in each partition, until ``transactional.id.expiration.ms`` after its
 last batch. A batch job (a new writer every time; Spark never reruns one) leaves nothing behind.
+
+Maintenance removes the staged output of jobs that look gone (no task alive for ``SINK_LEASE_MS``).
+A driver that was only slow may still come to commit it, so the ledgers are first *condemned* in the
+writer's key, by a CAS that spares what a record names; a commit that would record a condemned
+ledger fails instead (``OrphanRemovedError``), where it would have recorded a batch nobody can
+append. Condemnations expire with ``transactional.id.expiration.ms``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
 from .. import layout
-from ..errors import BadVersionError
+from ..errors import BadVersionError, OrphanRemovedError
 from ..faults import crash_point
 from ..storage.metadata_store import Unchanged, update
 from ..storage.staging import StagedLedger
@@ -35,6 +41,7 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 COMMITTING, DONE = "committing", "done"
+CONDEMNED = "condemned"  # in a writer's key beside its record: {ledger id: when it was condemned, ms}
 SINK_HEARTBEAT_MS = 10_000  # a task writing staged ledgers touches its directory this often
 SINK_LEASE_MS = 60_000  # staged output with no heartbeat this long belongs to a job that is gone
 
@@ -73,6 +80,26 @@ class SinkBatch(NamedTuple):
         return [l.file for ledgers in self.partitions.values() for l in ledgers]
 
 
+def _record_of(writer: str, value: dict | None) -> SinkBatch | None:
+    return None if value is None or "batch" not in value else SinkBatch.from_json(writer, value)
+
+
+def _condemned(value: dict | None) -> dict[str, int]:
+    return dict((value or {}).get(CONDEMNED, {}))
+
+
+def _record_part(value: dict | None) -> dict:
+    return {k: v for k, v in (value or {}).items() if k != CONDEMNED}
+
+
+def _value(record: dict | None, condemned: dict[str, int]) -> dict | None:
+    """A writer's key: its batch record and the ledgers condemned beside it, or None for neither."""
+    out = dict(record or {})
+    if condemned:
+        out[CONDEMNED] = condemned
+    return out or None
+
+
 class SinkCommits:
     """The batch records of a store, and the commits that apply them."""
 
@@ -105,10 +132,10 @@ class SinkCommits:
         )
         found: list[SinkBatch | None] = []
 
-        def begin(value: dict | None) -> dict:
+        def begin(value: dict | None) -> dict | None:
             found.clear()
-            if value is not None:
-                recorded = SinkBatch.from_json(writer, value)
+            recorded = _record_of(writer, value)
+            if recorded is not None:
                 if recorded.batch > batch or (recorded.batch == batch and recorded.state == DONE):
                     found.append(None)
                     raise Unchanged
@@ -118,8 +145,16 @@ class SinkCommits:
                 if recorded.state == COMMITTING:
                     self.complete(recorded)  # an older batch left half done
                     raise BadVersionError("read the record again")
+            condemned = _condemned(value)
+            lost = [l for ls in record.partitions.values() for l in ls if str(l.ledger_id) in condemned]
+            if lost:
+                raise OrphanRemovedError(
+                    f"batch {batch} of sink writer {writer!r}: maintenance removed its staged ledger "
+                    f"{lost[0].file}, taking the job for gone (no task alive for {SINK_LEASE_MS // 1000} s); "
+                    f"nothing was written, run the batch again"
+                )
             found.append(record)
-            return record.to_json()
+            return _value(record.to_json(), condemned)
 
         update(self._store, layout.sink_key(writer), begin)
         return found[-1]
@@ -167,41 +202,66 @@ class SinkCommits:
 
     def _set_state(self, record: SinkBatch, state: str | None) -> None:
         def change(value: dict | None) -> dict | None:
-            if value is None or SinkBatch.from_json(record.writer, value).batch != record.batch:
+            recorded = _record_of(record.writer, value)
+            if recorded is None or recorded.batch != record.batch:
                 raise Unchanged  # completed and moved on by another applier
-            return None if state is None else {**value, "state": state, "updated_ms": self._clock.now_ms()}
+            changed = (
+                None if state is None else {**_record_part(value), "state": state, "updated_ms": self._clock.now_ms()}
+            )
+            return _value(changed, _condemned(value))
 
         update(self._store, layout.sink_key(record.writer), change)
 
     def record(self, writer: str) -> SinkBatch | None:
-        value = self._store.get(layout.sink_key(writer)).value
-        return None if value is None else SinkBatch.from_json(writer, value)
+        return _record_of(writer, self._store.get(layout.sink_key(writer)).value)
 
     def pending(self) -> list[SinkBatch]:
         """Batches recorded but not completed yet."""
         out = []
         for key in self._store.list_keys(layout.SINKS):
-            value = self._store.get(key).value
-            if value is not None and value["state"] == COMMITTING:
-                out.append(SinkBatch.from_json(layout.writer_of_sink_key(key), value))
+            record = _record_of(layout.writer_of_sink_key(key), self._store.get(key).value)
+            if record is not None and record.state == COMMITTING:
+                out.append(record)
         return out
 
     def expire(self, older_than_ms: int) -> int:
-        """Drop the records of streaming queries whose last batch is older than ``older_than_ms``."""
+        """Drop the records of streaming queries whose last batch is older than ``older_than_ms``,
+        and condemnations made before it."""
         dropped = 0
         for key in self._store.list_keys(layout.SINKS):
             current = self._store.get(key)
-            if (
-                current.value is not None
-                and current.value["state"] == DONE
-                and current.value["updated_ms"] < older_than_ms
-            ):
+            record = _record_of(layout.writer_of_sink_key(key), current.value)
+            old = record is not None and record.state == DONE and record.updated_ms < older_than_ms
+            condemned = {i: ms for i, ms in _condemned(current.value).items() if ms >= older_than_ms}
+            if old or condemned != _condemned(current.value):
+                new = _value(None if old else _record_part(current.value), condemned)
                 try:
-                    self._store.put(key, None, current.version)
-                    dropped += 1
+                    self._store.put(key, new, current.version)
+                    dropped += old
                 except BadVersionError:
                     pass
         return dropped
+
+    def condemn(self, writer: str, ledger_ids: Collection[int]) -> set[int]:
+        """Condemn staged ledgers of ``writer`` that maintenance is about to delete, its job taken
+        for gone; spared are those its batch record names, which a commit is applying. Returns
+        those condemned, which are safe to delete: no commit will record them (see the module)."""
+        spared: set[int] = set()
+
+        def change(value: dict | None) -> dict | None:
+            spared.clear()
+            record = _record_of(writer, value)
+            if record is not None and record.state == COMMITTING:
+                spared.update(l.ledger_id for ls in record.partitions.values() for l in ls)
+            condemned = _condemned(value)
+            new = {str(i) for i in ledger_ids if i not in spared} - condemned.keys()
+            if not new:
+                raise Unchanged
+            now = self._clock.now_ms()
+            return _value(_record_part(value), {**condemned, **dict.fromkeys(new, now)})
+
+        update(self._store, layout.sink_key(writer), change)
+        return set(ledger_ids) - spared
 
     def remove_staged(self, writer: str, batch: int) -> None:
         """Delete what a writer staged for a batch, except what its batch record still needs."""
