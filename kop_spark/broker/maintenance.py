@@ -52,11 +52,13 @@ class RepairReport:
 
 
 class _StagedBatch(NamedTuple):
-    """A batch's directory under ``_staging/``: its files (path, modification time in s)."""
+    """A batch's directory under ``_staging/``."""
 
     writer: str
-    alive: bool  # one of its tasks has written or beaten its heart within SINK_LEASE_MS
-    files: list[tuple[str, float]]
+    files: list[str]
+    # If its job is gone (none of its files written or touched within SINK_LEASE_MS: tasks beat
+    # their hearts there), its files older than the grace period, which may go; else none.
+    expired: list[str]
 
 
 def _ledger_ids(paths: Iterable[str]) -> set[int]:
@@ -102,9 +104,9 @@ class Housekeeper:
                 ml.enforce_retention()
                 listed.append((t, p, ml, b.fileio.walk_files(layout.data_dir(name, p))))
         # Listed after the partitions: a task names a ledger it stages there before it creates it.
-        staging = self._staging_by_batch()
-        doomed = self._condemn_dead_staging(staging, orphan_grace_ms, report)
-        staged = _ledger_ids(path for batch in staging for path, _ in batch.files) - doomed
+        staging = self._staging_by_batch(now, orphan_grace_ms)
+        doomed = self._condemn_dead_staging(staging, report)
+        staged = _ledger_ids(path for batch in staging for path in batch.files) - doomed
         for t, p, ml, files in listed:
             with report.item(f"{t}-{p}"):
                 # A recorded batch's ledgers may sit in the partition's directory, moved there
@@ -113,31 +115,28 @@ class Housekeeper:
                 keep = {ml.ledger_path(i) for i in moving | staged}
                 report.files_removed += remove_orphans(ml, [f for f in files if f[0] not in keep], orphan_grace_ms)
         if topic is None:
-            report.files_removed += self._remove_dead_staging(staging, orphan_grace_ms, doomed)
+            report.files_removed += self._remove_dead_staging(staging, doomed)
             sinks.expire(now - b.config["transactional.id.expiration.ms"])
         return report
 
-    def _staging_by_batch(self) -> list[_StagedBatch]:
-        """Each staged batch's files, and whether its job is alive: one of its tasks has written
-        or beaten its heart within ``SINK_LEASE_MS``."""
-        now = self._broker.clock.now_ms()
+    def _staging_by_batch(self, now: int, grace_ms: int) -> list[_StagedBatch]:
+        """Each staged batch's files, and those that may go if its job is gone."""
         batches: dict[str, list[tuple[str, float]]] = {}
         for path, mtime in self._broker.fileio.walk_files(layout.STAGING_DIR):
             batches.setdefault(layout.staging_batch_of(path), []).append((path, mtime))
-        return [
-            _StagedBatch(layout.staging_writer_of(d), now - max(m for _, m in files) * 1000 < SINK_LEASE_MS, files)
-            for d, files in batches.items()
-        ]
+        out = []
+        for directory, files in batches.items():
+            gone = now - max(m for _, m in files) * 1000 >= SINK_LEASE_MS
+            expired = [path for path, mtime in files if gone and now - mtime * 1000 >= grace_ms]
+            out.append(_StagedBatch(layout.staging_writer_of(directory), [path for path, _ in files], expired))
+        return out
 
-    def _condemn_dead_staging(self, staging: list[_StagedBatch], grace_ms: int, report: MaintenanceReport) -> set[int]:
-        """The ledgers of jobs that are gone (see ``_remove_dead_staging``) that may be deleted:
-        condemned in their writers' keys, so that a driver that was only slow cannot record them."""
-        now = self._broker.clock.now_ms()
+    def _condemn_dead_staging(self, staging: list[_StagedBatch], report: MaintenanceReport) -> set[int]:
+        """The expired ledgers of jobs that are gone that may be deleted: condemned in their writers'
+        keys, so that a driver that was only slow cannot record them."""
         dead: dict[str, set[int]] = {}
         for batch in staging:
-            if not batch.alive:
-                old = _ledger_ids(path for path, mtime in batch.files if now - mtime * 1000 >= grace_ms)
-                dead.setdefault(batch.writer, set()).update(old)
+            dead.setdefault(batch.writer, set()).update(_ledger_ids(batch.expired))
         doomed: set[int] = set()
         for writer, ids in dead.items():
             if ids:
@@ -145,19 +144,14 @@ class Housekeeper:
                     doomed |= self._broker.sink_commits.condemn(writer, ids)
         return doomed
 
-    def _remove_dead_staging(self, staging: list[_StagedBatch], grace_ms: int, doomed: set[int]) -> list[str]:
-        """Staged files of jobs that are gone: no task of theirs has beaten its heart within
-        ``SINK_LEASE_MS``, and they are older than ``grace_ms``; of their ledgers, those condemned."""
-        fileio = self._broker.fileio
-        now = self._broker.clock.now_ms()
+    def _remove_dead_staging(self, staging: list[_StagedBatch], doomed: set[int]) -> list[str]:
+        """The expired files of jobs that are gone: of their ledgers (or markers), those condemned."""
         removed = []
         for batch in staging:
-            if batch.alive:
-                continue  # a running job's tasks are writing or beating their hearts
-            for path, mtime in batch.files:
+            for path in batch.expired:
                 ledger = layout.staged_ledger_id(path)
-                if (ledger is None or ledger in doomed) and now - mtime * 1000 >= grace_ms:
-                    fileio.delete(path)
+                if ledger is None or ledger in doomed:
+                    self._broker.fileio.delete(path)
                     removed.append(path)
         return removed
 

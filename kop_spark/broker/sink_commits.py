@@ -76,8 +76,12 @@ class SinkBatch(NamedTuple):
         return cls(writer, value["batch"], value["state"], value["streaming"], value["updated_ms"], partitions)
 
     @property
+    def ledgers(self) -> list[StagedLedger]:
+        return [l for ledgers in self.partitions.values() for l in ledgers]
+
+    @property
     def staged_files(self) -> list[str]:
-        return [l.file for ledgers in self.partitions.values() for l in ledgers]
+        return [l.file for l in self.ledgers]
 
 
 def _record_of(writer: str, value: dict | None) -> SinkBatch | None:
@@ -146,7 +150,7 @@ class SinkCommits:
                     self.complete(recorded)  # an older batch left half done
                     raise BadVersionError("read the record again")
             condemned = _condemned(value)
-            lost = [l for ls in record.partitions.values() for l in ls if str(l.ledger_id) in condemned]
+            lost = [l for l in record.ledgers if str(l.ledger_id) in condemned]
             if lost:
                 raise OrphanRemovedError(
                     f"batch {batch} of sink writer {writer!r}: maintenance removed its staged ledger "
@@ -252,7 +256,7 @@ class SinkCommits:
             spared.clear()
             record = _record_of(writer, value)
             if record is not None and record.state == COMMITTING:
-                spared.update(l.ledger_id for ls in record.partitions.values() for l in ls)
+                spared.update(l.ledger_id for l in record.ledgers)
             condemned = _condemned(value)
             new = {str(i) for i in ledger_ids if i not in spared} - condemned.keys()
             if not new:

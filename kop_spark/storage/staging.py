@@ -89,7 +89,7 @@ def task_stager(fileio: FileIO, ledger_path: Callable[[int], str], task_dir: str
     """A ledger a task stages for a partition: in ``task_dir``, to be moved in when it is appended;
     on an object store (no rename) at its final name ``ledger_path(id)``, where it will stay, named
     first by a marker in ``task_dir`` (maintenance takes an unreferenced ledger for an orphan unless
-    a live job's marker names it)."""
+    a marker names it, and deletes a gone job's marked ledgers only once it has condemned them)."""
     ledger_id = new_ledger_id()
     if fileio.supports_append:  # written whole and read only once appended: around the page cache
         return LedgerStager(fileio, staged_ledger_file(task_dir, f"{ledger_id:x}"), ledger_id, direct=True)
