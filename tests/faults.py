@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from kop_spark import layout
 from kop_spark.storage import direct_file, local_fileio
 from kop_spark.storage import fileio as fileio_module
 from kop_spark.storage.metadata import file as metadata_module
@@ -105,3 +106,12 @@ def injected(monkeypatch, injector: Injector) -> Iterator[Injector]:
             local_fileio.LocalFileIO, "delete", lambda self, path: injector.step("delete", real_delete, self, path)
         )
         yield injector
+
+
+def arm_crash_point(root: str, point: str, reached: int) -> None:
+    """The next process under local ``root`` to come to ``kop_spark.faults.crash_point`` ``point`` for
+    the ``reached``-th time dies there, as kill -9 would."""
+    path = os.path.join(root, layout.fault_file(point))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(str(reached))

@@ -576,10 +576,9 @@ def _commit_killed_at(root, staged, point, reached):
     import subprocess
 
     from .conftest import PYTHON, python_subprocess_env
+    from .faults import arm_crash_point
 
-    os.makedirs(os.path.join(root, "_faults"), exist_ok=True)
-    with open(os.path.join(root, "_faults", point), "w") as f:
-        f.write(str(reached))
+    arm_crash_point(root, point, reached)
     child = (
         "import json, sys, kop_spark\n"
         "from kop_spark.storage.staging import StagedLedger\n"

@@ -18,6 +18,7 @@ from kop_spark.spark.sink import KopBatchWriter
 from kop_spark.storage.managed_ledger import ManagedLedger
 
 from .conftest import forget_last_batch_commit
+from .faults import arm_crash_point
 from .test_spark_sink import all_records, staged_files
 
 
@@ -46,13 +47,6 @@ def _values(b, topic):
     return sorted(r.value for r in all_records(b, topic))
 
 
-def _crash_commit_after(root, partitions_applied):
-    """The next sink commit's process dies (as kill -9) once it has appended this many partitions."""
-    os.makedirs(os.path.join(root, "_faults"), exist_ok=True)
-    with open(os.path.join(root, "_faults", "sink-commit"), "w") as f:
-        f.write(str(partitions_applied))
-
-
 @pytest.mark.parametrize("change", ["more partitions", "other minPartitions", "maintenance first"])
 def test_a_commit_cut_between_partitions_is_completed_by_the_rerun(spark, root, broker, tmp_path, change):
     broker.create_topic("src", partitions=2)
@@ -61,7 +55,7 @@ def test_a_commit_cut_between_partitions_is_completed_by_the_rerun(spark, root, 
         broker.produce("src", [Record(f"v{p}-{i}".encode()) for i in range(300)], partition=p)
     expected = _values(broker, "src")
     checkpoint = str(tmp_path / "ck")
-    _crash_commit_after(root, 1)
+    arm_crash_point(root, "sink-commit", 1)  # the commit dies once it has appended one partition
     q = _query(spark, root, checkpoint)
     with pytest.raises(Exception):
         q.awaitTermination(300)
