@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from .errors import FileMissingError
 from .layout import fault_file
 from .storage.fileio import FileIO
 
@@ -21,7 +22,11 @@ def crash_point(fileio: FileIO, point: str, reached: int, settle: Callable[[], o
     path = fault_file(point)
     if not fileio.exists(path):
         return
-    if int(fileio.read_at(path, 0, 32).decode().strip() or 0) == reached:
+    try:
+        armed = int(fileio.read_at(path, 0, 32).decode().strip() or 0)
+    except FileMissingError:
+        return  # the step it was armed for, running at once with this one, took it
+    if armed == reached:
         fileio.delete(path)
         if settle is not None:
             settle()
