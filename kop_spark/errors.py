@@ -130,6 +130,11 @@ class OrphanRemovedError(StorageError):
     before the change could refer to it. Nothing was applied; the operation can be run again."""
 
 
+class WriteAbortedError(KopError):
+    """Spark aborted a batch write job (another of its tasks failed) while this task was still
+    writing: the task's output was discarded, as the abort discarded the rest of the job's."""
+
+
 class ManagedLedgerDeletedError(Exception):
     """The managed ledger does not exist (never created, or deleted). Internal to the store: the
     Broker turns it into ``TopicNotFoundError`` or ``PartitionNotFoundError``."""

@@ -9,12 +9,14 @@ import uuid
 import pyarrow as pa
 import pytest
 from pyspark.sql.functions import udf
+from pyspark.sql.types import BinaryType, StructField, StructType
 
-from kop_spark import Broker, Record
+from kop_spark import Broker, Record, layout
 from kop_spark.broker import SINK_LEASE_MS
 from kop_spark.clock import ManualClock, now_ms
+from kop_spark.record import build_record_batch
 from kop_spark.spark.options import SinkOptions
-from kop_spark.spark.sink import KopBatchWriter
+from kop_spark.spark.sink import KopBatchWriter, KopCommitMessage, KopStreamWriter
 from kop_spark.storage.managed_ledger import ManagedLedger
 
 from .conftest import forget_last_batch_commit
@@ -111,6 +113,21 @@ def test_maintenance_during_a_long_job_leaves_its_staged_output(spark, root, bro
     assert go.exists(), "maintenance never ran during the job"
     assert not [f for f in removed if f.startswith("_staging/")], "a live job's staged output was removed"
     assert _values(broker, "dst") == sorted(f"{i}".encode() for i in range(400))
+
+
+def test_a_micro_batchs_abort_leaves_no_mark_its_rerun_would_trip_on(root, broker):
+    """Spark runs an aborted micro-batch again as the same writer (query id) and batch id: its
+    abort deletes what the ended tasks staged, and marks nothing, unlike a batch job's."""
+    broker.create_topic("dst", partitions=1)
+    task_dir = broker.sink_commits.task_dir("query", 4, "0-0-ended")
+    staged = broker.stage("dst", 0, task_dir)
+    staged.append([build_record_batch([Record(b"v")])])
+    ended = KopCommitMessage("query", 4, 0, tuple(("dst", 0, ledger) for ledger in staged.finish()))
+    schema = StructType([StructField("value", BinaryType())])
+    KopStreamWriter(SinkOptions.parse({"kop.root": root, "topic": "dst"}), schema).abort([ended, None], 4)
+    assert staged_files(root) == []
+    assert not broker.sink_commits.aborted("query")
+    assert broker.store.get(layout.sink_key("query")).value is None
 
 
 @pytest.mark.slow

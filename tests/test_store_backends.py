@@ -10,17 +10,21 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import obstore
+import pyarrow as pa
 import pytest
 
 from kop_spark import Broker, Record, layout
 from kop_spark.broker import SINK_LEASE_MS
 from kop_spark.clock import ManualClock
-from kop_spark.errors import ConfigError, CorruptRecordError, OrphanRemovedError, StorageError
+from kop_spark.errors import ConfigError, CorruptRecordError, OrphanRemovedError, StorageError, WriteAbortedError
 from kop_spark.record import build_record_batch
+from kop_spark.spark.options import SinkOptions
+from kop_spark.spark.sink import KopBatchWriter
 from kop_spark.storage.fileio import takes_whole_files_only
 from kop_spark.storage.object_fileio import ObjectFileIO
 
@@ -253,6 +257,46 @@ def test_a_driver_that_commits_after_maintenance_took_its_job_for_gone_records_n
     expiry = b.config["transactional.id.expiration.ms"]
     Broker(store.root, store.conf, clock=ManualClock(lease_over + expiry + 1)).maintenance()
     assert b.store.get(layout.sink_key("slow")).value is None
+
+
+def test_a_task_still_writing_when_its_job_is_aborted_discards_its_output(store: Store) -> None:
+    """Spark aborts a failed batch job before it stops the job's other tasks. One may still be
+    writing, where the abort has deleted the job's staging directory, and end after it: its
+    output would be left there, as if its job were alive, until maintenance took it for gone."""
+    b = store.broker()
+    b.create_topic("t", 2)
+    conf = {f"kop.{k}": str(v) for k, v in store.conf.items()}
+    writer = KopBatchWriter(SinkOptions.parse({"kop.root": store.root, "topic": "t", "batch.size": "64", **conf}))
+
+    def data_files() -> set[str]:
+        return {f for f, _ in b.fileio.walk_files("") if not f.startswith(layout.METADATA_DIR)}
+
+    def values(prefix: str, partition: int) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pydict(
+            {"value": [f"{prefix}{i}".encode() for i in range(50)], "partition": pa.array([partition] * 50, pa.int32())}
+        )
+
+    before = data_files()
+    ended = writer.write(iter([values("a", 0), values("a", 1)]))  # a task that ended before the abort
+
+    def rows_the_driver_aborts_between() -> Iterator[pa.RecordBatch]:
+        yield values("b", 0)
+        writer.abort([ended, None])  # Spark's driver, while this task still writes
+        yield values("c", 1)  # into a ledger it starts after the abort
+
+    with pytest.raises(WriteAbortedError, match=f"sink job {writer.job}: Spark aborted the write while task 0"):
+        writer.write(rows_the_driver_aborts_between())
+    # On object stores the ended task's ledgers, staged at their final names, wait for maintenance
+    # as orphans; nothing of the late task's is left anywhere.
+    assert data_files() - before <= {ledger.file for _, _, ledger in ended.staged}
+    assert not [f for f in data_files() if f.startswith(layout.STAGING_DIR)]
+    if store.name == "local":
+        assert not os.path.exists(os.path.join(store.root, layout.STAGING_DIR, writer.job))
+    assert [b.list_offsets("t", p, "latest") for p in (0, 1)] == [0, 0]
+    # The job's mark goes as a writer's record does, once transactional.id.expiration.ms is over.
+    expiry = b.config["transactional.id.expiration.ms"]
+    Broker(store.root, store.conf, clock=ManualClock(int(time.time() * 1000) + expiry + 1)).maintenance()
+    assert b.store.get(layout.sink_key(writer.job)).value is None
 
 
 def test_a_large_staged_output_rolls_into_ledgers_of_bounded_size(store: Store) -> None:

@@ -21,6 +21,12 @@ A driver that was only slow may still come to commit it, so the ledgers are firs
 writer's key, by a CAS that spares what a record names; a commit that would record a condemned
 ledger fails instead (``OrphanRemovedError``), where it would have recorded a batch nobody can
 append. Condemnations expire with ``transactional.id.expiration.ms``.
+
+Spark aborts a failed batch job before it stops the job's other tasks, so a task may still be
+writing, where the abort has already deleted the job's staged output. A batch job's abort is marked
+in its key first (``aborted``, expiring as condemnations do), and a task looks for the mark once it
+has written everything: found, it discards its own output; not found, the abort comes after and
+finds it all.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ if TYPE_CHECKING:
 
 COMMITTING, DONE = "committing", "done"
 CONDEMNED = "condemned"  # in a writer's key beside its record: {ledger id: when it was condemned, ms}
+ABORTED = "aborted"  # in a batch job's key: when Spark aborted it, ms
+_MARKS = (CONDEMNED, ABORTED)
 SINK_HEARTBEAT_MS = 10_000  # a task writing staged ledgers touches its directory this often
 SINK_LEASE_MS = 60_000  # staged output with no heartbeat this long belongs to a job that is gone
 
@@ -88,20 +96,29 @@ def _record_of(writer: str, value: dict | None) -> SinkBatch | None:
     return None if value is None or "batch" not in value else SinkBatch.from_json(writer, value)
 
 
+def _marks(value: dict | None) -> dict:
+    """What a writer's key holds beside its batch record."""
+    return {k: v for k, v in (value or {}).items() if k in _MARKS}
+
+
 def _condemned(value: dict | None) -> dict[str, int]:
     return dict((value or {}).get(CONDEMNED, {}))
 
 
 def _record_part(value: dict | None) -> dict:
-    return {k: v for k, v in (value or {}).items() if k != CONDEMNED}
+    return {k: v for k, v in (value or {}).items() if k not in _MARKS}
 
 
-def _value(record: dict | None, condemned: dict[str, int]) -> dict | None:
-    """A writer's key: its batch record and the ledgers condemned beside it, or None for neither."""
-    out = dict(record or {})
-    if condemned:
-        out[CONDEMNED] = condemned
+def _value(record: dict | None, marks: dict) -> dict | None:
+    """A writer's key: its batch record and its marks, or None for neither."""
+    out = {**(record or {}), **{k: v for k, v in marks.items() if v}}
     return out or None
+
+
+def _unexpired(marks: dict, older_than_ms: int) -> dict:
+    condemned = {i: ms for i, ms in marks.get(CONDEMNED, {}).items() if ms >= older_than_ms}
+    aborted = marks.get(ABORTED, 0)
+    return {CONDEMNED: condemned, ABORTED: aborted if aborted >= older_than_ms else 0}
 
 
 class SinkCommits:
@@ -158,7 +175,7 @@ class SinkCommits:
                     f"nothing was written, run the batch again"
                 )
             found.append(record)
-            return _value(record.to_json(), condemned)
+            return _value(record.to_json(), _marks(value))
 
         update(self._store, layout.sink_key(writer), begin)
         return found[-1]
@@ -212,7 +229,7 @@ class SinkCommits:
             changed = (
                 None if state is None else {**_record_part(value), "state": state, "updated_ms": self._clock.now_ms()}
             )
-            return _value(changed, _condemned(value))
+            return _value(changed, _marks(value))
 
         update(self._store, layout.sink_key(record.writer), change)
 
@@ -230,15 +247,15 @@ class SinkCommits:
 
     def expire(self, older_than_ms: int) -> int:
         """Drop the records of streaming queries whose last batch is older than ``older_than_ms``,
-        and condemnations made before it."""
+        and condemnations and aborts made before it."""
         dropped = 0
         for key in self._store.list_keys(layout.SINKS):
             current = self._store.get(key)
             record = _record_of(layout.writer_of_sink_key(key), current.value)
             old = record is not None and record.state == DONE and record.updated_ms < older_than_ms
-            condemned = {i: ms for i, ms in _condemned(current.value).items() if ms >= older_than_ms}
-            if old or condemned != _condemned(current.value):
-                new = _value(None if old else _record_part(current.value), condemned)
+            marks = _unexpired(_marks(current.value), older_than_ms)
+            if old or _value(None, marks) != _value(None, _marks(current.value)):
+                new = _value(None if old else _record_part(current.value), marks)
                 try:
                     self._store.put(key, new, current.version)
                     dropped += old
@@ -262,10 +279,28 @@ class SinkCommits:
             if not new:
                 raise Unchanged
             now = self._clock.now_ms()
-            return _value(_record_part(value), {**condemned, **dict.fromkeys(new, now)})
+            return _value(_record_part(value), {**_marks(value), CONDEMNED: {**condemned, **dict.fromkeys(new, now)}})
 
         update(self._store, layout.sink_key(writer), change)
         return set(ledger_ids) - spared
+
+    def abort(self, writer: str, batch: int, *, job: bool) -> None:
+        """Spark gave the batch up: delete what its tasks staged, except what a record of it needs.
+        A batch job is first marked aborted. Spark stops its other tasks only after this, so one may
+        still be writing, in a directory made again after it was deleted: it discards its output
+        itself when it ends (``aborted``). A streaming query's batch cannot be marked, as Spark
+        runs it again as the same writer; what its late tasks leave goes with the rerun's commit."""
+        if job:
+
+            def mark(value: dict | None) -> dict | None:
+                return _value(_record_part(value), {**_marks(value), ABORTED: self._clock.now_ms()})
+
+            update(self._store, layout.sink_key(writer), mark)
+        self.remove_staged(writer, batch)
+
+    def aborted(self, writer: str) -> bool:
+        """Whether the batch job ``writer`` was aborted."""
+        return ABORTED in (self._store.get(layout.sink_key(writer)).value or {})
 
     def remove_staged(self, writer: str, batch: int) -> None:
         """Delete what a writer staged for a batch, except what its batch record still needs."""
@@ -293,6 +328,11 @@ class SinkCommits:
         """Say the task writing ``task_dir`` is alive (maintenance leaves live jobs' output alone)."""
         self._broker.fileio.touch(layout.heartbeat_file(task_dir))
 
-    def discard_task(self, task_dir: str) -> None:
-        """Delete what a failed task attempt staged."""
-        self._broker.fileio.delete_tree(task_dir)
+    def discard_task(self, task_dir: str, *, job_aborted: bool = False) -> None:
+        """Delete what a failed task attempt staged; once its job was aborted, also the directories
+        it made again (no task of the job starts after the abort, to be making them too)."""
+        fileio = self._broker.fileio
+        fileio.delete_tree(task_dir)
+        if job_aborted:
+            fileio.delete_dir_if_empty(layout.staging_batch_of(task_dir))
+            fileio.delete_dir_if_empty(layout.staging_dir(layout.staging_writer_of(task_dir)))

@@ -30,6 +30,7 @@ from ..errors import (
     PartitionNotFoundError,
     TopicAlreadyExistsError,
     TopicNotFoundError,
+    WriteAbortedError,
 )
 from ..record.arrow import encode_arrow_by_partition, key_partitions
 from ._compat import ARROW_STREAM_WRITER, StreamWriterBase
@@ -70,13 +71,14 @@ def _int(value: int, type_: pa.DataType = _INT64) -> pa.Scalar:
 class _TaskOutput:
     """One task attempt's records, encoded column-wise and staged per target partition."""
 
-    def __init__(self, options: SinkOptions, writer: str, batch_id: int):
+    def __init__(self, options: SinkOptions, writer: str, batch_id: int, *, job: bool):
         ctx = TaskContext.get()
         self.task = ctx.partitionId() if ctx else 0
         attempt = ctx.attemptNumber() if ctx else 0
         self.options = options
         self.writer = writer
         self.batch_id = batch_id
+        self.job = job  # a batch job's, whose abort its tasks look for
         self._broker = Broker(options.root, options.conf)
         self._sinks = self._broker.sink_commits
         self._dir = self._sinks.task_dir(writer, batch_id, f"{self.task}-{attempt}-{uuid.uuid4().hex[:8]}")
@@ -180,14 +182,20 @@ class _TaskOutput:
             self._encode(topic, rows)
         staged = tuple((t, p, ledger) for (t, p), s in sorted(self._staged.items()) for ledger in s.finish())
         _HEARTBEATS.stop(self._heartbeat)
+        # Looked at once all is written: an abort after the look finds, and deletes, all of it.
+        if self.job and self._sinks.aborted(self.writer):
+            raise WriteAbortedError(
+                f"sink job {self.writer}: Spark aborted the write while task {self.task} was writing "
+                f"(another task failed first); this task's output is discarded"
+            )
         self._broker.close()
         return KopCommitMessage(self.writer, self.batch_id, self.task, staged)
 
-    def discard(self) -> None:
+    def discard(self, *, aborted: bool = False) -> None:
         _HEARTBEATS.stop(self._heartbeat)
         for s in self._staged.values():
             s.discard()
-        self._sinks.discard_task(self._dir)
+        self._sinks.discard_task(self._dir, job_aborted=aborted)
         self._broker.close()
 
 
@@ -207,14 +215,16 @@ def _ensure_topic(broker: Broker, topic: str, options: SinkOptions) -> int:
     return broker.partitions_for(topic)
 
 
-def _write(options: SinkOptions, writer: str, batch_id: int, batches: Iterator[pa.RecordBatch]) -> KopCommitMessage:
-    out = _TaskOutput(options, writer, batch_id)
+def _write(
+    options: SinkOptions, writer: str, batch_id: int, batches: Iterator[pa.RecordBatch], *, job: bool
+) -> KopCommitMessage:
+    out = _TaskOutput(options, writer, batch_id, job=job)
     try:
         for rb in batches:
             out.add_arrow(rb)
         return out.finish()
-    except BaseException:
-        out.discard()  # a failed attempt leaves nothing behind
+    except BaseException as e:
+        out.discard(aborted=isinstance(e, WriteAbortedError))  # a failed attempt leaves nothing behind
         raise
 
 
@@ -237,12 +247,14 @@ def _commit(
 
 
 def _abort(
-    options: SinkOptions, messages: Sequence[WriterCommitMessage | None], writer: str | None, batch_id: int
+    options: SinkOptions, messages: Sequence[WriterCommitMessage | None], job: str | None, batch_id: int
 ) -> None:
-    writers = {m.writer for m in messages if isinstance(m, KopCommitMessage)} | ({writer} if writer else set())
+    """A batch job names itself; a streaming query's abort knows its writer only from the
+    messages of the tasks that ended (Spark does not tell its id to the driver's writer)."""
+    writers = {job} if job else {m.writer for m in messages if isinstance(m, KopCommitMessage)}
     with Broker(options.root, options.conf) as broker:
         for w in writers:
-            broker.sink_commits.remove_staged(w, batch_id)  # what a recorded batch needs stays
+            broker.sink_commits.abort(w, batch_id, job=job is not None)
 
 
 class KopBatchWriter(DataSourceArrowWriter):
@@ -253,7 +265,7 @@ class KopBatchWriter(DataSourceArrowWriter):
         self.job = uuid.uuid4().hex
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return _write(self.options, self.job, 0, iterator)
+        return _write(self.options, self.job, 0, iterator, job=True)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         _commit(self.options, messages, 0, streaming=False)
@@ -277,7 +289,7 @@ class KopStreamWriter(StreamWriterBase):
         if not query or batch is None:
             raise RuntimeError("kop stream writer: the task carries no streaming query id or batch id")
         batches = iterator if ARROW_STREAM_WRITER else rows_to_arrow(iterator, self.schema)  # rows before 4.1
-        return _write(self.options, query, int(batch), batches)
+        return _write(self.options, query, int(batch), batches, job=False)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _commit(self.options, messages, batchId, streaming=True)
