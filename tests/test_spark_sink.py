@@ -246,6 +246,11 @@ def test_a_failed_job_leaves_nothing_visible_or_staged(spark, root, broker):
     with pytest.raises(Exception, match="topic 't' has no partition 7"):
         write(df, root, topic="t", **{"batch.size": "64"})  # both tasks stage files before one fails
     assert [broker.list_offsets("t", p, "latest") for p in range(2)] == [0, 0]
+    # Spark fails the job before its other task has stopped: that one discards its output itself,
+    # once it has ended, where the job's abort had already run.
+    deadline = time.monotonic() + 60
+    while staged_files(root) and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling the condition asserted below, within the deadline
     assert staged_files(root) == []
 
 
