@@ -299,6 +299,33 @@ def test_a_task_still_writing_when_its_job_is_aborted_discards_its_output(store:
     assert b.store.get(layout.sink_key(writer.job)).value is None
 
 
+def test_a_late_applier_appends_nothing_once_the_batchs_ledger_was_merged_away(store: Store) -> None:
+    """An applier that read a batch job's record before another completed it comes to a partition
+    that has forgotten the batch and merged its ledger into a larger one: the ledger's id is gone
+    from the partition, and its file, in the trash until ``file.delete.delay.ms``, is not taken again."""
+    b = store.broker(managedLedgerMaxEntriesPerLedger=1)  # each produce seals the ledger before it
+    b.create_topic("t", 1)
+    staged = b.stage("t", 0, "_staging/job/0/task-0")
+    staged.append([build_record_batch(_records("s", 3))])
+    ledgers = staged.finish()
+    b.sink_commits.commit("job", 0, {("t", 0): ledgers}, streaming=False)
+    b.produce("t", _records("p", 1))
+    b.produce("t", _records("q", 1))
+    assert b.maintenance().errors == []
+    assert all(l.id != ledgers[0].ledger_id for l in b.managed_ledger("t", 0).view().ledgers)
+    late = b.append_staged("t", 0, ledgers, ("spark:job", 0))
+    assert late.duplicate
+    assert [r.value for r in b.fetch("t", 0, 0)] == [b"s0", b"s1", b"s2", b"p0", b"q0"] and b.verify() == {}
+    # Once the trash is emptied, a still later applier fails for want of the file.
+    emptied = ManualClock(int(time.time() * 1000) + b.topic_config("t")["file.delete.delay.ms"] + 1)
+    later = Broker(store.root, store.conf, clock=emptied)
+    merged_away = b.managed_ledger("t", 0).ledger_path(ledgers[0].ledger_id)
+    assert later.maintenance().errors == [] and not b.fileio.exists(merged_away)
+    with pytest.raises(StorageError, match=f"{ledgers[0].ledger_id:016x}"):
+        later.append_staged("t", 0, ledgers, ("spark:job", 0))
+    assert b.list_offsets("t", 0, "latest") == 5 and b.verify() == {}
+
+
 def test_a_large_staged_output_rolls_into_ledgers_of_bounded_size(store: Store) -> None:
     # Object stores build each ledger in memory before writing it: a task's output must not be one ledger.
     b = store.broker(managedLedgerMaxSizePerLedgerMbytes=1, wholeLedgerMaxSizeMbytes=1)

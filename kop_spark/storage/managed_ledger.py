@@ -87,18 +87,22 @@ Change = Callable[[LogMetadata, int], LogMetadata | None]
 
 
 def _appended_already(
-    meta: LogMetadata, staged: Sequence[StagedLedger], sink_key: tuple[str, int]
+    meta: LogMetadata, moved: Sequence[tuple[StagedLedger, str]], sink_key: tuple[str, int]
 ) -> AppendResult | None:
-    """What the partition says of a sink batch it took already (or an older one), else None."""
+    """What the partition says of a sink batch it took already (or an older one), else None.
+    ``moved``: each staged ledger and the file it is appended as."""
     seen = meta.sinks.get(sink_key[0])
     if seen is not None and sink_key[1] <= seen.seq:
         return AppendResult(seen.base_offset if sink_key[1] == seen.seq else -1, seen.record_count, True)
     # A ledger is appended once, whatever the partition remembers of its writer: an applier that
     # read the batch record before another completed it, and came here after the partition forgot
-    # the batch, must not append it again.
-    ids = {s.ledger_id for s in staged}
-    if any(l.id in ids for l in meta.ledgers):
-        return AppendResult(-1, sum(s.records for s in staged), True)
+    # the batch, must not append it again. Merged into another ledger (or past retention), it has
+    # left the ledger list, but its file waits in the trash until it is deleted; once it is, the
+    # append fails for want of the file.
+    ids = {s.ledger_id for s, _ in moved}
+    trashed = {t["file"] for t in meta.trash}
+    if any(l.id in ids for l in meta.ledgers) or any(path in trashed for _, path in moved):
+        return AppendResult(-1, sum(s.records for s, _ in moved), True)
     return None
 
 
@@ -332,7 +336,7 @@ class ManagedLedger:
         result: list[AppendResult] = []
 
         def already(meta: LogMetadata) -> bool:
-            done = _appended_already(meta, [s for s, _ in moved], sink_key)
+            done = _appended_already(meta, moved, sink_key)
             if done is not None:
                 result.append(done)
             return done is not None
