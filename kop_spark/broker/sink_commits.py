@@ -116,9 +116,14 @@ def _value(record: dict | None, marks: dict) -> dict | None:
 
 
 def _unexpired(marks: dict, older_than_ms: int) -> dict:
+    """The marks made at ``older_than_ms`` or after; none left empty."""
+    out: dict = {}
     condemned = {i: ms for i, ms in marks.get(CONDEMNED, {}).items() if ms >= older_than_ms}
-    aborted = marks.get(ABORTED, 0)
-    return {CONDEMNED: condemned, ABORTED: aborted if aborted >= older_than_ms else 0}
+    if condemned:
+        out[CONDEMNED] = condemned
+    if marks.get(ABORTED, -1) >= older_than_ms:
+        out[ABORTED] = marks[ABORTED]
+    return out
 
 
 class SinkCommits:
@@ -254,7 +259,7 @@ class SinkCommits:
             record = _record_of(layout.writer_of_sink_key(key), current.value)
             old = record is not None and record.state == DONE and record.updated_ms < older_than_ms
             marks = _unexpired(_marks(current.value), older_than_ms)
-            if old or _value(None, marks) != _value(None, _marks(current.value)):
+            if old or marks != _marks(current.value):
                 new = _value(None if old else _record_part(current.value), marks)
                 try:
                     self._store.put(key, new, current.version)
@@ -284,13 +289,13 @@ class SinkCommits:
         update(self._store, layout.sink_key(writer), change)
         return set(ledger_ids) - spared
 
-    def abort(self, writer: str, batch: int, *, job: bool) -> None:
+    def abort(self, writer: str, batch: int, *, batch_job: bool) -> None:
         """Spark gave the batch up: delete what its tasks staged, except what a record of it needs.
         A batch job is first marked aborted. Spark stops its other tasks only after this, so one may
         still be writing, in a directory made again after it was deleted: it discards its output
         itself when it ends (``aborted``). A streaming query's batch cannot be marked, as Spark
         runs it again as the same writer; what its late tasks leave goes with the rerun's commit."""
-        if job:
+        if batch_job:
 
             def mark(value: dict | None) -> dict | None:
                 return _value(_record_part(value), {**_marks(value), ABORTED: self._clock.now_ms()})

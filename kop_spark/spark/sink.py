@@ -71,14 +71,14 @@ def _int(value: int, type_: pa.DataType = _INT64) -> pa.Scalar:
 class _TaskOutput:
     """One task attempt's records, encoded column-wise and staged per target partition."""
 
-    def __init__(self, options: SinkOptions, writer: str, batch_id: int, *, job: bool):
+    def __init__(self, options: SinkOptions, writer: str, batch_id: int, *, batch_job: bool):
         ctx = TaskContext.get()
         self.task = ctx.partitionId() if ctx else 0
         attempt = ctx.attemptNumber() if ctx else 0
         self.options = options
         self.writer = writer
         self.batch_id = batch_id
-        self.job = job  # a batch job's, whose abort its tasks look for
+        self.batch_job = batch_job  # whose abort its tasks look for (see ``finish``)
         self._broker = Broker(options.root, options.conf)
         self._sinks = self._broker.sink_commits
         self._dir = self._sinks.task_dir(writer, batch_id, f"{self.task}-{attempt}-{uuid.uuid4().hex[:8]}")
@@ -183,7 +183,7 @@ class _TaskOutput:
         staged = tuple((t, p, ledger) for (t, p), s in sorted(self._staged.items()) for ledger in s.finish())
         _HEARTBEATS.stop(self._heartbeat)
         # Looked at once all is written: an abort after the look finds, and deletes, all of it.
-        if self.job and self._sinks.aborted(self.writer):
+        if self.batch_job and self._sinks.aborted(self.writer):
             raise WriteAbortedError(
                 f"sink job {self.writer}: Spark aborted the write while task {self.task} was writing "
                 f"(another task failed first); this task's output is discarded"
@@ -216,9 +216,9 @@ def _ensure_topic(broker: Broker, topic: str, options: SinkOptions) -> int:
 
 
 def _write(
-    options: SinkOptions, writer: str, batch_id: int, batches: Iterator[pa.RecordBatch], *, job: bool
+    options: SinkOptions, writer: str, batch_id: int, batches: Iterator[pa.RecordBatch], *, batch_job: bool
 ) -> KopCommitMessage:
-    out = _TaskOutput(options, writer, batch_id, job=job)
+    out = _TaskOutput(options, writer, batch_id, batch_job=batch_job)
     try:
         for rb in batches:
             out.add_arrow(rb)
@@ -254,7 +254,7 @@ def _abort(
     writers = {job} if job else {m.writer for m in messages if isinstance(m, KopCommitMessage)}
     with Broker(options.root, options.conf) as broker:
         for w in writers:
-            broker.sink_commits.abort(w, batch_id, job=job is not None)
+            broker.sink_commits.abort(w, batch_id, batch_job=job is not None)
 
 
 class KopBatchWriter(DataSourceArrowWriter):
@@ -265,7 +265,7 @@ class KopBatchWriter(DataSourceArrowWriter):
         self.job = uuid.uuid4().hex
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return _write(self.options, self.job, 0, iterator, job=True)
+        return _write(self.options, self.job, 0, iterator, batch_job=True)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         _commit(self.options, messages, 0, streaming=False)
@@ -289,7 +289,7 @@ class KopStreamWriter(StreamWriterBase):
         if not query or batch is None:
             raise RuntimeError("kop stream writer: the task carries no streaming query id or batch id")
         batches = iterator if ARROW_STREAM_WRITER else rows_to_arrow(iterator, self.schema)  # rows before 4.1
-        return _write(self.options, query, int(batch), batches, job=False)
+        return _write(self.options, query, int(batch), batches, batch_job=False)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _commit(self.options, messages, batchId, streaming=True)
