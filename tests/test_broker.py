@@ -1,6 +1,7 @@
 """Kafka semantics of the Broker: offsets, lookups, rollover, retention, idempotence, admin."""
 
 import os
+import random
 import time
 
 import pytest
@@ -210,6 +211,18 @@ def test_default_partitioner(broker):
     # Records without a key go together to one partition per call, spreading across calls.
     used = {broker.produce("t", [Record(b"x"), Record(b"y")])[0][0] for _ in range(5)}
     assert len(used) == 5
+
+
+def test_a_broker_leaves_its_users_random_generator_alone(tmp_path):
+    # A program that seeds ``random`` for its own reproducibility must get the same sequence
+    # whether or not it opened a broker in between.
+    random.seed(7)
+    expected = random.random()
+    random.seed(7)
+    with Broker(str(tmp_path / "root")) as b:
+        b.create_topic("t", 3)
+        b.produce("t", [Record(b"x")])
+    assert random.random() == expected
 
 
 def test_produce_batches_and_fetch_batches_are_kafka_bytes(broker):

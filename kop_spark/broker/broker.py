@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
-import random
+import secrets
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -76,7 +76,8 @@ class Broker:
         self._lock = threading.Lock()
         # Keyless records stick to one partition per call, from a random one on, as Kafka's
         # sticky partitioner: one-shot processes (kop produce) do not all start at partition 0.
-        self._round_robin = random.randrange(1 << 30)
+        # Drawn from the OS: the process's ``random`` is its user's, seeded or not.
+        self._round_robin = secrets.randbelow(1 << 30)
 
     def root_exists(self) -> bool:
         """Whether the store root is there (a remote one is taken to be)."""
