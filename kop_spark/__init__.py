@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .broker import Broker, PartitionInfo, TopicDescription
+from .config import AlterConfigOp
 from .errors import (
     ConfigError,
     CorruptRecordError,
@@ -41,6 +42,7 @@ def register(spark: SparkSession) -> None:
 
 
 __all__ = [
+    "AlterConfigOp",
     "Broker",
     "CompressionType",
     "ConfigError",

@@ -11,10 +11,10 @@ when present); the ``conf`` mapping given in code.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import ConfigError
 
@@ -36,6 +36,17 @@ def _choice(*choices: str) -> Callable[[str], str]:
         raise ValueError(f"expected one of {', '.join(choices)}")
 
     return parse
+
+
+_POLICIES = ("compact", "delete")
+
+
+def _cleanup_policy(text: str) -> str:
+    # A list, as Kafka's: any order, written back in one (so "delete,compact" is "compact,delete").
+    names = {n.strip().lower() for n in text.split(",") if n.strip()}
+    if not names or names - set(_POLICIES):
+        raise ValueError("expected delete, compact, or both (compact,delete)")
+    return ",".join(p for p in _POLICIES if p in names)
 
 
 def _mechanisms(text: str) -> str:
@@ -241,7 +252,7 @@ _SETTINGS = [
     Setting(
         "cleanup.policy",
         "delete",
-        _choice("delete", "compact", "compact,delete"),
+        _cleanup_policy,
         "delete (retention), compact (latest value per key), or both",
         True,
     ),
@@ -295,6 +306,44 @@ def parse_topic_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
         if name not in TOPIC_SETTINGS:
             raise ConfigError(f"{name!r} is not a topic setting; topic settings are {', '.join(TOPIC_SETTINGS)}")
         out[name] = parse_value(name, value)
+    return out
+
+
+class AlterConfigOp(NamedTuple):
+    """One change to a topic's settings, as Kafka's ``AlterConfigOp``: ``set`` a value, ``delete``
+    the topic's own (back to the default), ``append`` to or ``subtract`` from a list setting."""
+
+    name: str
+    op: str  # set | delete | append | subtract
+    value: Any = None
+
+
+ALTER_OPS = ("set", "delete", "append", "subtract")
+_LIST_SETTINGS = frozenset({"cleanup.policy"})
+
+
+def alter_topic_config(
+    overrides: Mapping[str, Any], defaults: Mapping[str, Any], ops: Iterable[AlterConfigOp]
+) -> dict[str, Any]:
+    """A topic's overrides after ``ops``, applied in order; the first bad one raises ``ConfigError``
+    naming it. An override equal to the default is kept: Kafka reports it as the topic's own."""
+    out = dict(overrides)
+    for name, op, value in ops:
+        if name not in TOPIC_SETTINGS:
+            raise ConfigError(f"{name!r} is not a topic setting; topic settings are {', '.join(TOPIC_SETTINGS)}")
+        if op == "delete":
+            out.pop(name, None)
+        elif op == "set":
+            out[name] = parse_value(name, value)
+        elif op in ("append", "subtract") and name in _LIST_SETTINGS:
+            current = set(str(out.get(name, defaults[name])).split(","))
+            change = {v.strip().lower() for v in str(value).split(",") if v.strip()}
+            items = current | change if op == "append" else current - change
+            out[name] = parse_value(name, ",".join(sorted(items)))
+        elif op in ("append", "subtract"):
+            raise ConfigError(f"setting {name!r} is not a list: {op} is allowed only for {', '.join(_LIST_SETTINGS)}")
+        else:
+            raise ConfigError(f"setting {name!r}: unknown operation {op!r}; expected one of {', '.join(ALTER_OPS)}")
     return out
 
 

@@ -7,7 +7,7 @@ import time
 import pytest
 from kafka.record.default_records import DefaultRecordBatch as KBatch
 
-from kop_spark import Broker, Record, layout
+from kop_spark import AlterConfigOp, Broker, Record, layout
 from kop_spark.broker import SINK_LEASE_MS
 from kop_spark.clock import ManualClock
 from kop_spark.errors import (
@@ -186,6 +186,57 @@ def test_everything_expired_keeps_next_offset(root):
     b.enforce_retention("t")
     assert (b.list_offsets("t", 0, "earliest"), b.list_offsets("t", 0, "latest")) == (3, 3)
     assert b.produce("t", recs(1), partition=0) == [(0, 3, 1)]
+
+
+def test_altered_settings_apply_to_a_log_already_open_here_and_in_another_process(root):
+    clock = ManualClock(NOW)
+    conf = {"managedLedgerMaxEntriesPerLedger": 1}
+    serving = Broker(root, conf=conf, clock=clock)  # as kop serve: its log stays open throughout
+    serving.create_topic("t", 1, config={"retention.ms": 3_600_000, "file.delete.delay.ms": 0})
+    serving.produce("t", recs(2, ts=NOW - 120_000), partition=0)
+    serving.produce("t", recs(2, ts=NOW), partition=0)
+    serving.enforce_retention("t")
+    assert serving.list_offsets("t", 0, "earliest") == 0
+    with Broker(root) as admin:  # as kop topics alter, from another process
+        settings = admin.alter_topic_config("t", [AlterConfigOp("retention.ms", "set", 60_000)])
+        assert settings["retention.ms"] == 60_000 and settings["file.delete.delay.ms"] == 0
+    serving.enforce_retention("t")
+    assert serving.list_offsets("t", 0, "earliest") == 2
+    # ...and once more the other way: the default back, and a limit the next produce meets
+    serving.alter_topic_config(
+        "t", [AlterConfigOp("retention.ms", "delete"), AlterConfigOp("max.message.bytes", "set", 100)]
+    )
+    with pytest.raises(RecordTooLargeError):
+        serving.produce("t", [Record(b"x" * 200)], partition=0)
+    assert serving.topic_config("t", own=True) == {"file.delete.delay.ms": 0, "max.message.bytes": 100}
+    serving.close()
+
+
+def test_altering_settings_is_all_or_none_and_names_what_is_wrong(broker):
+    broker.create_topic("t", 1, config={"retention.ms": 60_000, "cleanup.policy": "delete"})
+    bad_ops = (
+        (
+            [AlterConfigOp("retention.ms", "set", 1), AlterConfigOp("segment.ms", "set", 1)],
+            "'segment.ms' is not a topic",
+        ),
+        ([AlterConfigOp("retention.ms", "set", 1), AlterConfigOp("retention.bytes", "set", "x")], "'retention.bytes'"),
+        ([AlterConfigOp("retention.ms", "append", 1)], "'retention.ms' is not a list"),
+        ([AlterConfigOp("cleanup.policy", "subtract", "delete")], "'cleanup.policy'"),  # nothing left
+        ([AlterConfigOp("retention.ms", "reset")], "unknown operation 'reset'"),
+    )
+    for ops, message in bad_ops:
+        with pytest.raises(ConfigError, match=f"topic 't': .*{message}"):
+            broker.alter_topic_config("t", ops)
+    broker.alter_topic_config("t", [AlterConfigOp("retention.ms", "set", 5)], validate_only=True)
+    assert broker.topic_config("t", own=True) == {"retention.ms": 60_000, "cleanup.policy": "delete"}
+    with pytest.raises(TopicNotFoundError, match="'nope'"):
+        broker.alter_topic_config("nope", [AlterConfigOp("retention.ms", "set", 5)])
+
+    broker.alter_topic_config("t", [AlterConfigOp("cleanup.policy", "append", "compact")])
+    assert broker.topic_config("t")["cleanup.policy"] == "compact,delete"
+    broker.alter_topic_config("t", [AlterConfigOp("max.message.bytes", "set", "2000")], replace=True)
+    assert broker.topic_config("t", own=True) == {"max.message.bytes": 2000}
+    assert broker.topic_config("t")["cleanup.policy"] == "delete"  # the default again
 
 
 def test_idempotent_produce_applies_once(broker):

@@ -71,6 +71,27 @@ def test_topics_produce_consume(root):
     assert kop(root, "topics", "list").stdout == ""
 
 
+def test_topics_alter_changes_settings_as_kafka_topics_did(root):
+    assert kop(root, "topics", "create", "t", "--config", "retention.ms=60000").returncode == 0
+    done = kop(root, "topics", "alter", "t", "--config", "max.message.bytes=2000", "--config",
+               "cleanup.policy=delete,compact", "--delete-config", "retention.ms", "--partitions", "2")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    described = kop(root, "topics", "describe", "t").stdout
+    assert "PartitionCount: 2" in described and "max.message.bytes=2000" in described
+    assert "cleanup.policy=compact,delete" in described and "retention.ms=604800000" in described
+    for args, message in (
+        ((), "give --partitions N, --config KEY=VALUE or --delete-config KEY"),
+        (("--config", "retention.ms=soon", "--partitions", "3"), "invalid value 'soon' for setting 'retention.ms'"),
+        (("--config", "retention"), "--config 'retention' must be key=value"),
+    ):
+        refused = kop(root, "topics", "alter", "t", *args)
+        assert refused.returncode != 0 and message in refused.stderr
+    # a refused change changes nothing, the partitions it came with included
+    assert kop(root, "topics", "describe", "t").stdout == described
+    refused = kop(root, "topics", "create", "u", "--delete-config", "retention.ms")
+    assert refused.returncode == 2 and "--delete-config is for alter" in refused.stderr
+
+
 def test_dump_ledger(root):
     small = ("--conf", "managedLedgerMaxEntriesPerLedger=2")
     assert kop(root, *small, "topics", "create", "t").returncode == 0

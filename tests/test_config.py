@@ -38,10 +38,17 @@ def test_unknown_setting_is_named(tmp_path, monkeypatch):
 def test_malformed_value_names_setting_and_value():
     with pytest.raises(ConfigError, match=r"'lots'.*managedLedgerMaxEntriesPerLedger"):
         Config({"managedLedgerMaxEntriesPerLedger": "lots"})
-    with pytest.raises(ConfigError, match=r"cleanup.policy"):
-        Config({"cleanup.policy": "shred"})
+    for policy in ("shred", "", ",", "compact,shred"):
+        with pytest.raises(ConfigError, match=r"cleanup\.policy"):
+            Config({"cleanup.policy": policy})
     with pytest.raises(ConfigError, match=r"journalSyncData"):
         Config({"journalSyncData": "maybe"})
+
+
+@pytest.mark.parametrize("text", ["compact,delete", "delete,compact", " Delete , compact ", "compact,delete,compact"])
+def test_a_cleanup_policy_is_a_list_in_any_order(text):
+    # Kafka's cleanup.policy is a list: both orders mean the same, and are written back one way.
+    assert Config({"cleanup.policy": text})["cleanup.policy"] == "compact,delete"
 
 
 def test_broker_conf_reaches_topics(tmp_path):

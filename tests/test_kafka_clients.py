@@ -12,10 +12,21 @@ from collections.abc import Iterator
 import confluent_kafka
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic, OffsetSpec
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    OffsetSpec,
+)
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
+from kafka.admin import ConfigResource as KConfigResource
+from kafka.admin import ConfigResourceType as KConfigResourceType
 from kafka.admin import NewTopic as KNewTopic
 
 from kop_spark import Broker, Record
@@ -206,6 +217,101 @@ def test_admin_clients_create_grow_describe_and_delete_topics(server: KopServer)
         f.result(30)
     with Broker(server.root) as b:
         assert "adm" not in b.list_topics()
+
+
+def _configs(admin: AdminClient, topic: str) -> dict[str, tuple[str, int]]:
+    (described,) = admin.describe_configs([ConfigResource("topic", topic)]).values()
+    return {k: (e.value, e.source) for k, e in described.result(30).items()}
+
+
+def _alter(admin: AdminClient, topic: str, *entries: ConfigEntry, validate_only: bool = False) -> None:
+    resource = ConfigResource("topic", topic, incremental_configs=list(entries))
+    (future,) = admin.incremental_alter_configs([resource], validate_only=validate_only).values()
+    future.result(30)
+
+
+def test_admin_clients_alter_a_topics_configs_and_the_server_applies_them_at_once(server: KopServer) -> None:
+    set_, delete, append, subtract = (
+        AlterConfigOpType.SET,
+        AlterConfigOpType.DELETE,
+        AlterConfigOpType.APPEND,
+        AlterConfigOpType.SUBTRACT,
+    )
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    for f in admin.create_topics([NewTopic("cfg", 1, 1, config={"retention.ms": "60000"})]).values():
+        f.result(30)
+    producer = Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 0})
+    producer.produce("cfg", b"x" * 5000)
+    assert producer.flush(30) == 0
+    dynamic, default = ConfigSource.DYNAMIC_TOPIC_CONFIG.value, ConfigSource.DEFAULT_CONFIG.value
+
+    # incremental: each operation on the topic's own settings, the others left as they are
+    _alter(admin, "cfg", ConfigEntry("max.message.bytes", "2000", incremental_operation=set_))
+    _alter(admin, "cfg", ConfigEntry("cleanup.policy", "compact", incremental_operation=append))
+    got = _configs(admin, "cfg")
+    assert got["max.message.bytes"] == ("2000", dynamic) and got["retention.ms"] == ("60000", dynamic)
+    assert got["cleanup.policy"] == ("compact,delete", dynamic)
+    _alter(admin, "cfg", ConfigEntry("cleanup.policy", "delete", incremental_operation=subtract))
+    _alter(admin, "cfg", ConfigEntry("retention.ms", None, incremental_operation=delete))
+    _alter(admin, "cfg", ConfigEntry("delete.retention.ms", "86400000", incremental_operation=set_))
+    got = _configs(admin, "cfg")
+    assert got["cleanup.policy"] == ("compact", dynamic) and got["retention.ms"] == ("604800000", default)
+    assert got["delete.retention.ms"] == ("86400000", dynamic)  # the topic's own, though the default's value
+    own_default = {"delete.retention.ms": 86400000}
+    with Broker(server.root) as b:
+        assert b.topic_config("cfg", own=True) == {
+            "max.message.bytes": 2000,
+            "cleanup.policy": "compact",
+            **own_default,
+        }
+
+    # the running server checks produces against the new limit at once
+    refused: list[KafkaError] = []
+    producer.produce("cfg", key=b"k", value=b"x" * 5000, on_delivery=lambda err, _: refused.append(err))
+    producer.flush(30)
+    assert refused and refused[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+
+    # refused whole, naming the setting; validate_only changes nothing
+    for bad, message in (
+        (ConfigEntry("retention.ms", "5", incremental_operation=append), "'retention.ms' is not a list"),
+        (ConfigEntry("retention.ms", "soon", incremental_operation=set_), "invalid value 'soon'"),
+        (ConfigEntry("segment.bytes", "5", incremental_operation=set_), "'segment.bytes' is not a topic setting"),
+    ):
+        with pytest.raises(KafkaException, match=message) as e:
+            _alter(admin, "cfg", ConfigEntry("delete.retention.ms", "1", incremental_operation=set_), bad)
+        assert e.value.args[0].code() == KafkaError.INVALID_CONFIG
+    _alter(admin, "cfg", ConfigEntry("retention.ms", "5", incremental_operation=set_), validate_only=True)
+    with pytest.raises(KafkaException, match="UNKNOWN_TOPIC_OR_PART"):
+        _alter(admin, "nope", ConfigEntry("retention.ms", "5", incremental_operation=set_))
+    with Broker(server.root) as b:
+        assert b.topic_config("cfg", own=True) == {
+            "max.message.bytes": 2000,
+            "cleanup.policy": "compact",
+            **own_default,
+        }
+
+    # the legacy AlterConfigs: the topic's own settings become those given. kafka-python sends
+    # the topic's other own settings along (read first), as it must; librdkafka sends what it is given.
+    KafkaAdminClient(bootstrap_servers=server.bootstrap).alter_configs(
+        [KConfigResource(KConfigResourceType.TOPIC, "cfg", configs={"retention.ms": "90000"})], incremental=False
+    )
+    with Broker(server.root) as b:
+        kept = {"max.message.bytes": 2000, "cleanup.policy": "compact", **own_default}
+        assert b.topic_config("cfg", own=True) == {**kept, "retention.ms": 90000}
+    with pytest.warns(DeprecationWarning):
+        (legacy,) = admin.alter_configs([ConfigResource("topic", "cfg", set_config={"retention.ms": "80000"})]).values()
+    legacy.result(30)
+    with Broker(server.root) as b:
+        assert b.topic_config("cfg", own=True) == {"retention.ms": 80000}
+    (broker_change,) = admin.incremental_alter_configs(
+        [
+            ConfigResource(
+                "broker", "0", incremental_configs=[ConfigEntry("retention.ms", "5", incremental_operation=set_)]
+            )
+        ]
+    ).values()
+    with pytest.raises(KafkaException, match=r"conf/kop\.conf"):
+        broker_change.result(30)
 
 
 def test_offsets_by_time_and_the_max_timestamp(server: KopServer) -> None:

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteGroupsRequest,
@@ -23,6 +24,7 @@ from kafka.protocol.admin import (
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
+    IncrementalAlterConfigsRequest,
     ListGroupsRequest,
 )
 from kafka.protocol.consumer import (
@@ -135,6 +137,24 @@ REQUESTS: dict[int, Callable[[int], Any]] = {
             {"resource_type": 2, "resource_name": "t", "configuration_keys": None},
             {"resource_type": 4, "resource_name": "0", "configuration_keys": ["retention.ms"]},
         ],
+    ),
+    33: lambda v: wire_request(
+        AlterConfigsRequest,
+        v,
+        resources=[{"resource_type": 2, "resource_name": "t", "configs": [{"name": "retention.ms", "value": "9000"}]}],
+        validate_only=True,
+    ),
+    44: lambda v: wire_request(
+        IncrementalAlterConfigsRequest,
+        v,
+        resources=[
+            {
+                "resource_type": 2,
+                "resource_name": "t",
+                "configs": [{"name": "cleanup.policy", "config_operation": 2, "value": "compact"}],
+            }
+        ],
+        validate_only=True,
     ),
     37: lambda v: wire_request(
         CreatePartitionsRequest,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka import KafkaConsumer, KafkaProducer
@@ -246,6 +246,31 @@ def test_acls_allow_deny_prefixes_super_users_and_change_without_a_restart(root:
             assert time.monotonic() < deadline + 30, "a removed ACL did not take effect"
 
         assert round_trip(sasl(server, "admin", PASSWORDS["admin"]), "other")  # a super user, without ACLs
+
+
+def test_altering_a_topics_configs_takes_alter_configs_which_also_allows_describing_them(root: str) -> None:
+    def alter(admin: AdminClient, topic: str) -> None:
+        entry = ConfigEntry("retention.ms", "90000", incremental_operation=AlterConfigOpType.SET)
+        (future,) = admin.incremental_alter_configs(
+            [ConfigResource("topic", topic, incremental_configs=[entry])]
+        ).values()
+        future.result(30)
+
+    def describe(admin: AdminClient, topic: str) -> str:
+        (future,) = admin.describe_configs([ConfigResource("topic", topic)]).values()
+        return future.result(30)["retention.ms"].value
+
+    added = kop(root, "acls", "add", "--allow-principal", "User:bob", "--operation", "AlterConfigs", "--topic", "other")
+    assert added.returncode == 0, added.stderr
+    with KopServer(root, ["authorizationEnabled=true"], protocols=["SASL_PLAINTEXT"]) as server:
+        bob = AdminClient(sasl(server, "bob", PASSWORDS["bob"], "SCRAM-SHA-512"))
+        for refused in (alter, describe):
+            with pytest.raises(KafkaException, match="TOPIC_AUTHORIZATION_FAILED"):
+                refused(bob, "t")
+        alter(bob, "other")
+        assert describe(bob, "other") == "90000"
+    with Broker(root) as b:
+        assert b.topic_config("other", own=True) == {"retention.ms": 90000} and b.topic_config("t", own=True) == {}
 
 
 def test_a_v0_handshake_logs_in_with_bare_tokens(root: str) -> None:

@@ -18,7 +18,7 @@ import obstore
 import pyarrow as pa
 import pytest
 
-from kop_spark import Broker, Record, layout
+from kop_spark import AlterConfigOp, Broker, Record, layout
 from kop_spark.broker import SINK_LEASE_MS
 from kop_spark.clock import ManualClock
 from kop_spark.errors import ConfigError, CorruptRecordError, OrphanRemovedError, StorageError, WriteAbortedError
@@ -150,11 +150,15 @@ def test_retention_drops_old_ledgers_and_their_files(store: Store) -> None:
     clock = ManualClock(1_800_000_000_000)
     conf = {**store.conf, "managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 0}
     b = Broker(store.root, conf, clock=clock)
-    b.create_topic("t", 1, {"retention.ms": 60_000, "file.delete.delay.ms": 0})
+    b.create_topic("t", 1, {"retention.ms": 3_600_000, "file.delete.delay.ms": 0})
     b.produce("t", _records("old", 3, clock.now_ms()), partition=0)
     old_files = [ledger.file for ledger in b.view("t", 0).ledgers]
     clock.advance(120_000)
     b.produce("t", _records("new", 2, clock.now_ms()), partition=0)
+    b.enforce_retention("t")
+    assert b.list_offsets("t", 0, "earliest") == 0
+    # lowered by another process (kop topics alter), and applied by this one's open log
+    store.broker().alter_topic_config("t", [AlterConfigOp("retention.ms", "set", 60_000)])
     b.enforce_retention("t")
     assert b.list_offsets("t", 0, "earliest") == 3
     assert [r.value for r in b.fetch("t", 0, 3)] == [b"new0", b"new1"]

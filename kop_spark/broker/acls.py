@@ -4,7 +4,8 @@ The bindings live in the metadata store under ``kafka/acls`` (one document, chan
 every server on a store enforces the same rules, and a change needs no restart. A request is
 allowed when some binding allows it and none denies it (deny wins); super users bypass both. As
 in Kafka, allowing Read, Write, Delete or Alter also allows Describe, a literal ``*`` names every
-resource of its type, and a ``Prefixed`` binding covers every name starting with it."""
+resource of its type, and a ``Prefixed`` binding covers every name starting with it. Allowing
+AlterConfigs allows DescribeConfigs."""
 
 from __future__ import annotations
 
@@ -15,7 +16,18 @@ from ..errors import ConfigError
 from ..retry import retry_cas
 from ..storage.metadata_store import MetadataStore
 
-OPERATIONS = ("Read", "Write", "Create", "Delete", "Alter", "Describe", "DescribeConfigs", "IdempotentWrite", "All")
+OPERATIONS = (
+    "Read",
+    "Write",
+    "Create",
+    "Delete",
+    "Alter",
+    "Describe",
+    "AlterConfigs",
+    "DescribeConfigs",
+    "IdempotentWrite",
+    "All",
+)
 RESOURCE_TYPES = ("Topic", "Group", "Cluster")
 PATTERN_TYPES = ("Literal", "Prefixed")
 PERMISSIONS = ("Allow", "Deny")
@@ -58,7 +70,11 @@ class AclBinding(NamedTuple):
         """Whether this binding speaks of ``operation`` (an Allow of Read speaks of Describe too)."""
         if self.operation in ("All", operation):
             return True
-        return self.permission == "Allow" and operation == "Describe" and self.operation in _IMPLY_DESCRIBE
+        if self.permission != "Allow":
+            return False
+        if operation == "DescribeConfigs":
+            return self.operation == "AlterConfigs"
+        return operation == "Describe" and self.operation in _IMPLY_DESCRIBE
 
     def __str__(self) -> str:
         return (

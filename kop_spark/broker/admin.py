@@ -8,15 +8,16 @@ disappears at once, and whoever comes next finishes a deletion that was interrup
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .. import layout
 from ..clock import Clock
-from ..config import Config, parse_topic_config
+from ..config import AlterConfigOp, Config, alter_topic_config, parse_topic_config
 from ..errors import (
     BadVersionError,
+    ConfigError,
     InvalidPartitionsError,
     ManagedLedgerDeletedError,
     PartitionNotFoundError,
@@ -90,10 +91,10 @@ class TopicAdmin:
     def log(self, topic: str, partition: int, meta: TopicMeta | None = None) -> ManagedLedger:
         """The open log of a partition of a topic that exists."""
         name = self.name(topic)
-        ml = self.logs.cached(name, partition)
-        if ml is not None:
-            return ml
         if meta is None:
+            ml = self.logs.cached(name, partition)
+            if ml is not None:
+                return ml
             meta = self.metadata(topic)[1]
         self.check_partition(topic, partition, meta)
         return self.logs.get(name, partition, meta)
@@ -184,6 +185,32 @@ class TopicAdmin:
             return {**meta, "partitions": total}
 
         update(self._store, layout.topic_key(name), grow)
+
+    def alter_config(
+        self, topic: str, ops: Sequence[AlterConfigOp], *, replace: bool = False, validate_only: bool = False
+    ) -> dict[str, Any]:
+        """Change a topic's own settings by ``ops`` in one CAS, all or none (after clearing them
+        first with ``replace``, as Kafka's legacy AlterConfigs); return the topic's settings then.
+        Each process's open logs of the topic take the new settings the next time they are used
+        with the topic's metadata (a produce, a retention pass)."""
+        name = self.name(topic)
+        defaults = self._config.topic_config()
+        result: dict[str, Any] = {}
+
+        def alter(meta: TopicMeta | None) -> TopicMeta:
+            if meta is None or not standing(meta):
+                raise TopicNotFoundError(f"topic {topic!r} does not exist (as {name.full_name}) in {self._fileio.uri}")
+            try:
+                overrides = alter_topic_config({} if replace else meta.get("config") or {}, defaults, ops)
+            except ConfigError as e:
+                raise ConfigError(f"topic {topic!r}: {e}") from None
+            result.update(self._config.topic_config(overrides))
+            if validate_only or overrides == meta.get("config"):
+                raise Unchanged
+            return {**meta, "config": overrides}
+
+        update(self._store, layout.topic_key(name), alter)
+        return result
 
     def delete_topic(self, topic: str) -> None:
         name = self.name(topic)

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from .. import layout
 from ..clock import SYSTEM_CLOCK, Clock
-from ..config import Config
+from ..config import AlterConfigOp, Config
 from ..errors import (
     ManagedLedgerDeletedError,
     StorageError,
@@ -74,9 +74,8 @@ class Broker:
         self.live_groups = LiveGroups(self.store, clock)  # consumer groups' members, as kop serve sees them
         self.users, self.acls = Users(self.store), Acls(self.store)  # whom kop serve lets in, and to what
         self._lock = threading.Lock()
-        # Keyless records stick to one partition per call, from a random one on, as Kafka's
-        # sticky partitioner: one-shot processes (kop produce) do not all start at partition 0.
-        # Drawn from the OS: the process's ``random`` is its user's, seeded or not.
+        # Keyless records stick to one partition per call, from a random one on (drawn from the OS: a
+        # process's ``random`` is its user's), so one-shot processes do not all start at partition 0.
         self._round_robin = secrets.randbelow(1 << 30)
 
     def root_exists(self) -> bool:
@@ -107,6 +106,13 @@ class Broker:
         """Grow a topic to ``total`` partitions (Kafka's CreatePartitions: never shrinks)."""
         self.admin.create_partitions(topic, total)
 
+    def alter_topic_config(
+        self, topic: str, ops: Sequence[AlterConfigOp], *, replace: bool = False, validate_only: bool = False
+    ) -> dict[str, Any]:
+        """Change a topic's settings, all or none, and return them (IncrementalAlterConfigs; with
+        ``replace``, AlterConfigs: the topic's own settings become those set). See ``TopicAdmin``."""
+        return self.admin.alter_config(topic, ops, replace=replace, validate_only=validate_only)
+
     def delete_topic(self, topic: str) -> None:
         """Delete a topic and groups' offsets of it; its files go after ``file.delete.delay.ms``."""
         kafka_topic = self.admin.kafka_name(self.topic_name(topic))
@@ -120,8 +126,10 @@ class Broker:
     def partitions_for(self, topic: str) -> int:
         return int(self.admin.metadata(topic)[1]["partitions"])
 
-    def topic_config(self, topic: str) -> dict[str, Any]:
-        return self.config.topic_config(self.admin.metadata(topic)[1].get("config"))
+    def topic_config(self, topic: str, *, own: bool = False) -> dict[str, Any]:
+        """The topic's settings in effect; with ``own``, only those it was given (not defaults)."""
+        config = self.admin.metadata(topic)[1].get("config") or {}
+        return dict(config) if own else self.config.topic_config(config)
 
     def describe_topic(self, topic: str) -> TopicDescription:
         return self.admin.describe(topic)
@@ -215,14 +223,8 @@ class Broker:
         roll_mb = self.config["managedLedgerMaxSizePerLedgerMbytes"]
         if not self.fileio.supports_append:  # built in memory before they are written
             roll_mb = min(roll_mb, self.config["wholeLedgerMaxSizeMbytes"])
-        return StagedPartition(
-            topic,
-            partition,
-            lambda: task_stager(self.fileio, log.ledger_path, task_dir),
-            roll_mb << 20,
-            cfg,
-            self.clock,
-        )
+        stager = functools.partial(task_stager, self.fileio, log.ledger_path, task_dir)
+        return StagedPartition(topic, partition, stager, roll_mb << 20, cfg, self.clock)
 
     def append_staged(
         self, topic: str, partition: int, staged: Sequence[StagedLedger], sink_key: tuple[str, int]
@@ -320,18 +322,16 @@ class Broker:
         return self._housekeeper.compact_partition(topic, partition)
 
     def enforce_retention(self, topic: str | None = None) -> None:
-        """Apply retention.ms / retention.bytes now and delete files past their grace period.
-        Every partition is tried; a damaged one does not stop the others (the first error is
-        raised at the end)."""
+        """Apply retention.ms / retention.bytes now and delete files past their grace period; a
+        damaged partition does not stop the others (the first error is raised at the end)."""
         self._housekeeper.enforce_retention(topic)
 
     def maintenance(
         self, topic: str | None = None, *, target_ledger_bytes: int = 64 << 20, orphan_grace_ms: int = 3_600_000
     ) -> MaintenanceReport:
         """Keep a long-running store tidy: merge runs of small ledgers (no offset changes), apply
-        retention, and delete files nothing refers to once older than ``orphan_grace_ms`` (staged
-        output of crashed Spark tasks, ledgers of appends whose commit never happened). A damaged
-        partition is reported in ``errors`` and the others are still done."""
+        retention, delete files nothing refers to once older than ``orphan_grace_ms`` (crashed tasks'
+        output, appends never committed). A damaged partition goes in ``errors``; the others are done."""
         return self._housekeeper.maintenance(topic, target_ledger_bytes, orphan_grace_ms)
 
     def verify(self, topic: str | None = None) -> dict[str, list[str]]:
@@ -340,9 +340,8 @@ class Broker:
         return self._housekeeper.verify(topic)
 
     def repair(self, topic: str | None = None, dry_run: bool = False) -> RepairReport:
-        """Repair a store damaged by an earlier version or by failing hardware: unreadable metadata
-        versions give way to the last whole one, each damaged partition is truncated at its first
-        damaged entry (``log_recovery.repair``); the report names offsets dropped and groups past the end."""
+        """Repair a damaged store: unreadable metadata versions give way to the last whole one, each damaged
+        partition is cut at its first damaged entry; the report names offsets dropped and groups past the end."""
         return self._housekeeper.repair(topic, dry_run)
 
     def locate_ledger(self, file: str) -> tuple[str, LedgerRecord] | None:

@@ -27,17 +27,27 @@ class LogManager:
         self._stats = stats
         self._clock = clock
         self._logs: dict[tuple[str, int], ManagedLedger] = {}
+        self._overrides: dict[tuple[str, int], dict[str, Any]] = {}  # the topic settings each log has
         self._lock = threading.Lock()
 
     def get(self, name: TopicName, partition: int, topic_meta: dict[str, Any]) -> ManagedLedger:
-        """The open log of a partition, opened on first use."""
+        """The open log of a partition, opened on first use, and given the topic's settings in
+        ``topic_meta`` when they changed since (``kop topics alter``, AlterConfigs)."""
         key = (name.full_name, partition)
         ml = self._logs.get(key)
-        if ml is not None:
-            return ml
-        ml = self.open(name, partition, topic_meta)
-        with self._lock:
-            return self._logs.setdefault(key, ml)
+        if ml is None:
+            ml = self.open(name, partition, topic_meta)
+            with self._lock:
+                kept = self._logs.setdefault(key, ml)
+                if kept is ml:
+                    self._overrides[key] = topic_meta.get("config") or {}
+                return kept
+        overrides = topic_meta.get("config") or {}
+        if self._overrides.get(key, {}) != overrides:
+            # read afresh by every use: a retention pass, a merge, a compaction
+            ml.config = self._ledger_config(topic_meta)
+            self._overrides[key] = overrides
+        return ml
 
     def cached(self, name: TopicName, partition: int) -> ManagedLedger | None:
         return self._logs.get((name.full_name, partition))
@@ -45,29 +55,33 @@ class LogManager:
     def open(self, name: TopicName, partition: int, topic_meta: dict[str, Any]) -> ManagedLedger:
         """A new instance on a partition's log, not kept (for a topic being deleted)."""
         c = self._config
-        topic = c.topic_config(topic_meta.get("config"))
         return ManagedLedger(
             name=f"{name.kafka_name(c['kafkaTenant'], c['kafkaNamespace'])}-{partition}",
             key=layout.managed_ledger_key(name, partition),
             data_dir=layout.data_dir(name, partition),
             store=self._store,
             fileio=self._fileio,
-            config=ManagedLedgerConfig(
-                max_entries_per_ledger=c["managedLedgerMaxEntriesPerLedger"],
-                max_bytes_per_ledger=c["managedLedgerMaxSizePerLedgerMbytes"] << 20,
-                max_ledger_age_ms=c["managedLedgerMaxLedgerRolloverTimeMinutes"] * 60_000,
-                producer_expiration_ms=c["producer.id.expiration.ms"],
-                retention_ms=topic["retention.ms"],
-                retention_bytes=topic["retention.bytes"],
-                file_delete_delay_ms=topic["file.delete.delay.ms"],
-                delete_policy="delete" in topic["cleanup.policy"],
-                delete_retention_ms=topic["delete.retention.ms"],
-                merge_in_passing=c["managedLedgerMergeInPassing"],
-                sink_expiration_ms=c["transactional.id.expiration.ms"],
-            ),
+            config=self._ledger_config(topic_meta),
             writer_id=self._writer_id,
             stats=self._stats,
             clock=self._clock,
+        )
+
+    def _ledger_config(self, topic_meta: dict[str, Any]) -> ManagedLedgerConfig:
+        c = self._config
+        topic = c.topic_config(topic_meta.get("config"))
+        return ManagedLedgerConfig(
+            max_entries_per_ledger=c["managedLedgerMaxEntriesPerLedger"],
+            max_bytes_per_ledger=c["managedLedgerMaxSizePerLedgerMbytes"] << 20,
+            max_ledger_age_ms=c["managedLedgerMaxLedgerRolloverTimeMinutes"] * 60_000,
+            producer_expiration_ms=c["producer.id.expiration.ms"],
+            retention_ms=topic["retention.ms"],
+            retention_bytes=topic["retention.bytes"],
+            file_delete_delay_ms=topic["file.delete.delay.ms"],
+            delete_policy="delete" in topic["cleanup.policy"],
+            delete_retention_ms=topic["delete.retention.ms"],
+            merge_in_passing=c["managedLedgerMergeInPassing"],
+            sink_expiration_ms=c["transactional.id.expiration.ms"],
         )
 
     def forget(self, name: TopicName) -> None:
@@ -75,6 +89,7 @@ class LogManager:
         with self._lock:
             for key in [k for k in self._logs if k[0] == name.full_name]:
                 del self._logs[key]
+                self._overrides.pop(key, None)
 
     def close(self) -> None:
         """Seal this broker's open ledgers, so readers get entry tables and no one must fence them."""

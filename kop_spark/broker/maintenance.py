@@ -71,10 +71,12 @@ class Housekeeper:
         self._broker = broker
 
     def compact_partition(self, topic: str, partition: int) -> int | None:
-        policy = self._broker.topic_config(topic)["cleanup.policy"]
+        admin = self._broker.admin
+        meta = admin.metadata(topic)[1]
+        policy = self._broker.config.topic_config(meta.get("config"))["cleanup.policy"]
         if "compact" not in policy:
             raise ConfigError(f"topic {topic!r} has cleanup.policy={policy}; compaction needs compact")
-        return self._broker.admin.log(topic, partition).cleaner.compact()
+        return admin.log(topic, partition, meta).cleaner.compact()
 
     def enforce_retention(self, topic: str | None) -> None:
         report = MaintenanceReport()

@@ -43,8 +43,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "topics" and args.action in ("create", "delete", "alter") and not args.topic:
         print(f"kop topics {args.action}: a topic name is required", file=sys.stderr)
         return 2
-    if args.command == "topics" and args.action == "alter" and args.partitions is None:
-        print("kop topics alter: --partitions is required", file=sys.stderr)
+    if (
+        args.command == "topics"
+        and args.action == "alter"
+        and not (args.partitions or args.config or args.delete_config)
+    ):
+        print("kop topics alter: give --partitions N, --config KEY=VALUE or --delete-config KEY", file=sys.stderr)
+        return 2
+    if args.command == "topics" and args.action != "alter" and args.delete_config:
+        print("kop topics: --delete-config is for alter", file=sys.stderr)
         return 2
     try:
         return args.run(args)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..broker import Broker
+from ..config import AlterConfigOp
 from .common import key_values, open_broker
 
 
@@ -19,8 +21,7 @@ def _topics(args: argparse.Namespace) -> int:
             b.delete_topic(args.topic)
             print(f"Deleted topic {args.topic}.")
         elif args.action == "alter":
-            b.create_partitions(args.topic, args.partitions)
-            print(f"Topic {args.topic} now has {args.partitions} partitions.")
+            _alter(b, args)
         elif args.action == "describe":
             names = [args.topic] if args.topic else b.list_topics(include_internal=args.include_internal)
             for t in names:
@@ -37,11 +38,25 @@ def _topics(args: argparse.Namespace) -> int:
     return 0
 
 
+def _alter(b: Broker, args: argparse.Namespace) -> None:
+    # kafka-topics --alter: --partitions, and the --config/--delete-config it took before Kafka
+    # moved them to kafka-configs (a change of settings is one CAS, all or none).
+    ops = [AlterConfigOp(k, "set", v) for k, v in key_values(args.config, "--config").items()]
+    ops += [AlterConfigOp(k, "delete") for k in args.delete_config or ()]
+    if ops:
+        b.alter_topic_config(args.topic, ops)
+        print(f"Updated config for topic {args.topic}.")
+    if args.partitions is not None:
+        b.create_partitions(args.topic, args.partitions)
+        print(f"Topic {args.topic} now has {args.partitions} partitions.")
+
+
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     t = sub.add_parser("topics", help="create, list, describe, alter or delete topics")
     t.add_argument("action", choices=["create", "list", "describe", "alter", "delete"])
     t.add_argument("topic", nargs="?")
     t.add_argument("--partitions", type=int)
     t.add_argument("--config", action="append", metavar="KEY=VALUE", help="topic setting, e.g. retention.ms=3600000")
+    t.add_argument("--delete-config", action="append", metavar="KEY", help="alter: back to the default setting")
     t.add_argument("--include-internal", action="store_true", help="also internal topics such as __consumer_offsets")
     t.set_defaults(run=_topics)

@@ -64,9 +64,11 @@ APIS: dict[int, Api] = {
         Api(20, 1, 5, admin.delete_topics),
         Api(22, 0, 4, producers.init_producer_id),
         Api(32, 1, 4, configs.describe_configs),
+        Api(33, 0, 2, configs.alter_configs),
         Api(36, 0, 2, sasl.sasl_authenticate),
         Api(37, 0, 3, admin.create_partitions),
         Api(42, 0, 2, groups.delete_groups),
+        Api(44, 0, 1, configs.incremental_alter_configs),
         Api(47, 0, 0, groups.offset_delete),
         Api(60, 0, 1, metadata.describe_cluster),
     )

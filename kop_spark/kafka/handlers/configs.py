@@ -1,6 +1,10 @@
 """DESCRIBE_CONFIGS of topics (their real settings: the store's defaults and the topic's own
 overrides) and of the broker (node 0: every setting of conf/kop.conf in effect; object-store
-settings, which may hold credentials, are reported as sensitive, without their values)."""
+settings, which may hold credentials, are reported as sensitive, without their values).
+
+ALTER_CONFIGS and INCREMENTAL_ALTER_CONFIGS change topics' settings (``Broker.alter_topic_config``),
+each topic's all or none. The broker's settings are conf/kop.conf's, read at start: a request to
+change them is refused, as Kafka refuses a change to a static broker setting."""
 
 from __future__ import annotations
 
@@ -9,7 +13,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...config import CLOUD_OPTION_PREFIXES, SENSITIVE
+from ...config import ALTER_OPS, CLOUD_OPTION_PREFIXES, SENSITIVE, AlterConfigOp
+from ...errors import ConfigError
 from ..context import NODE_ID, ServerContext
 from ..error_codes import error_code
 from ..messages import RequestHeader, make, response_module
@@ -52,9 +57,10 @@ async def _resource(
     if kind == TOPIC:
         try:
             values = await ctx.call(ctx.broker.topic_config, name)
+            own = await ctx.call(ctx.broker.topic_config, name, own=True)
         except Exception as e:
             return result(error_code(e, f"describe configs of topic {name!r}"), str(e))
-        sources = {k: DEFAULT_CONFIG if v == defaults[k] else DYNAMIC_TOPIC_CONFIG for k, v in values.items()}
+        sources = {k: DYNAMIC_TOPIC_CONFIG if k in own else DEFAULT_CONFIG for k in values}
     elif kind == BROKER and name in ("", str(NODE_ID)):
         values = dict(defaults)
         sources = dict.fromkeys(values, STATIC_BROKER_CONFIG)
@@ -81,3 +87,60 @@ async def _resource(
 
 def _sensitive(name: str) -> bool:
     return name.startswith(CLOUD_OPTION_PREFIXES) or name in SENSITIVE
+
+
+async def alter_configs(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    """The legacy AlterConfigs: a topic's own settings become exactly those given."""
+    return await _alter(ctx, header, request, replace=True)
+
+
+async def incremental_alter_configs(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    return await _alter(ctx, header, request, replace=False)
+
+
+async def _alter(ctx: ServerContext, header: RequestHeader, request: Any, *, replace: bool) -> Any:
+    m = response_module(header.api_key, header.api_version)
+    responses = []
+    for r in request.resources:
+        code, message = await _alter_resource(ctx, header, r, replace=replace, validate_only=request.validate_only)
+        responses.append(
+            make(
+                m.AlterConfigsResourceResponse,
+                error_code=code,
+                error_message=message,
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+            )
+        )
+    response = m.AlterConfigsResponse if replace else m.IncrementalAlterConfigsResponse
+    return make(response, throttle_time=datetime.timedelta(0), responses=tuple(responses))
+
+
+async def _alter_resource(
+    ctx: ServerContext, header: RequestHeader, r: Any, *, replace: bool, validate_only: bool
+) -> tuple[ErrorCode, str | None]:
+    name = r.resource_name
+    if r.resource_type == BROKER:
+        if not ctx.allowed(header, "AlterConfigs", "Cluster"):
+            return ErrorCode.cluster_authorization_failed, "may not alter the broker's configs"
+        return ErrorCode.invalid_request, "the broker's settings come from conf/kop.conf, read when kop serve starts"
+    if r.resource_type != TOPIC:
+        return ErrorCode.invalid_request, f"no config resource of type {r.resource_type} named {name!r}"
+    if not ctx.allowed(header, "AlterConfigs", "Topic", name):
+        return ErrorCode.topic_authorization_failed, f"may not alter the configs of topic {name!r}"
+    try:
+        ops = [_op(c, replace) for c in r.configs]
+        await ctx.call(ctx.broker.alter_topic_config, name, ops, replace=replace, validate_only=validate_only)
+    except Exception as e:
+        return error_code(e, f"alter configs of topic {name!r}"), str(e)
+    return ErrorCode.none, None
+
+
+def _op(config: Any, replace: bool) -> AlterConfigOp:
+    if replace:  # AlterConfigs: a null value is a setting given no value, which Kafka refuses
+        if config.value is None:
+            raise ConfigError(f"setting {config.name!r} is given no value")
+        return AlterConfigOp(config.name, "set", config.value)
+    if not 0 <= config.config_operation < len(ALTER_OPS):
+        raise ConfigError(f"setting {config.name!r}: unknown operation {config.config_operation}")
+    return AlterConfigOp(config.name, ALTER_OPS[config.config_operation], config.value)
