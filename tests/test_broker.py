@@ -239,6 +239,45 @@ def test_altering_settings_is_all_or_none_and_names_what_is_wrong(broker):
     assert broker.topic_config("t")["cleanup.policy"] == "delete"  # the default again
 
 
+def test_delete_records_moves_the_log_start_into_a_ledger_and_drops_the_closed_ones_before_it(root):
+    clock = ManualClock(NOW)
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 2}, clock=clock)
+    b.create_topic("t", 1, config={"file.delete.delay.ms": 60_000})
+    for i in range(5):  # ledgers [0, 6), [6, 12) sealed and [12, 15) open: 3 records a batch
+        b.produce("t", recs(3, start=3 * i, ts=NOW + 100 * i), partition=0)
+    files = [l.file for l in b.view("t", 0).ledgers]
+    assert len(files) == 3
+
+    assert b.delete_records("t", 0, 7) == 7  # inside the second ledger, mid-batch
+    view = b.view("t", 0)
+    assert (view.log_start_offset, [l.file for l in view.ledgers]) == (7, files[1:])
+    assert b.list_offsets("t", 0, "earliest") == 7
+    assert [r.offset for r in b.fetch("t", 0, 7)] == list(range(7, 15))
+    with pytest.raises(OffsetOutOfRangeError, match="valid offsets are 7"):
+        b.fetch("t", 0, 6)
+    # the batch holding 6 and 7 was stamped at NOW + 200 + 6 and + 7: a time before 7's finds 7
+    assert b.offset_and_timestamp("t", 0, NOW + 200 + 6) == (7, NOW + 200 + 7)
+    assert b.offset_and_timestamp("t", 0, 0) == (7, NOW + 200 + 7)
+
+    assert b.delete_records("t", 0, 3) == 7  # before the log start: nothing changes
+    assert b.delete_records("t", 0, 10) == 10  # the batch of 6 to 8 is wholly before it now
+    assert b.offset_and_timestamp("t", 0, 0) == (10, NOW + 300 + 10)
+    with pytest.raises(OffsetOutOfRangeError, match="offset 16 is out of range"):
+        b.delete_records("t", 0, 16)
+    assert b.delete_records("t", 0, -1) == 15  # the log end: the open ledger stays, its writer's
+    assert [l.file for l in b.view("t", 0).ledgers] == files[2:]
+    assert b.fetch("t", 0, 15) == [] and b.produce("t", recs(1), partition=0) == [(0, 15, 1)]
+    assert [r.offset for r in b.fetch("t", 0, 15)] == [15]
+
+    # the dropped ledgers' files go once readers' grace is over
+    assert all(b.fileio.exists(f) for f in files[:2])
+    clock.advance(60_001)
+    b.enforce_retention("t")
+    assert not any(b.fileio.exists(f) for f in files[:2])
+    assert b.list_offsets("t", 0, "earliest") == 15 and not b.verify("t")
+    b.close()
+
+
 def test_idempotent_produce_applies_once(broker):
     broker.create_topic("t", 1)
     first = broker.produce("t", recs(3), partition=0, idempotence_key=("query-1", 7))
@@ -556,7 +595,7 @@ def test_a_sink_commit_syncs_a_partitions_directory_once_for_all_the_ledgers_it_
     broker.create_topic("t", partitions=1)
     ledgers = []
     for task in range(5):
-        staged = broker.stage("t", 0, f"_staging/q/0/{task}")
+        staged = broker.sink_commits.stage("t", 0, f"_staging/q/0/{task}")
         staged.append([build_record_batch([Record(b"v%d" % task)])])
         ledgers += staged.finish()
     synced = []
@@ -573,7 +612,7 @@ def _stage_each_partition(broker, topic, partitions, writer="q"):
     """One staged ledger a partition, as a task of ``writer``'s batch 0 leaves them."""
     staged = {}
     for p in range(partitions):
-        s = broker.stage(topic, p, f"_staging/{writer}/0/task")
+        s = broker.sink_commits.stage(topic, p, f"_staging/{writer}/0/task")
         s.append([build_record_batch([Record(b"p%d-%d" % (p, i)) for i in range(3)])])
         staged[(topic, p)] = s.finish()
     return staged

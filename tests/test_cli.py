@@ -92,6 +92,23 @@ def test_topics_alter_changes_settings_as_kafka_topics_did(root):
     assert refused.returncode == 2 and "--delete-config is for alter" in refused.stderr
 
 
+def test_delete_records_takes_kafkas_offset_file(root, tmp_path):
+    assert kop(root, "topics", "create", "t", "--partitions", "2").returncode == 0
+    kop(root, "produce", "t", "--partition", "0", stdin="".join(f"r{i}\n" for i in range(10)))
+    offsets = tmp_path / "offsets.json"
+    entries = [{"topic": "t", "partition": 0, "offset": 4}, {"topic": "t", "partition": 1, "offset": 5}]
+    offsets.write_text(json.dumps({"partitions": entries, "version": 1}))
+    done = kop(root, "delete-records", "--offset-json-file", str(offsets))
+    # partition 1 is empty: 5 is past its end, and only that partition says so
+    assert done.returncode == 1 and "partition: t-0\tlow_watermark: 4" in done.stdout
+    assert "partition: t-1\terror: offset 5 is out of range for t-1" in done.stderr
+    out = kop(root, "consume", "t", "--partition", "0", "--from-beginning")
+    assert out.stdout.split() == [f"r{i}" for i in range(4, 10)]
+    offsets.write_text(json.dumps({"partitions": [{"topic": "t", "partition": "0"}]}))
+    refused = kop(root, "delete-records", "--offset-json-file", str(offsets))
+    assert refused.returncode == 1 and f"--offset-json-file {offsets}: expected" in refused.stderr
+
+
 def test_dump_ledger(root):
     small = ("--conf", "managedLedgerMaxEntriesPerLedger=2")
     assert kop(root, *small, "topics", "create", "t").returncode == 0

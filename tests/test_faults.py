@@ -57,7 +57,7 @@ class Ledger:
             self.attempted[v] = (topic, partition)
         ledgers = []
         for task, part in enumerate((values[: n // 2], values[n // 2 :])):  # two tasks' output, moved in together
-            staged = b.stage(topic, partition, f"_staging/q/{batch_id}/{task}")
+            staged = b.sink_commits.stage(topic, partition, f"_staging/q/{batch_id}/{task}")
             staged.append([build_record_batch([Record(v, v)]) for v in part])
             ledgers += staged.finish()
         result = b.append_staged(topic, partition, ledgers, ("spark:q", batch_id))

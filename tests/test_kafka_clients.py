@@ -314,6 +314,39 @@ def test_admin_clients_alter_a_topics_configs_and_the_server_applies_them_at_onc
         broker_change.result(30)
 
 
+def test_admin_clients_delete_records_and_consumers_start_after_them(server: KopServer) -> None:
+    with Broker(server.root) as b:
+        b.create_topic("dr", 2)
+        for p in (0, 1):
+            for i in range(4):  # one batch of 5 each
+                b.produce("dr", [Record(f"{p}-{5 * i + j}".encode()) for j in range(5)], partition=p)
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    asked = [TopicPartition("dr", 0, 7), TopicPartition("dr", 1, -1)]  # mid-batch; the high watermark
+    done = {(tp.topic, tp.partition): f.result(30).low_watermark for tp, f in admin.delete_records(asked).items()}
+    assert done == {("dr", 0): 7, ("dr", 1): 20}
+    (beyond,) = admin.delete_records([TopicPartition("dr", 0, 21)]).values()
+    with pytest.raises(KafkaException, match="OFFSET_OUT_OF_RANGE"):
+        beyond.result(30)
+    # kafka-python too, and an offset before the log start changes nothing
+    kafka_python = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    for before in (9, 2):
+        answer = kafka_python.delete_records({KTopicPartition("dr", 0): before})
+        assert {tp.partition: v["low_watermark"] for tp, v in answer.items()} == {0: 9}
+    kafka_python.close()
+
+    consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "dr", "auto.offset.reset": "earliest"})
+    assert consumer.get_watermark_offsets(TopicPartition("dr", 0), timeout=30) == (9, 20)
+    consumer.subscribe(["dr"])
+    got: list[tuple[int, int, bytes]] = []
+    deadline = time.monotonic() + 30
+    while len(got) < 11 and time.monotonic() < deadline:
+        m = consumer.poll(1)
+        if m is not None and m.error() is None:
+            got.append((m.partition(), m.offset(), m.value()))
+    consumer.close()
+    assert got == [(0, o, f"0-{o}".encode()) for o in range(9, 20)]
+
+
 def test_offsets_by_time_and_the_max_timestamp(server: KopServer) -> None:
     times = [T0 + 5, T0 + 9, T0 + 2, T0 + 9, T0 + 7]
     with Broker(server.root) as b:

@@ -20,6 +20,7 @@ from kafka.protocol.admin import (
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteGroupsRequest,
+    DeleteRecordsRequest,
     DeleteTopicsRequest,
     DescribeClusterRequest,
     DescribeConfigsRequest,
@@ -137,6 +138,12 @@ REQUESTS: dict[int, Callable[[int], Any]] = {
             {"resource_type": 2, "resource_name": "t", "configuration_keys": None},
             {"resource_type": 4, "resource_name": "0", "configuration_keys": ["retention.ms"]},
         ],
+    ),
+    21: lambda v: wire_request(
+        DeleteRecordsRequest,
+        v,
+        topics=[{"name": "t", "partitions": [{"partition_index": 0, "offset": 0}]}],
+        timeout_ms=5000,
     ),
     33: lambda v: wire_request(
         AlterConfigsRequest,

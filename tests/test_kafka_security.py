@@ -248,7 +248,9 @@ def test_acls_allow_deny_prefixes_super_users_and_change_without_a_restart(root:
         assert round_trip(sasl(server, "admin", PASSWORDS["admin"]), "other")  # a super user, without ACLs
 
 
-def test_altering_a_topics_configs_takes_alter_configs_which_also_allows_describing_them(root: str) -> None:
+def test_altering_configs_takes_alter_configs_which_allows_describing_them_and_deleting_records_delete(
+    root: str,
+) -> None:
     def alter(admin: AdminClient, topic: str) -> None:
         entry = ConfigEntry("retention.ms", "90000", incremental_operation=AlterConfigOpType.SET)
         (future,) = admin.incremental_alter_configs(
@@ -256,15 +258,20 @@ def test_altering_a_topics_configs_takes_alter_configs_which_also_allows_describ
         ).values()
         future.result(30)
 
+    def delete_records(admin: AdminClient, topic: str) -> None:  # takes Delete, which bob has nowhere
+        (future,) = admin.delete_records([TopicPartition(topic, 0, 0)]).values()
+        future.result(30)
+
     def describe(admin: AdminClient, topic: str) -> str:
         (future,) = admin.describe_configs([ConfigResource("topic", topic)]).values()
         return future.result(30)["retention.ms"].value
 
-    added = kop(root, "acls", "add", "--allow-principal", "User:bob", "--operation", "AlterConfigs", "--topic", "other")
-    assert added.returncode == 0, added.stderr
+    for operation, topic in (("AlterConfigs", "other"), ("Describe", "t")):  # Describe: bob's client finds t
+        added = kop(root, "acls", "add", "--allow-principal", "User:bob", "--operation", operation, "--topic", topic)
+        assert added.returncode == 0, added.stderr
     with KopServer(root, ["authorizationEnabled=true"], protocols=["SASL_PLAINTEXT"]) as server:
         bob = AdminClient(sasl(server, "bob", PASSWORDS["bob"], "SCRAM-SHA-512"))
-        for refused in (alter, describe):
+        for refused in (alter, describe, delete_records):
             with pytest.raises(KafkaException, match="TOPIC_AUTHORIZATION_FAILED"):
                 refused(bob, "t")
         alter(bob, "other")

@@ -120,7 +120,7 @@ def test_a_micro_batchs_abort_leaves_no_mark_its_rerun_would_trip_on(root, broke
     abort deletes what the ended tasks staged, and marks nothing, unlike a batch job's."""
     broker.create_topic("dst", partitions=1)
     task_dir = broker.sink_commits.task_dir("query", 4, "0-0-ended")
-    staged = broker.stage("dst", 0, task_dir)
+    staged = broker.sink_commits.stage("dst", 0, task_dir)
     staged.append([build_record_batch([Record(b"v")])])
     ended = KopCommitMessage("query", 4, 0, tuple(("dst", 0, ledger) for ledger in staged.finish()))
     schema = StructType([StructField("value", BinaryType())])

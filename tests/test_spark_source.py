@@ -528,6 +528,22 @@ def test_retention_under_a_running_query_is_skipped_when_asked(spark, root, tmp_
     assert sorted(r.offset for r in spark.table("trim_skip").collect()) == list(range(10)) + list(range(30, 135))
 
 
+def test_records_deleted_under_a_running_query_are_data_loss_up_to_the_new_log_start(spark, root, broker, tmp_path):
+    broker.create_topic("dr", partitions=1)
+    produce(broker, "dr", 0, 10)
+    df = kop(spark, root, stream=True, subscribe="dr", startingOffsets="earliest", failOnDataLoss="false")
+    q = start(df.select("offset"), tmp_path, query_name="dr_skip")
+    q.processAllAvailable()
+    produce(broker, "dr", 0, 10, start=10, batch=10)
+    assert broker.delete_records("dr", 0, 15) == 15  # inside the batch of 10 to 19
+    produce(broker, "dr", 0, 5, start=20)
+    q.processAllAvailable()
+    q.stop()
+    expected = list(range(10)) + list(range(15, 25))
+    assert sorted(r.offset for r in spark.table("dr_skip").collect()) == expected
+    assert offsets_of(kop(spark, root, subscribe="dr")) == [("dr", 0, o) for o in expected[10:]]  # from the start
+
+
 def test_deleted_topic_is_data_loss(spark, root, broker, tmp_path):
     broker.create_topic("gone", partitions=1)
     broker.create_topic("stays", partitions=1)

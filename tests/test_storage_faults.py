@@ -109,7 +109,7 @@ def test_compacted_topics_refuse_keyless_records(broker):
     broker.create_topic("c", 1, config={"cleanup.policy": "compact"})
     with pytest.raises(InvalidRecordError, match="Compacted topic cannot accept message without key"):
         broker.produce("c", [Record(b"keyed", key=b"k"), Record(b"keyless")], 0)
-    staged = broker.stage("c", 0, "_staging/q/0/t")
+    staged = broker.sink_commits.stage("c", 0, "_staging/q/0/t")
     with pytest.raises(InvalidRecordError, match="c-0: Compacted topic cannot accept message without key"):
         staged.append([build_record_batch([Record(b"keyless")])])
     staged.discard()

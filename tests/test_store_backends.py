@@ -165,6 +165,20 @@ def test_retention_drops_old_ledgers_and_their_files(store: Store) -> None:
     assert not any(b.fileio.exists(f) for f in old_files), "retention deleted the old ledgers' files"
 
 
+def test_delete_records_moves_the_log_start_and_drops_the_ledgers_before_it(store: Store) -> None:
+    conf = {**store.conf, "managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 0}
+    b = Broker(store.root, conf)
+    b.create_topic("t", 1, {"file.delete.delay.ms": 0})
+    for i in range(3):
+        b.produce("t", _records(f"r{i}-", 2), partition=0)  # ledgers of 2 records
+    files = [ledger.file for ledger in b.view("t", 0).ledgers]
+    assert store.broker().delete_records("t", 0, 3) == 3  # from another process
+    assert [r.value for r in b.fetch("t", 0, 3)] == [b"r1-1", b"r2-0", b"r2-1"]
+    b.enforce_retention("t")  # the trash, past its grace (none)
+    assert [b.fileio.exists(f) for f in files] == [False, True, True]
+    assert b.list_offsets("t", 0, "earliest") == 3 and not b.verify("t")
+
+
 def test_compaction_keeps_the_latest_value_per_key(store: Store) -> None:
     b = store.broker(managedLedgerMaxEntriesPerLedger=2)
     b.create_topic("c", 1, {"cleanup.policy": "compact"})
@@ -218,7 +232,7 @@ def test_maintenance_leaves_the_staged_ledgers_of_a_running_job(store: Store) ->
     b.create_topic("t", 1)
     task_dir = "_staging/q/0/task"
     b.sink_commits.heartbeat(task_dir)  # the task is running
-    staged = b.stage("t", 0, task_dir)
+    staged = b.sink_commits.stage("t", 0, task_dir)
     staged.append([build_record_batch([Record(b"v%d" % i) for i in range(3)])])
     ledgers = staged.finish()
     report = b.maintenance(orphan_grace_ms=0)
@@ -226,7 +240,7 @@ def test_maintenance_leaves_the_staged_ledgers_of_a_running_job(store: Store) ->
     b.append_staged("t", 0, ledgers, ("spark:q", 0))
     assert [r.value for r in b.fetch("t", 0, 0)] == [b"v0", b"v1", b"v2"]
     # A job that died leaves a ledger nothing will append: once its lease is over, it goes.
-    dead = b.stage("t", 0, "_staging/dead/0/task")
+    dead = b.sink_commits.stage("t", 0, "_staging/dead/0/task")
     dead.append([build_record_batch([Record(b"lost")])])
     (left,) = dead.finish()
     later = ManualClock(int(time.time() * 1000) + SINK_LEASE_MS + 60_000)
@@ -241,7 +255,7 @@ def test_a_driver_that_commits_after_maintenance_took_its_job_for_gone_records_n
     every rerun of the batch would try to complete it and fail again."""
     b = store.broker()
     b.create_topic("t", 1)
-    staged = b.stage("t", 0, "_staging/slow/0/task-0")
+    staged = b.sink_commits.stage("t", 0, "_staging/slow/0/task-0")
     staged.append([build_record_batch([Record(b"gone")])])
     ledgers = staged.finish()
     lease_over = int(time.time() * 1000) + SINK_LEASE_MS + 60_000
@@ -252,7 +266,7 @@ def test_a_driver_that_commits_after_maintenance_took_its_job_for_gone_records_n
         b.sink_commits.commit("slow", 0, {("t", 0): ledgers}, streaming=True)
     assert b.sink_commits.pending() == []
     # Spark runs the batch again: the new attempt's output lands, and stays.
-    rerun = b.stage("t", 0, "_staging/slow/0/task-1")
+    rerun = b.sink_commits.stage("t", 0, "_staging/slow/0/task-1")
     rerun.append([build_record_batch([Record(b"again")])])
     b.sink_commits.commit("slow", 0, {("t", 0): rerun.finish()}, streaming=True)
     assert later.maintenance(orphan_grace_ms=0).errors == []
@@ -309,7 +323,7 @@ def test_a_late_applier_appends_nothing_once_the_batchs_ledger_was_merged_away(s
     from the partition, and its file, in the trash until ``file.delete.delay.ms``, is not taken again."""
     b = store.broker(managedLedgerMaxEntriesPerLedger=1)  # each produce seals the ledger before it
     b.create_topic("t", 1)
-    staged = b.stage("t", 0, "_staging/job/0/task-0")
+    staged = b.sink_commits.stage("t", 0, "_staging/job/0/task-0")
     staged.append([build_record_batch(_records("s", 3))])
     ledgers = staged.finish()
     b.sink_commits.commit("job", 0, {("t", 0): ledgers}, streaming=False)
@@ -335,7 +349,7 @@ def test_a_large_staged_output_rolls_into_ledgers_of_bounded_size(store: Store) 
     b = store.broker(managedLedgerMaxSizePerLedgerMbytes=1, wholeLedgerMaxSizeMbytes=1)
     b.create_topic("t", 1)
     values = [f"{i:06}".encode() * 4_000 for i in range(150)]  # 24 KB each, 3.6 MB in all
-    staged = b.stage("t", 0, "_staging/q/0/task")
+    staged = b.sink_commits.stage("t", 0, "_staging/q/0/task")
     for start in range(0, len(values), 5):
         staged.append([build_record_batch([Record(v)]) for v in values[start : start + 5]])
     ledgers = staged.finish()
@@ -344,7 +358,7 @@ def test_a_large_staged_output_rolls_into_ledgers_of_bounded_size(store: Store) 
     got = b.fetch("t", 0, 0, max_records=1_000, max_bytes=1 << 30)
     assert [(r.offset, r.value) for r in got] == list(enumerate(values))
     # A failed attempt takes every ledger it sealed with it.
-    failed = b.stage("t", 0, "_staging/q/1/task")
+    failed = b.sink_commits.stage("t", 0, "_staging/q/1/task")
     for start in range(0, len(values), 5):
         failed.append([build_record_batch([Record(v)]) for v in values[start : start + 5]])
     before = {f for f, _ in b.fileio.walk_files("")}

@@ -22,6 +22,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..config import AlterConfigOp, Config
 from ..errors import (
     ManagedLedgerDeletedError,
+    OffsetOutOfRangeError,
     StorageError,
     TopicNotFoundError,
 )
@@ -35,7 +36,7 @@ from ..storage.metadata import NETWORK_SCHEMES, RefusedMetadataStore, open_metad
 from ..storage.metadata_store import MetadataStore
 from ..storage.object_store import is_object_store_uri
 from ..storage.read_plan import LedgerRecord, PartitionView
-from ..storage.staging import StagedLedger, task_stager
+from ..storage.staging import StagedLedger
 from ..topic_name import TopicName, TopicPartition
 from .acls import Acls
 from .admin import TopicAdmin, TopicDescription
@@ -47,7 +48,7 @@ from .log_manager import LogManager
 from .maintenance import Housekeeper, MaintenanceReport, RepairReport
 from .producer_batches import ProducerBatches, next_producer_id
 from .sink_commits import SinkCommits
-from .validation import Produced, StagedPartition, checked_batches, queued_produce
+from .validation import Produced, checked_batches, queued_produce
 
 T = TypeVar("T")
 
@@ -118,6 +119,15 @@ class Broker:
         kafka_topic = self.admin.kafka_name(self.topic_name(topic))
         self.admin.delete_topic(topic)
         self._groups.forget_topic(kafka_topic)
+
+    def delete_records(self, topic: str, partition: int, before: int) -> int:
+        """Kafka's DeleteRecords: the partition starts at ``before`` (-1: its log end) from now on;
+        return the log start then (an offset before it changes nothing). Closed ledgers wholly
+        before it go after ``file.delete.delay.ms``; offsets past the log end are out of range."""
+        ml, view = self.admin.view(topic, partition)
+        if before < -1 or before > view.log_end_offset:  # the end only grows: this check holds
+            raise OffsetOutOfRangeError(topic, partition, before, view.log_start_offset, view.log_end_offset)
+        return self._on_log(topic, lambda: ml.delete_before(None if before == -1 else before))
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
         """Kafka names of all topics, sorted."""
@@ -212,19 +222,6 @@ class Broker:
             raise TopicNotFoundError(f"topic {topic!r} was deleted") from None
 
     # -- staged appends: exactly-once sinks ------------------------------------------------
-
-    def stage(self, topic: str, partition: int, task_dir: str) -> StagedPartition:
-        """Start staging ledgers for one partition, in ``task_dir`` (under the root), that no reader
-        sees until ``append_staged`` appends them. A Spark task stages its output this way."""
-        _, meta = self.admin.metadata(topic)
-        self.admin.check_partition(topic, partition, meta)
-        cfg = self.config.topic_config(meta.get("config"))
-        log = self.admin.log(topic, partition)
-        roll_mb = self.config["managedLedgerMaxSizePerLedgerMbytes"]
-        if not self.fileio.supports_append:  # built in memory before they are written
-            roll_mb = min(roll_mb, self.config["wholeLedgerMaxSizeMbytes"])
-        stager = functools.partial(task_stager, self.fileio, log.ledger_path, task_dir)
-        return StagedPartition(topic, partition, stager, roll_mb << 20, cfg, self.clock)
 
     def append_staged(
         self, topic: str, partition: int, staged: Sequence[StagedLedger], sink_key: tuple[str, int]

@@ -152,10 +152,11 @@ class Fetcher:
         while entries:
             for entry in entries:
                 batch = entry.record_batch()
-                hit = None if batch.is_control else first_at_or_after(batch, spec)
+                # records before the log start (DeleteRecords) are not there for anyone
+                hit = None if batch.is_control else first_at_or_after(batch, spec, start=view.log_start_offset)
                 if hit is not None:
                     return hit
-                position = batch.last_offset + 1
+                position = max(batch.last_offset + 1, view.log_start_offset)
             if position >= view.log_end_offset:
                 break
             view, entries = self.read(topic, partition, position, 1 << 20, view=view)

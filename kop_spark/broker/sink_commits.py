@@ -40,8 +40,9 @@ from .. import layout
 from ..errors import BadVersionError, OrphanRemovedError
 from ..faults import crash_point
 from ..storage.metadata_store import Unchanged, update
-from ..storage.staging import StagedLedger
+from ..storage.staging import StagedLedger, task_stager
 from ..topic_name import TopicPartition
+from .validation import StagedPartition
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -133,6 +134,20 @@ class SinkCommits:
         self._broker = broker
         self._store = broker.store
         self._clock = broker.clock
+
+    def stage(self, topic: str, partition: int, task_dir: str) -> StagedPartition:
+        """Start staging ledgers for one partition, in ``task_dir`` (under the root), that no reader
+        sees until a commit appends them. A Spark task stages its output this way."""
+        b = self._broker
+        _, meta = b.admin.metadata(topic)
+        b.admin.check_partition(topic, partition, meta)
+        log = b.admin.log(topic, partition, meta)
+        roll_mb = b.config["managedLedgerMaxSizePerLedgerMbytes"]
+        if not b.fileio.supports_append:  # built in memory before they are written
+            roll_mb = min(roll_mb, b.config["wholeLedgerMaxSizeMbytes"])
+        stager = partial(task_stager, b.fileio, log.ledger_path, task_dir)
+        config = b.config.topic_config(meta.get("config"))
+        return StagedPartition(topic, partition, stager, roll_mb << 20, config, self._clock)
 
     def commit(
         self, writer: str, batch: int, staged: Mapping[TopicPartition, Sequence[StagedLedger]], *, streaming: bool

@@ -1,6 +1,7 @@
 """``kop``: the command line, shaped after Kafka's own tools; one module per command family.
 
 kop [--root R] [--conf k=v ...] topics create|list|describe|alter|delete ...
+kop delete-records --offset-json-file F   move partitions' log start up (kafka-delete-records)
 kop produce TOPIC            lines from stdin (kafka-console-producer)
 kop consume TOPIC            records to stdout (kafka-console-consumer)
 kop groups list|describe|reset-offsets|delete|delete-offsets ...   (kafka-consumer-groups)

@@ -1,11 +1,15 @@
-"""``kop topics``: create, list, describe, alter and delete topics (kafka-topics)."""
+"""``kop topics``: create, list, describe, alter and delete topics (kafka-topics); ``kop
+delete-records``: move partitions' log start up (kafka-delete-records)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 
 from ..broker import Broker
 from ..config import AlterConfigOp
+from ..errors import KopError
 from .common import key_values, open_broker
 
 
@@ -51,6 +55,37 @@ def _alter(b: Broker, args: argparse.Namespace) -> None:
         print(f"Topic {args.topic} now has {args.partitions} partitions.")
 
 
+def _delete_records(args: argparse.Namespace) -> int:
+    wanted = _offsets_file(args.offset_json_file)
+    failed = False
+    print("Records delete operation completed:")
+    with open_broker(args) as b:
+        for topic, partition, offset in wanted:
+            try:
+                print(f"partition: {topic}-{partition}\tlow_watermark: {b.delete_records(topic, partition, offset)}")
+            except KopError as e:
+                print(f"partition: {topic}-{partition}\terror: {e}", file=sys.stderr)
+                failed = True
+    return 1 if failed else 0
+
+
+def _offsets_file(path: str) -> list[tuple[str, int, int]]:
+    """kafka-delete-records' file: {"partitions": [{"topic": T, "partition": P, "offset": O}, ...], "version": 1}."""
+    try:
+        with open(path) as f:
+            entries = json.load(f)["partitions"]
+        wanted = [(e["topic"], e["partition"], e["offset"]) for e in entries]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise KopError(
+            f'--offset-json-file {path}: expected {{"partitions": [{{"topic": T, "partition": P, '
+            f'"offset": O}}, ...], "version": 1}} ({type(e).__name__}: {e})'
+        ) from None
+    for topic, partition, offset in wanted:
+        if not isinstance(topic, str) or not all(type(v) is int for v in (partition, offset)):
+            raise KopError(f"--offset-json-file {path}: bad entry {topic!r}, {partition!r}, {offset!r}")
+    return wanted
+
+
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     t = sub.add_parser("topics", help="create, list, describe, alter or delete topics")
     t.add_argument("action", choices=["create", "list", "describe", "alter", "delete"])
@@ -60,3 +95,6 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     t.add_argument("--delete-config", action="append", metavar="KEY", help="alter: back to the default setting")
     t.add_argument("--include-internal", action="store_true", help="also internal topics such as __consumer_offsets")
     t.set_defaults(run=_topics)
+    d = sub.add_parser("delete-records", help="move partitions' log start up (kafka-delete-records)")
+    d.add_argument("--offset-json-file", required=True, help='{"partitions": [{"topic", "partition", "offset"}]}')
+    d.set_defaults(run=_delete_records)

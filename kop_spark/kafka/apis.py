@@ -62,6 +62,7 @@ APIS: dict[int, Api] = {
         Api(API_VERSIONS, 0, 3, api_versions),
         Api(19, 2, 7, admin.create_topics),
         Api(20, 1, 5, admin.delete_topics),
+        Api(21, 0, 2, admin.delete_records),
         Api(22, 0, 4, producers.init_producer_id),
         Api(32, 1, 4, configs.describe_configs),
         Api(33, 0, 2, configs.alter_configs),

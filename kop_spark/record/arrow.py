@@ -363,14 +363,14 @@ class RecordsSummary(NamedTuple):
 
 
 def first_at_or_after(
-    batch: RecordBatch, timestamp_ms: int, *, codec: RecordsCodec = _speedups.codec
+    batch: RecordBatch, timestamp_ms: int, *, start: int = 0, codec: RecordsCodec = _speedups.codec
 ) -> tuple[int, int] | None:
     """The offset and timestamp of the first record of ``batch`` (whose ``baseOffset`` is absolute)
-    stamped at or after ``timestamp_ms``, as Kafka's ListOffsets by time finds it; None when no
-    record is. The records are decoded by the codec: walked in Python, a 1 MB batch took
-    milliseconds, once for the offset and again for its timestamp."""
+    at offset ``start`` or later stamped at or after ``timestamp_ms``, as Kafka's ListOffsets by time
+    finds it; None when no record is. The records are decoded by the codec: walked in Python, a 1 MB
+    batch took milliseconds, once for the offset and again for its timestamp."""
     builder = ArrowRecordBuilder("", 0, False, codec=codec)
-    builder.add(batch, batch.base_offset)
+    builder.add(batch, batch.base_offset, start)
     found = builder.build()
     stamps = found.column("timestamp").cast(pa.int64())
     at = pc.index(pc.greater_equal(stamps, pa.scalar(timestamp_ms * 1000, pa.int64())), True).as_py()

@@ -174,7 +174,7 @@ class _TaskOutput:
     def _stage(self, topic: str, partition: int, batches: list[bytes | memoryview]) -> None:
         staged = self._staged.get((topic, partition))
         if staged is None:
-            staged = self._staged[(topic, partition)] = self._broker.stage(topic, partition, self._dir)
+            staged = self._staged[(topic, partition)] = self._sinks.stage(topic, partition, self._dir)
         staged.append(batches)
 
     def finish(self) -> KopCommitMessage:

@@ -2,7 +2,8 @@
 
 The metadata store holds it as JSON under the partition's key (``layout.managed_ledger_key``)::
 
-    {"log_start_offset": int, "next_offset": int,
+    {"log_start_offset": int, "next_offset": int,                  the start: the first ledger's base, or in it
+
      "ledgers":   [LedgerRecord, ...],                        oldest first, offsets contiguous
      "producers": {writer: {"seq", "base_offset", "count", "ts"}},   idempotent appends
      "sinks":     {writer: {"batch", "base_offset", "count", "ts"}}, exactly-once sinks' batches
@@ -264,13 +265,31 @@ class LogMetadata:
         self.trash_files([l.file for l in run], delete_after_ms)
         self.ledgers[at : at + count] = [new] if new is not None else []
         if new is None and at == 0 and run:
-            self.log_start_offset = run[-1].end_offset
+            self.log_start_offset = max(self.log_start_offset, run[-1].end_offset)
 
     def drop_head(self, count: int, delete_after_ms: int) -> None:
         """Retention: drop the ``count`` oldest ledgers; the log starts after them."""
         self.trash_files([l.file for l in self.ledgers[:count]], delete_after_ms)
         del self.ledgers[:count]
-        self.log_start_offset = self.ledgers[0].base_offset if self.ledgers else self.next_offset
+        head = self.ledgers[0].base_offset if self.ledgers else self.next_offset
+        self.log_start_offset = max(self.log_start_offset, head)  # may be inside the head (delete_before)
+
+    def delete_before(self, offset: int | None, delete_after_ms: int) -> bool:
+        """Kafka's DeleteRecords: the log starts at ``offset`` (None: the log end), which may be
+        inside a ledger, unless it starts later already (then False: no change). The closed ledgers
+        wholly before it go; an open one stays, its writer's."""
+        offset = self.next_offset if offset is None else offset
+        if offset <= self.log_start_offset:
+            return False
+        count = 0
+        for l in self.ledgers:
+            if l.state == OPEN or l.end_offset > offset:
+                break
+            count += 1
+        if count:
+            self.drop_head(count, delete_after_ms)
+        self.log_start_offset = max(self.log_start_offset, offset)
+        return True
 
     def truncate(self, at: int, new: LedgerRecord | None, end: int, delete_after_ms: int) -> None:
         """Repair: replace the ledgers from ``at`` by ``new`` and end the log at ``end``; appends

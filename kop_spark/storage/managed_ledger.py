@@ -185,9 +185,9 @@ class ManagedLedger:
             return bool(meta and meta.deleted and not meta.trash and not meta.condemned)
 
     def enforce_retention(self) -> None:
-        """Apply retention and delete trashed files past their grace period, now. Two passes:
-        files trashed by the first are deleted by the second, once their grace (maybe none) is over."""
+        """Apply retention and delete trashed files past their grace, now; a second pass for what the first trashed."""
         with self.lock:
+            self._state = None  # on the log as it stands, with what other writers did since our last CAS
             self.apply(lambda meta, now: meta)
             self.apply(lambda meta, now: meta)
 
@@ -381,6 +381,14 @@ class ManagedLedger:
                 )
         if todo:
             self.fileio.rename(todo)
+
+    def delete_before(self, offset: int | None) -> int:
+        """Kafka's DeleteRecords: the log starts at ``offset`` (None: the log end) unless it starts
+        later already; return where it starts. The caller checks ``offset`` is not past the end."""
+        delay = self.config.file_delete_delay_ms
+        with self.lock:
+            self.apply(lambda meta, now: meta if meta.delete_before(offset, now + delay) else None)
+        return self.view().log_start_offset  # as it stands: a racing call may have moved it further
 
     def forget_sink(self, writer: str) -> None:
         """Drop a writer's record of its last batch (a batch job's, once its commit is complete:

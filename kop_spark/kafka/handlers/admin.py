@@ -1,6 +1,7 @@
-"""CREATE_TOPICS and DELETE_TOPICS: the same topics as ``Broker.create_topic``'s (name mapping,
-configs, partitions). One node holds every replica, so a replication factor other than 1 or -1
-(the broker's default) is refused as Kafka refuses one larger than its broker count."""
+"""CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS and DELETE_RECORDS: the same topics as
+``Broker.create_topic``'s (name mapping, configs, partitions). One node holds every replica, so a
+replication factor other than 1 or -1 (the broker's default) is refused as Kafka refuses one
+larger than its broker count."""
 
 from __future__ import annotations
 
@@ -61,6 +62,32 @@ async def delete_topics(ctx: ServerContext, header: RequestHeader, request: Any)
             code, message = error_code(e, f"delete topic {name!r}"), str(e)
         results.append(make(m.DeletableTopicResult, name=name, error_code=code, error_message=message))
     return make(m.DeleteTopicsResponse, throttle_time=datetime.timedelta(0), responses=tuple(results))
+
+
+async def delete_records(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    """kafka-delete-records: each partition's log start moves up to the offset given (-1: the
+    high watermark), as ``Broker.delete_records``; the answer is the log start then."""
+    m = response_module(header.api_key, header.api_version)
+    topics = []
+    for t in request.topics:
+        results = []
+        for p in t.partitions:
+            code, start = ErrorCode.none, -1
+            try:
+                ctx.authorize(header, "Delete", "Topic", t.name)
+                start = await ctx.call(ctx.broker.delete_records, t.name, p.partition_index, p.offset)
+            except Exception as e:
+                code = error_code(e, f"delete records of {t.name}-{p.partition_index} before {p.offset}")
+            results.append(
+                make(
+                    m.DeleteRecordsPartitionResult,
+                    partition_index=p.partition_index,
+                    low_watermark=start,
+                    error_code=code,
+                )
+            )
+        topics.append(make(m.DeleteRecordsTopicResult, name=t.name, partitions=tuple(results)))
+    return make(m.DeleteRecordsResponse, throttle_time=datetime.timedelta(0), topics=tuple(topics))
 
 
 async def create_partitions(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
