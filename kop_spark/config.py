@@ -301,12 +301,13 @@ def parse_value(name: str, value: Any, where: str = "") -> Any:
 
 def parse_topic_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     """Check per-topic overrides (Kafka's topic settings only)."""
-    out = {}
-    for name, value in (config or {}).items():
-        if name not in TOPIC_SETTINGS:
-            raise ConfigError(f"{name!r} is not a topic setting; topic settings are {', '.join(TOPIC_SETTINGS)}")
-        out[name] = parse_value(name, value)
-    return out
+    return {_topic_setting(name): parse_value(name, value) for name, value in (config or {}).items()}
+
+
+def _topic_setting(name: str) -> str:
+    if name not in TOPIC_SETTINGS:
+        raise ConfigError(f"{name!r} is not a topic setting; topic settings are {', '.join(TOPIC_SETTINGS)}")
+    return name
 
 
 class AlterConfigOp(NamedTuple):
@@ -329,8 +330,7 @@ def alter_topic_config(
     naming it. An override equal to the default is kept: Kafka reports it as the topic's own."""
     out = dict(overrides)
     for name, op, value in ops:
-        if name not in TOPIC_SETTINGS:
-            raise ConfigError(f"{name!r} is not a topic setting; topic settings are {', '.join(TOPIC_SETTINGS)}")
+        _topic_setting(name)
         if op == "delete":
             out.pop(name, None)
         elif op == "set":

@@ -2,8 +2,7 @@
 
 The metadata store holds it as JSON under the partition's key (``layout.managed_ledger_key``)::
 
-    {"log_start_offset": int, "next_offset": int,                  the start: the first ledger's base, or in it
-
+    {"log_start_offset": int, "next_offset": int,             the start: the first ledger's base, or in it
      "ledgers":   [LedgerRecord, ...],                        oldest first, offsets contiguous
      "producers": {writer: {"seq", "base_offset", "count", "ts"}},   idempotent appends
      "sinks":     {writer: {"batch", "base_offset", "count", "ts"}}, exactly-once sinks' batches

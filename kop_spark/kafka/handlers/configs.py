@@ -56,8 +56,8 @@ async def _resource(
         return result(ErrorCode.cluster_authorization_failed, "may not describe the broker's configs")
     if kind == TOPIC:
         try:
-            values = await ctx.call(ctx.broker.topic_config, name)
             own = await ctx.call(ctx.broker.topic_config, name, own=True)
+            values = defaults.topic_config(own)
         except Exception as e:
             return result(error_code(e, f"describe configs of topic {name!r}"), str(e))
         sources = {k: DYNAMIC_TOPIC_CONFIG if k in own else DEFAULT_CONFIG for k in values}
