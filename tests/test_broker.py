@@ -264,6 +264,10 @@ def test_delete_records_moves_the_log_start_into_a_ledger_and_drops_the_closed_o
     assert b.offset_and_timestamp("t", 0, 0) == (10, NOW + 300 + 10)
     with pytest.raises(OffsetOutOfRangeError, match="offset 16 is out of range"):
         b.delete_records("t", 0, 16)
+    b.commit_offsets("g", {("t", 0): 3})
+    with pytest.raises(InvalidTopicError, match="internal topic"):  # the groups' offsets live there
+        b.delete_records("public/__kafka/__consumer_offsets", 0, -1)
+    assert b.fetch_offsets("g")[("t", 0)].offset == 3
     assert b.delete_records("t", 0, -1) == 15  # the log end: the open ledger stays, its writer's
     assert [l.file for l in b.view("t", 0).ledgers] == files[2:]
     assert b.fetch("t", 0, 15) == [] and b.produce("t", recs(1), partition=0) == [(0, 15, 1)]

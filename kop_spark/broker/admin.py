@@ -19,7 +19,9 @@ from ..errors import (
     BadVersionError,
     ConfigError,
     InvalidPartitionsError,
+    InvalidTopicError,
     ManagedLedgerDeletedError,
+    OffsetOutOfRangeError,
     PartitionNotFoundError,
     TopicAlreadyExistsError,
     TopicNotFoundError,
@@ -118,6 +120,16 @@ class TopicAdmin:
             self.logs.forget(self.name(topic))
             self.metadata(topic)  # raises TopicNotFoundError if the topic went away
             raise PartitionNotFoundError(f"partition {partition} of topic {topic!r} has no log") from None
+
+    def deletable_log(self, topic: str, partition: int, before: int) -> ManagedLedger:
+        """The log whose start DeleteRecords may move to ``before``: not past its end (which only
+        grows, so the check holds), and not an internal topic's, as Kafka refuses those."""
+        if self.name(topic).local_name.startswith("__"):
+            raise InvalidTopicError(f"cannot delete records of internal topic {topic!r}")
+        ml, view = self.view(topic, partition)
+        if before < -1 or before > view.log_end_offset:
+            raise OffsetOutOfRangeError(topic, partition, before, view.log_start_offset, view.log_end_offset)
+        return ml
 
     def partition_logs(self, topic: str | None) -> Iterator[tuple[str, TopicName, int, ManagedLedger]]:
         """(topic, name, partition, log) of every partition of ``topic`` or of the store. Topics

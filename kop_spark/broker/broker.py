@@ -22,7 +22,6 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..config import AlterConfigOp, Config
 from ..errors import (
     ManagedLedgerDeletedError,
-    OffsetOutOfRangeError,
     StorageError,
     TopicNotFoundError,
 )
@@ -124,9 +123,7 @@ class Broker:
         """Kafka's DeleteRecords: the partition starts at ``before`` (-1: its log end) from now on;
         return the log start then (an offset before it changes nothing). Closed ledgers wholly
         before it go after ``file.delete.delay.ms``; offsets past the log end are out of range."""
-        ml, view = self.admin.view(topic, partition)
-        if before < -1 or before > view.log_end_offset:  # the end only grows: this check holds
-            raise OffsetOutOfRangeError(topic, partition, before, view.log_start_offset, view.log_end_offset)
+        ml = self.admin.deletable_log(topic, partition, before)
         return self._on_log(topic, lambda: ml.delete_before(None if before == -1 else before))
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
