@@ -17,11 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.protocol.admin import (
     AlterConfigsRequest,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteAclsRequest,
     DeleteGroupsRequest,
     DeleteRecordsRequest,
     DeleteTopicsRequest,
+    DescribeAclsRequest,
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
@@ -56,6 +59,15 @@ BATCH = build_record_batch([Record(value=b"v", key=b"k", timestamp_ms=1_900_000_
 MB = 1 << 20
 
 
+ACL_FILTER = {  # literal bindings of topics, of any name, principal, host, operation and permission
+    "resource_type_filter": 2,
+    "resource_name_filter": None,
+    "pattern_type_filter": 3,
+    "principal_filter": None,
+    "host_filter": None,
+    "operation": 1,
+    "permission_type": 1,
+}
 # A realistic request of each API, by version, as kafka-python builds it, and the errors it may get.
 REQUESTS: dict[int, Callable[[int], Any]] = {
     0: lambda v: wire_request(
@@ -145,6 +157,23 @@ REQUESTS: dict[int, Callable[[int], Any]] = {
         topics=[{"name": "t", "partitions": [{"partition_index": 0, "offset": 0}]}],
         timeout_ms=5000,
     ),
+    29: lambda v: wire_request(DescribeAclsRequest, v, **ACL_FILTER),
+    30: lambda v: wire_request(
+        CreateAclsRequest,
+        v,
+        creations=[
+            {
+                "resource_type": 2,
+                "resource_name": f"acl{v}",
+                "resource_pattern_type": 3,
+                "principal": "User:alice",
+                "host": "*",
+                "operation": 3,
+                "permission_type": 3,
+            }
+        ],
+    ),
+    31: lambda v: wire_request(DeleteAclsRequest, v, filters=[ACL_FILTER]),
     33: lambda v: wire_request(
         AlterConfigsRequest,
         v,

@@ -9,7 +9,7 @@ AlterConfigs allows DescribeConfigs."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from ..errors import ConfigError
@@ -83,6 +83,30 @@ class AclBinding(NamedTuple):
         )
 
 
+class AclFilter(NamedTuple):
+    """Which bindings a Describe or Delete of ACLs means, as Kafka's ``AclBindingFilter``: None is
+    any value. Pattern ``Match`` means the bindings that apply to the resource named: literal ones
+    of that name or ``*``, and prefixed ones whose prefix starts the name."""
+
+    principal: str | None = None
+    permission: str | None = None
+    operation: str | None = None
+    resource_type: str | None = None
+    resource_name: str | None = None
+    pattern_type: str = "Any"  # Any | Match | Literal | Prefixed
+
+    def matches(self, b: AclBinding) -> bool:
+        wanted = (self.principal, self.permission, self.operation, self.resource_type)
+        have = (b.principal, b.permission, b.operation, b.resource_type)
+        if any(w is not None and w != v for w, v in zip(wanted, have, strict=True)):
+            return False
+        if self.pattern_type == "Match":
+            return self.resource_name is None or b.covers(b.principal, b.resource_type, self.resource_name)
+        if self.pattern_type != "Any" and self.pattern_type != b.pattern_type:
+            return False
+        return self.resource_name is None or self.resource_name == b.resource_name
+
+
 class Authorizer:
     """A snapshot of the bindings, with the super users, answering one question fast."""
 
@@ -114,16 +138,21 @@ class Acls:
     def remove(self, bindings: Iterable[AclBinding]) -> int:
         """Remove the bindings given; how many there were."""
         gone = set(bindings)
-        removed = 0
+        return len(self.remove_matching([AclFilter()], lambda b: b in gone)[0])
+
+    def remove_matching(
+        self, filters: Sequence[AclFilter], also: Callable[[AclBinding], bool] = lambda b: True
+    ) -> list[list[AclBinding]]:
+        """Remove every binding a filter matches, in one change; the bindings each filter matched."""
+        matched: list[list[AclBinding]] = []
 
         def without(current: list[AclBinding]) -> list[AclBinding]:
-            nonlocal removed
-            kept = [b for b in current if b not in gone]
-            removed = len(current) - len(kept)
-            return kept
+            matched[:] = [[b for b in current if f.matches(b) and also(b)] for f in filters]
+            gone = {b for found in matched for b in found}
+            return [b for b in current if b not in gone]
 
         self._change(without)
-        return removed
+        return matched
 
     def _change(self, change: Callable[[list[AclBinding]], list[AclBinding]]) -> None:
         def attempt() -> None:

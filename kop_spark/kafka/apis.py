@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from kio.schema.errors import ErrorCode
 
 from .context import ServerContext
-from .handlers import admin, configs, fetch, groups, list_offsets, metadata, offsets, produce, producers, sasl
+from .handlers import acls, admin, configs, fetch, groups, list_offsets, metadata, offsets, produce, producers, sasl
 from .messages import RequestHeader, make, response_module
 
 Handler = Callable[[ServerContext, RequestHeader, Any], Awaitable[Any]]
@@ -65,6 +65,9 @@ APIS: dict[int, Api] = {
         Api(21, 0, 2, admin.delete_records),
         Api(22, 0, 4, producers.init_producer_id),
         Api(32, 1, 4, configs.describe_configs),
+        Api(29, 1, 3, acls.describe_acls),
+        Api(30, 1, 3, acls.create_acls),
+        Api(31, 1, 3, acls.delete_acls),
         Api(33, 0, 2, configs.alter_configs),
         Api(36, 0, 2, sasl.sasl_authenticate),
         Api(37, 0, 3, admin.create_partitions),
