@@ -111,6 +111,10 @@ class GroupIdNotFoundError(KopError, LookupError):
     """Kafka: GROUP_ID_NOT_FOUND."""
 
 
+class ResourceNotFoundError(KopError, LookupError):
+    """A thing to change that is not there, such as a user's credential (Kafka: RESOURCE_NOT_FOUND)."""
+
+
 class BadVersionError(KopError):
     """A metadata compare-and-set lost against a concurrent update."""
 

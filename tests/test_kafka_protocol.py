@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.protocol.admin import (
     AlterConfigsRequest,
+    AlterUserScramCredentialsRequest,
     CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
@@ -28,6 +29,7 @@ from kafka.protocol.admin import (
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
+    DescribeUserScramCredentialsRequest,
     IncrementalAlterConfigsRequest,
     ListGroupsRequest,
 )
@@ -198,6 +200,13 @@ REQUESTS: dict[int, Callable[[int], Any]] = {
         topics=[{"name": f"grown{v}", "count": 3, "assignments": None}],
         timeout_ms=5000,
         validate_only=False,
+    ),
+    50: lambda v: wire_request(DescribeUserScramCredentialsRequest, v, users=None),
+    51: lambda v: wire_request(
+        AlterUserScramCredentialsRequest,
+        v,
+        deletions=[],
+        upsertions=[{"name": "u", "mechanism": 1, "iterations": 4096, "salt": b"s" * 16, "salted_password": b"p" * 32}],
     ),
     60: lambda v: wire_request(DescribeClusterRequest, v, include_cluster_authorized_operations=False),
     17: lambda v: wire_request(SaslHandshakeRequest, v, mechanism="SCRAM-SHA-256"),

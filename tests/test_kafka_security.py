@@ -10,6 +10,7 @@ import struct
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -24,6 +25,10 @@ from confluent_kafka.admin import (
     ConfigResource,
     ResourcePatternType,
     ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -370,6 +375,55 @@ def test_admin_clients_manage_acls_that_take_effect_without_a_restart(root: str)
         (deleted,) = admin.delete_acls([matching(ResourcePatternType.ANY, "orders-", "User:alice")]).values()
         assert deleted.result(30) == [wanted[1]]
     assert kop(root, "acls", "list").stdout.strip() == "Allow User:alice Read on Group:Literal:billing"
+
+
+def test_admin_clients_manage_scram_users_and_send_no_password(root: str) -> None:
+    sha256, sha512 = ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512
+    secret = "carol-" + uuid.uuid4().hex
+
+    def alter(admin: AdminClient, *changes: Any) -> None:
+        (future,) = admin.alter_user_scram_credentials(list(changes)).values()
+        future.result(30)
+
+    def upsert(mechanism: ScramMechanism, iterations: int = 4096, user: str = "carol") -> Any:
+        return UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, iterations), secret.encode())
+
+    def logs_in(server: KopServer, mechanism: str) -> bool:
+        told: list[KafkaError] = []
+        admin = AdminClient({**sasl(server, "carol", secret, mechanism), "error_cb": told.append})
+        try:
+            admin.list_topics(timeout=5)  # carol may describe nothing, but a login gets an answer
+            return True
+        except KafkaException:
+            admin.poll(1)  # delivers the error callbacks
+            assert authentication_failed(told), told
+            return False
+
+    conf = ["authorizationEnabled=true", "superUserRoles=User:admin"]
+    with KopServer(root, conf, protocols=["SASL_PLAINTEXT"]) as server:
+        bob = AdminClient(sasl(server, "bob", PASSWORDS["bob"], "SCRAM-SHA-512"))  # nothing on the cluster
+        with pytest.raises(KafkaException, match="CLUSTER_AUTHORIZATION_FAILED"):
+            alter(bob, upsert(sha256))
+        admin = AdminClient(sasl(server, "admin", PASSWORDS["admin"]))
+        alter(admin, upsert(sha256, 8192), upsert(sha512))
+        assert logs_in(server, "SCRAM-SHA-256") and logs_in(server, "SCRAM-SHA-512")
+        (described,) = admin.describe_user_scram_credentials(["carol"]).values()
+        infos = described.result(30).scram_credential_infos
+        assert sorted((i.mechanism, i.iterations) for i in infos) == [(sha256, 8192), (sha512, 4096)]
+
+        alter(admin, UserScramCredentialDeletion("carol", sha256))
+        assert not logs_in(server, "SCRAM-SHA-256") and logs_in(server, "SCRAM-SHA-512")
+        for refused, code in (
+            (upsert(sha256, 100), "UNACCEPTABLE_CREDENTIAL"),  # Kafka's minimum is 4096 iterations
+            (UserScramCredentialDeletion("carol", sha256), "RESOURCE_NOT_FOUND"),  # gone already
+        ):
+            with pytest.raises(KafkaException, match=code):
+                alter(admin, refused)
+        (nobody,) = admin.describe_user_scram_credentials(["nobody"]).values()
+        with pytest.raises(KafkaException, match="RESOURCE_NOT_FOUND"):
+            nobody.result(30)
+    assert "carol\tSCRAM-SHA-512" in kop(root, "users", "list").stdout.splitlines()
+    assert not any(secret.encode() in p.read_bytes() for p in Path(root).rglob("*") if p.is_file())
 
 
 def test_a_v0_handshake_logs_in_with_bare_tokens(root: str) -> None:

@@ -12,9 +12,10 @@ import base64
 import hashlib
 import hmac
 import os
+from collections.abc import Sequence
 from typing import NamedTuple
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ResourceNotFoundError
 from ..retry import retry_cas
 from ..storage.metadata_store import MetadataStore
 
@@ -36,14 +37,22 @@ class ScramCredential(NamedTuple):
 
     @staticmethod
     def from_password(mechanism: str, password: str, iterations: int = MIN_ITERATIONS) -> ScramCredential:
+        salt = os.urandom(32)
+        salted = hashlib.pbkdf2_hmac(MECHANISMS[mechanism], password.encode(), salt, iterations)
+        return ScramCredential.from_salted_password(mechanism, salt, iterations, salted)
+
+    @staticmethod
+    def from_salted_password(mechanism: str, salt: bytes, iterations: int, salted: bytes) -> ScramCredential:
+        """The credential of SaltedPassword = Hi(password, salt, iterations), which is what a
+        client sends in AlterUserScramCredentials: the password itself never reaches the server."""
         check_mechanism(mechanism)
         if iterations < MIN_ITERATIONS:
             raise ConfigError(f"SCRAM iterations must be at least {MIN_ITERATIONS}, got {iterations}")
-        salt = os.urandom(32)
-        client_key, server_key = scram_keys(MECHANISMS[mechanism], password, salt, iterations)
-        return ScramCredential(
-            mechanism, salt, iterations, hashlib.new(MECHANISMS[mechanism], client_key).digest(), server_key
-        )
+        if not salt or not salted:
+            raise ConfigError(f"a {mechanism} credential needs a salt and a salted password")
+        hash_name = MECHANISMS[mechanism]
+        client_key, server_key = (hmac.digest(salted, label, hash_name) for label in (b"Client Key", b"Server Key"))
+        return ScramCredential(mechanism, salt, iterations, hashlib.new(hash_name, client_key).digest(), server_key)
 
     def verify_password(self, password: str) -> bool:
         client_key, _ = scram_keys(self.hash_name, password, self.salt, self.iterations)
@@ -96,12 +105,22 @@ class Users:
         check_user_name(name)
         if not password:
             raise ConfigError(f"user {name!r}: the password is empty")
-        credential = ScramCredential.from_password(mechanism, password, iterations)
+        self.alter(name, [ScramCredential.from_password(mechanism, password, iterations)], [])
+
+    def alter(self, name: str, upsert: Sequence[ScramCredential], delete: Sequence[str]) -> None:
+        """Set ``upsert`` and remove the credentials of the ``delete`` mechanisms, in one change (a
+        user left with none is gone); deleting a credential the user does not have is refused."""
+        check_user_name(name)
         key = f"{_USERS}/{name}"
 
         def attempt() -> None:
             current = self._store.get(key)
-            self._store.put(key, {**(current.value or {}), mechanism: credential.to_json()}, current.version)
+            value = dict(current.value or {})
+            for mechanism in delete:
+                if value.pop(mechanism, None) is None:
+                    raise ResourceNotFoundError(f"user {name!r} has no {mechanism} credential to delete")
+            value |= {c.mechanism: c.to_json() for c in upsert}
+            self._store.put(key, value or None, current.version)
 
         retry_cas(f"user {name}", attempt)
 

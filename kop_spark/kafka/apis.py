@@ -10,7 +10,20 @@ from typing import Any, NamedTuple
 from kio.schema.errors import ErrorCode
 
 from .context import ServerContext
-from .handlers import acls, admin, configs, fetch, groups, list_offsets, metadata, offsets, produce, producers, sasl
+from .handlers import (
+    acls,
+    admin,
+    configs,
+    fetch,
+    groups,
+    list_offsets,
+    metadata,
+    offsets,
+    produce,
+    producers,
+    sasl,
+    users,
+)
 from .messages import RequestHeader, make, response_module
 
 Handler = Callable[[ServerContext, RequestHeader, Any], Awaitable[Any]]
@@ -74,6 +87,8 @@ APIS: dict[int, Api] = {
         Api(42, 0, 2, groups.delete_groups),
         Api(44, 0, 1, configs.incremental_alter_configs),
         Api(47, 0, 0, groups.offset_delete),
+        Api(50, 0, 0, users.describe_user_scram_credentials),
+        Api(51, 0, 0, users.alter_user_scram_credentials),
         Api(60, 0, 1, metadata.describe_cluster),
     )
 }

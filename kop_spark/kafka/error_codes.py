@@ -28,6 +28,7 @@ _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (errors.InvalidTopicError, ErrorCode.invalid_topic_exception),
     (errors.OffsetMetadataTooLargeError, ErrorCode.offset_metadata_too_large),
     (errors.GroupIdNotFoundError, ErrorCode.group_id_not_found),
+    (errors.ResourceNotFoundError, ErrorCode.resource_not_found),
     (errors.ConfigError, ErrorCode.invalid_config),
     (errors.MetadataStoreUnavailableError, ErrorCode.request_timed_out),
     (errors.StorageError, ErrorCode.kafka_storage_error),
