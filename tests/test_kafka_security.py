@@ -419,6 +419,8 @@ def test_admin_clients_manage_scram_users_and_send_no_password(root: str) -> Non
         ):
             with pytest.raises(KafkaException, match=code):
                 alter(admin, refused)
+        with pytest.raises(KafkaException, match="DUPLICATE_RESOURCE"):  # one change a mechanism, as in Kafka
+            alter(admin, upsert(sha512), UserScramCredentialDeletion("carol", sha512))
         (nobody,) = admin.describe_user_scram_credentials(["nobody"]).values()
         with pytest.raises(KafkaException, match="RESOURCE_NOT_FOUND"):
             nobody.result(30)

@@ -66,14 +66,17 @@ async def describe_user_scram_credentials(ctx: ServerContext, header: RequestHea
 
 async def alter_user_scram_credentials(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
-    changes: dict[str, list[Any]] = defaultdict(list)
-    for change in (*request.deletions, *request.upsertions):
-        changes[change.name].append(change)
+    deletions: dict[str, list[Any]] = defaultdict(list)
+    upsertions: dict[str, list[Any]] = defaultdict(list)
+    for d in request.deletions:
+        deletions[d.name].append(d)
+    for u in request.upsertions:
+        upsertions[u.name].append(u)
     results = []
-    for name, user_changes in changes.items():
+    for name in dict.fromkeys([*deletions, *upsertions]):
         try:
             ctx.authorize(header, "Alter", "Cluster")
-            upsert, delete = _changes(name, user_changes)
+            upsert, delete = _changes(name, deletions[name], upsertions[name])
             await ctx.call(ctx.broker.users.alter, name, upsert, delete)
             code, message = ErrorCode.none, None
         except _Refused as e:
@@ -90,27 +93,21 @@ class _Refused(Exception):
         self.code = code
 
 
-def _changes(name: str, changes: list[Any]) -> tuple[list[ScramCredential], list[str]]:
+def _changes(name: str, deletions: list[Any], upsertions: list[Any]) -> tuple[list[ScramCredential], list[str]]:
     """A user's upsertions as credentials and its deletions as mechanisms, or Kafka's refusal."""
-    mechanisms = [SCRAM_MECHANISMS.get(c.mechanism) for c in changes]
-    if None in mechanisms:
-        unknown = next(c.mechanism for c in changes if c.mechanism not in SCRAM_MECHANISMS)
+    changes = [*deletions, *upsertions]
+    unknown = [c.mechanism for c in changes if c.mechanism not in SCRAM_MECHANISMS]
+    if unknown:
         raise _Refused(
-            ErrorCode.unsupported_sasl_mechanism, f"SCRAM mechanism {unknown}: expected {', '.join(MECHANISMS)}"
+            ErrorCode.unsupported_sasl_mechanism, f"SCRAM mechanism {unknown[0]}: expected {', '.join(MECHANISMS)}"
         )
-    if len(set(mechanisms)) < len(mechanisms):
+    if len({c.mechanism for c in changes}) < len(changes):
         raise _Refused(ErrorCode.duplicate_resource, f"user {name!r}: a mechanism is altered more than once")
-    upsert, delete = [], []
-    for change, mechanism in zip(changes, mechanisms, strict=True):
-        if not hasattr(change, "salted_password"):
-            delete.append(str(mechanism))
-            continue
-        try:
-            upsert.append(
-                ScramCredential.from_salted_password(
-                    str(mechanism), change.salt, change.iterations, change.salted_password
-                )
-            )
-        except ConfigError as e:
-            raise _Refused(ErrorCode.unacceptable_credential, f"user {name!r}: {e}") from None
-    return upsert, delete
+    try:
+        upsert = [
+            ScramCredential.from_salted_password(SCRAM_MECHANISMS[u.mechanism], u.salt, u.iterations, u.salted_password)
+            for u in upsertions
+        ]
+    except ConfigError as e:
+        raise _Refused(ErrorCode.unacceptable_credential, f"user {name!r}: {e}") from None
+    return upsert, [SCRAM_MECHANISMS[d.mechanism] for d in deletions]
