@@ -57,6 +57,10 @@ class AclBinding(NamedTuple):
             raise ConfigError(f"ACL principal {self.principal!r}: expected User:NAME or User:*")
         if not self.resource_name:
             raise ConfigError("ACL resource name is empty")
+        if self.resource_type == "Cluster" and (self.resource_name, self.pattern_type) != (CLUSTER, "Literal"):
+            raise ConfigError(
+                f"ACL on the cluster {self.resource_name!r}: the cluster's one name is {CLUSTER!r}, literal"
+            )
         return self
 
     def covers(self, principal: str, resource_type: str, name: str) -> bool:
