@@ -40,6 +40,7 @@ from kafka.admin import ACLResourcePatternType as KPattern
 from kafka.admin import ResourcePatternFilter as KResource
 from kafka.admin import ResourceType as KResourceType
 from kafka.errors import ClusterAuthorizationFailedError
+from kafka.errors import InvalidRequestError as KafkaInvalidRequestError
 from kafka.errors import NoError as KafkaNoError
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.sasl import SaslHandshakeRequest
@@ -375,6 +376,9 @@ def test_admin_clients_manage_acls_that_take_effect_without_a_restart(root: str)
         assert found == [wanted[1]]
         described, error = kafka_python(server, "admin", "SCRAM-SHA-256").describe_acls(ANY_ACL)
         assert error is KafkaNoError and len(described) == 2
+        cluster_action = KAclFilter(None, None, KOperation.CLUSTER_ACTION, KPermission.ANY, ANY_ACL.resource_pattern)
+        with pytest.raises(KafkaInvalidRequestError, match="ACL operation 9: kop's ACLs take All, Read"):
+            kafka_python(server, "admin", "SCRAM-SHA-256").describe_acls(cluster_action)
 
         (deleted,) = admin.delete_acls([matching(ResourcePatternType.ANY, "orders-", "User:alice")]).values()
         assert deleted.result(30) == [wanted[1]]

@@ -38,26 +38,28 @@ _RESOURCE_CODES, _PATTERN_CODES, _OPERATION_CODES, _PERMISSION_CODES = (
 )
 
 
-def _name(table: dict[int, str], code: int, what: str, *, filter_: bool = False) -> str | None:
-    if filter_ and code == ANY:
-        return None
+def _name(table: dict[int, str], code: int, what: str) -> str:
     if code not in table:
         raise ConfigError(f"ACL {what} {code}: kop's ACLs take {', '.join(table.values())}")
     return table[code]
+
+
+def _wanted(table: dict[int, str], code: int, what: str) -> str | None:
+    """A filter's value: None for Kafka's ANY."""
+    return None if code == ANY else _name(table, code, what)
 
 
 def _filter(f: Any) -> AclFilter | None:
     """The filter a request gives; None when it can match nothing here (a host other than ``*``)."""
     if f.host_filter not in (None, "*"):
         return None
-    resource_type = _name(RESOURCE_TYPES, f.resource_type_filter, "resource type", filter_=True)
     return AclFilter(
         principal=f.principal_filter,
-        permission=_name(PERMISSIONS, f.permission_type, "permission", filter_=True),
-        operation=_name(OPERATIONS, f.operation, "operation", filter_=True),
-        resource_type=resource_type,
+        permission=_wanted(PERMISSIONS, f.permission_type, "permission"),
+        operation=_wanted(OPERATIONS, f.operation, "operation"),
+        resource_type=_wanted(RESOURCE_TYPES, f.resource_type_filter, "resource type"),
         resource_name=f.resource_name_filter,
-        pattern_type=_name(PATTERN_TYPES, f.pattern_type_filter, "pattern type") or "Any",
+        pattern_type=_name(PATTERN_TYPES, f.pattern_type_filter, "pattern type"),
     )
 
 
@@ -69,9 +71,9 @@ def _binding(c: Any) -> AclBinding:
         raise ConfigError(f"ACL pattern type {pattern}: a binding's is Literal or Prefixed")
     return AclBinding(
         principal=c.principal,
-        permission=str(_name(PERMISSIONS, c.permission_type, "permission")),
-        operation=str(_name(OPERATIONS, c.operation, "operation")),
-        resource_type=str(_name(RESOURCE_TYPES, c.resource_type, "resource type")),
+        permission=_name(PERMISSIONS, c.permission_type, "permission"),
+        operation=_name(OPERATIONS, c.operation, "operation"),
+        resource_type=_name(RESOURCE_TYPES, c.resource_type, "resource type"),
         resource_name=c.resource_name,
         pattern_type=pattern,
     ).check()
@@ -112,6 +114,8 @@ async def describe_acls(ctx: ServerContext, header: RequestHeader, request: Any)
         ctx.authorize(header, "Describe", "Cluster")
         wanted = _filter(request)
         found = [] if wanted is None else [b for b in await ctx.call(ctx.broker.acls.bindings) if wanted.matches(b)]
+    except ConfigError as e:
+        return answer(ErrorCode.invalid_request, str(e))
     except Exception as e:
         return answer(error_code(e, "describe ACLs"), str(e))
     by_resource: dict[tuple[str, str, str], list[AclBinding]] = {}
