@@ -292,9 +292,11 @@ def test_admin_clients_alter_a_topics_configs_and_the_server_applies_them_at_onc
 
     # the legacy AlterConfigs: the topic's own settings become those given. kafka-python sends
     # the topic's other own settings along (read first), as it must; librdkafka sends what it is given.
-    KafkaAdminClient(bootstrap_servers=server.bootstrap).alter_configs(
+    kafka_python = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    kafka_python.alter_configs(
         [KConfigResource(KConfigResourceType.TOPIC, "cfg", configs={"retention.ms": "90000"})], incremental=False
     )
+    kafka_python.close()
     with Broker(server.root) as b:
         kept = {"max.message.bytes": 2000, "cleanup.policy": "compact", **own_default}
         assert b.topic_config("cfg", own=True) == {**kept, "retention.ms": 90000}

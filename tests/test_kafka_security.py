@@ -308,14 +308,19 @@ def test_altering_configs_takes_alter_configs_which_allows_describing_them_and_d
 ANY_ACL = KAclFilter(None, None, KOperation.ANY, KPermission.ANY, KResource(KResourceType.ANY, None, KPattern.ANY))
 
 
-def kafka_python(server: KopServer, user: str, mechanism: str) -> KafkaAdminClient:
-    return KafkaAdminClient(
+def describe_acls(server: KopServer, user: str, mechanism: str, acl_filter: KAclFilter) -> tuple[list, Any]:
+    """kafka-python's DescribeAcls, by a client closed after: its I/O thread would outlive the test."""
+    client = KafkaAdminClient(
         bootstrap_servers=server.bootstraps["SASL_PLAINTEXT"],
         security_protocol="SASL_PLAINTEXT",
         sasl_mechanism=mechanism,
         sasl_plain_username=user,
         sasl_plain_password=PASSWORDS[user],
     )
+    try:
+        return client.describe_acls(acl_filter)
+    finally:
+        client.close()
 
 
 def test_admin_clients_manage_acls_that_take_effect_without_a_restart(root: str) -> None:
@@ -332,7 +337,7 @@ def test_admin_clients_manage_acls_that_take_effect_without_a_restart(root: str)
         bob = AdminClient(sasl(server, "bob", PASSWORDS["bob"], "SCRAM-SHA-512"))  # nothing on the cluster
         # (librdkafka 2.x drops DescribeAcls' top-level error and answers []: kafka-python reports it)
         with pytest.raises(ClusterAuthorizationFailedError, match="User:bob may not Describe Cluster"):
-            kafka_python(server, "bob", "SCRAM-SHA-512").describe_acls(ANY_ACL)
+            describe_acls(server, "bob", "SCRAM-SHA-512", ANY_ACL)
         (refused,) = bob.create_acls(
             [acl(ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, AclOperation.READ)]
         ).values()
@@ -374,11 +379,11 @@ def test_admin_clients_manage_acls_that_take_effect_without_a_restart(root: str)
         # a Match filter: what applies to orders-eu; kafka-python reads the same bindings
         found = admin.describe_acls(matching(ResourcePatternType.MATCH, "orders-eu")).result(30)
         assert found == [wanted[1]]
-        described, error = kafka_python(server, "admin", "SCRAM-SHA-256").describe_acls(ANY_ACL)
+        described, error = describe_acls(server, "admin", "SCRAM-SHA-256", ANY_ACL)
         assert error is KafkaNoError and len(described) == 2
         cluster_action = KAclFilter(None, None, KOperation.CLUSTER_ACTION, KPermission.ANY, ANY_ACL.resource_pattern)
         with pytest.raises(KafkaInvalidRequestError, match="ACL operation 9: kop's ACLs take All, Read"):
-            kafka_python(server, "admin", "SCRAM-SHA-256").describe_acls(cluster_action)
+            describe_acls(server, "admin", "SCRAM-SHA-256", cluster_action)
 
         (deleted,) = admin.delete_acls([matching(ResourcePatternType.ANY, "orders-", "User:alice")]).values()
         assert deleted.result(30) == [wanted[1]]

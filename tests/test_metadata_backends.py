@@ -20,6 +20,7 @@ from kop_spark import Broker, Record
 from kop_spark.errors import BadVersionError, ConfigError, MetadataStoreUnavailableError
 from kop_spark.storage.ledger_metadata import LedgerRecord, LogMetadata
 from kop_spark.storage.metadata import open_metadata_store
+from kop_spark.storage.metadata.zookeeper import close_sessions
 from kop_spark.storage.metadata_store import MetadataStore, Versioned, update
 
 from . import servers
@@ -213,8 +214,11 @@ def test_nothing_listening_is_an_error_naming_it_in_bounded_time(url: str, monke
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
     s = open_metadata_store(url.format(port=port), timeout_s=1, session_timeout_s=1)
     started = time.monotonic()
-    with pytest.raises(MetadataStoreUnavailableError, match=f"127.0.0.1:{port}|nobucket"):
-        s.get("a")
+    try:
+        with pytest.raises(MetadataStoreUnavailableError, match=f"127.0.0.1:{port}|nobucket"):
+            s.get("a")
+    finally:  # a ZooKeeper session would go on reconnecting, with kazoo's jitter from ``random``, all run
+        close_sessions(f"127.0.0.1:{port}")
     assert time.monotonic() - started < 20  # bounded: not a hang (the bound is loose on purpose)
 
 

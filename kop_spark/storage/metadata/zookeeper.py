@@ -53,6 +53,16 @@ class _Session:
         return self._connected.wait(timeout_s) and self.client.connected
 
 
+def close_sessions(hosts: str) -> None:
+    """Stop this process's session with the ensemble ``hosts``, for a process done with it: a
+    session otherwise keeps reconnecting in the background for as long as the process lives."""
+    with _sessions_lock:
+        session = _sessions.pop((hosts, os.getpid()), None)
+    if session is not None:
+        session.client.stop()
+        session.client.close()
+
+
 def parse_zk_url(url: str) -> tuple[str, str]:
     """``zk:h1:2181,h2:2181/chroot`` -> (``h1:2181,h2:2181``, ``/chroot``)."""
     spec = url[len("zk:") :].removeprefix("//")
