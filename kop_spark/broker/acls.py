@@ -141,17 +141,17 @@ class Acls:
 
     def remove(self, bindings: Iterable[AclBinding]) -> int:
         """Remove the bindings given; how many there were."""
-        gone = set(bindings)
-        return len(self.remove_matching([AclFilter()], lambda b: b in gone)[0])
+        return len(self._remove([set(bindings).__contains__])[0])
 
-    def remove_matching(
-        self, filters: Sequence[AclFilter], also: Callable[[AclBinding], bool] = lambda b: True
-    ) -> list[list[AclBinding]]:
+    def remove_matching(self, filters: Sequence[AclFilter]) -> list[list[AclBinding]]:
         """Remove every binding a filter matches, in one change; the bindings each filter matched."""
+        return self._remove([f.matches for f in filters])
+
+    def _remove(self, tests: Sequence[Callable[[AclBinding], bool]]) -> list[list[AclBinding]]:
         matched: list[list[AclBinding]] = []
 
         def without(current: list[AclBinding]) -> list[AclBinding]:
-            matched[:] = [[b for b in current if f.matches(b) and also(b)] for f in filters]
+            matched[:] = [[b for b in current if test(b)] for test in tests]
             gone = {b for found in matched for b in found}
             return [b for b in current if b not in gone]
 

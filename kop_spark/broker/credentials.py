@@ -37,9 +37,11 @@ class ScramCredential(NamedTuple):
 
     @staticmethod
     def from_password(mechanism: str, password: str, iterations: int = MIN_ITERATIONS) -> ScramCredential:
+        check_mechanism(mechanism)
         salt = os.urandom(32)
-        salted = hashlib.pbkdf2_hmac(MECHANISMS[mechanism], password.encode(), salt, iterations)
-        return ScramCredential.from_salted_password(mechanism, salt, iterations, salted)
+        return ScramCredential.from_salted_password(
+            mechanism, salt, iterations, salted_password(MECHANISMS[mechanism], password, salt, iterations)
+        )
 
     @staticmethod
     def from_salted_password(mechanism: str, salt: bytes, iterations: int, salted: bytes) -> ScramCredential:
@@ -51,11 +53,12 @@ class ScramCredential(NamedTuple):
         if not salt or not salted:
             raise ConfigError(f"a {mechanism} credential needs a salt and a salted password")
         hash_name = MECHANISMS[mechanism]
-        client_key, server_key = (hmac.digest(salted, label, hash_name) for label in (b"Client Key", b"Server Key"))
+        client_key, server_key = scram_keys(hash_name, salted)
         return ScramCredential(mechanism, salt, iterations, hashlib.new(hash_name, client_key).digest(), server_key)
 
     def verify_password(self, password: str) -> bool:
-        client_key, _ = scram_keys(self.hash_name, password, self.salt, self.iterations)
+        salted = salted_password(self.hash_name, password, self.salt, self.iterations)
+        client_key, _ = scram_keys(self.hash_name, salted)
         return hmac.compare_digest(hashlib.new(self.hash_name, client_key).digest(), self.stored_key)
 
     def to_json(self) -> dict[str, object]:
@@ -75,9 +78,13 @@ class ScramCredential(NamedTuple):
         )
 
 
-def scram_keys(hash_name: str, password: str, salt: bytes, iterations: int) -> tuple[bytes, bytes]:
-    """ClientKey and ServerKey of a password (RFC 5802 §3)."""
-    salted = hashlib.pbkdf2_hmac(hash_name, password.encode(), salt, iterations)
+def salted_password(hash_name: str, password: str, salt: bytes, iterations: int) -> bytes:
+    """SaltedPassword = Hi(password, salt, iterations) (RFC 5802 §3)."""
+    return hashlib.pbkdf2_hmac(hash_name, password.encode(), salt, iterations)
+
+
+def scram_keys(hash_name: str, salted: bytes) -> tuple[bytes, bytes]:
+    """ClientKey and ServerKey of a salted password (RFC 5802 §3)."""
     return hmac.digest(salted, b"Client Key", hash_name), hmac.digest(salted, b"Server Key", hash_name)
 
 

@@ -140,8 +140,7 @@ class SinkCommits:
         sees until a commit appends them. A Spark task stages its output this way."""
         b = self._broker
         _, meta = b.admin.metadata(topic)
-        b.admin.check_partition(topic, partition, meta)
-        log = b.admin.log(topic, partition, meta)
+        log = b.admin.log(topic, partition, meta)  # checks the partition
         roll_mb = b.config["managedLedgerMaxSizePerLedgerMbytes"]
         if not b.fileio.supports_append:  # built in memory before they are written
             roll_mb = min(roll_mb, b.config["wholeLedgerMaxSizeMbytes"])

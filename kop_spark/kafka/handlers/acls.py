@@ -38,6 +38,11 @@ _RESOURCE_CODES, _PATTERN_CODES, _OPERATION_CODES, _PERMISSION_CODES = (
 )
 
 
+def _code(e: Exception, where: str) -> ErrorCode:
+    """A request kop's ACLs cannot take is INVALID_REQUEST, as Kafka answers one."""
+    return ErrorCode.invalid_request if isinstance(e, ConfigError) else error_code(e, where)
+
+
 def _name(table: dict[int, str], code: int, what: str) -> str:
     if code not in table:
         raise ConfigError(f"ACL {what} {code}: kop's ACLs take {', '.join(table.values())}")
@@ -114,10 +119,8 @@ async def describe_acls(ctx: ServerContext, header: RequestHeader, request: Any)
         ctx.authorize(header, "Describe", "Cluster")
         wanted = _filter(request)
         found = [] if wanted is None else [b for b in await ctx.call(ctx.broker.acls.bindings) if wanted.matches(b)]
-    except ConfigError as e:
-        return answer(ErrorCode.invalid_request, str(e))
     except Exception as e:
-        return answer(error_code(e, "describe ACLs"), str(e))
+        return answer(_code(e, "describe ACLs"), str(e))
     by_resource: dict[tuple[str, str, str], list[AclBinding]] = {}
     for b in found:
         by_resource.setdefault((b.resource_type, b.resource_name, b.pattern_type), []).append(b)
@@ -143,10 +146,8 @@ async def create_acls(ctx: ServerContext, header: RequestHeader, request: Any) -
         try:
             ctx.authorize(header, "Alter", "Cluster")
             await ctx.call(ctx.broker.acls.add, [_binding(c)])
-        except ConfigError as e:
-            code, message = ErrorCode.invalid_request, str(e)
         except Exception as e:
-            code, message = error_code(e, "create ACLs"), str(e)
+            code, message = _code(e, "create ACLs"), str(e)
         results.append(make(m.AclCreationResult, error_code=code, error_message=message))
     return make(m.CreateAclsResponse, throttle_time=datetime.timedelta(0), results=tuple(results))
 
@@ -167,9 +168,6 @@ async def delete_acls(ctx: ServerContext, header: RequestHeader, request: Any) -
         usable = [f for f in filters if f is not None]
         removed = iter(await ctx.call(ctx.broker.acls.remove_matching, usable))
         results = [result(ErrorCode.none, None, [] if f is None else next(removed)) for f in filters]
-    except ConfigError as e:
-        results = [result(ErrorCode.invalid_request, str(e), []) for _ in request.filters]
     except Exception as e:
-        code = error_code(e, "delete ACLs")
-        results = [result(code, str(e), []) for _ in request.filters]
+        results = [result(_code(e, "delete ACLs"), str(e), []) for _ in request.filters]
     return make(m.DeleteAclsResponse, throttle_time=datetime.timedelta(0), filter_results=tuple(results))
