@@ -156,7 +156,13 @@ _SETTINGS = [
         "transactional.id.expiration.ms",
         604800000,
         _int_at_least(1),
-        "Forget an exactly-once writer's (a streaming query's) last batch this long after it",
+        "Forget an exactly-once writer (a streaming query, a Kafka transactional id) this long after its last batch",
+    ),
+    Setting(
+        "transaction.max.timeout.ms",
+        900000,
+        _int_at_least(1),
+        "The longest transaction.timeout.ms a transactional producer may ask for",
     ),
     Setting("offsetsTopicNumPartitions", 50, _int_at_least(1), "Partitions of the offsets topic __consumer_offsets"),
     Setting(

@@ -99,6 +99,29 @@ class InvalidProducerEpochError(KopError):
     INVALID_PRODUCER_EPOCH)."""
 
 
+class ProducerFencedError(KopError):
+    """A transactional producer whose epoch is not its transactional id's current one: a newer
+    instance took the id over, or its transaction was aborted on timeout (Kafka: PRODUCER_FENCED)."""
+
+
+class InvalidTxnStateError(KopError):
+    """A transactional request that its transaction's state does not allow, such as a produce to a
+    partition not added to it (Kafka: INVALID_TXN_STATE)."""
+
+
+class ConcurrentTransactionsError(KopError):
+    """A transactional id changed by another process in the middle of a request; retriable (Kafka:
+    CONCURRENT_TRANSACTIONS)."""
+
+
+class InvalidProducerIdMappingError(KopError):
+    """A producer id that is not its transactional id's (Kafka: INVALID_PRODUCER_ID_MAPPING)."""
+
+
+class InvalidTransactionTimeoutError(KopError, ValueError):
+    """A transaction timeout above ``transaction.max.timeout.ms`` (Kafka: INVALID_TRANSACTION_TIMEOUT)."""
+
+
 class RecordTooLargeError(KopError, ValueError):
     """A batch larger than the topic's ``max.message.bytes`` (Kafka: MESSAGE_TOO_LARGE)."""
 

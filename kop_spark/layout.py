@@ -6,6 +6,7 @@ knows the layout (docs/ledger-format.md draws it)::
     <root>/_staging/<writer>/<batch>/<task dir>/<id>.ledger    a sink's output no reader sees yet
     <root>/_staging/<writer>/<batch>/<task dir>/<id>.staged    (empty) names a ledger staged in its
                                                                partition's directory (no renames)
+    <root>/_staging/txn-<digest>/<transaction>/producer/...    a Kafka transaction's produced batches
     <root>/_faults/<point>                   crash points armed by tests
 
     topics/<tenant>/<ns>/<topic>                                 a topic: partitions, config
@@ -13,12 +14,14 @@ knows the layout (docs/ledger-format.md draws it)::
     sinks/<writer>                                               an exactly-once writer's batch record
     kafka/producer-ids                                           the next idempotent producer id
     kafka/groups/<group>                                         a group's live members (kop serve)
+    kafka/transactions/txn-<digest>                              a transactional id's producer and state
 
 Pulsar names managed ledgers tenant/namespace/persistent/topic; so does this layout.
 """
 
 from __future__ import annotations
 
+import hashlib
 import urllib.parse
 
 from .topic_name import TopicName
@@ -35,6 +38,20 @@ SINKS = "sinks"
 KAFKA = "kafka"
 METADATA_PREFIXES = (TOPICS, MANAGED_LEDGERS, SINKS, KAFKA)
 PRODUCER_IDS_KEY = f"{KAFKA}/producer-ids"  # the next idempotent producer id to hand out
+
+
+TRANSACTIONS = f"{KAFKA}/transactions"
+
+
+def transaction_writer(transactional_id: str) -> str:
+    """The name a transactional id's commits and staging go by: a digest, as an id may hold any
+    character and must be a path component on every store."""
+    return "txn-" + hashlib.sha256(transactional_id.encode()).hexdigest()[:32]
+
+
+def transaction_key(transactional_id: str) -> str:
+    """Where a transactional id's producer, epoch and transaction state are kept (``broker.transactions``)."""
+    return f"{TRANSACTIONS}/{transaction_writer(transactional_id)}"
 
 
 def live_group_key(group: str) -> str:

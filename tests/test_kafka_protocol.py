@@ -45,7 +45,14 @@ from kafka.protocol.consumer import (
     SyncGroupRequest,
 )
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
-from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    ProduceRequest,
+    TxnOffsetCommitRequest,
+)
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from kio.serial import entity_writer
 
@@ -121,6 +128,29 @@ REQUESTS: dict[int, Callable[[int], Any]] = {
     ),
     20: lambda v: wire_request(DeleteTopicsRequest, v, topic_names=[f"deleted{v}"], timeout_ms=5000),
     22: lambda v: wire_request(InitProducerIdRequest, v, transactional_id=None, transaction_timeout_ms=60000),
+    24: lambda v: wire_request(
+        AddPartitionsToTxnRequest,
+        v,
+        v3_and_below_transactional_id="tx",
+        v3_and_below_producer_id=1,
+        v3_and_below_producer_epoch=0,
+        v3_and_below_topics=[{"name": "t", "partitions": [0]}],
+    ),
+    25: lambda v: wire_request(
+        AddOffsetsToTxnRequest, v, transactional_id="tx", producer_id=1, producer_epoch=0, group_id="g"
+    ),
+    26: lambda v: wire_request(
+        EndTxnRequest, v, transactional_id="tx", producer_id=1, producer_epoch=0, committed=True
+    ),
+    28: lambda v: wire_request(
+        TxnOffsetCommitRequest,
+        v,
+        transactional_id="tx",
+        group_id="g",
+        producer_id=1,
+        producer_epoch=0,
+        topics=[{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1}]}],
+    ),
     11: lambda v: wire_request(
         JoinGroupRequest,
         v,
@@ -214,7 +244,19 @@ REQUESTS: dict[int, Callable[[int], Any]] = {
 }
 # What each asks of a group that does not have the member it names; a SASL request on a PLAINTEXT
 # listener is ILLEGAL_SASL_STATE.
-EXPECTED_ERRORS = {11: {0, 79}, 12: {25}, 13: {0, 25}, 14: {25}, 17: {34}, 36: {34}}
+# A transactional request naming an id with no producer is INVALID_PRODUCER_ID_MAPPING.
+EXPECTED_ERRORS = {
+    11: {0, 79},
+    12: {25},
+    13: {0, 25},
+    14: {25},
+    17: {34},
+    36: {34},
+    24: {49},
+    25: {49},
+    26: {49},
+    28: {49},
+}
 CASES = [(key, v) for key, api in sorted(APIS.items()) for v in range(api.min_version, api.max_version + 1)]
 
 

@@ -28,7 +28,7 @@ OPERATIONS = (
     "IdempotentWrite",
     "All",
 )
-RESOURCE_TYPES = ("Topic", "Group", "Cluster")
+RESOURCE_TYPES = ("Topic", "Group", "Cluster", "TransactionalId")
 PATTERN_TYPES = ("Literal", "Prefixed")
 PERMISSIONS = ("Allow", "Deny")
 CLUSTER = "kafka-cluster"  # the cluster resource's one name
@@ -40,7 +40,7 @@ class AclBinding(NamedTuple):
     principal: str  # User:NAME, or User:* for everyone
     permission: str  # Allow | Deny
     operation: str
-    resource_type: str  # Topic | Group | Cluster
+    resource_type: str  # Topic | Group | Cluster | TransactionalId
     resource_name: str
     pattern_type: str = "Literal"
 

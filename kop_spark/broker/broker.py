@@ -47,6 +47,7 @@ from .log_manager import LogManager
 from .maintenance import Housekeeper, MaintenanceReport, RepairReport
 from .producer_batches import ProducerBatches, next_producer_id
 from .sink_commits import SinkCommits
+from .transactions import Transactions
 from .validation import Produced, checked_batches, queued_produce
 
 T = TypeVar("T")
@@ -73,6 +74,7 @@ class Broker:
         self._groups = GroupOffsets(self)
         self.live_groups = LiveGroups(self.store, clock)  # consumer groups' members, as kop serve sees them
         self.users, self.acls = Users(self.store), Acls(self.store)  # whom kop serve lets in, and to what
+        self.transactions = Transactions(self)  # Kafka transactions' producers and states
         self._lock = threading.Lock()
         # Keyless records stick to one partition per call, from a random one on (drawn from the OS: a
         # process's ``random`` is its user's), so one-shot processes do not all start at partition 0.

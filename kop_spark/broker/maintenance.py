@@ -119,6 +119,7 @@ class Housekeeper:
         if topic is None:
             report.files_removed += self._remove_dead_staging(staging, doomed)
             sinks.expire(now - b.config["transactional.id.expiration.ms"])
+            b.transactions.expire(now - b.config["transactional.id.expiration.ms"])
         return report
 
     def _staging_by_batch(self, now: int, grace_ms: int) -> list[_StagedBatch]:

@@ -37,8 +37,9 @@ from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
 from .. import layout
-from ..errors import BadVersionError, OrphanRemovedError
+from ..errors import BadVersionError, OrphanRemovedError, UnknownTopicOrPartitionError
 from ..faults import crash_point
+from ..group.coordinator import OffsetAndMetadata
 from ..storage.metadata_store import Unchanged, update
 from ..storage.staging import StagedLedger, task_stager
 from ..topic_name import TopicPartition
@@ -56,7 +57,8 @@ SINK_LEASE_MS = 60_000  # staged output with no heartbeat this long belongs to a
 
 
 class SinkBatch(NamedTuple):
-    """A writer's batch record."""
+    """A writer's batch record: the staged ledgers of each partition, and the consumer offsets
+    committed with them (a Kafka transaction's ``TxnOffsetCommit``), by group."""
 
     writer: str
     batch: int
@@ -64,9 +66,10 @@ class SinkBatch(NamedTuple):
     streaming: bool
     updated_ms: int
     partitions: dict[TopicPartition, tuple[StagedLedger, ...]]
+    offsets: Mapping[str, Mapping[TopicPartition, OffsetAndMetadata]] = {}
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "batch": self.batch,
             "state": self.state,
             "streaming": self.streaming,
@@ -76,13 +79,26 @@ class SinkBatch(NamedTuple):
                 for (t, p), ledgers in sorted(self.partitions.items())
             ],
         }
+        if self.offsets:
+            out["offsets"] = [
+                {"group": g, "topic": t, "partition": p, "offset": o.offset, "metadata": o.metadata}
+                for g, offsets in sorted(self.offsets.items())
+                for (t, p), o in sorted(offsets.items())
+            ]
+        return out
 
     @classmethod
     def from_json(cls, writer: str, value: dict) -> SinkBatch:
         partitions = {
             (e["topic"], e["partition"]): tuple(StagedLedger(*l) for l in e["ledgers"]) for e in value["partitions"]
         }
-        return cls(writer, value["batch"], value["state"], value["streaming"], value["updated_ms"], partitions)
+        offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        for e in value.get("offsets", ()):
+            offsets.setdefault(e["group"], {})[(e["topic"], e["partition"])] = OffsetAndMetadata(
+                e["offset"], e["metadata"]
+            )
+        state = (value["batch"], value["state"], value["streaming"], value["updated_ms"])
+        return cls(writer, *state, partitions, offsets)
 
     @property
     def ledgers(self) -> list[StagedLedger]:
@@ -149,27 +165,32 @@ class SinkCommits:
         return StagedPartition(topic, partition, stager, roll_mb << 20, config, self._clock)
 
     def commit(
-        self, writer: str, batch: int, staged: Mapping[TopicPartition, Sequence[StagedLedger]], *, streaming: bool
+        self,
+        writer: str,
+        batch: int,
+        staged: Mapping[TopicPartition, Sequence[StagedLedger]],
+        *,
+        streaming: bool,
+        offsets: Mapping[str, Mapping[TopicPartition, OffsetAndMetadata]] | None = None,
     ) -> SinkBatch | None:
-        """Commit ``staged`` as ``writer``'s ``batch``, or complete the record of that batch if an
-        earlier run made one. Returns the batch applied, or None if it was complete already (this
-        run's ``staged`` output is then not used: the caller deletes it)."""
-        record = self._begin(writer, batch, staged, streaming)
+        """Commit ``staged`` as ``writer``'s ``batch``, with groups' ``offsets``, or complete the
+        record of that batch if an earlier run made one. Returns the batch applied, or None if it
+        was complete already (this run's ``staged`` output is then not used: the caller deletes it)."""
+        record = self._begin(writer, batch, staged, streaming, offsets or {})
         if record is not None:
             self.complete(record)
         return record
 
     def _begin(
-        self, writer: str, batch: int, staged: Mapping[TopicPartition, Sequence[StagedLedger]], streaming: bool
+        self,
+        writer: str,
+        batch: int,
+        staged: Mapping[TopicPartition, Sequence[StagedLedger]],
+        streaming: bool,
+        offsets: Mapping[str, Mapping[TopicPartition, OffsetAndMetadata]],
     ) -> SinkBatch | None:
-        record = SinkBatch(
-            writer,
-            batch,
-            COMMITTING,
-            streaming,
-            self._clock.now_ms(),
-            {tp: tuple(ls) for tp, ls in staged.items() if any(l.records for l in ls)},
-        )
+        partitions = {tp: tuple(ls) for tp, ls in staged.items() if any(l.records for l in ls)}
+        record = SinkBatch(writer, batch, COMMITTING, streaming, self._clock.now_ms(), partitions, offsets)
         found: list[SinkBatch | None] = []
 
         def begin(value: dict | None) -> dict | None:
@@ -200,13 +221,18 @@ class SinkCommits:
         return found[-1]
 
     def complete(self, record: SinkBatch) -> None:
-        """Append every partition of the batch that is not appended yet, then mark it done (a batch
-        job's record goes instead, then its traces in the partitions)."""
+        """Append every partition of the batch that is not appended yet, commit its offsets, then
+        mark it done (a batch job's record goes instead, then its traces in the partitions)."""
         key = (f"spark:{record.writer}", record.batch)
         partitions = sorted(record.partitions.items())
         broker = self._broker
         appends = [partial(broker.append_staged, t, p, ledgers, key) for (t, p), ledgers in partitions]
         self._each_partition(appends, "sink-commit")
+        for group, offsets in record.offsets.items():
+            try:
+                broker.commit_offsets(group, offsets)
+            except UnknownTopicOrPartitionError:
+                pass  # a topic deleted since: its offsets went with it
         self._set_state(record, DONE if record.streaming else None)
         if not record.streaming:
             # Only once the record is gone: a partition that has forgotten the batch would take it

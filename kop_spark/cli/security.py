@@ -55,11 +55,11 @@ def _users(args: argparse.Namespace) -> int:
 
 
 def _bindings(args: argparse.Namespace) -> list[AclBinding]:
-    resources = [("Topic", t) for t in args.topic or ()] + [("Group", g) for g in args.group or ()]
+    resources = [(rtype, name) for rtype, names in _named(args).items() for name in names]
     if args.cluster:
         resources.append(("Cluster", CLUSTER))
     if not resources:
-        raise ConfigError("kop acls: name a resource with --topic, --group or --cluster")
+        raise ConfigError("kop acls: name a resource with --topic, --group, --transactional-id or --cluster")
     principals = [("Allow", p) for p in args.allow_principal or ()] + [("Deny", p) for p in args.deny_principal or ()]
     if not principals:
         raise ConfigError("kop acls: name a principal with --allow-principal or --deny-principal User:NAME")
@@ -72,6 +72,12 @@ def _bindings(args: argparse.Namespace) -> list[AclBinding]:
     ]
 
 
+def _named(args: argparse.Namespace) -> dict[str, list[str]]:
+    """The resources named by type: --topic, --group and --transactional-id, as kafka-acls takes them."""
+    named = {"Topic": args.topic, "Group": args.group, "TransactionalId": args.transactional_id}
+    return {rtype: names for rtype, names in named.items() if names}
+
+
 def _acls(args: argparse.Namespace) -> int:
     with open_broker(args) as b:
         if args.action == "add":
@@ -82,11 +88,9 @@ def _acls(args: argparse.Namespace) -> int:
         elif args.action == "remove":
             print(f"removed {b.acls.remove(_bindings(args))} ACL(s)")
         else:
+            named = _named(args)
             for binding in b.acls.bindings():
-                wanted = (args.topic and binding.resource_type == "Topic" and binding.resource_name in args.topic) or (
-                    args.group and binding.resource_type == "Group" and binding.resource_name in args.group
-                )
-                if wanted or not (args.topic or args.group):
+                if not named or binding.resource_name in named.get(binding.resource_type, ()):
                     print(binding)
     return 0
 
@@ -108,6 +112,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     acls.add_argument("--operation", action="append", choices=OPERATIONS)
     acls.add_argument("--topic", action="append")
     acls.add_argument("--group", action="append")
+    acls.add_argument("--transactional-id", action="append")
     acls.add_argument("--cluster", action="store_true")
     acls.add_argument("--resource-pattern-type", choices=["literal", "prefixed"], default="literal")
     acls.set_defaults(run=_acls)

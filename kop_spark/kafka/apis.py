@@ -22,6 +22,7 @@ from .handlers import (
     produce,
     producers,
     sasl,
+    transactions,
     users,
 )
 from .messages import RequestHeader, make, response_module
@@ -77,6 +78,10 @@ APIS: dict[int, Api] = {
         Api(20, 1, 5, admin.delete_topics),
         Api(21, 0, 2, admin.delete_records),
         Api(22, 0, 4, producers.init_producer_id),
+        Api(24, 0, 3, transactions.add_partitions_to_txn),
+        Api(25, 0, 3, transactions.add_offsets_to_txn),
+        Api(26, 0, 3, transactions.end_txn),
+        Api(28, 0, 3, transactions.txn_offset_commit),
         Api(29, 1, 3, acls.describe_acls),
         Api(30, 1, 3, acls.create_acls),
         Api(31, 1, 3, acls.delete_acls),

@@ -31,10 +31,15 @@ class ClusterAuthorizationFailedError(AuthorizationFailedError):
     """Kafka's CLUSTER_AUTHORIZATION_FAILED."""
 
 
+class TransactionalIdAuthorizationFailedError(AuthorizationFailedError):
+    """Kafka's TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+
+
 REFUSALS: dict[str, type[AuthorizationFailedError]] = {
     "Topic": TopicAuthorizationFailedError,
     "Group": GroupAuthorizationFailedError,
     "Cluster": ClusterAuthorizationFailedError,
+    "TransactionalId": TransactionalIdAuthorizationFailedError,
 }
 
 

@@ -20,6 +20,7 @@ from .group_publisher import GroupPublisher
 from .listeners import Listener
 from .messages import RequestHeader
 from .session import ANONYMOUS
+from .transaction_coordinator import TransactionCoordinator
 
 T = TypeVar("T")
 
@@ -57,6 +58,7 @@ class ServerContext:
             lambda group, live, valid_ms: self.call(broker.live_groups.publish, group, live, valid_ms),
             self.membership.groups,
         )
+        self.transactions = TransactionCoordinator(broker)
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="kop-serve")
 
     def advertised(self, header: RequestHeader) -> Listener:

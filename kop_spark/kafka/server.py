@@ -25,6 +25,7 @@ from .tls import certificate_principal, server_context
 log = logging.getLogger(__name__)
 
 STOP_GRACE_S = 30.0  # longest a stop waits for requests in flight
+TRANSACTION_CHECK_S = 1.0  # how often transactions past their timeout are looked for
 
 
 class KafkaServer:
@@ -62,6 +63,7 @@ class KafkaServer:
         self._background = [
             asyncio.ensure_future(ctx.publisher.run()),
             asyncio.ensure_future(authorization.run(lambda: ctx.call(self.broker.acls.bindings))),
+            asyncio.ensure_future(_abort_timed_out_transactions(ctx)),
         ]
         for listener in self.bound:
             log.info("kop serve: listening on %s (root %s)", listener, self.broker.root)
@@ -106,6 +108,17 @@ class KafkaServer:
             await self.ctx.publisher.withdraw()
             self.ctx.close()
         log.info("kop serve: stopped")
+
+
+async def _abort_timed_out_transactions(ctx: ServerContext) -> None:
+    """Abort transactions past their timeout every ``TRANSACTION_CHECK_S``, until cancelled
+    (Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms)."""
+    while True:
+        await asyncio.sleep(TRANSACTION_CHECK_S)
+        try:
+            await ctx.call(ctx.transactions.abort_timed_out)
+        except Exception as e:
+            log.warning("cannot abort timed-out transactions (trying again): %s", e)
 
 
 async def serve(broker: Broker, listeners: str | None = None, advertised: str | None = None) -> None:

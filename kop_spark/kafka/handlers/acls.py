@@ -18,7 +18,7 @@ from ..messages import RequestHeader, make, response_module
 
 ANY = 1  # Kafka's ANY, of each of the enums below
 # Kafka's ResourceType, PatternType, AclOperation and AclPermissionType codes, by kop's names
-RESOURCE_TYPES = {2: "Topic", 3: "Group", 4: "Cluster"}
+RESOURCE_TYPES = {2: "Topic", 3: "Group", 4: "Cluster", 5: "TransactionalId"}
 PATTERN_TYPES = {1: "Any", 2: "Match", 3: "Literal", 4: "Prefixed"}
 OPERATIONS = {
     2: "All",

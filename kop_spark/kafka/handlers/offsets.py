@@ -1,4 +1,4 @@
-"""FIND_COORDINATOR (this node, for every group), OFFSET_COMMIT and OFFSET_FETCH: offsets go to the
+"""FIND_COORDINATOR (this node, for every group and transactional id), OFFSET_COMMIT and OFFSET_FETCH: offsets go to the
 same offsets topic through the Broker's coordinator, so wire consumers, Spark queries and CLI
 resets share one view (``kop groups``)."""
 
@@ -15,14 +15,18 @@ from ..error_codes import error_code
 from ..messages import RequestHeader, make, response_module
 
 NO_GENERATION = -1  # a commit from outside any group generation (assign(), tools)
+TRANSACTION = 1  # FindCoordinator's key type of a transactional id (0: a group)
 
 
 async def find_coordinator(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
     here = {"node_id": NODE_ID, "host": ctx.advertised(header).host, "port": ctx.advertised(header).port}
 
-    def code(key: str) -> ErrorCode:  # key_type 1 (transactions) is not served; its ACLs do not apply
-        allowed = getattr(request, "key_type", 0) != 0 or ctx.allowed(header, "Describe", "Group", key)
+    def code(key: str) -> ErrorCode:
+        if getattr(request, "key_type", 0) == TRANSACTION:
+            allowed = ctx.allowed(header, "Describe", "TransactionalId", key)
+            return ErrorCode.none if allowed else ErrorCode.transactional_id_authorization_failed
+        allowed = ctx.allowed(header, "Describe", "Group", key)
         return ErrorCode.none if allowed else ErrorCode.group_authorization_failed
 
     if header.api_version >= 4:

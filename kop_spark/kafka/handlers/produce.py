@@ -1,6 +1,6 @@
 """PRODUCE: each partition's batches are stored as they came (KoP's ``entryFormat=kafka``), after
 the Broker's checks (CRC, size, keys on compacted topics); the answer is the base offset the
-confirming CAS gave them. The batches are queued for their partitions' next writes before the
+confirming CAS gave them; a transaction's batches wait, staged, for its commit. The batches are queued for their partitions' next writes before the
 connection's next request is taken, and written while it is: requests a client pipelines, and
 other connections' appends to the same partitions, share writes and CASes (group commit)."""
 
@@ -25,8 +25,7 @@ _NOTHING = Produced(-1, -1, -1)  # what a refused partition's answer says
 async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
     if request.transactional_id is not None:
-        # Transactions are not supported; Kafka answers a transactional produce it cannot take so.
-        return _answer(m, request, lambda t, p: _partition(m, p.index, ErrorCode.transactional_id_authorization_failed))
+        return await _staged(ctx, header, m, request)
     # Queued in request order (this connection's next request waits for it), written later.
     queued = {
         (t.name, p.index): await _queue(ctx, header, t.name, p.index, p.records)
@@ -41,6 +40,24 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
         return None if request.acks == 0 else _answer(m, request, lambda t, p: done[(t.name, p.index)])
 
     return asyncio.ensure_future(written())
+
+
+async def _staged(ctx: ServerContext, header: RequestHeader, m: Any, request: Any) -> Any:
+    """A transactional produce: staged until the transaction commits, when the batches get their
+    offsets (``TransactionCoordinator``); so it answers offset -1."""
+    tid = request.transactional_id
+    done: dict[tuple[str, int], Any] = {}
+    for t in request.topic_data:
+        for p in t.partition_data:
+            try:
+                ctx.authorize(header, "Write", "TransactionalId", tid)
+                ctx.authorize(header, "Write", "Topic", t.name)
+                await ctx.call(ctx.transactions.produce, tid, t.name, p.index, p.records or b"")
+                done[(t.name, p.index)] = _partition(m, p.index, ErrorCode.none)
+            except Exception as e:
+                code = error_code(e, f"transactional produce to {t.name}-{p.index}")
+                done[(t.name, p.index)] = _partition(m, p.index, code)
+    return None if request.acks == 0 else _answer(m, request, lambda t, p: done[(t.name, p.index)])
 
 
 def _answer(m: Any, request: Any, partition: Any) -> Any:

@@ -1,7 +1,8 @@
 """INIT_PRODUCER_ID for idempotent producers: a new producer id with epoch 0 on every call, as a
 Kafka broker answers one without a transactional id. The sequence checks themselves happen where
 the batches are appended, in the CAS that appends them (``storage.producer_state``), so they hold
-for every path into a partition and across restarts. Transactions are not supported."""
+for every path into a partition and across restarts. A transactional producer's is answered in
+``transactions``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from kio.schema.errors import ErrorCode
 from ..context import ServerContext
 from ..error_codes import error_code
 from ..messages import RequestHeader, make, response_module
+from . import transactions
 
 
 async def init_producer_id(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
@@ -28,7 +30,7 @@ async def init_producer_id(ctx: ServerContext, header: RequestHeader, request: A
         )
 
     if request.transactional_id is not None:
-        return answer(ErrorCode.transactional_id_authorization_failed)
+        return await transactions.init_producer_id(ctx, header, request)
     # Kafka lets an idempotent producer in with IdempotentWrite on the cluster or Write on any topic.
     if not ctx.allowed(header, "IdempotentWrite", "Cluster") and not await _writes_somewhere(ctx, header):
         return answer(ErrorCode.cluster_authorization_failed)

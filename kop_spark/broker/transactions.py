@@ -1,0 +1,238 @@
+"""Kafka transactions, their durable side (Kafka's transaction log): each transactional id's
+producer id and epoch, its timeout, and the state of its current transaction, in one metadata key
+(``kafka/transactions/txn-<digest>``) changed by CAS.
+
+A transaction's batches are staged (``_staging/txn-<digest>/<n>/``), never appended to a
+partition before the transaction commits. Offsets so stay continuous, and every reader, whatever
+its isolation level, sees committed records only: the log stable offset is the high watermark and
+no fetch has aborted transactions to skip. Commit is a sink commit (``SinkCommits``) of batch
+``n`` under the id's writer: every partition's staged ledgers and the consumer offsets sent with
+TxnOffsetCommit, all or nothing, exactly once. Abort deletes what was staged.
+
+States, as Kafka's coordinator names them: Empty, then Ongoing from the first partition or group
+added, then CompleteCommit or CompleteAbort, then Ongoing with the next transaction. A new
+InitProducerId bumps the epoch, fencing the older instance, and first ends a transaction left
+Ongoing: rolled forward if its commit was recorded, aborted if not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from .. import layout
+from ..errors import BadVersionError, ConcurrentTransactionsError, InvalidProducerIdMappingError, ProducerFencedError
+from ..group.coordinator import OffsetAndMetadata
+from ..storage.metadata_store import Unchanged, update
+from ..storage.staging import StagedLedger
+from ..topic_name import TopicPartition
+from .producer_batches import next_producer_id
+from .sink_commits import COMMITTING
+from .validation import StagedPartition, checked_batches
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+EMPTY, ONGOING, COMPLETE_COMMIT, COMPLETE_ABORT = "Empty", "Ongoing", "CompleteCommit", "CompleteAbort"
+_MAX_EPOCH = 32767  # an int16: past it, the id gets a new producer id at epoch 0, as in Kafka
+
+
+class TransactionState(NamedTuple):
+    """A transactional id's durable state."""
+
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    timeout_ms: int
+    state: str
+    transaction: int  # the current transaction's number, or the last one's
+    updated_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return self._asdict()
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> TransactionState:
+        return cls(**value)
+
+    @property
+    def writer(self) -> str:
+        return layout.transaction_writer(self.transactional_id)
+
+    def check_owner(self, producer_id: int, epoch: int) -> None:
+        """Refuse a request from a producer that is not this id's current one."""
+        if producer_id != self.producer_id:
+            raise InvalidProducerIdMappingError(
+                f"transactional id {self.transactional_id!r} belongs to producer {self.producer_id}, not {producer_id}"
+            )
+        if epoch != self.epoch:
+            raise ProducerFencedError(
+                f"transactional id {self.transactional_id!r}: producer {producer_id} has epoch {epoch}, but the "
+                f"current epoch is {self.epoch}: a newer instance took the id over, or its transaction was aborted"
+            )
+
+
+class TransactionPartition:
+    """A partition's share of a transaction: produced batches, checked as a produce checks them,
+    staged until the transaction ends."""
+
+    def __init__(self, broker: Broker, topic: str, partition: int, staged: StagedPartition):
+        self._broker = broker
+        self.topic = topic
+        self.partition = partition
+        self._staged = staged
+
+    def append(self, records: bytes) -> None:
+        """Stage a produce's record batches (refused whole if one fails the broker's checks)."""
+        checked = checked_batches(self._broker, self.topic, self.partition, [records], None)
+        self._staged.append(checked.batches)
+
+    def finish(self) -> tuple[StagedLedger, ...]:
+        return self._staged.finish()
+
+
+class Transactions:
+    def __init__(self, broker: Broker):
+        self._broker = broker
+        self._store = broker.store
+        self._clock = broker.clock
+
+    def get(self, transactional_id: str) -> TransactionState | None:
+        value = self._store.get(layout.transaction_key(transactional_id)).value
+        return None if value is None else TransactionState.from_json(value)
+
+    def _change(
+        self, transactional_id: str, change: Callable[[TransactionState | None], TransactionState]
+    ) -> TransactionState:
+        """CAS the id's state to ``change(current)``, which may raise ``Unchanged``; returns the
+        state the id is left in."""
+        result: list[TransactionState] = []
+
+        def apply(value: dict | None) -> dict:
+            old = None if value is None else TransactionState.from_json(value)
+            try:
+                new = change(old)._replace(updated_ms=self._clock.now_ms())
+            except Unchanged:
+                result[:] = [old] if old is not None else []
+                raise
+            result[:] = [new]
+            return new.to_json()
+
+        update(self._store, layout.transaction_key(transactional_id), apply)
+        return result[0]
+
+    def init_producer_id(
+        self, transactional_id: str, timeout_ms: int, current: tuple[int, int] | None = None
+    ) -> TransactionState:
+        """The id's producer with its epoch bumped (a new producer id at first use), fencing any
+        older instance; a transaction it left Ongoing is ended first. ``current`` (a producer
+        recovering, KIP-360) must be the id's producer and epoch."""
+        found = self.get(transactional_id)
+        if found is not None and found.state == ONGOING:
+            if current is not None:
+                found.check_owner(*current)
+            self.end_leftover(found)
+        fresh: list[int] = []
+
+        def bump(old: TransactionState | None) -> TransactionState:
+            if old is not None and current is not None:
+                old.check_owner(*current)
+            if old is not None and old.state == ONGOING:
+                raise ConcurrentTransactionsError(
+                    f"transactional id {transactional_id!r}: another process began a transaction meanwhile"
+                )
+            if old is None or old.epoch >= _MAX_EPOCH - 1:
+                fresh[:] = fresh or [next_producer_id(self._store)]
+                producer, epoch = fresh[0], 0
+            else:
+                producer, epoch = old.producer_id, old.epoch + 1
+            state, transaction = (EMPTY, 0) if old is None else (old.state, old.transaction)
+            return TransactionState(transactional_id, producer, epoch, timeout_ms, state, transaction, 0)
+
+        return self._change(transactional_id, bump)
+
+    def begin(self, transactional_id: str, producer_id: int, epoch: int) -> TransactionState:
+        """Start the id's next transaction (Ongoing); the state as it is if one is under way."""
+
+        def begin(old: TransactionState | None) -> TransactionState:
+            owner = _owned(transactional_id, old, producer_id, epoch)
+            if owner.state == ONGOING:
+                raise Unchanged
+            return owner._replace(state=ONGOING, transaction=owner.transaction + 1)
+
+        return self._change(transactional_id, begin)
+
+    def commit(
+        self,
+        state: TransactionState,
+        staged: Mapping[TopicPartition, Sequence[StagedLedger]],
+        offsets: Mapping[str, Mapping[TopicPartition, OffsetAndMetadata]],
+    ) -> TransactionState:
+        """Commit the Ongoing transaction of ``state``: its staged ledgers and its groups' offsets,
+        all or nothing; run again after a failure, it completes what the first run recorded."""
+        _owned(state.transactional_id, self.get(state.transactional_id), state.producer_id, state.epoch)
+        sinks = self._broker.sink_commits
+        sinks.commit(state.writer, state.transaction, staged, streaming=True, offsets=offsets)
+        sinks.remove_staged(state.writer, state.transaction)
+        return self._complete(state, COMPLETE_COMMIT, fence=False)
+
+    def abort(self, state: TransactionState, *, fence: bool = False) -> TransactionState:
+        """Abort the Ongoing transaction of ``state``, deleting what it staged; with ``fence`` (a
+        timeout, a transaction the server lost) the epoch is bumped, so its producer is fenced."""
+        self._broker.sink_commits.remove_staged(state.writer, state.transaction)
+        return self._complete(state, COMPLETE_ABORT, fence=fence)
+
+    def end_leftover(self, state: TransactionState) -> TransactionState:
+        """End a transaction left Ongoing by a server that is gone: roll its commit forward if one
+        was recorded, else abort it. Its staged ledgers are condemned first, so a commit still in
+        flight somewhere fails rather than record ledgers that are being deleted."""
+        sinks = self._broker.sink_commits
+        fileio = self._broker.fileio
+        staged = [p for p, _ in fileio.walk_files(layout.staging_dir(state.writer, state.transaction))]
+        sinks.condemn(state.writer, {i for i in map(layout.staged_ledger_id, staged) if i is not None})
+        record = sinks.record(state.writer)
+        committed = record is not None and record.batch == state.transaction
+        if record is not None and committed and record.state == COMMITTING:
+            sinks.complete(record)
+        sinks.remove_staged(state.writer, state.transaction)
+        return self._complete(state, COMPLETE_COMMIT if committed else COMPLETE_ABORT, fence=not committed)
+
+    def _complete(self, state: TransactionState, outcome: str, *, fence: bool) -> TransactionState:
+        def complete(old: TransactionState | None) -> TransactionState:
+            owner = _owned(state.transactional_id, old, state.producer_id, state.epoch)
+            if (owner.state, owner.transaction) != (ONGOING, state.transaction):
+                raise Unchanged
+            bumped = owner.epoch + 1 if fence and owner.epoch < _MAX_EPOCH else owner.epoch
+            return owner._replace(state=outcome, epoch=bumped)
+
+        return self._change(state.transactional_id, complete)
+
+    def stage(self, state: TransactionState, topic: str, partition: int) -> TransactionPartition:
+        """Start staging a partition's batches for the Ongoing transaction of ``state``."""
+        task_dir = layout.staging_task_dir(state.writer, state.transaction, "producer")
+        staged = self._broker.sink_commits.stage(topic, partition, task_dir)
+        return TransactionPartition(self._broker, topic, partition, staged)
+
+    def expire(self, older_than_ms: int) -> int:
+        """Forget the ids with no transaction under way whose last change is older than
+        ``older_than_ms`` (``transactional.id.expiration.ms``), as Kafka does."""
+        dropped = 0
+        for key in self._store.list_keys(layout.TRANSACTIONS):
+            current = self._store.get(key)
+            value = current.value
+            if value is not None and value["state"] != ONGOING and value["updated_ms"] < older_than_ms:
+                try:
+                    self._store.put(key, None, current.version)
+                    dropped += 1
+                except BadVersionError:
+                    pass  # changed meanwhile: in use
+        return dropped
+
+
+def _owned(transactional_id: str, state: TransactionState | None, producer_id: int, epoch: int) -> TransactionState:
+    if state is None:
+        raise InvalidProducerIdMappingError(
+            f"transactional id {transactional_id!r} has no producer: InitProducerId first"
+        )
+    state.check_owner(producer_id, epoch)
+    return state

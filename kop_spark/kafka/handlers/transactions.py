@@ -1,0 +1,164 @@
+"""A transactional producer's requests: InitProducerId with a transactional id, AddPartitionsToTxn,
+AddOffsetsToTxn, TxnOffsetCommit and EndTxn, over the server's ``TransactionCoordinator``. Each
+needs Write on the transactional id, as in Kafka, and what it adds needs Write on its topics or
+Read on its group. A fenced producer is told PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH in the
+versions before that code (KIP-588)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...broker import OffsetAndMetadata
+from ...errors import ProducerFencedError
+from ..context import ServerContext
+from ..error_codes import error_code
+from ..messages import RequestHeader, make, response_module
+
+# The first version of each API whose client knows PRODUCER_FENCED.
+_FENCED_FROM = {22: 4, 24: 2, 25: 2, 26: 2, 28: 3}
+_NONE = datetime.timedelta(0)
+
+
+def _code(header: RequestHeader, e: Exception, where: str) -> ErrorCode:
+    if isinstance(e, ProducerFencedError) and header.api_version < _FENCED_FROM[header.api_key]:
+        return ErrorCode.invalid_producer_epoch
+    return error_code(e, where)
+
+
+async def init_producer_id(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    m = response_module(header.api_key, header.api_version)
+    tid = request.transactional_id
+    current = (request.producer_id, request.producer_epoch) if getattr(request, "producer_id", -1) != -1 else None
+    try:
+        ctx.authorize(header, "Write", "TransactionalId", tid)
+        timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
+        producer_id, epoch = await ctx.call(ctx.transactions.init_producer_id, tid, timeout_ms, current)
+        code = ErrorCode.none
+    except Exception as e:
+        producer_id, epoch, code = -1, -1, _code(header, e, f"InitProducerId of transactional id {tid!r}")
+    return make(
+        m.InitProducerIdResponse, throttle_time=_NONE, error_code=code, producer_id=producer_id, producer_epoch=epoch
+    )
+
+
+async def add_partitions_to_txn(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    m = response_module(header.api_key, header.api_version)
+    tid = request.v3_and_below_transactional_id
+    wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+    try:
+        ctx.authorize(header, "Write", "TransactionalId", tid)
+        refused = {(t, p): e for t, p in wanted if (e := _refusal(ctx, header, "Write", "Topic", t)) is not None}
+        if refused:
+            codes = {tp: refused.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
+        else:
+            await ctx.call(
+                ctx.transactions.add_partitions,
+                tid,
+                request.v3_and_below_producer_id,
+                request.v3_and_below_producer_epoch,
+                wanted,
+            )
+            codes = dict.fromkeys(wanted, ErrorCode.none)
+    except Exception as e:
+        codes = dict.fromkeys(wanted, _code(header, e, f"AddPartitionsToTxn of transactional id {tid!r}"))
+    topics = tuple(
+        make(
+            m.AddPartitionsToTxnTopicResult,
+            name=t.name,
+            results_by_partition=tuple(
+                make(m.AddPartitionsToTxnPartitionResult, partition_index=p, partition_error_code=codes[(t.name, p)])
+                for p in t.partitions
+            ),
+        )
+        for t in request.v3_and_below_topics
+    )
+    return make(m.AddPartitionsToTxnResponse, throttle_time=_NONE, results_by_topic_v3_and_below=topics)
+
+
+def _refusal(ctx: ServerContext, header: RequestHeader, operation: str, rtype: str, name: str) -> ErrorCode | None:
+    try:
+        ctx.authorize(header, operation, rtype, name)
+        return None
+    except Exception as e:
+        return error_code(e, f"{operation} {rtype} {name!r}")
+
+
+async def add_offsets_to_txn(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    m = response_module(header.api_key, header.api_version)
+    tid = request.transactional_id
+    try:
+        ctx.authorize(header, "Write", "TransactionalId", tid)
+        ctx.authorize(header, "Read", "Group", request.group_id)
+        await ctx.call(ctx.transactions.add_offsets, tid, request.producer_id, request.producer_epoch, request.group_id)
+        code = ErrorCode.none
+    except Exception as e:
+        code = _code(header, e, f"AddOffsetsToTxn of transactional id {tid!r}")
+    return make(m.AddOffsetsToTxnResponse, throttle_time=_NONE, error_code=code)
+
+
+async def txn_offset_commit(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    m = response_module(header.api_key, header.api_version)
+    tid, group = request.transactional_id, request.group_id
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+    fenced = ctx.membership.validate_commit(
+        group,
+        getattr(request, "generation_id", -1),
+        getattr(request, "member_id", ""),
+        getattr(request, "group_instance_id", None),
+    )
+    for t in request.topics:
+        code: ErrorCode = fenced if fenced != ErrorCode.none else ErrorCode.unknown_topic_or_partition
+        partitions = 0
+        try:
+            if fenced == ErrorCode.none:
+                ctx.authorize(header, "Write", "TransactionalId", tid)
+                ctx.authorize(header, "Read", "Group", group)
+                ctx.authorize(header, "Read", "Topic", t.name)
+                partitions = await ctx.call(ctx.broker.partitions_for, t.name)
+        except Exception as e:
+            code = _code(header, e, f"TxnOffsetCommit of transactional id {tid!r} to {t.name}")
+        for p in t.partitions:
+            if 0 <= p.partition_index < partitions:
+                offsets[(t.name, p.partition_index)] = OffsetAndMetadata(p.committed_offset, p.committed_metadata or "")
+            else:
+                codes[(t.name, p.partition_index)] = code
+    if offsets:
+        try:
+            await ctx.call(
+                ctx.transactions.commit_offsets, tid, request.producer_id, request.producer_epoch, group, offsets
+            )
+            codes.update(dict.fromkeys(offsets, ErrorCode.none))
+        except Exception as e:
+            codes.update(dict.fromkeys(offsets, _code(header, e, f"TxnOffsetCommit of transactional id {tid!r}")))
+    topics = tuple(
+        make(
+            m.TxnOffsetCommitResponseTopic,
+            name=t.name,
+            partitions=tuple(
+                make(
+                    m.TxnOffsetCommitResponsePartition,
+                    partition_index=p.partition_index,
+                    error_code=codes[(t.name, p.partition_index)],
+                )
+                for p in t.partitions
+            ),
+        )
+        for t in request.topics
+    )
+    return make(m.TxnOffsetCommitResponse, throttle_time=_NONE, topics=topics)
+
+
+async def end_txn(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    m = response_module(header.api_key, header.api_version)
+    tid = request.transactional_id
+    try:
+        ctx.authorize(header, "Write", "TransactionalId", tid)
+        await ctx.call(ctx.transactions.end, tid, request.producer_id, request.producer_epoch, request.committed)
+        code = ErrorCode.none
+    except Exception as e:
+        code = _code(header, e, f"EndTxn of transactional id {tid!r}")
+    return make(m.EndTxnResponse, throttle_time=_NONE, error_code=code)

@@ -1,0 +1,202 @@
+"""The transaction coordinator of ``kop serve`` (Kafka's ``TransactionCoordinator``): what a
+transactional producer's requests do, over the durable states of ``broker.transactions``.
+
+The server holds each transaction under way: the partitions added (each staging its batches),
+the groups added and the offsets sent for them, when it began. Like group membership, that is the
+server's own state: a transactional id is served by one ``kop serve`` at a time. A transaction
+that outlives its ``transaction.timeout.ms`` is aborted and its producer fenced (its epoch bumped),
+as Kafka does; so is one the server finds Ongoing that it does not hold, left by a server that
+stopped (its staged batches may be incomplete), unless its commit was recorded, which then
+completes. Sequence numbers are checked per partition as for idempotent producers, within the
+server's life: a batch sent again is not staged twice.
+
+Produced batches get offsets only when the transaction commits, so a produce answers offset -1,
+as Kafka answers ``acks=0``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ..broker import Broker, OffsetAndMetadata
+from ..broker.transactions import COMPLETE_ABORT, COMPLETE_COMMIT, ONGOING, TransactionPartition, TransactionState
+from ..errors import (
+    InvalidProducerIdMappingError,
+    InvalidRecordError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+)
+from ..record import RecordBatch, split_batches
+from ..storage.producer_state import ProducerEntry, check_producers
+from ..topic_name import TopicPartition
+
+
+@dataclass
+class _Producer:
+    """What the server holds of a transactional id."""
+
+    state: TransactionState
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    sequences: dict[TopicPartition, dict[int, ProducerEntry]] = field(default_factory=dict)
+    partitions: dict[TopicPartition, TransactionPartition] = field(default_factory=dict)
+    offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = field(default_factory=dict)
+    began_ms: int = 0
+
+    def reset(self, state: TransactionState) -> None:
+        """Take ``state``, holding no transaction's partitions or offsets."""
+        self.state = state
+        self.partitions, self.offsets = {}, {}
+
+
+class TransactionCoordinator:
+    def __init__(self, broker: Broker):
+        self._broker = broker
+        self._transactions = broker.transactions
+        self._clock = broker.clock
+        self._max_timeout_ms = broker.config["transaction.max.timeout.ms"]
+        self._producers: dict[str, _Producer] = {}
+        self._lock = threading.Lock()
+
+    def init_producer_id(
+        self, transactional_id: str, timeout_ms: int, current: tuple[int, int] | None = None
+    ) -> tuple[int, int]:
+        """InitProducerId: the id's producer id and its new epoch."""
+        if not 0 < timeout_ms <= self._max_timeout_ms:
+            raise InvalidTransactionTimeoutError(
+                f"transactional id {transactional_id!r}: transaction.timeout.ms={timeout_ms} is not within "
+                f"1 to transaction.max.timeout.ms={self._max_timeout_ms}"
+            )
+        with self._lock:
+            held = self._producers.pop(transactional_id, None)
+        if held is not None:
+            with held.lock:
+                if held.state.state == ONGOING and held.began_ms:  # else a lost one: ended below
+                    if current is not None:
+                        held.state.check_owner(*current)
+                    self._transactions.abort(held.state)
+        state = self._transactions.init_producer_id(transactional_id, timeout_ms, current)
+        with self._lock:
+            self._producers[transactional_id] = _Producer(state)
+        return state.producer_id, state.epoch
+
+    def _held(self, transactional_id: str) -> _Producer:
+        with self._lock:
+            held = self._producers.get(transactional_id)
+            if held is None:
+                state = self._transactions.get(transactional_id)
+                if state is None:
+                    raise InvalidProducerIdMappingError(
+                        f"transactional id {transactional_id!r} has no producer: InitProducerId first"
+                    )
+                held = self._producers[transactional_id] = _Producer(state)
+        return held
+
+    def _owned(self, held: _Producer, producer_id: int, epoch: int) -> None:
+        """Check the producer's ownership, ending first a transaction this server lost or that timed out."""
+        state = held.state
+        if state.state == ONGOING and not held.began_ms:
+            held.reset(self._transactions.end_leftover(state))
+        elif state.state == ONGOING and self._clock.now_ms() - held.began_ms > state.timeout_ms:
+            held.reset(self._transactions.abort(state, fence=True))
+        held.state.check_owner(producer_id, epoch)
+
+    def _begin(self, held: _Producer) -> None:
+        if held.state.state != ONGOING:
+            held.reset(self._transactions.begin(held.state.transactional_id, held.state.producer_id, held.state.epoch))
+            held.began_ms = self._clock.now_ms()
+
+    def add_partitions(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition]
+    ) -> None:
+        """AddPartitionsToTxn: all the partitions, or none if one cannot be (the error says which)."""
+        held = self._held(transactional_id)
+        with held.lock:
+            self._owned(held, producer_id, epoch)
+            wanted = [tp for tp in dict.fromkeys(partitions) if tp not in held.partitions]
+            for topic, p in wanted:
+                self._broker.admin.check_partition(topic, p, self._broker.admin.metadata(topic)[1])
+            self._begin(held)
+            for topic, p in wanted:
+                held.partitions[(topic, p)] = self._transactions.stage(held.state, topic, p)
+
+    def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group: str) -> None:
+        """AddOffsetsToTxn: the group's offsets may be sent with TxnOffsetCommit."""
+        held = self._held(transactional_id)
+        with held.lock:
+            self._owned(held, producer_id, epoch)
+            self._begin(held)
+            held.offsets.setdefault(group, {})
+
+    def commit_offsets(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group: str,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+    ) -> None:
+        """TxnOffsetCommit: offsets the group gets if the transaction commits."""
+        held = self._held(transactional_id)
+        with held.lock:
+            self._owned(held, producer_id, epoch)
+            if held.state.state != ONGOING or group not in held.offsets:
+                raise InvalidTxnStateError(
+                    f"transactional id {transactional_id!r}: offsets of group {group!r} sent before AddOffsetsToTxn"
+                )
+            held.offsets[group].update(offsets)
+
+    def produce(self, transactional_id: str, topic: str, partition: int, records: bytes) -> None:
+        """A transactional produce to one partition: staged, or not again if it was a retry."""
+        held = self._held(transactional_id)
+        where = f"transactional produce to {topic}-{partition}"
+        batches = [bytes(b) for b in split_batches(records)]
+        views = [RecordBatch(b) for b in batches]
+        if not views:
+            raise InvalidRecordError(f"{where}: no record batches given")
+        with held.lock:
+            for v in views:
+                if not v.is_transactional:
+                    raise InvalidRecordError(f"{where}: a batch without the transactional flag")
+                self._owned(held, v.producer_id, v.producer_epoch)
+            staged = held.partitions.get((topic, partition))
+            if held.state.state != ONGOING or staged is None:
+                raise InvalidTxnStateError(f"{where}: the partition was not added to the transaction")
+            sequences = dict(held.sequences.get((topic, partition), {}))
+            if check_producers(sequences, batches, where, -1, self._clock.now_ms()) is None:
+                staged.append(records)
+                held.sequences[(topic, partition)] = sequences
+
+    def end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
+        """EndTxn: commit or abort. Sent again after it succeeded, it succeeds again."""
+        held = self._held(transactional_id)
+        with held.lock:
+            self._owned(held, producer_id, epoch)
+            state = held.state
+            if state.state != ONGOING:
+                if state.state == (COMPLETE_COMMIT if commit else COMPLETE_ABORT):
+                    return
+                raise InvalidTxnStateError(
+                    f"transactional id {transactional_id!r}: {'commit' if commit else 'abort'} with no transaction "
+                    f"under way (state {state.state})"
+                )
+            if commit:
+                staged = {tp: p.finish() for tp, p in held.partitions.items()}
+                held.reset(self._transactions.commit(state, staged, held.offsets))
+            else:
+                held.reset(self._transactions.abort(state))
+
+    def abort_timed_out(self) -> int:
+        """Abort the transactions past their timeout, fencing their producers; returns how many."""
+        with self._lock:
+            producers = list(self._producers.values())
+        aborted = 0
+        now = self._clock.now_ms()
+        for held in producers:
+            with held.lock:
+                state = held.state
+                if state.state == ONGOING and held.began_ms and now - held.began_ms > state.timeout_ms:
+                    held.reset(self._transactions.abort(state, fence=True))
+                    aborted += 1
+        return aborted

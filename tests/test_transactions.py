@@ -1,0 +1,298 @@
+"""Kafka transactions under the wire protocol: the transaction coordinator of ``kop serve`` over a
+real store. A transaction's records are invisible until it commits, then all there, each once,
+at continuous offsets, with the group offsets sent with it; an abort, a timeout, a newer producer
+instance or a server that lost the transaction leaves nothing; and an exception at any step of a
+commit leaves it all or nothing, completed exactly once when the client sends EndTxn again."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+
+from kop_spark import Broker, Record, layout
+from kop_spark.broker import OffsetAndMetadata
+from kop_spark.broker.transactions import COMPLETE_ABORT, COMPLETE_COMMIT, ONGOING
+from kop_spark.clock import ManualClock
+from kop_spark.errors import (
+    InvalidProducerIdMappingError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+)
+from kop_spark.kafka.transaction_coordinator import TransactionCoordinator
+from kop_spark.record import build_record_batch
+
+from .conftest import read_partition
+from .faults import FAULTS, Injector, injected
+
+TID = "orders-tx"
+
+
+def _batch(pid: int, epoch: int, seq: int, *values: bytes) -> bytes:
+    records = [Record(v, key=v, timestamp_ms=1_900_000_000_000) for v in values]
+    return build_record_batch(
+        records, producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True
+    )
+
+
+def _values(b: Broker, topic: str, partition: int) -> list[bytes]:
+    start, end, records = read_partition(b, topic, partition)
+    assert [r.offset for r in records] == list(range(start, end))
+    return [r.value for r in records]
+
+
+def _staged_files(root: str) -> list[str]:
+    staging = os.path.join(root, layout.STAGING_DIR)
+    return [os.path.join(d, f) for d, _, files in os.walk(staging) for f in files]
+
+
+@pytest.fixture
+def broker(tmp_path):
+    b = Broker(str(tmp_path / "store"), clock=ManualClock())
+    b.create_topic("out", 2)
+    b.create_topic("in", 1)
+    yield b
+    b.close()
+
+
+def _open(c: TransactionCoordinator, timeout_ms: int = 60_000) -> tuple[int, int]:
+    pid, epoch = c.init_producer_id(TID, timeout_ms)
+    c.add_partitions(TID, pid, epoch, [("out", 0), ("out", 1)])
+    c.add_offsets(TID, pid, epoch, "g")
+    return pid, epoch
+
+
+def test_a_transaction_appears_whole_at_its_commit_with_its_offsets(broker):
+    c = TransactionCoordinator(broker)
+    pid, epoch = _open(c)
+    broker.produce("out", [Record(b"plain")], 0)  # another producer's record, before the commit
+    c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"a", b"b"))
+    c.produce(TID, "out", 1, _batch(pid, epoch, 0, b"c"))
+    c.produce(TID, "out", 0, _batch(pid, epoch, 2, b"d"))
+    c.commit_offsets(TID, pid, epoch, "g", {("in", 0): OffsetAndMetadata(7)})
+    assert _values(broker, "out", 0) == [b"plain"] and _values(broker, "out", 1) == []
+    assert broker.fetch_offsets("g") == {}
+    c.end(TID, pid, epoch, commit=True)
+    assert _values(broker, "out", 0) == [b"plain", b"a", b"b", b"d"] and _values(broker, "out", 1) == [b"c"]
+    assert broker.fetch_offsets("g")[("in", 0)].offset == 7
+    assert broker.transactions.get(TID).state == COMPLETE_COMMIT
+    c.end(TID, pid, epoch, commit=True)  # EndTxn sent again (its answer was lost): succeeds, nothing twice
+    assert _values(broker, "out", 0) == [b"plain", b"a", b"b", b"d"]
+    with pytest.raises(InvalidTxnStateError, match="abort with no transaction"):
+        c.end(TID, pid, epoch, commit=False)
+    assert _staged_files(broker.root) == []
+    # The next transaction goes on with the producer's sequences.
+    c.add_partitions(TID, pid, epoch, [("out", 1)])
+    c.produce(TID, "out", 1, _batch(pid, epoch, 1, b"e"))
+    c.end(TID, pid, epoch, commit=True)
+    assert _values(broker, "out", 1) == [b"c", b"e"]
+
+
+def test_an_abort_leaves_nothing_and_the_next_transaction_commits(broker):
+    c = TransactionCoordinator(broker)
+    pid, epoch = _open(c)
+    c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"x"))
+    c.commit_offsets(TID, pid, epoch, "g", {("in", 0): OffsetAndMetadata(3)})
+    assert _staged_files(broker.root) != []
+    c.end(TID, pid, epoch, commit=False)
+    assert _values(broker, "out", 0) == [] and broker.fetch_offsets("g") == {}
+    assert _staged_files(broker.root) == [] and broker.transactions.get(TID).state == COMPLETE_ABORT
+    c.add_partitions(TID, pid, epoch, [("out", 0)])
+    c.produce(TID, "out", 0, _batch(pid, epoch, 1, b"y"))
+    c.end(TID, pid, epoch, commit=True)
+    assert _values(broker, "out", 0) == [b"y"]
+
+
+def test_a_retried_batch_is_staged_once_and_a_gap_is_refused(broker):
+    c = TransactionCoordinator(broker)
+    pid, epoch = _open(c)
+    first = _batch(pid, epoch, 0, b"a", b"b")
+    c.produce(TID, "out", 0, first)
+    c.produce(TID, "out", 0, first)  # the client's retry of a batch whose answer it lost
+    with pytest.raises(OutOfOrderSequenceError, match="sent sequence 5, expected 2"):
+        c.produce(TID, "out", 0, _batch(pid, epoch, 5, b"c"))
+    c.end(TID, pid, epoch, commit=True)
+    assert _values(broker, "out", 0) == [b"a", b"b"]
+
+
+def test_requests_the_transaction_does_not_allow_are_refused(broker):
+    c = TransactionCoordinator(broker)
+    with pytest.raises(InvalidProducerIdMappingError, match="InitProducerId first"):
+        c.add_partitions(TID, 1, 0, [("out", 0)])
+    with pytest.raises(InvalidTransactionTimeoutError, match="transaction.max.timeout.ms=900000"):
+        c.init_producer_id(TID, 900_001)
+    pid, epoch = c.init_producer_id(TID, 60_000)
+    with pytest.raises(InvalidTxnStateError, match="out-1: the partition was not added"):
+        c.produce(TID, "out", 1, _batch(pid, epoch, 0, b"a"))
+    with pytest.raises(InvalidTxnStateError, match="before AddOffsetsToTxn"):
+        c.commit_offsets(TID, pid, epoch, "g", {("in", 0): OffsetAndMetadata(1)})
+    with pytest.raises(InvalidProducerIdMappingError, match=f"belongs to producer {pid}"):
+        c.add_partitions(TID, pid + 1, epoch, [("out", 0)])
+    with pytest.raises(Exception, match="out"):
+        c.add_partitions(TID, pid, epoch, [("out", 0), ("out", 9)])  # none added when one cannot be
+    assert broker.transactions.get(TID).state != ONGOING
+    c.add_partitions(TID, pid, epoch, [("out", 0)])
+    plain = build_record_batch([Record(b"a")], producer_id=pid, producer_epoch=epoch, base_sequence=0)
+    with pytest.raises(Exception, match="without the transactional flag"):
+        c.produce(TID, "out", 0, plain)
+
+
+def test_a_newer_instance_fences_the_older_and_aborts_its_transaction(broker):
+    c = TransactionCoordinator(broker)
+    pid, old = _open(c)
+    c.produce(TID, "out", 0, _batch(pid, old, 0, b"zombie"))
+    same_pid, new = c.init_producer_id(TID, 60_000)
+    assert (same_pid, new) == (pid, old + 1)
+    for call in (
+        lambda: c.end(TID, pid, old, commit=True),
+        lambda: c.produce(TID, "out", 0, _batch(pid, old, 1, b"late")),
+        lambda: c.add_partitions(TID, pid, old, [("out", 0)]),
+    ):
+        with pytest.raises(ProducerFencedError, match="a newer instance"):
+            call()
+    c.add_partitions(TID, pid, new, [("out", 0)])
+    c.produce(TID, "out", 0, _batch(pid, new, 0, b"new"))
+    c.end(TID, pid, new, commit=True)
+    assert _values(broker, "out", 0) == [b"new"]
+
+
+def test_a_recovering_producer_must_name_the_current_epoch(broker):
+    c = TransactionCoordinator(broker)
+    pid, epoch = c.init_producer_id(TID, 60_000)
+    with pytest.raises(ProducerFencedError):
+        c.init_producer_id(TID, 60_000, (pid, epoch - 1))
+    assert c.init_producer_id(TID, 60_000, (pid, epoch)) == (pid, epoch + 1)
+
+
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(broker):
+    c = TransactionCoordinator(broker)
+    pid, epoch = _open(c, timeout_ms=5_000)
+    c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"slow"))
+    broker.clock.advance(5_000)
+    assert c.abort_timed_out() == 0
+    broker.clock.advance(1)
+    assert c.abort_timed_out() == 1
+    assert broker.transactions.get(TID).state == COMPLETE_ABORT
+    with pytest.raises(ProducerFencedError):
+        c.end(TID, pid, epoch, commit=True)
+    assert _values(broker, "out", 0) == [] and _staged_files(broker.root) == []
+
+
+def test_a_transaction_past_its_timeout_is_fenced_at_its_next_request(broker):
+    c = TransactionCoordinator(broker)
+    pid, epoch = _open(c, timeout_ms=5_000)
+    broker.clock.advance(5_001)
+    with pytest.raises(ProducerFencedError):
+        c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"slow"))
+    assert _values(broker, "out", 0) == []
+
+
+def test_a_transaction_a_stopped_server_held_is_aborted_and_its_producer_fenced(broker):
+    c = TransactionCoordinator(broker)
+    pid, epoch = _open(c)
+    c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"lost"))
+    restarted = TransactionCoordinator(Broker(broker.root, clock=broker.clock))
+    with pytest.raises(ProducerFencedError):
+        restarted.end(TID, pid, epoch, commit=True)
+    assert _values(broker, "out", 0) == [] and _staged_files(broker.root) == []
+    pid2, epoch2 = restarted.init_producer_id(TID, 60_000)
+    assert (pid2, epoch2) == (pid, epoch + 2)  # fenced once, then bumped by the new instance
+
+
+def test_a_server_restart_between_transactions_goes_unnoticed(broker):
+    c = TransactionCoordinator(broker)
+    pid, epoch = _open(c)
+    c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"a"))
+    c.end(TID, pid, epoch, commit=True)
+    restarted = TransactionCoordinator(Broker(broker.root, clock=broker.clock))
+    restarted.end(TID, pid, epoch, commit=True)  # a retry reaching the restarted server
+    restarted.add_partitions(TID, pid, epoch, [("out", 0)])
+    restarted.produce(TID, "out", 0, _batch(pid, epoch, 1, b"b"))
+    restarted.end(TID, pid, epoch, commit=True)
+    assert _values(broker, "out", 0) == [b"a", b"b"]
+
+
+def _commit_with_fault(root: str, monkeypatch, at: int | None, fault) -> Injector:
+    """Stage a transaction and commit it with a fault at step ``at``: each partition has its part
+    or nothing; once the client sends EndTxn again, all of it is there, once, with its offsets."""
+    b = Broker(root)
+    b.create_topic("out", 2)
+    b.create_topic("in", 1)
+    c = TransactionCoordinator(b)
+    pid, epoch = _open(c)
+    c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"a", b"b"))
+    c.produce(TID, "out", 1, _batch(pid, epoch, 0, b"c"))
+    c.commit_offsets(TID, pid, epoch, "g", {("in", 0): OffsetAndMetadata(5)})
+    injector = Injector(at, fault)
+    try:
+        with injected(monkeypatch, injector):
+            c.end(TID, pid, epoch, commit=True)
+    except (KeyboardInterrupt, Exception):
+        pass
+    fresh = Broker(root)
+    after_fault = [_values(fresh, "out", 0), _values(fresh, "out", 1)]
+    # Partitions are appended one by one: until EndTxn comes again, each has its part or nothing.
+    assert after_fault[0] in ([], [b"a", b"b"]) and after_fault[1] in ([], [b"c"])
+    c.end(TID, pid, epoch, commit=True)  # the client sends EndTxn again
+    assert fresh.transactions.get(TID).state == COMPLETE_COMMIT
+    final = [_values(fresh, "out", 0), _values(fresh, "out", 1)]
+    assert final == [[b"a", b"b"], [b"c"]]
+    assert {tp: o.offset for tp, o in fresh.fetch_offsets("g").items()} == {("in", 0): 5}
+    assert _staged_files(root) == [] and fresh.verify() == {}
+    b.close()
+    return injector
+
+
+def test_an_exception_at_every_step_of_a_commit_leaves_it_all_or_nothing(tmp_path, monkeypatch):
+    steps = _commit_with_fault(str(tmp_path / "count"), monkeypatch, None, None).steps
+    assert steps > 0
+    for at in range(1, steps + 1):
+        fault = FAULTS[at % len(FAULTS)]  # each kind of fault at every sixth step: all at each took minutes
+        assert _commit_with_fault(str(tmp_path / str(at)), monkeypatch, at, fault).fired
+
+
+def test_a_commit_recorded_before_its_server_stopped_is_completed_by_the_next_instance(tmp_path, monkeypatch):
+    root = str(tmp_path / "store")
+    b = Broker(root)
+    b.create_topic("out", 2)
+    b.create_topic("in", 1)
+    c = TransactionCoordinator(b)
+    pid, epoch = _open(c)
+    c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"a"))
+    c.produce(TID, "out", 1, _batch(pid, epoch, 0, b"b"))
+    # The server stops with the commit recorded and one partition appended.
+    monkeypatch.setattr(b, "append_staged", _fail_after(b.append_staged, 1))
+    with pytest.raises(OSError, match="stopped"):
+        c.end(TID, pid, epoch, commit=True)
+    restarted = TransactionCoordinator(Broker(root))
+    restarted.init_producer_id(TID, 60_000)
+    fresh = Broker(root)
+    assert [_values(fresh, "out", 0), _values(fresh, "out", 1)] == [[b"a"], [b"b"]]
+    assert fresh.transactions.get(TID).state == COMPLETE_COMMIT
+
+
+def _fail_after(call, n: int):
+    calls = itertools.count()
+
+    def failing(*args, **kwargs):
+        if next(calls) >= n:  # counted before the call: partitions are appended concurrently
+            raise OSError("the server stopped")
+        return call(*args, **kwargs)
+
+    return failing
+
+
+def test_maintenance_forgets_idle_transactional_ids(broker):
+    c = TransactionCoordinator(broker)
+    pid, epoch = _open(c)
+    other = "still-open"
+    p2, e2 = c.init_producer_id(other, 60_000)
+    c.add_partitions(other, p2, e2, [("out", 1)])
+    c.end(TID, pid, epoch, commit=False)
+    broker.clock.advance(broker.config["transactional.id.expiration.ms"] + 1)
+    broker.maintenance()
+    assert broker.transactions.get(TID) is None
+    assert broker.transactions.get(other).state == ONGOING
