@@ -12,7 +12,8 @@ TxnOffsetCommit, all or nothing, exactly once. Abort deletes what was staged.
 States, as Kafka's coordinator names them: Empty, then Ongoing from the first partition or group
 added, then CompleteCommit or CompleteAbort, then Ongoing with the next transaction. A new
 InitProducerId bumps the epoch, fencing the older instance, and first ends a transaction left
-Ongoing: rolled forward if its commit was recorded, aborted if not.
+Ongoing: rolled forward if its commit was recorded, aborted if not. Once its commit is recorded,
+a transaction commits, whatever fails after: whoever comes next completes it.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ class Transactions:
         if found is not None and found.state == ONGOING:
             if current is not None:
                 found.check_owner(*current)
-            self.end_leftover(found)
+            self.end(found, lost=True)
         fresh: list[int] = []
 
         def bump(old: TransactionState | None) -> TransactionState:
@@ -176,26 +177,30 @@ class Transactions:
         sinks.remove_staged(state.writer, state.transaction)
         return self._complete(state, COMPLETE_COMMIT, fence=False)
 
-    def abort(self, state: TransactionState, *, fence: bool = False) -> TransactionState:
-        """Abort the Ongoing transaction of ``state``, deleting what it staged; with ``fence`` (a
-        timeout, a transaction the server lost) the epoch is bumped, so its producer is fenced."""
-        self._broker.sink_commits.remove_staged(state.writer, state.transaction)
-        return self._complete(state, COMPLETE_ABORT, fence=fence)
+    def recorded(self, state: TransactionState) -> bool:
+        """Whether the commit of ``state``'s transaction was recorded, so it is decided."""
+        record = self._broker.sink_commits.record(state.writer)
+        return record is not None and record.batch == state.transaction
 
-    def end_leftover(self, state: TransactionState) -> TransactionState:
-        """End a transaction left Ongoing by a server that is gone: roll its commit forward if one
-        was recorded, else abort it. Its staged ledgers are condemned first, so a commit still in
-        flight somewhere fails rather than record ledgers that are being deleted."""
+    def end(self, state: TransactionState, *, fence: bool = False, lost: bool = False) -> TransactionState:
+        """Abort the Ongoing transaction of ``state``, deleting what it staged; ``fence`` bumps the
+        epoch (a timeout, a transaction the server lost), so its producer is fenced. A transaction
+        whose commit was recorded (by an EndTxn that failed part way) cannot be aborted: its commit
+        is completed instead. Returns the outcome, CompleteAbort or CompleteCommit.
+
+        A ``lost`` transaction (left Ongoing by a server that is gone) has its staged ledgers
+        condemned first, so that a commit still in flight somewhere fails rather than record
+        ledgers that are being deleted; a server holding the transaction needs no such guard."""
         sinks = self._broker.sink_commits
-        fileio = self._broker.fileio
-        staged = [p for p, _ in fileio.walk_files(layout.staging_dir(state.writer, state.transaction))]
-        sinks.condemn(state.writer, {i for i in map(layout.staged_ledger_id, staged) if i is not None})
+        if lost:
+            staged = self._broker.fileio.walk_files(layout.staging_dir(state.writer, state.transaction))
+            sinks.condemn(state.writer, {i for i in (layout.staged_ledger_id(p) for p, _ in staged) if i is not None})
         record = sinks.record(state.writer)
         committed = record is not None and record.batch == state.transaction
         if record is not None and committed and record.state == COMMITTING:
             sinks.complete(record)
         sinks.remove_staged(state.writer, state.transaction)
-        return self._complete(state, COMPLETE_COMMIT if committed else COMPLETE_ABORT, fence=not committed)
+        return self._complete(state, COMPLETE_COMMIT if committed else COMPLETE_ABORT, fence=fence and not committed)
 
     def _complete(self, state: TransactionState, outcome: str, *, fence: bool) -> TransactionState:
         def complete(old: TransactionState | None) -> TransactionState:

@@ -16,6 +16,7 @@ as Kafka answers ``acks=0``.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -75,7 +76,7 @@ class TransactionCoordinator:
                 if held.state.state == ONGOING and held.began_ms:  # else a lost one: ended below
                     if current is not None:
                         held.state.check_owner(*current)
-                    self._transactions.abort(held.state)
+                    self._transactions.end(held.state)
         state = self._transactions.init_producer_id(transactional_id, timeout_ms, current)
         with self._lock:
             self._producers[transactional_id] = _Producer(state)
@@ -97,9 +98,9 @@ class TransactionCoordinator:
         """Check the producer's ownership, ending first a transaction this server lost or that timed out."""
         state = held.state
         if state.state == ONGOING and not held.began_ms:
-            held.reset(self._transactions.end_leftover(state))
+            held.reset(self._transactions.end(state, fence=True, lost=True))
         elif state.state == ONGOING and self._clock.now_ms() - held.began_ms > state.timeout_ms:
-            held.reset(self._transactions.abort(state, fence=True))
+            held.reset(self._transactions.end(state, fence=True))
         held.state.check_owner(producer_id, epoch)
 
     def _begin(self, held: _Producer) -> None:
@@ -182,10 +183,27 @@ class TransactionCoordinator:
                     f"under way (state {state.state})"
                 )
             if commit:
-                staged = {tp: p.finish() for tp, p in held.partitions.items()}
-                held.reset(self._transactions.commit(state, staged, held.offsets))
-            else:
-                held.reset(self._transactions.abort(state))
+                self._commit(held)
+                return
+            held.reset(self._transactions.end(state))
+            if held.state.state == COMPLETE_COMMIT:
+                raise InvalidTxnStateError(
+                    f"transactional id {transactional_id!r}: abort of a transaction whose commit was recorded by an "
+                    f"EndTxn that failed part way: the commit is now complete"
+                )
+
+    def _commit(self, held: _Producer) -> None:
+        state = held.state
+        try:
+            staged = {tp: p.finish() for tp, p in held.partitions.items()}
+            held.reset(self._transactions.commit(state, staged, held.offsets))
+        except BaseException:
+            # Not recorded, nothing is decided, and a staged ledger may be half sealed: the
+            # transaction can only be aborted (the client is told the error, and aborts).
+            with contextlib.suppress(Exception):
+                if not self._transactions.recorded(state):
+                    held.reset(self._transactions.end(state))
+            raise
 
     def abort_timed_out(self) -> int:
         """Abort the transactions past their timeout, fencing their producers; returns how many."""
@@ -197,6 +215,6 @@ class TransactionCoordinator:
             with held.lock:
                 state = held.state
                 if state.state == ONGOING and held.began_ms and now - held.began_ms > state.timeout_ms:
-                    held.reset(self._transactions.abort(state, fence=True))
+                    held.reset(self._transactions.end(state, fence=True))
                     aborted += 1
         return aborted
