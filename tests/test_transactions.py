@@ -19,6 +19,7 @@ from kop_spark.errors import (
     InvalidProducerIdMappingError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
+    OrphanRemovedError,
     OutOfOrderSequenceError,
     ProducerFencedError,
 )
@@ -308,3 +309,46 @@ def test_maintenance_forgets_idle_transactional_ids(broker):
     broker.maintenance()
     assert broker.transactions.get(TID) is None
     assert broker.transactions.get(other).state == ONGOING
+
+
+def test_an_abort_after_a_commit_was_recorded_completes_the_commit(broker, monkeypatch):
+    c = TransactionCoordinator(broker)
+    pid, epoch = _open(c)
+    c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"a"))
+    c.produce(TID, "out", 1, _batch(pid, epoch, 0, b"b"))
+    monkeypatch.setattr(broker, "append_staged", _fail_after(broker.append_staged, 1))
+    with pytest.raises(OSError, match="stopped"):
+        c.end(TID, pid, epoch, commit=True)
+    monkeypatch.undo()
+    # librdkafka aborts after a failed commit; but this one's commit was recorded, so it commits.
+    with pytest.raises(InvalidTxnStateError, match="the commit is now complete"):
+        c.end(TID, pid, epoch, commit=False)
+    assert [_values(broker, "out", 0), _values(broker, "out", 1)] == [[b"a"], [b"b"]]
+    assert broker.transactions.get(TID).state == COMPLETE_COMMIT
+
+
+@pytest.mark.parametrize("takeover", ["InitProducerId", "EndTxn"])
+def test_a_commit_racing_a_takeover_by_another_server_fails_and_leaves_nothing(tmp_path, monkeypatch, takeover):
+    root = str(tmp_path / "store")
+    first = Broker(root)
+    first.create_topic("out", 2)
+    first.create_topic("in", 1)
+    a = TransactionCoordinator(first)
+    pid, epoch = _open(a)
+    a.produce(TID, "out", 0, _batch(pid, epoch, 0, b"a"))
+    checked = first.transactions.get(TID)
+    # Another server takes the id over right after this one checked the producer's epoch for its
+    # commit (a new producer instance, or this producer's EndTxn, reached it): it ends the
+    # transaction as lost, its staged ledgers condemned.
+    other = TransactionCoordinator(Broker(root))
+    if takeover == "InitProducerId":
+        other.init_producer_id(TID, 60_000)
+    else:
+        with pytest.raises(ProducerFencedError):
+            other.end(TID, pid, epoch, commit=True)
+    monkeypatch.setattr(first.transactions, "get", lambda tid: checked)
+    with pytest.raises(OrphanRemovedError):
+        a.end(TID, pid, epoch, commit=True)
+    fresh = Broker(root)
+    assert _values(fresh, "out", 0) == [] and fresh.sink_commits.pending() == []
+    assert _staged_files(root) == [] and fresh.verify() == {}

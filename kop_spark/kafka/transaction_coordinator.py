@@ -97,10 +97,9 @@ class TransactionCoordinator:
     def _owned(self, held: _Producer, producer_id: int, epoch: int) -> None:
         """Check the producer's ownership, ending first a transaction this server lost or that timed out."""
         state = held.state
-        if state.state == ONGOING and not held.began_ms:
-            held.reset(self._transactions.end(state, fence=True, lost=True))
-        elif state.state == ONGOING and self._clock.now_ms() - held.began_ms > state.timeout_ms:
-            held.reset(self._transactions.end(state, fence=True))
+        lost = not held.began_ms  # Ongoing in the store, but begun by a server that is gone
+        if state.state == ONGOING and (lost or self._clock.now_ms() - held.began_ms > state.timeout_ms):
+            held.reset(self._transactions.end(state, fence=True, lost=lost))
         held.state.check_owner(producer_id, epoch)
 
     def _begin(self, held: _Producer) -> None:

@@ -1,0 +1,247 @@
+"""Kafka transactions through ``kop serve`` with real clients: confluent-kafka (librdkafka),
+kafka-python and aiokafka. A consume-transform-produce loop commits its output and its input
+offsets together; what a transaction produced is invisible to every reader until it commits, and
+never visible after an abort, a newer instance of its producer, a timeout, or a server killed in
+the middle of it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.structs import TopicPartition as AIOTopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from kafka import KafkaProducer
+from kafka import TopicPartition as KTopicPartition
+from kafka.errors import KafkaError as KafkaPythonError
+
+from kop_spark import Broker, Record, layout
+from kop_spark.broker.transactions import COMPLETE_ABORT
+
+from .conftest import read_partition
+from .kop_server import KopServer
+
+TIMEOUT_S = 30
+
+
+@pytest.fixture
+def server(tmp_path) -> Iterator[KopServer]:
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        b.create_topic("out", 2)
+        b.create_topic("in", 1)
+        b.produce("in", [Record(f"in-{i}".encode()) for i in range(10)], 0)
+    with KopServer(root) as s:
+        yield s
+
+
+def _committed(root: str, topic: str = "out") -> dict[int, list[bytes]]:
+    """Each partition's records, checked to run at continuous offsets from 0."""
+    out = {}
+    with Broker(root) as b:
+        for p in range(b.partitions_for(topic)):
+            start, end, records = read_partition(b, topic, p)
+            assert start == 0 and [r.offset for r in records] == list(range(end))
+            out[p] = [r.value for r in records]
+    return out
+
+
+def _all(root: str, topic: str = "out") -> list[bytes]:
+    return sorted(v for values in _committed(root, topic).values() for v in values)
+
+
+def _group_offsets(root: str, group: str) -> dict[tuple[str, int], int]:
+    with Broker(root) as b:
+        return {tp: o.offset for tp, o in b.fetch_offsets(group).items()}
+
+
+def _staged(root: str) -> list[str]:
+    return [f for _, _, files in os.walk(os.path.join(root, layout.STAGING_DIR)) for f in files]
+
+
+def _producer(server: KopServer, tid: str, **conf) -> Producer:
+    p = Producer({"bootstrap.servers": server.bootstrap, "transactional.id": tid, **conf})
+    p.init_transactions(TIMEOUT_S)
+    return p
+
+
+def _consume(server: KopServer, isolation: str) -> list[bytes]:
+    """Everything a consumer with ``isolation`` reads of "out", up to the end it is told."""
+    c = Consumer(
+        {"bootstrap.servers": server.bootstrap, "group.id": f"reader-{isolation}", "isolation.level": isolation}
+    )
+    partitions = [TopicPartition("out", p, 0) for p in range(2)]
+    ends = {tp.partition: c.get_watermark_offsets(tp, TIMEOUT_S)[1] for tp in partitions}
+    c.assign(partitions)
+    got: list[bytes] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    while any(ends[tp.partition] > 0 and tp.offset < ends[tp.partition] for tp in c.position(partitions)):
+        assert time.monotonic() < deadline, f"{isolation} consumer stuck before {ends}"
+        m = c.poll(0.2)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    c.close()
+    return sorted(got)
+
+
+def test_consume_transform_produce_commits_output_and_input_offsets_together(server: KopServer) -> None:
+    source = Consumer(
+        {
+            "bootstrap.servers": server.bootstrap,
+            "group.id": "enricher",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    source.subscribe(["in"])
+    p = _producer(server, "enricher-tx")
+    consumed = 0
+    for txn in range(2):
+        p.begin_transaction()
+        for _ in range(5):
+            m = source.poll(TIMEOUT_S)
+            assert m is not None and m.error() is None
+            p.produce("out", key=m.value(), value=m.value().upper())
+            consumed = m.offset() + 1
+        p.flush(TIMEOUT_S)
+        assert len(_all(server.root)) == 5 * txn, "a transaction's records are invisible before its commit"
+        assert _consume(server, "read_uncommitted") == _all(server.root)
+        p.send_offsets_to_transaction(
+            [TopicPartition("in", 0, consumed)], source.consumer_group_metadata(), TIMEOUT_S
+        )
+        assert _group_offsets(server.root, "enricher").get(("in", 0)) == (5 * txn or None)
+        p.commit_transaction(TIMEOUT_S)
+        assert _group_offsets(server.root, "enricher") == {("in", 0): consumed}
+    source.close()
+    assert _all(server.root) == sorted(f"IN-{i}".encode() for i in range(10))
+    assert _consume(server, "read_committed") == _all(server.root)
+    assert _staged(server.root) == []
+
+
+def test_an_aborted_transaction_is_never_seen_and_the_next_commits(server: KopServer) -> None:
+    p = _producer(server, "tx")
+    p.begin_transaction()
+    for i in range(4):
+        p.produce("out", key=b"k", value=f"aborted-{i}".encode())
+    p.flush(TIMEOUT_S)
+    p.abort_transaction(TIMEOUT_S)
+    p.begin_transaction()
+    p.produce("out", key=b"k", value=b"committed")
+    p.commit_transaction(TIMEOUT_S)
+    assert _all(server.root) == [b"committed"]
+    for isolation in ("read_committed", "read_uncommitted"):
+        assert _consume(server, isolation) == [b"committed"]
+    assert _staged(server.root) == []
+
+
+def test_a_newer_instance_fences_the_older_whose_transaction_is_aborted(server: KopServer) -> None:
+    old = _producer(server, "tx")
+    old.begin_transaction()
+    old.produce("out", value=b"zombie")
+    old.flush(TIMEOUT_S)
+    new = _producer(server, "tx")
+    with pytest.raises(KafkaException) as refused:
+        old.commit_transaction(TIMEOUT_S)
+    assert refused.value.args[0].fatal()
+    new.begin_transaction()
+    new.produce("out", value=b"new")
+    new.commit_transaction(TIMEOUT_S)
+    assert _all(server.root) == [b"new"]
+
+
+def test_a_transaction_past_its_timeout_is_aborted(server: KopServer) -> None:
+    p = _producer(server, "slow-tx", **{"transaction.timeout.ms": 2000})
+    p.begin_transaction()
+    p.produce("out", value=b"too late")
+    p.flush(TIMEOUT_S)
+    deadline = time.monotonic() + TIMEOUT_S
+    with Broker(server.root) as b:
+        while b.transactions.get("slow-tx").state != COMPLETE_ABORT:
+            assert time.monotonic() < deadline, "the server never aborted the transaction"
+            time.sleep(0.1)
+    with pytest.raises(KafkaException):
+        p.commit_transaction(TIMEOUT_S)
+    assert _all(server.root) == [] and _staged(server.root) == []
+
+
+def test_a_server_killed_in_a_transaction_leaves_nothing_of_it(server: KopServer) -> None:
+    p = _producer(server, "tx", **{"message.timeout.ms": 10_000})
+    p.begin_transaction()
+    p.produce("out", value=b"committed before")
+    p.commit_transaction(TIMEOUT_S)
+    p.begin_transaction()
+    p.produce("out", value=b"in flight")
+    p.flush(TIMEOUT_S)
+    server.kill()
+    server.start()
+    with pytest.raises(KafkaException):
+        p.commit_transaction(TIMEOUT_S)
+    again = _producer(server, "tx")
+    again.begin_transaction()
+    again.produce("out", value=b"after")
+    again.commit_transaction(TIMEOUT_S)
+    assert _all(server.root) == [b"after", b"committed before"]
+    assert _staged(server.root) == []
+
+
+def test_a_server_restarted_between_transactions_goes_unnoticed(server: KopServer) -> None:
+    p = _producer(server, "tx")
+    for i in range(2):
+        p.begin_transaction()
+        p.produce("out", key=b"k", value=f"v{i}".encode())
+        p.commit_transaction(TIMEOUT_S)
+        if i == 0:
+            assert server.stop() == 0
+            server.start()
+    assert _committed(server.root)[[p for p, v in _committed(server.root).items() if v][0]] == [b"v0", b"v1"]
+
+
+def test_kafka_python_commits_and_aborts_transactions(server: KopServer) -> None:
+    p = KafkaProducer(bootstrap_servers=server.bootstrap, transactional_id="kp-tx")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("out", key=b"k", value=b"kafka-python aborted")
+    p.abort_transaction()
+    p.begin_transaction()
+    p.send("out", key=b"k", value=b"kafka-python")
+    p.send_offsets_to_transaction({KTopicPartition("in", 0): _offset(3)}, "kp-group")
+    p.commit_transaction()
+    with pytest.raises(KafkaPythonError):  # a second instance fences this one
+        KafkaProducer(bootstrap_servers=server.bootstrap, transactional_id="kp-tx").init_transactions()
+        p.begin_transaction()
+        p.send("out", value=b"fenced").get(TIMEOUT_S)
+        p.commit_transaction()
+    p.close(0)
+    assert _all(server.root) == [b"kafka-python"]
+    assert _group_offsets(server.root, "kp-group") == {("in", 0): 3}
+
+
+def _offset(n: int):
+    from kafka.structs import OffsetAndMetadata
+
+    return OffsetAndMetadata(n, "", -1)
+
+
+def test_aiokafka_commits_and_aborts_transactions(server: KopServer) -> None:
+    async def run() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=server.bootstrap, transactional_id="aio-tx")
+        await p.start()
+        try:
+            with pytest.raises(RuntimeError):
+                async with p.transaction():
+                    await p.send_and_wait("out", b"aiokafka aborted", key=b"k")
+                    raise RuntimeError("the application fails")
+            async with p.transaction():
+                await p.send_and_wait("out", b"aiokafka", key=b"k")
+                await p.send_offsets_to_transaction({AIOTopicPartition("in", 0): 4}, "aio-group")
+        finally:
+            await p.stop()
+
+    asyncio.run(run())
+    assert _all(server.root) == [b"aiokafka"]
+    assert _group_offsets(server.root, "aio-group") == {("in", 0): 4}
