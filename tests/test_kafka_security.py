@@ -42,15 +42,24 @@ from kafka.admin import ResourceType as KResourceType
 from kafka.errors import ClusterAuthorizationFailedError
 from kafka.errors import InvalidRequestError as KafkaInvalidRequestError
 from kafka.errors import NoError as KafkaNoError
-from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    ProduceRequest,
+    TxnOffsetCommitRequest,
+)
 from kafka.protocol.sasl import SaslHandshakeRequest
 
-from kop_spark import Broker
+from kop_spark import Broker, Record
 from kop_spark.broker.credentials import ScramCredential
 from kop_spark.errors import ConfigError
 from kop_spark.kafka.listeners import parse_listeners
 from kop_spark.kafka.sasl import SaslAuthenticationError, ScramServer
 from kop_spark.kafka.tls import certificate_principal, server_context
+from kop_spark.record import build_record_batch
 
 from .kafka_wire import call, wire_request
 from .kop_server import KopServer
@@ -303,6 +312,97 @@ def test_altering_configs_takes_alter_configs_which_allows_describing_them_and_d
         assert describe(bob, "other") == "90000"
     with Broker(root) as b:
         assert b.topic_config("other", own=True) == {"retention.ms": 90000} and b.topic_config("t", own=True) == {}
+
+
+def test_transactions_take_write_on_their_transactional_id_and_on_what_they_add(root: str) -> None:
+    for args in (
+        ("--operation", "Write", "--operation", "Read", "--topic", "orders-eu"),  # Read: its offsets go with it
+        ("--operation", "Read", "--group", "billing"),
+        ("--operation", "Write", "--transactional-id", "alice-", "--resource-pattern-type", "prefixed"),
+    ):
+        added = kop(root, "acls", "add", "--allow-principal", "User:alice", *args)
+        assert added.returncode == 0, added.stderr
+    assert "Allow User:alice Write on TransactionalId:Prefixed:alice-" in kop(root, "acls", "list").stdout
+    with KopServer(root, ["authorizationEnabled=true"], protocols=["SASL_PLAINTEXT"]) as server:
+        alice = sasl(server, "alice", PASSWORDS["alice"])
+        with pytest.raises(KafkaException) as refused:
+            Producer({**alice, "transactional.id": "bob-tx"}).init_transactions(30)
+        assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        producer = Producer({**alice, "transactional.id": "alice-tx"})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce("other", b"refused", partition=0)  # no Write on the topic: the transaction must abort
+        with pytest.raises(KafkaException) as failed:
+            producer.commit_transaction(30)
+        assert failed.value.args[0].txn_requires_abort()
+        producer.abort_transaction(30)
+        producer.begin_transaction()
+        producer.produce("orders-eu", b"allowed", partition=0)
+        consumer = Consumer({**alice, "group.id": "billing"})
+        producer.send_offsets_to_transaction(
+            [TopicPartition("orders-eu", 0, 0)], consumer.consumer_group_metadata(), 30
+        )
+        producer.commit_transaction(30)
+        consumer.close()
+    with Broker(root) as b:
+        assert [r.value for r in b.fetch("orders-eu", 0, 0)] == [b"allowed"]
+        assert [r.value for r in b.fetch("other", 0, 0)] == []
+        assert b.fetch_offsets("billing")[("orders-eu", 0)].offset == 0
+
+
+def test_each_transactional_request_checks_its_acls(root: str) -> None:
+    for args in (
+        ("--operation", "Write", "--topic", "orders-eu"),
+        ("--operation", "Read", "--group", "billing"),
+        ("--operation", "Write", "--transactional-id", "alice-tx"),
+    ):
+        added = kop(root, "acls", "add", "--allow-principal", "User:alice", *args)
+        assert added.returncode == 0, added.stderr
+    conf = ["authorizationEnabled=true", "sasl.enabled.mechanisms=PLAIN"]
+    with KopServer(root, conf, protocols=["SASL_PLAINTEXT"]) as server:
+        host, port = server.bootstrap.split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            call(sock, wire_request(SaslHandshakeRequest, 0, mechanism="PLAIN"))
+            token = b"\0alice\0" + PASSWORDS["alice"].encode()
+            sock.sendall(struct.pack(">i", len(token)) + token)
+            assert sock.recv(4) == b"\0\0\0\0"
+            find = call(sock, wire_request(FindCoordinatorRequest, 1, key="bob-tx", key_type=1))
+            assert find.error_code == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            init = wire_request(InitProducerIdRequest, 1, transactional_id="bob-tx", transaction_timeout_ms=60000)
+            assert call(sock, init).error_code == 53
+            init = wire_request(InitProducerIdRequest, 1, transactional_id="alice-tx", transaction_timeout_ms=60000)
+            mine = call(sock, init)
+            owner = {"producer_id": mine.producer_id, "producer_epoch": mine.producer_epoch}
+            added = call(sock, wire_request(
+                AddPartitionsToTxnRequest, 1, v3_and_below_transactional_id="alice-tx",
+                v3_and_below_producer_id=mine.producer_id, v3_and_below_producer_epoch=mine.producer_epoch,
+                v3_and_below_topics=[{"name": "orders-eu", "partitions": [0]}, {"name": "other", "partitions": [0]}],
+            ))  # fmt: skip
+            codes = {
+                t.name: t.results_by_partition[0].partition_error_code for t in added.results_by_topic_v3_and_below
+            }
+            assert codes == {"orders-eu": 55, "other": 29}  # OPERATION_NOT_ATTEMPTED, TOPIC_AUTHORIZATION_FAILED
+            offsets = wire_request(AddOffsetsToTxnRequest, 1, transactional_id="alice-tx", group_id="nobody", **owner)
+            assert call(sock, offsets).error_code == 30  # GROUP_AUTHORIZATION_FAILED
+            offsets = wire_request(AddOffsetsToTxnRequest, 1, transactional_id="alice-tx", group_id="billing", **owner)
+            assert call(sock, offsets).error_code == 0
+            commit = call(sock, wire_request(
+                TxnOffsetCommitRequest, 1, transactional_id="alice-tx", group_id="billing", **owner,
+                topics=[{"name": "orders-eu", "partitions": [{"partition_index": 0, "committed_offset": 1}]}],
+            ))  # fmt: skip
+            assert commit.topics[0].partitions[0].error_code == 29  # offsets of a topic it may not Read
+            end = wire_request(EndTxnRequest, 1, transactional_id="bob-tx", committed=True, **owner)
+            assert call(sock, end).error_code == 53
+            batch = build_record_batch(
+                [Record(b"v")], producer_id=mine.producer_id, producer_epoch=0, base_sequence=0, is_transactional=True
+            )
+            produce = call(sock, wire_request(
+                ProduceRequest, 3, transactional_id="bob-tx", acks=-1, timeout_ms=5000,
+                topic_data=[{"name": "orders-eu", "partition_data": [{"index": 0, "records": batch}]}],
+            ))  # fmt: skip
+            assert produce.responses[0].partition_responses[0].error_code == 53
+            end = wire_request(EndTxnRequest, 1, transactional_id="alice-tx", committed=False, **owner)
+            assert call(sock, end).error_code == 0
 
 
 ANY_ACL = KAclFilter(None, None, KOperation.ANY, KPermission.ANY, KResource(KResourceType.ANY, None, KPattern.ANY))

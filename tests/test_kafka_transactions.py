@@ -111,9 +111,7 @@ def test_consume_transform_produce_commits_output_and_input_offsets_together(ser
         p.flush(TIMEOUT_S)
         assert len(_all(server.root)) == 5 * txn, "a transaction's records are invisible before its commit"
         assert _consume(server, "read_uncommitted") == _all(server.root)
-        p.send_offsets_to_transaction(
-            [TopicPartition("in", 0, consumed)], source.consumer_group_metadata(), TIMEOUT_S
-        )
+        p.send_offsets_to_transaction([TopicPartition("in", 0, consumed)], source.consumer_group_metadata(), TIMEOUT_S)
         assert _group_offsets(server.root, "enricher").get(("in", 0)) == (5 * txn or None)
         p.commit_transaction(TIMEOUT_S)
         assert _group_offsets(server.root, "enricher") == {("in", 0): consumed}

@@ -34,9 +34,7 @@ TID = "orders-tx"
 
 def _batch(pid: int, epoch: int, seq: int, *values: bytes) -> bytes:
     records = [Record(v, key=v, timestamp_ms=1_900_000_000_000) for v in values]
-    return build_record_batch(
-        records, producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True
-    )
+    return build_record_batch(records, producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True)
 
 
 def _values(b: Broker, topic: str, partition: int) -> list[bytes]:
