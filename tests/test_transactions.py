@@ -121,7 +121,7 @@ def test_requests_the_transaction_does_not_allow_are_refused(broker):
     c = TransactionCoordinator(broker)
     with pytest.raises(InvalidProducerIdMappingError, match="InitProducerId first"):
         c.add_partitions(TID, 1, 0, [("out", 0)])
-    with pytest.raises(InvalidTransactionTimeoutError, match="transaction.max.timeout.ms=900000"):
+    with pytest.raises(InvalidTransactionTimeoutError, match=r"transaction\.max\.timeout\.ms=900000"):
         c.init_producer_id(TID, 900_001)
     pid, epoch = c.init_producer_id(TID, 60_000)
     with pytest.raises(InvalidTxnStateError, match="out-1: the partition was not added"):
