@@ -171,9 +171,9 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(broke
     pid, epoch = _open(c, timeout_ms=5_000)
     c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"slow"))
     broker.clock.advance(5_000)
-    assert c.abort_timed_out() == 0
+    assert c.expire() == 0
     broker.clock.advance(1)
-    assert c.abort_timed_out() == 1
+    assert c.expire() == 1
     assert broker.transactions.get(TID).state == COMPLETE_ABORT
     with pytest.raises(ProducerFencedError):
         c.end(TID, pid, epoch, commit=True)
@@ -350,3 +350,16 @@ def test_a_commit_racing_a_takeover_by_another_server_fails_and_leaves_nothing(t
     fresh = Broker(root)
     assert _values(fresh, "out", 0) == [] and fresh.sink_commits.pending() == []
     assert _staged_files(root) == [] and fresh.verify() == {}
+
+
+def test_producers_not_heard_from_are_forgotten_their_state_kept_in_the_store(broker):
+    c = TransactionCoordinator(broker)
+    pid, epoch = c.init_producer_id("idle", 60_000)
+    broker.clock.advance(900_000)  # transaction.max.timeout.ms
+    _open(c)  # a transaction begun now, and its producer heard from
+    broker.clock.advance(1)
+    assert (c.expire(), len(c)) == (0, 1)  # "idle" forgotten; its state is the store's
+    c.add_partitions("idle", pid, epoch, [("out", 0)])
+    c.produce("idle", "out", 0, _batch(pid, epoch, 0, b"after"))
+    c.end("idle", pid, epoch, commit=True)
+    assert _values(broker, "out", 0) == [b"after"]

@@ -116,7 +116,7 @@ async def _abort_timed_out_transactions(ctx: ServerContext) -> None:
     while True:
         await asyncio.sleep(TRANSACTION_CHECK_S)
         try:
-            await ctx.call(ctx.transactions.abort_timed_out)
+            await ctx.call(ctx.transactions.expire)
         except Exception as e:
             log.warning("cannot abort timed-out transactions (trying again): %s", e)
 

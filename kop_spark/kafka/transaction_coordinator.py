@@ -44,6 +44,7 @@ class _Producer:
     partitions: dict[TopicPartition, TransactionPartition] = field(default_factory=dict)
     offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = field(default_factory=dict)
     began_ms: int = 0
+    used_ms: int = 0  # when its producer was last heard from
 
     def reset(self, state: TransactionState) -> None:
         """Take ``state``, holding no transaction's partitions or offsets."""
@@ -96,6 +97,7 @@ class TransactionCoordinator:
 
     def _owned(self, held: _Producer, producer_id: int, epoch: int) -> None:
         """Check the producer's ownership, ending first a transaction this server lost or that timed out."""
+        held.used_ms = self._clock.now_ms()
         state = held.state
         lost = not held.began_ms  # Ongoing in the store, but begun by a server that is gone
         if state.state == ONGOING and (lost or self._clock.now_ms() - held.began_ms > state.timeout_ms):
@@ -204,16 +206,27 @@ class TransactionCoordinator:
                     held.reset(self._transactions.end(state))
             raise
 
-    def abort_timed_out(self) -> int:
-        """Abort the transactions past their timeout, fencing their producers; returns how many."""
+    def expire(self) -> int:
+        """Abort the transactions past their timeout, fencing their producers, and forget the
+        producers with none under way that were not heard from for ``transaction.max.timeout.ms``
+        (their state is the store's; held, they would pile up with every id ever used). Returns
+        how many transactions were aborted."""
         with self._lock:
-            producers = list(self._producers.values())
+            producers = list(self._producers.items())
         aborted = 0
         now = self._clock.now_ms()
-        for held in producers:
+        for transactional_id, held in producers:
             with held.lock:
                 state = held.state
                 if state.state == ONGOING and held.began_ms and now - held.began_ms > state.timeout_ms:
                     held.reset(self._transactions.end(state, fence=True))
                     aborted += 1
+                elif state.state != ONGOING and now - held.used_ms > self._max_timeout_ms:
+                    with self._lock:
+                        if self._producers.get(transactional_id) is held:
+                            del self._producers[transactional_id]
         return aborted
+
+    def __len__(self) -> int:
+        """How many transactional ids the server holds."""
+        return len(self._producers)
