@@ -4,6 +4,8 @@ broker costs next to nothing.
 
 - produce: confluent-kafka, one partition, 100-byte values, idempotent, acks=all, linger.ms=5,
   batch.size=1 MB; kop with its durable defaults (fsync before acknowledging), against the mock;
+- transactional produce: the same, with a transactional producer committing every 10,000 records,
+  against the mock's and against kop's idempotent produce (what staging until the commit costs);
 - consume: confluent-kafka reading the same records back (queued.min.messages raised), against
   the mock's produce rate (the issue's anchor) and its own consume rate;
 - latency: p99 of produce round trips at 1,000 records/s, and the time from an append by another
@@ -52,6 +54,25 @@ def produce_rate(conf: dict, n: int, topic: str = "bench") -> tuple[float, Produ
             except BufferError:
                 p.poll(0.001)
     assert p.flush(300) == 0
+    return n / (time.perf_counter() - t), p
+
+
+def transactional_rate(conf: dict, n: int, topic: str, per_transaction: int = 10_000) -> tuple[float, Producer]:
+    """Records/s of a transactional producer committing every ``per_transaction`` records, and
+    the producer (as ``produce_rate``)."""
+    p = Producer({**PRODUCER, **conf, "transactional.id": f"bench-{topic}"})
+    p.init_transactions(60)
+    t = time.perf_counter()
+    for start in range(0, n, per_transaction):
+        p.begin_transaction()
+        for _ in range(min(per_transaction, n - start)):
+            while True:
+                try:
+                    p.produce(topic, VALUE, partition=0)
+                    break
+                except BufferError:
+                    p.poll(0.001)
+        p.commit_transaction(300)
     return n / (time.perf_counter() - t), p
 
 
@@ -127,12 +148,13 @@ def run(n: int = 1_000_000, rounds: int = 3) -> list[tuple[str, float, str, floa
     either side, as two cores shared by client and server make single runs noisy. Each round runs
     the mock cluster and then kop serve, so that a slow or fast spell of the machine falls on both."""
     logger, mock = mock_logger("rdkafka-mock")
-    mock_produce = mock_consume = produced = consumed = cpu = 0.0
+    mock_produce = mock_consume = produced = consumed = cpu = mock_txn = txn = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         root = str(Path(tmp) / "store")
         with Broker(root) as b:
             for i in range(rounds):
                 b.create_topic(f"bench{i}", 1)
+                b.create_topic(f"txn{i}", 1)
             b.create_topic("bench", 1)
         with KopServer(root) as server:
             assert server.proc is not None
@@ -144,6 +166,10 @@ def run(n: int = 1_000_000, rounds: int = 3) -> list[tuple[str, float, str, floa
                 if i == rounds - 1:
                     mock_p99 = produce_p99_ms(mock.address)
                 del mock_cluster
+                rate, mock_cluster = transactional_rate({"test.mock.num.brokers": 1}, n, "txn")
+                mock_txn = max(mock_txn, rate)
+                del mock_cluster
+                txn = max(txn, transactional_rate({"bootstrap.servers": server.bootstrap}, n, f"txn{i}")[0])
                 used = cpu_seconds(server.proc.pid)
                 produced = max(produced, produce_rate({"bootstrap.servers": server.bootstrap}, n, f"bench{i}")[0])
                 consumed = max(consumed, consume_rate(server.bootstrap, f"bench{i}"))
@@ -161,6 +187,9 @@ def run(n: int = 1_000_000, rounds: int = 3) -> list[tuple[str, float, str, floa
         ("p99 produce latency at 1,000 records/s", p99, "ms", p99 / mock_p99, "mock cluster's p99 (times as long)"),
         ("mock cluster: p99 produce latency at 1,000 records/s", mock_p99, "ms", 1.0, "itself"),
         ("parked fetch woken by another process's append (median)", wake, "ms", float("nan"), "-"),
+        ("transactional produce through kop serve", txn, "records/s", txn / mock_txn, "mock cluster's"),
+        ("transactional produce through kop serve", txn, "records/s", txn / produced, "kop's idempotent produce"),
+        ("mock cluster: transactional produce", mock_txn, "records/s", 1.0, "itself"),
     ]
 
 

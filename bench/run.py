@@ -345,7 +345,12 @@ def main() -> None:
         "written, synced and confirmed by a CAS before it is answered (requests a client pipelines share one "
         "write and CAS); the mock keeps records in memory and answers at once, hence the p99 latency "
         f"({wire_rows[6][1]:.1f} ms against {wire_rows[7][1]:.1f} ms): that of three fsyncs (ledger, metadata "
-        "version, its directory) and of the hops between the event loop and the worker threads.",
+        "version, its directory) and of the hops between the event loop and the worker threads. A transactional "
+        f"producer committing every 10,000 records runs at {wire_rows[10][3]:.2f}x kop's idempotent produce "
+        f"({wire_rows[9][3]:.2f}x the mock's transactions): each transaction costs about five synced metadata "
+        "writes (its begin, the commit's record, the partition's append, the record done, its end) and the "
+        "client's round trips, some 10 ms; at 100,000 records a transaction it ran as fast as the idempotent "
+        "producer.",
     ]
     text = "\n".join(lines) + "\n"
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"), "w") as f:

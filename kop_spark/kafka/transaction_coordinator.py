@@ -86,14 +86,15 @@ class TransactionCoordinator:
     def _held(self, transactional_id: str) -> _Producer:
         with self._lock:
             held = self._producers.get(transactional_id)
-            if held is None:
-                state = self._transactions.get(transactional_id)
-                if state is None:
-                    raise InvalidProducerIdMappingError(
-                        f"transactional id {transactional_id!r} has no producer: InitProducerId first"
-                    )
-                held = self._producers[transactional_id] = _Producer(state)
-        return held
+        if held is not None:
+            return held
+        state = self._transactions.get(transactional_id)  # read outside the lock every id shares
+        if state is None:
+            raise InvalidProducerIdMappingError(
+                f"transactional id {transactional_id!r} has no producer: InitProducerId first"
+            )
+        with self._lock:
+            return self._producers.setdefault(transactional_id, _Producer(state))
 
     def _owned(self, held: _Producer, producer_id: int, epoch: int) -> None:
         """Check the producer's ownership, ending first a transaction this server lost or that timed out."""
