@@ -25,6 +25,7 @@ from .. import layout
 from ..errors import BadVersionError, ConcurrentTransactionsError, InvalidProducerIdMappingError, ProducerFencedError
 from ..group.coordinator import OffsetAndMetadata
 from ..storage.metadata_store import Unchanged, update
+from ..storage.producer_state import ProducerEntry, check_producers
 from ..storage.staging import StagedLedger
 from ..topic_name import TopicPartition
 from .producer_batches import next_producer_id
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 EMPTY, ONGOING, COMPLETE_COMMIT, COMPLETE_ABORT = "Empty", "Ongoing", "CompleteCommit", "CompleteAbort"
+ProducerSequences = dict[int, ProducerEntry]  # a partition's producers' last batches (``producer_state``)
 _MAX_EPOCH = 32767  # an int16: past it, the id gets a new producer id at epoch 0, as in Kafka
 
 
@@ -83,10 +85,16 @@ class TransactionPartition:
         self.partition = partition
         self._staged = staged
 
-    def append(self, records: bytes) -> None:
-        """Stage a produce's record batches (refused whole if one fails the broker's checks)."""
-        checked = checked_batches(self._broker, self.topic, self.partition, [records], None)
-        self._staged.append(checked.batches)
+    def append(self, batches: Sequence[bytes], sequences: ProducerSequences) -> None:
+        """Stage a produce's record batches, refused whole if one fails the broker's checks, and
+        not again if they are a retry of batches staged already. ``sequences``: the producers'
+        last batches in this partition, as an idempotent partition keeps them (checked, updated)."""
+        where = f"transactional produce to {self.topic}-{self.partition}"
+        checked = dict(sequences)
+        if check_producers(checked, batches, where, -1, self._broker.clock.now_ms()) is not None:
+            return  # a retry
+        self._staged.append(checked_batches(self._broker, self.topic, self.partition, batches, None).batches)
+        sequences.update(checked)
 
     def finish(self) -> tuple[StagedLedger, ...]:
         return self._staged.finish()

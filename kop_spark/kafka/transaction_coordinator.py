@@ -22,7 +22,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..broker import Broker, OffsetAndMetadata
-from ..broker.transactions import COMPLETE_ABORT, COMPLETE_COMMIT, ONGOING, TransactionPartition, TransactionState
+from ..broker.transactions import (
+    COMPLETE_ABORT,
+    COMPLETE_COMMIT,
+    ONGOING,
+    ProducerSequences,
+    TransactionPartition,
+    TransactionState,
+)
 from ..errors import (
     InvalidProducerIdMappingError,
     InvalidRecordError,
@@ -30,7 +37,6 @@ from ..errors import (
     InvalidTxnStateError,
 )
 from ..record import RecordBatch, split_batches
-from ..storage.producer_state import ProducerEntry, check_producers
 from ..topic_name import TopicPartition
 
 
@@ -40,7 +46,7 @@ class _Producer:
 
     state: TransactionState
     lock: threading.Lock = field(default_factory=threading.Lock)
-    sequences: dict[TopicPartition, dict[int, ProducerEntry]] = field(default_factory=dict)
+    sequences: dict[TopicPartition, ProducerSequences] = field(default_factory=dict)
     partitions: dict[TopicPartition, TransactionPartition] = field(default_factory=dict)
     offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = field(default_factory=dict)
     began_ms: int = 0
@@ -166,10 +172,7 @@ class TransactionCoordinator:
             staged = held.partitions.get((topic, partition))
             if held.state.state != ONGOING or staged is None:
                 raise InvalidTxnStateError(f"{where}: the partition was not added to the transaction")
-            sequences = dict(held.sequences.get((topic, partition), {}))
-            if check_producers(sequences, batches, where, -1, self._clock.now_ms()) is None:
-                staged.append(records)
-                held.sequences[(topic, partition)] = sequences
+            staged.append(batches, held.sequences.setdefault((topic, partition), {}))
 
     def end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
         """EndTxn: commit or abort. Sent again after it succeeded, it succeeds again."""
