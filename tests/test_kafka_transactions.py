@@ -24,6 +24,7 @@ from kop_spark.broker.transactions import COMPLETE_ABORT
 
 from .conftest import read_partition
 from .kop_server import KopServer
+from .test_cli import kop
 
 TIMEOUT_S = 30
 
@@ -142,7 +143,11 @@ def test_a_newer_instance_fences_the_older_whose_transaction_is_aborted(server: 
     old.begin_transaction()
     old.produce("out", value=b"zombie")
     old.flush(TIMEOUT_S)
+    listed = kop(server.root, "transactions", "list").stdout.splitlines()
+    assert listed[0].split("\t")[:4] == ["TRANSACTIONAL-ID", "PRODUCER-ID", "PRODUCER-EPOCH", "STATE"]
+    assert listed[1].split("\t")[2:4] == ["0", "Ongoing"] and listed[1].startswith("tx\t")
     new = _producer(server, "tx")
+    assert kop(server.root, "transactions", "list").stdout.splitlines()[1].split("\t")[2:4] == ["1", "CompleteAbort"]
     with pytest.raises(KafkaException) as refused:
         old.commit_transaction(TIMEOUT_S)
     assert refused.value.args[0].fatal()

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from kop_spark import Broker, Record, layout
-from kop_spark.broker import OffsetAndMetadata
+from kop_spark.broker import SINK_LEASE_MS, OffsetAndMetadata
 from kop_spark.broker.transactions import COMPLETE_ABORT, COMPLETE_COMMIT, ONGOING
 from kop_spark.clock import ManualClock
 from kop_spark.errors import (
@@ -303,10 +303,14 @@ def test_maintenance_forgets_idle_transactional_ids(broker):
     p2, e2 = c.init_producer_id(other, 60_000)
     c.add_partitions(other, p2, e2, [("out", 1)])
     c.end(TID, pid, epoch, commit=False)
-    broker.clock.advance(broker.config["transactional.id.expiration.ms"] + 1)
+    expiration = broker.config["transactional.id.expiration.ms"]
+    broker.clock.advance(expiration + 1)
     broker.maintenance()
     assert broker.transactions.get(TID) is None
-    assert broker.transactions.get(other).state == ONGOING
+    assert broker.transactions.get(other).state == COMPLETE_ABORT  # left Ongoing past its timeout: ended first
+    broker.clock.advance(expiration + 1)
+    broker.maintenance()
+    assert broker.transactions.states() == []
 
 
 def test_an_abort_after_a_commit_was_recorded_completes_the_commit(broker, monkeypatch):
@@ -363,3 +367,19 @@ def test_producers_not_heard_from_are_forgotten_their_state_kept_in_the_store(br
     c.produce("idle", "out", 0, _batch(pid, epoch, 0, b"after"))
     c.end("idle", pid, epoch, commit=True)
     assert _values(broker, "out", 0) == [b"after"]
+
+
+def test_maintenance_ends_a_transaction_its_server_left_behind(broker):
+    c = TransactionCoordinator(broker)
+    pid, epoch = _open(c, timeout_ms=10_000)
+    c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"left"))
+    # The server is killed, and the producer never comes back.
+    survivor = Broker(broker.root, clock=broker.clock)
+    broker.clock.advance(10_000 + SINK_LEASE_MS)
+    survivor.maintenance()
+    assert survivor.transactions.get(TID).state == ONGOING  # not past its timeout and a lease yet
+    broker.clock.advance(1)
+    survivor.maintenance()
+    state = survivor.transactions.get(TID)
+    assert (state.state, state.epoch) == (COMPLETE_ABORT, epoch + 1)
+    assert _values(survivor, "out", 0) == [] and _staged_files(broker.root) == []

@@ -29,7 +29,7 @@ from ..storage.producer_state import ProducerEntry, check_producers
 from ..storage.staging import StagedLedger
 from ..topic_name import TopicPartition
 from .producer_batches import next_producer_id
-from .sink_commits import COMMITTING
+from .sink_commits import COMMITTING, SINK_LEASE_MS
 from .validation import StagedPartition, checked_batches
 
 if TYPE_CHECKING:
@@ -226,20 +226,29 @@ class Transactions:
         staged = self._broker.sink_commits.stage(topic, partition, task_dir)
         return TransactionPartition(self._broker, topic, partition, staged)
 
-    def expire(self, older_than_ms: int) -> int:
-        """Forget the ids with no transaction under way whose last change is older than
-        ``older_than_ms`` (``transactional.id.expiration.ms``), as Kafka does."""
-        dropped = 0
-        for key in self._store.list_keys(layout.TRANSACTIONS):
-            current = self._store.get(key)
-            value = current.value
-            if value is not None and value["state"] != ONGOING and value["updated_ms"] < older_than_ms:
-                try:
-                    self._store.put(key, None, current.version)
-                    dropped += 1
-                except BadVersionError:
-                    pass  # changed meanwhile: in use
-        return dropped
+    def states(self) -> list[TransactionState]:
+        """Every transactional id's state (``kop transactions list``)."""
+        values = (self._store.get(key).value for key in self._store.list_keys(layout.TRANSACTIONS))
+        return sorted(
+            (TransactionState.from_json(v) for v in values if v is not None), key=lambda s: s.transactional_id
+        )
+
+    def expire(self, older_than_ms: int) -> None:
+        """End the transactions left Ongoing past their timeout (and a lease more): the server that
+        held them is gone, or it would have aborted them. Forget the ids with none under way whose
+        last change is older than ``older_than_ms`` (``transactional.id.expiration.ms``), as Kafka does."""
+        now = self._clock.now_ms()
+        for state in self.states():
+            if state.state == ONGOING and now - state.updated_ms > state.timeout_ms + SINK_LEASE_MS:
+                self.end(state, fence=True, lost=True)
+            elif state.state != ONGOING and state.updated_ms < older_than_ms:
+                key = layout.transaction_key(state.transactional_id)
+                current = self._store.get(key)
+                if current.value == state.to_json():
+                    try:
+                        self._store.put(key, None, current.version)
+                    except BadVersionError:
+                        pass  # changed meanwhile: in use
 
 
 def _owned(transactional_id: str, state: TransactionState | None, producer_id: int, epoch: int) -> TransactionState:

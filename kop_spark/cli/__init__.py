@@ -12,6 +12,7 @@ kop repair                   truncate damaged partitions at their first damaged 
 kop serve                    speak the Kafka protocol to Kafka clients (kafka-server-start)
 kop users add|list|delete    SASL/SCRAM users of kop serve (kafka-configs --entity-type users)
 kop acls add|remove|list     ACLs kop serve enforces (kafka-acls)
+kop transactions list        Kafka producers' transactional ids and their states (kafka-transactions)
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import KopError
-from . import console, dump_ledger, groups, security, serve, settings, store, topics
+from . import console, dump_ledger, groups, security, serve, settings, store, topics, transactions
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", help="store root (default: $KOP_ROOT, else storageRoot of conf/kop.conf, else ./kop-data)")
     p.add_argument("--conf", action="append", metavar="KEY=VALUE", help="override a setting of conf/kop.conf")
     sub = p.add_subparsers(dest="command", required=True)
-    for family in (topics, console, groups, store, dump_ledger, settings, serve, security):
+    for family in (topics, console, groups, store, dump_ledger, settings, serve, security, transactions):
         family.add_parsers(sub)
     for command in sub.choices.values():  # also after the command, as Kafka's tools take them anywhere
         command.add_argument("--root", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
