@@ -46,6 +46,13 @@ def produce_rate(conf: dict, n: int, topic: str = "bench") -> tuple[float, Produ
     p.produce(topic, VALUE, partition=0)  # connections and the producer id before the clock
     p.flush(60)
     t = time.perf_counter()
+    send(p, topic, n)
+    assert p.flush(300) == 0
+    return n / (time.perf_counter() - t), p
+
+
+def send(p: Producer, topic: str, n: int) -> None:
+    """Produce ``n`` records, waiting for room whenever the producer's queue is full."""
     for _ in range(n):
         while True:
             try:
@@ -53,8 +60,6 @@ def produce_rate(conf: dict, n: int, topic: str = "bench") -> tuple[float, Produ
                 break
             except BufferError:
                 p.poll(0.001)
-    assert p.flush(300) == 0
-    return n / (time.perf_counter() - t), p
 
 
 def transactional_rate(conf: dict, n: int, topic: str, per_transaction: int = 10_000) -> tuple[float, Producer]:
@@ -65,13 +70,7 @@ def transactional_rate(conf: dict, n: int, topic: str, per_transaction: int = 10
     t = time.perf_counter()
     for start in range(0, n, per_transaction):
         p.begin_transaction()
-        for _ in range(min(per_transaction, n - start)):
-            while True:
-                try:
-                    p.produce(topic, VALUE, partition=0)
-                    break
-                except BufferError:
-                    p.poll(0.001)
+        send(p, topic, min(per_transaction, n - start))
         p.commit_transaction(300)
     return n / (time.perf_counter() - t), p
 
