@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import TopicPartition as AIOTopicPartition
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from kafka import KafkaProducer
 from kafka import TopicPartition as KTopicPartition
-from kafka.errors import KafkaError as KafkaPythonError
+from kafka.errors import ProducerFencedError as KafkaProducerFencedError
 
 from kop_spark import Broker, Record, layout
 from kop_spark.broker.transactions import COMPLETE_ABORT
@@ -150,7 +150,7 @@ def test_a_newer_instance_fences_the_older_whose_transaction_is_aborted(server: 
     assert kop(server.root, "transactions", "list").stdout.splitlines()[1].split("\t")[2:4] == ["1", "CompleteAbort"]
     with pytest.raises(KafkaException) as refused:
         old.commit_transaction(TIMEOUT_S)
-    assert refused.value.args[0].fatal()
+    assert refused.value.args[0].code() == KafkaError._FENCED
     new.begin_transaction()
     new.produce("out", value=b"new")
     new.commit_transaction(TIMEOUT_S)
@@ -167,8 +167,9 @@ def test_a_transaction_past_its_timeout_is_aborted(server: KopServer) -> None:
         while b.transactions.get("slow-tx").state != COMPLETE_ABORT:
             assert time.monotonic() < deadline, "the server never aborted the transaction"
             time.sleep(0.1)
-    with pytest.raises(KafkaException):
+    with pytest.raises(KafkaException) as fenced:
         p.commit_transaction(TIMEOUT_S)
+    assert fenced.value.args[0].code() == KafkaError._FENCED
     assert _all(server.root) == [] and _staged(server.root) == []
 
 
@@ -182,8 +183,9 @@ def test_a_server_killed_in_a_transaction_leaves_nothing_of_it(server: KopServer
     p.flush(TIMEOUT_S)
     server.kill()
     server.start()
-    with pytest.raises(KafkaException):
+    with pytest.raises(KafkaException) as fenced:
         p.commit_transaction(TIMEOUT_S)
+    assert fenced.value.args[0].code() == KafkaError._FENCED
     again = _producer(server, "tx")
     again.begin_transaction()
     again.produce("out", value=b"after")
@@ -214,12 +216,13 @@ def test_kafka_python_commits_and_aborts_transactions(server: KopServer) -> None
     p.send("out", key=b"k", value=b"kafka-python")
     p.send_offsets_to_transaction({KTopicPartition("in", 0): _offset(3)}, "kp-group")
     p.commit_transaction()
-    with pytest.raises(KafkaPythonError):  # a second instance fences this one
-        KafkaProducer(bootstrap_servers=server.bootstrap, transactional_id="kp-tx").init_transactions()
-        p.begin_transaction()
+    newer = KafkaProducer(bootstrap_servers=server.bootstrap, transactional_id="kp-tx")
+    newer.init_transactions()  # fences the first instance
+    p.begin_transaction()
+    with pytest.raises(KafkaProducerFencedError):
         p.send("out", value=b"fenced").get(TIMEOUT_S)
-        p.commit_transaction()
     p.close(0)
+    newer.close(0)
     assert _all(server.root) == [b"kafka-python"]
     assert _group_offsets(server.root, "kp-group") == {("in", 0): 3}
 
