@@ -1,8 +1,9 @@
 """PRODUCE: each partition's batches are stored as they came (KoP's ``entryFormat=kafka``), after
 the Broker's checks (CRC, size, keys on compacted topics); the answer is the base offset the
-confirming CAS gave them; a transaction's batches wait, staged, for its commit. The batches are queued for their partitions' next writes before the
+confirming CAS gave them. The batches are queued for their partitions' next writes before the
 connection's next request is taken, and written while it is: requests a client pipelines, and
-other connections' appends to the same partitions, share writes and CASes (group commit)."""
+other connections' appends to the same partitions, share writes and CASes (group commit). A
+transaction's batches are staged instead, until it commits."""
 
 from __future__ import annotations
 
