@@ -22,6 +22,8 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from kop_spark.storage.metadata.zookeeper import close_sessions
+
 REPO = Path(__file__).resolve().parent.parent
 AZURITE = REPO / ".tools" / "node_modules" / ".bin" / "azurite-blob"
 MINIO_KEY, MINIO_SECRET = "testing", "testing-secret"
@@ -239,6 +241,8 @@ def start_all(base: Path) -> Iterator[dict[str, Server]]:
         _make_container(started["azure"].port)
         yield started
     finally:
+        if "zookeeper" in started:  # else this process's session reconnects, and warns, until it exits
+            close_sessions(f"127.0.0.1:{started['zookeeper'].port}")
         for server in started.values():
             server.stop()
 
