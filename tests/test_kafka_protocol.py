@@ -29,9 +29,11 @@ from kafka.protocol.admin import (
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
+    DescribeTransactionsRequest,
     DescribeUserScramCredentialsRequest,
     IncrementalAlterConfigsRequest,
     ListGroupsRequest,
+    ListTransactionsRequest,
 )
 from kafka.protocol.consumer import (
     FetchRequest,
@@ -239,12 +241,22 @@ REQUESTS: dict[int, Callable[[int], Any]] = {
         upsertions=[{"name": "u", "mechanism": 1, "iterations": 4096, "salt": b"s" * 16, "salted_password": b"p" * 32}],
     ),
     60: lambda v: wire_request(DescribeClusterRequest, v, include_cluster_authorized_operations=False),
+    65: lambda v: wire_request(DescribeTransactionsRequest, v, transactional_ids=["unknown-tx"]),
+    66: lambda v: wire_request(
+        ListTransactionsRequest,
+        v,
+        state_filters=["Ongoing"],
+        producer_id_filters=[],
+        duration_filter=-1,
+        transactional_id_pattern=None,
+    ),
     17: lambda v: wire_request(SaslHandshakeRequest, v, mechanism="SCRAM-SHA-256"),
     36: lambda v: wire_request(SaslAuthenticateRequest, v, auth_bytes=b"n,,n=u,r=x"),
 }
 # What each asks of a group that does not have the member it names; a SASL request on a PLAINTEXT
 # listener is ILLEGAL_SASL_STATE.
-# A transactional request naming an id with no producer is INVALID_PRODUCER_ID_MAPPING.
+# A transactional request naming an id with no producer is INVALID_PRODUCER_ID_MAPPING; describing
+# one is TRANSACTIONAL_ID_NOT_FOUND.
 EXPECTED_ERRORS = {
     11: {0, 79},
     12: {25},
@@ -256,6 +268,7 @@ EXPECTED_ERRORS = {
     25: {49},
     26: {49},
     28: {49},
+    65: {105},
 }
 CASES = [(key, v) for key, api in sorted(APIS.items()) for v in range(api.min_version, api.max_version + 1)]
 

@@ -42,6 +42,7 @@ from kafka.admin import ResourceType as KResourceType
 from kafka.errors import ClusterAuthorizationFailedError
 from kafka.errors import InvalidRequestError as KafkaInvalidRequestError
 from kafka.errors import NoError as KafkaNoError
+from kafka.protocol.admin import DescribeTransactionsRequest, ListTransactionsRequest
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import (
     AddOffsetsToTxnRequest,
@@ -358,6 +359,8 @@ def test_each_transactional_request_checks_its_acls(root: str) -> None:
     ):
         added = kop(root, "acls", "add", "--allow-principal", "User:alice", *args)
         assert added.returncode == 0, added.stderr
+    with Broker(root) as b:
+        b.transactions.init_producer_id("bob-tx", 60_000)  # another principal's, not to be listed to alice
     conf = ["authorizationEnabled=true", "sasl.enabled.mechanisms=PLAIN"]
     with KopServer(root, conf, protocols=["SASL_PLAINTEXT"]) as server:
         host, port = server.bootstrap.split(":")
@@ -403,6 +406,20 @@ def test_each_transactional_request_checks_its_acls(root: str) -> None:
             assert produce.responses[0].partition_responses[0].error_code == 53
             end = wire_request(EndTxnRequest, 1, transactional_id="alice-tx", committed=False, **owner)
             assert call(sock, end).error_code == 0
+            listing = wire_request(
+                ListTransactionsRequest, 2, state_filters=[], producer_id_filters=[], duration_filter=-1,
+                transactional_id_pattern=None,
+            )  # fmt: skip
+            assert [t.transactional_id for t in call(sock, listing).transaction_states] == ["alice-tx"]
+            bad = wire_request(
+                ListTransactionsRequest, 2, state_filters=[], producer_id_filters=[], duration_filter=-1,
+                transactional_id_pattern="(",
+            )  # fmt: skip
+            assert call(sock, bad).error_code == 128  # INVALID_REGULAR_EXPRESSION
+            described = call(
+                sock, wire_request(DescribeTransactionsRequest, 0, transactional_ids=["bob-tx", "alice-tx"])
+            )
+            assert [t.error_code for t in described.transaction_states] == [53, 0]
 
 
 ANY_ACL = KAclFilter(None, None, KOperation.ANY, KPermission.ANY, KResource(KResourceType.ANY, None, KPattern.ANY))

@@ -15,9 +15,10 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import TopicPartition as AIOTopicPartition
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from kafka import KafkaProducer
+from kafka import KafkaAdminClient, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
 from kafka.errors import ProducerFencedError as KafkaProducerFencedError
+from kafka.errors import TransactionalIdNotFoundError as KafkaTransactionalIdNotFoundError
 
 from kop_spark import Broker, Record, layout
 from kop_spark.broker.transactions import COMPLETE_ABORT
@@ -251,3 +252,34 @@ def test_aiokafka_commits_and_aborts_transactions(server: KopServer) -> None:
     asyncio.run(run())
     assert _all(server.root) == [b"aiokafka"]
     assert _group_offsets(server.root, "aio-group") == {("in", 0): 4}
+
+
+def test_admin_clients_list_and_describe_transactions(server: KopServer) -> None:
+    done = _producer(server, "done-tx")
+    done.begin_transaction()
+    done.produce("out", value=b"x", partition=0)
+    done.commit_transaction(TIMEOUT_S)
+    busy = _producer(server, "busy-tx", **{"transaction.timeout.ms": 600_000})
+    busy.begin_transaction()
+    busy.produce("out", value=b"y", partition=1)
+    busy.flush(TIMEOUT_S)
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+
+    def listed(**filters) -> dict[str, str]:
+        (node,) = admin.list_transactions(**filters).values()  # one broker: node 0
+        return {t.transactional_id: t.state.value for t in node}
+
+    try:
+        assert listed() == {"done-tx": "CompleteCommit", "busy-tx": "Ongoing"}
+        assert listed(state_filters=["Ongoing"]) == {"busy-tx": "Ongoing"}
+        assert listed(transactional_id_pattern="d.*") == {"done-tx": "CompleteCommit"}
+        assert listed(duration_filter_ms=3_600_000) == {}
+        described = admin.describe_transactions(["busy-tx"])["busy-tx"]
+        assert (described.state.value, described.transaction_timeout_ms) == ("Ongoing", 600_000)
+        assert described.topic_partitions == {KTopicPartition("out", 1)}
+        assert 0 < described.transaction_start_time_ms <= time.time() * 1000
+        with pytest.raises(KafkaTransactionalIdNotFoundError):
+            admin.describe_transactions(["nobody-tx"])
+    finally:
+        admin.close()
+    busy.abort_transaction(TIMEOUT_S)

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 EMPTY, ONGOING, COMPLETE_COMMIT, COMPLETE_ABORT = "Empty", "Ongoing", "CompleteCommit", "CompleteAbort"
+# Kafka's states (ListTransactions filters by them); kop's transactions pass through no others.
+STATES = frozenset({EMPTY, ONGOING, "PrepareCommit", "PrepareAbort", COMPLETE_COMMIT, COMPLETE_ABORT, "Dead"})
 ProducerSequences = dict[int, ProducerEntry]  # a partition's producers' last batches (``producer_state``)
 _MAX_EPOCH = 32767  # an int16: past it, the id gets a new producer id at epoch 0, as in Kafka
 

@@ -20,6 +20,7 @@ import contextlib
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..broker import Broker, OffsetAndMetadata
 from ..broker.transactions import (
@@ -38,6 +39,14 @@ from ..errors import (
 )
 from ..record import RecordBatch, split_batches
 from ..topic_name import TopicPartition
+
+
+class TransactionView(NamedTuple):
+    """A transactional id as DescribeTransactions tells it."""
+
+    state: TransactionState
+    start_ms: int  # when its transaction under way began, else -1
+    partitions: list[TopicPartition]  # that transaction's, as far as this server holds it
 
 
 @dataclass
@@ -230,6 +239,24 @@ class TransactionCoordinator:
                         if self._producers.get(transactional_id) is held:
                             del self._producers[transactional_id]
         return aborted
+
+    def describe(self, transactional_ids: Iterable[str] | None = None) -> list[TransactionView]:
+        """DescribeTransactions and ListTransactions: each id's state (all of them by default;
+        those unknown left out), with what the server holds of its transaction under way."""
+        with self._lock:
+            held = dict(self._producers)
+        wanted = None if transactional_ids is None else set(transactional_ids)
+        out = []
+        for state in self._transactions.states():
+            if wanted is not None and state.transactional_id not in wanted:
+                continue
+            mine = held.get(state.transactional_id)
+            if mine is not None and mine.state.epoch >= state.epoch:
+                state = mine.state
+            ongoing = state.state == ONGOING
+            partitions = sorted(mine.partitions) if mine is not None and ongoing else []
+            out.append(TransactionView(state, state.updated_ms if ongoing else -1, partitions))
+        return out
 
     def __len__(self) -> int:
         """How many transactional ids the server holds."""

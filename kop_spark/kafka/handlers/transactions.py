@@ -7,11 +7,13 @@ versions before that code (KIP-588)."""
 from __future__ import annotations
 
 import datetime
+import re
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ...broker import OffsetAndMetadata
+from ...broker.transactions import STATES
 from ...errors import ProducerFencedError
 from ..context import ServerContext
 from ..error_codes import error_code
@@ -157,3 +159,83 @@ async def end_txn(ctx: ServerContext, header: RequestHeader, request: Any) -> An
     except Exception as e:
         code = _code(header, e, f"EndTxn of transactional id {tid!r}")
     return make(m.EndTxnResponse, throttle_time=_NONE, error_code=code)
+
+
+async def describe_transactions(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    m = response_module(header.api_key, header.api_version)
+    allowed = [t for t in request.transactional_ids if ctx.allowed(header, "Describe", "TransactionalId", t)]
+    found = {v.state.transactional_id: v for v in await ctx.call(ctx.transactions.describe, allowed)}
+
+    def state(tid: str) -> Any:
+        view = found.get(tid)
+        code = (
+            ErrorCode.transactional_id_authorization_failed
+            if tid not in allowed
+            else ErrorCode.none
+            if view is not None
+            else ErrorCode.transactional_id_not_found
+        )
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in view.partitions if view is not None else ():
+            by_topic.setdefault(topic, []).append(p)
+        return make(
+            m.TransactionState,
+            error_code=code,
+            transactional_id=tid,
+            transaction_state=view.state.state if view is not None else "",
+            transaction_timeout=datetime.timedelta(milliseconds=view.state.timeout_ms if view is not None else 0),
+            transaction_start_time=_time(view.start_ms if view is not None else -1),
+            producer_id=view.state.producer_id if view is not None else -1,
+            producer_epoch=view.state.epoch if view is not None else -1,
+            topics=tuple(make(m.TopicData, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+        )
+
+    states = tuple(state(tid) for tid in request.transactional_ids)
+    return make(m.DescribeTransactionsResponse, throttle_time=_NONE, transaction_states=states)
+
+
+async def list_transactions(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    """ListTransactions, with Kafka's filters: states, producer ids, running longer than a duration
+    (v1), ids matching a pattern (v2); only the ids the principal may Describe."""
+    m = response_module(header.api_key, header.api_version)
+    states = set(request.state_filters)
+    unknown = tuple(sorted(states - STATES))
+    pids = set(request.producer_id_filters)
+    duration = getattr(request, "duration_filter", -1)
+    try:  # Java's Pattern.matches: the whole id; none (or v0-1): every id
+        given = getattr(request, "transactional_id_pattern", None)
+        pattern = re.compile(given) if given else None
+    except re.error:
+        return make(
+            m.ListTransactionsResponse,
+            throttle_time=_NONE,
+            error_code=ErrorCode.invalid_regular_expression,
+            unknown_state_filters=unknown,
+            transaction_states=(),
+        )
+    now = ctx.broker.clock.now_ms()
+    listed = tuple(
+        make(
+            m.TransactionState,
+            transactional_id=v.state.transactional_id,
+            producer_id=v.state.producer_id,
+            transaction_state=v.state.state,
+        )
+        for v in await ctx.call(ctx.transactions.describe)
+        if (not states or v.state.state in states)
+        and (not pids or v.state.producer_id in pids)
+        and (duration < 0 or (v.start_ms >= 0 and now - v.start_ms > duration))
+        and (pattern is None or pattern.fullmatch(v.state.transactional_id) is not None)
+        and ctx.allowed(header, "Describe", "TransactionalId", v.state.transactional_id)
+    )
+    return make(
+        m.ListTransactionsResponse,
+        throttle_time=_NONE,
+        error_code=ErrorCode.none,
+        unknown_state_filters=unknown,
+        transaction_states=listed,
+    )
+
+
+def _time(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
