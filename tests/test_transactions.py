@@ -160,9 +160,13 @@ def test_a_newer_instance_fences_the_older_and_aborts_its_transaction(broker):
 
 def test_a_recovering_producer_must_name_the_current_epoch(broker):
     c = TransactionCoordinator(broker)
-    pid, epoch = c.init_producer_id(TID, 60_000)
-    with pytest.raises(ProducerFencedError):
-        c.init_producer_id(TID, 60_000, (pid, epoch - 1))
+    pid, stale = c.init_producer_id(TID, 60_000)
+    pid, epoch = _open(c)
+    c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"a"))
+    with pytest.raises(ProducerFencedError):  # a stale instance recovering (KIP-360) ...
+        c.init_producer_id(TID, 60_000, (pid, stale))
+    c.end(TID, pid, epoch, commit=True)  # ... leaves the current one's transaction alone
+    assert _values(broker, "out", 0) == [b"a"]
     assert c.init_producer_id(TID, 60_000, (pid, epoch)) == (pid, epoch + 1)
 
 

@@ -86,13 +86,13 @@ class TransactionCoordinator:
                 f"1 to transaction.max.timeout.ms={self._max_timeout_ms}"
             )
         with self._lock:
-            held = self._producers.pop(transactional_id, None)
+            held = self._producers.get(transactional_id)
         if held is not None:
             with held.lock:
+                if current is not None:  # a stale instance's request changes nothing
+                    held.state.check_owner(*current)
                 if held.state.state == ONGOING and held.began_ms:  # else a lost one: ended below
-                    if current is not None:
-                        held.state.check_owner(*current)
-                    self._transactions.end(held.state)
+                    held.reset(self._transactions.end(held.state))
         state = self._transactions.init_producer_id(transactional_id, timeout_ms, current)
         with self._lock:
             self._producers[transactional_id] = _Producer(state)
