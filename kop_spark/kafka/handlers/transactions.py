@@ -18,6 +18,7 @@ from ...errors import ProducerFencedError
 from ..context import ServerContext
 from ..error_codes import error_code
 from ..messages import RequestHeader, make, response_module
+from ..transaction_coordinator import TransactionView
 
 # The first version of each API whose client knows PRODUCER_FENCED.
 _FENCED_FROM = {22: 4, 24: 2, 25: 2, 26: 2, 28: 3}
@@ -167,31 +168,41 @@ async def describe_transactions(ctx: ServerContext, header: RequestHeader, reque
     found = {v.state.transactional_id: v for v in await ctx.call(ctx.transactions.describe, allowed)}
 
     def state(tid: str) -> Any:
-        view = found.get(tid)
-        code = (
-            ErrorCode.transactional_id_authorization_failed
-            if tid not in allowed
-            else ErrorCode.none
-            if view is not None
-            else ErrorCode.transactional_id_not_found
-        )
-        by_topic: dict[str, list[int]] = {}
-        for topic, p in view.partitions if view is not None else ():
-            by_topic.setdefault(topic, []).append(p)
+        if tid in found:
+            return _described(m, found[tid])
+        refused = tid not in allowed
+        code = ErrorCode.transactional_id_authorization_failed if refused else ErrorCode.transactional_id_not_found
         return make(
             m.TransactionState,
             error_code=code,
             transactional_id=tid,
-            transaction_state=view.state.state if view is not None else "",
-            transaction_timeout=datetime.timedelta(milliseconds=view.state.timeout_ms if view is not None else 0),
-            transaction_start_time=_time(view.start_ms if view is not None else -1),
-            producer_id=view.state.producer_id if view is not None else -1,
-            producer_epoch=view.state.epoch if view is not None else -1,
-            topics=tuple(make(m.TopicData, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+            transaction_state="",
+            transaction_timeout=_NONE,
+            transaction_start_time=_time(-1),
+            producer_id=-1,
+            producer_epoch=-1,
+            topics=(),
         )
 
     states = tuple(state(tid) for tid in request.transactional_ids)
     return make(m.DescribeTransactionsResponse, throttle_time=_NONE, transaction_states=states)
+
+
+def _described(m: Any, view: TransactionView) -> Any:
+    by_topic: dict[str, list[int]] = {}
+    for topic, p in view.partitions:
+        by_topic.setdefault(topic, []).append(p)
+    return make(
+        m.TransactionState,
+        error_code=ErrorCode.none,
+        transactional_id=view.state.transactional_id,
+        transaction_state=view.state.state,
+        transaction_timeout=datetime.timedelta(milliseconds=view.state.timeout_ms),
+        transaction_start_time=_time(view.start_ms),
+        producer_id=view.state.producer_id,
+        producer_epoch=view.state.epoch,
+        topics=tuple(make(m.TopicData, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+    )
 
 
 async def list_transactions(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
