@@ -394,6 +394,11 @@ def test_each_transactional_request_checks_its_acls(root: str) -> None:
                 topics=[{"name": "orders-eu", "partitions": [{"partition_index": 0, "committed_offset": 1}]}],
             ))  # fmt: skip
             assert commit.topics[0].partitions[0].error_code == 29  # offsets of a topic it may not Read
+            theirs = call(sock, wire_request(
+                TxnOffsetCommitRequest, 1, transactional_id="bob-tx", group_id="billing", **owner,
+                topics=[{"name": "orders-eu", "partitions": [{"partition_index": 0, "committed_offset": 1}]}],
+            ))  # fmt: skip
+            assert theirs.topics[0].partitions[0].error_code == 53
             end = wire_request(EndTxnRequest, 1, transactional_id="bob-tx", committed=True, **owner)
             assert call(sock, end).error_code == 53
             batch = build_record_batch(

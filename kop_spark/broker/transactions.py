@@ -92,11 +92,12 @@ class TransactionPartition:
         not again if they are a retry of batches staged already. ``sequences``: the producers'
         last batches in this partition, as an idempotent partition keeps them (checked, updated)."""
         where = f"transactional produce to {self.topic}-{self.partition}"
-        checked = dict(sequences)
-        if check_producers(checked, batches, where, -1, self._broker.clock.now_ms()) is not None:
+        followed = dict(sequences)
+        if check_producers(followed, batches, where, -1, self._broker.clock.now_ms()) is not None:
             return  # a retry
-        self._staged.append(checked_batches(self._broker, self.topic, self.partition, batches, None).batches)
-        sequences.update(checked)
+        checked = checked_batches(self._broker, self.topic, self.partition, batches, None)
+        self._staged.append_checked(checked.batches, checked.now)
+        sequences.update(followed)
 
     def finish(self) -> tuple[StagedLedger, ...]:
         return self._staged.finish()

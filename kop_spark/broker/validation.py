@@ -143,6 +143,10 @@ class StagedPartition:
                 check_keys(where, RecordBatch(batch).records())
         if uses_log_append_time(self._config):
             batches = [with_log_append_time(b, now) for b in batches]
+        self.append_checked(batches, now)
+
+    def append_checked(self, batches: Sequence[bytes | memoryview], now: int) -> None:
+        """Stage batches a produce's checks passed already (``checked_batches``), stamped at ``now``."""
         while batches:
             fresh = self._stager is None
             if self._stager is None:

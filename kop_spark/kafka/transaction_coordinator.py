@@ -133,8 +133,10 @@ class TransactionCoordinator:
         with held.lock:
             self._owned(held, producer_id, epoch)
             wanted = [tp for tp in dict.fromkeys(partitions) if tp not in held.partitions]
+            admin = self._broker.admin
+            metas = {topic: admin.metadata(topic)[1] for topic, _ in wanted}
             for topic, p in wanted:
-                self._broker.admin.check_partition(topic, p, self._broker.admin.metadata(topic)[1])
+                admin.check_partition(topic, p, metas[topic])
             self._begin(held)
             for topic, p in wanted:
                 held.partitions[(topic, p)] = self._transactions.stage(held.state, topic, p)
@@ -245,11 +247,12 @@ class TransactionCoordinator:
         those unknown left out), with what the server holds of its transaction under way."""
         with self._lock:
             held = dict(self._producers)
-        wanted = None if transactional_ids is None else set(transactional_ids)
+        if transactional_ids is None:
+            states = self._transactions.states()
+        else:  # read those asked for, not every id
+            states = [s for s in map(self._transactions.get, dict.fromkeys(transactional_ids)) if s is not None]
         out = []
-        for state in self._transactions.states():
-            if wanted is not None and state.transactional_id not in wanted:
-                continue
+        for state in states:
             mine = held.get(state.transactional_id)
             if mine is not None and mine.state.epoch >= state.epoch:
                 state = mine.state

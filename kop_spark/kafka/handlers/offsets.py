@@ -45,51 +45,62 @@ async def find_coordinator(ctx: ServerContext, header: RequestHeader, request: A
 
 async def offset_commit(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
-    b = ctx.broker
     generation = getattr(request, "generation_id_or_member_epoch", getattr(request, "generation_id", NO_GENERATION))
     fenced = ctx.membership.validate_commit(
         request.group_id, generation, getattr(request, "member_id", ""), getattr(request, "group_instance_id", None)
     )
+    where = f"commit of group {request.group_id!r}"
+    offsets, codes = await requested_offsets(ctx, header, request.group_id, request.topics, fenced, where)
+    if offsets:
+        try:
+            await ctx.call(ctx.broker.commit_offsets, request.group_id, offsets)
+            codes.update(dict.fromkeys(offsets, ErrorCode.none))
+        except Exception as e:
+            codes.update(dict.fromkeys(offsets, error_code(e, where)))
+    topics = commit_answers(m.OffsetCommitResponseTopic, m.OffsetCommitResponsePartition, request.topics, codes)
+    return make(m.OffsetCommitResponse, throttle_time=datetime.timedelta(0), topics=topics)
+
+
+async def requested_offsets(
+    ctx: ServerContext, header: RequestHeader, group: str, topics: Any, refused: ErrorCode, where: str
+) -> tuple[dict[tuple[str, int], OffsetAndMetadata], dict[tuple[str, int], ErrorCode]]:
+    """An offset commit's offsets by partition (OffsetCommit's, TxnOffsetCommit's), and the codes
+    of the partitions refused: every one with ``refused`` unless it is NONE (a fenced member),
+    else a topic without Read on it and the group, or a partition that does not exist."""
     codes: dict[tuple[str, int], ErrorCode] = {}
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
-    for t in request.topics:
+    for t in topics:
         code = ErrorCode.unknown_topic_or_partition
         try:
-            ctx.authorize(header, "Read", "Group", request.group_id)
+            ctx.authorize(header, "Read", "Group", group)
             ctx.authorize(header, "Read", "Topic", t.name)
-            partitions = await ctx.call(b.partitions_for, t.name)
+            partitions = await ctx.call(ctx.broker.partitions_for, t.name)
         except Exception as e:
-            partitions, code = 0, error_code(e, f"commit of group {request.group_id!r} to {t.name}")
+            partitions, code = 0, error_code(e, f"{where} to {t.name}")
         for p in t.partitions:
             tp = (t.name, p.partition_index)
-            if fenced != ErrorCode.none:
-                codes[tp] = fenced
+            if refused != ErrorCode.none:
+                codes[tp] = refused
             elif not 0 <= p.partition_index < partitions:
                 codes[tp] = code
             else:
                 offsets[tp] = OffsetAndMetadata(p.committed_offset, p.committed_metadata or "")
-    if offsets:
-        try:
-            await ctx.call(b.commit_offsets, request.group_id, offsets)
-            codes.update(dict.fromkeys(offsets, ErrorCode.none))
-        except Exception as e:
-            codes.update(dict.fromkeys(offsets, error_code(e, f"commit of group {request.group_id!r}")))
-    topics = tuple(
+    return offsets, codes
+
+
+def commit_answers(topic_class: Any, partition_class: Any, topics: Any, codes: dict[tuple[str, int], ErrorCode]) -> Any:
+    """An offset commit's answer, topic by topic, as the request named them."""
+    return tuple(
         make(
-            m.OffsetCommitResponseTopic,
+            topic_class,
             name=t.name,
             partitions=tuple(
-                make(
-                    m.OffsetCommitResponsePartition,
-                    partition_index=p.partition_index,
-                    error_code=codes[(t.name, p.partition_index)],
-                )
+                make(partition_class, partition_index=p.partition_index, error_code=codes[(t.name, p.partition_index)])
                 for p in t.partitions
             ),
         )
-        for t in request.topics
+        for t in topics
     )
-    return make(m.OffsetCommitResponse, throttle_time=datetime.timedelta(0), topics=topics)
 
 
 async def offset_fetch(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:

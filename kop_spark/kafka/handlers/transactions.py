@@ -12,13 +12,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...broker import OffsetAndMetadata
 from ...broker.transactions import STATES
 from ...errors import ProducerFencedError
 from ..context import ServerContext
 from ..error_codes import error_code
 from ..messages import RequestHeader, make, response_module
 from ..transaction_coordinator import TransactionView
+from .offsets import commit_answers, requested_offsets
 
 # The first version of each API whose client knows PRODUCER_FENCED.
 _FENCED_FROM = {22: 4, 24: 2, 25: 2, 26: 2, 28: 3}
@@ -100,30 +100,16 @@ async def add_offsets_to_txn(ctx: ServerContext, header: RequestHeader, request:
 async def txn_offset_commit(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
     tid, group = request.transactional_id, request.group_id
-    codes: dict[tuple[str, int], ErrorCode] = {}
-    offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
-    fenced = ctx.membership.validate_commit(
+    refused = ctx.membership.validate_commit(
         group,
         getattr(request, "generation_id", -1),
         getattr(request, "member_id", ""),
         getattr(request, "group_instance_id", None),
     )
-    for t in request.topics:
-        code: ErrorCode = fenced if fenced != ErrorCode.none else ErrorCode.unknown_topic_or_partition
-        partitions = 0
-        try:
-            if fenced == ErrorCode.none:
-                ctx.authorize(header, "Write", "TransactionalId", tid)
-                ctx.authorize(header, "Read", "Group", group)
-                ctx.authorize(header, "Read", "Topic", t.name)
-                partitions = await ctx.call(ctx.broker.partitions_for, t.name)
-        except Exception as e:
-            code = _code(header, e, f"TxnOffsetCommit of transactional id {tid!r} to {t.name}")
-        for p in t.partitions:
-            if 0 <= p.partition_index < partitions:
-                offsets[(t.name, p.partition_index)] = OffsetAndMetadata(p.committed_offset, p.committed_metadata or "")
-            else:
-                codes[(t.name, p.partition_index)] = code
+    if refused == ErrorCode.none and not ctx.allowed(header, "Write", "TransactionalId", tid):
+        refused = ErrorCode.transactional_id_authorization_failed
+    where = f"TxnOffsetCommit of transactional id {tid!r}"
+    offsets, codes = await requested_offsets(ctx, header, group, request.topics, refused, where)
     if offsets:
         try:
             await ctx.call(
@@ -131,22 +117,8 @@ async def txn_offset_commit(ctx: ServerContext, header: RequestHeader, request: 
             )
             codes.update(dict.fromkeys(offsets, ErrorCode.none))
         except Exception as e:
-            codes.update(dict.fromkeys(offsets, _code(header, e, f"TxnOffsetCommit of transactional id {tid!r}")))
-    topics = tuple(
-        make(
-            m.TxnOffsetCommitResponseTopic,
-            name=t.name,
-            partitions=tuple(
-                make(
-                    m.TxnOffsetCommitResponsePartition,
-                    partition_index=p.partition_index,
-                    error_code=codes[(t.name, p.partition_index)],
-                )
-                for p in t.partitions
-            ),
-        )
-        for t in request.topics
-    )
+            codes.update(dict.fromkeys(offsets, _code(header, e, where)))
+    topics = commit_answers(m.TxnOffsetCommitResponseTopic, m.TxnOffsetCommitResponsePartition, request.topics, codes)
     return make(m.TxnOffsetCommitResponse, throttle_time=_NONE, topics=topics)
 
 
