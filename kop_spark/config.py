@@ -57,6 +57,14 @@ def _mechanisms(text: str) -> str:
     return ",".join(names)
 
 
+def _assignors(text: str) -> str:
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ("uniform", "range")]
+    if unknown or not names:
+        raise ValueError(f"{', '.join(unknown) or 'none given'}: expected uniform, range or both")
+    return ",".join(names)
+
+
 SENSITIVE = frozenset({"ssl.key.password", "ssl.keystore.key"})  # never reported nor logged
 
 _SMALLEST_BATCH = 70
@@ -236,6 +244,24 @@ _SETTINGS = [
         3000,
         _int_at_least(0),
         "How long an empty group waits for more members before its first rebalance (kop serve)",
+    ),
+    Setting(
+        "group.consumer.session.timeout.ms",
+        45000,
+        _int_at_least(1),
+        "How long a member of a consumer-protocol group (KIP-848) may go without a heartbeat",
+    ),
+    Setting(
+        "group.consumer.heartbeat.interval.ms",
+        5000,
+        _int_at_least(1),
+        "How often members of a consumer-protocol group (KIP-848) are told to heartbeat",
+    ),
+    Setting(
+        "group.consumer.assignors",
+        "uniform,range",
+        _assignors,
+        "Server-side assignors of consumer-protocol groups (KIP-848); the first is the default",
     ),
     Setting("group.min.session.timeout.ms", 6000, _int_at_least(1), "Shortest session timeout a consumer may ask for"),
     Setting(

@@ -1,7 +1,8 @@
 """Differential tests: the same client session against ``kop serve`` and against librdkafka's
 mock cluster (``test.mock.num.brokers=1``, a reference broker that lives in the client), and the
 same answers from both, for the APIs the mock implements: Produce, Fetch, ListOffsets, Metadata,
-FindCoordinator, OffsetCommit/OffsetFetch, InitProducerId and the group protocol.
+FindCoordinator, OffsetCommit/OffsetFetch, InitProducerId and both group protocols (classic and
+KIP-848's consumer protocol).
 
 The mock creates a topic on first use with 4 partitions; kop is given the same topic. The mock
 answers a ListOffsets by timestamp with -1 whatever the log holds, so offsets by time are tested
@@ -18,6 +19,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kop_spark import Broker
 
+from .group_clients import assigned, poll_until
 from .kop_server import KopServer
 from .mock_cluster import mock_logger
 
@@ -113,3 +115,43 @@ def rebalance(bootstrap: str) -> list[list[int]]:
 def test_two_members_split_the_partitions_as_on_the_mock_cluster(mock_cluster: str, kop: str) -> None:
     Producer({"bootstrap.servers": mock_cluster}).list_topics("d", timeout=30)  # the mock creates it
     assert rebalance(kop) == rebalance(mock_cluster)
+
+
+def consumer_protocol_session(bootstrap: str) -> dict[str, Any]:
+    """A consumer-protocol session, broker-independent: what two members own, read and commit."""
+    seen: dict[str, Any] = {}
+    one, two = (
+        Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "s",
+                "group.protocol": "consumer",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        for _ in range(2)
+    )
+    for c in (one, two):
+        c.subscribe(["d"])
+    poll_until([one, two], lambda _: assigned(one) and assigned(two) and len(assigned(one) | assigned(two)) == 4)
+    seen["shares"] = sorted(len(assigned(c)) for c in (one, two))
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(40):
+        p.produce("d", key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % 4)
+    assert p.flush(30) == 0
+    got = poll_until([one, two], lambda got: len(got) == 40)
+    seen["records"] = sorted((p, o) for _, p, o in got)
+    for c in (one, two):
+        c.commit(asynchronous=False)
+    seen["committed"] = sorted(
+        (tp.partition, tp.offset) for tp in one.committed([TopicPartition("d", p) for p in range(4)], timeout=30)
+    )
+    for c in (one, two):
+        c.close()
+    return seen
+
+
+def test_a_consumer_protocol_session_sees_what_the_mock_cluster_shows(mock_cluster: str, kop: str) -> None:
+    Producer({"bootstrap.servers": mock_cluster}).list_topics("d", timeout=30)  # the mock creates it
+    assert consumer_protocol_session(kop) == consumer_protocol_session(mock_cluster)

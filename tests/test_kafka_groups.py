@@ -13,12 +13,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, OffsetCommitRequest, SyncGroupRequest
 
 from kop_spark import Broker
 
 from .conftest import PYTHON, python_subprocess_env
+from .group_clients import assigned, kop_groups, poll_until, produce, until_live
 from .kafka_wire import call, connect, wire_request
 from .kop_server import KopServer
 
@@ -47,40 +48,17 @@ def _consumer(server: KopServer, name: str, **extra: Any) -> Consumer:
     return Consumer({**conf, **extra})
 
 
-def _poll_until(consumers: list[Consumer], done: Any, timeout: float = 30) -> list[tuple[str, int, int]]:
-    got: list[tuple[str, int, int]] = []
-    deadline = time.monotonic() + timeout
-    while not done(got):
-        assert time.monotonic() < deadline, f"not done within {timeout} s; consumed {len(got)}"
-        for c in consumers:
-            m = c.poll(0.1)
-            if m is not None and m.error() is None:
-                got.append((c.memberid(), m.partition(), m.offset()))
-    return got
-
-
-def _produce(server: KopServer, n: int) -> None:
-    p = Producer({"bootstrap.servers": server.bootstrap})
-    for i in range(n):
-        p.produce("t", key=f"{i}".encode(), value=f"v{i}".encode())
-    assert p.flush(30) == 0
-
-
-def _assigned(c: Consumer) -> set[int]:
-    return {tp.partition for tp in c.assignment()}
-
-
 def test_two_members_share_the_partitions_and_consume_everything_once(server: KopServer) -> None:
     one, two = _consumer(server, "one"), _consumer(server, "two")
     one.subscribe(["t"])
     two.subscribe(["t"])
-    _poll_until([one, two], lambda _: len(_assigned(one)) == len(_assigned(two)) == 2)
-    _produce(server, 200)  # after the rebalance: each record is read once, by its partition's owner
-    got = _poll_until([one, two], lambda got: len(got) >= 200)
+    poll_until([one, two], lambda _: len(assigned(one)) == len(assigned(two)) == 2)
+    produce(server, 200)  # after the rebalance: each record is read once, by its partition's owner
+    got = poll_until([one, two], lambda got: len(got) >= 200)
     assert len(got) == 200 and len({(p, o) for _, p, o in got}) == 200
-    assert _assigned(one) | _assigned(two) == {0, 1, 2, 3} and not _assigned(one) & _assigned(two)
+    assert assigned(one) | assigned(two) == {0, 1, 2, 3} and not assigned(one) & assigned(two)
     for member in {m for m, _, _ in got}:
-        assert {p for m, p, _ in got if m == member} <= (_assigned(one) if member == one.memberid() else _assigned(two))
+        assert {p for m, p, _ in got if m == member} <= (assigned(one) if member == one.memberid() else assigned(two))
     one.commit(asynchronous=False)
     two.commit(asynchronous=False)
     one.close()
@@ -108,18 +86,18 @@ _MEMBER = textwrap.dedent(
 def test_a_killed_members_partitions_move_after_its_session_timeout(server: KopServer) -> None:
     survivor = _consumer(server, "survivor")
     survivor.subscribe(["t"])
-    _poll_until([survivor], lambda _: _assigned(survivor) == {0, 1, 2, 3})
+    poll_until([survivor], lambda _: assigned(survivor) == {0, 1, 2, 3})
     doomed = subprocess.Popen(
         [PYTHON, "-c", _MEMBER, server.bootstrap], stdout=subprocess.PIPE, text=True, env=python_subprocess_env()
     )
-    assigned = threading.Event()
-    threading.Thread(target=lambda: doomed.stdout and doomed.stdout.readline() and assigned.set(), daemon=True).start()
+    got_some = threading.Event()
+    threading.Thread(target=lambda: doomed.stdout and doomed.stdout.readline() and got_some.set(), daemon=True).start()
     try:  # the survivor keeps polling: it takes part in the rebalance
-        _poll_until([survivor], lambda _: assigned.is_set() and len(_assigned(survivor)) == 2)
+        poll_until([survivor], lambda _: got_some.is_set() and len(assigned(survivor)) == 2)
     finally:
         doomed.kill()  # no LeaveGroup: only the session timeout can tell
         doomed.wait()
-    _poll_until([survivor], lambda _: _assigned(survivor) == {0, 1, 2, 3})
+    poll_until([survivor], lambda _: assigned(survivor) == {0, 1, 2, 3})
     survivor.close()
 
 
@@ -129,12 +107,12 @@ def test_a_static_member_restarts_without_a_rebalance(server: KopServer) -> None
     other.subscribe(["t"], on_assign=lambda c, ps: rebalances.append("assign"))
     static = _consumer(server, "static", **{"group.instance.id": "static", "session.timeout.ms": 10_000})
     static.subscribe(["t"])
-    _poll_until([other, static], lambda _: len(_assigned(other)) == 2 and len(_assigned(static)) == 2)
-    before, count = _assigned(static), len(rebalances)
+    poll_until([other, static], lambda _: len(assigned(other)) == 2 and len(assigned(static)) == 2)
+    before, count = assigned(static), len(rebalances)
     static.close()  # a static member does not leave on close
     again = _consumer(server, "static", **{"group.instance.id": "static", "session.timeout.ms": 10_000})
     again.subscribe(["t"])
-    _poll_until([other, again], lambda _: _assigned(again) == before)
+    poll_until([other, again], lambda _: assigned(again) == before)
     assert len(rebalances) == count, "the other member was rebalanced"
     other.close()
     again.close()
@@ -200,36 +178,24 @@ def test_commits_are_fenced_by_generation_and_member(server: KopServer) -> None:
         assert _commit(a_sock, 2, "stranger") == 25  # UNKNOWN_MEMBER_ID
 
 
-def _kop(server: KopServer, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [PYTHON, "-m", "kop_spark.cli", "--root", server.root, "groups", *args]
-    return subprocess.run(command, capture_output=True, text=True, env=python_subprocess_env(), timeout=120)
-
-
-def _until_live(server: KopServer, members: int) -> None:
-    deadline = time.monotonic() + 30
-    with Broker(server.root) as b:
-        while len(getattr(b.live_groups.get("g"), "members", ())) != members:
-            assert time.monotonic() < deadline, f"the group never showed {members} live members"
-
-
 def test_kop_groups_shows_wire_members_and_refuses_to_reset_an_active_group(server: KopServer) -> None:
     one, two = _consumer(server, "one"), _consumer(server, "two")
     one.subscribe(["t"])
     two.subscribe(["t"])
-    _poll_until([one, two], lambda _: len(_assigned(one)) == len(_assigned(two)) == 2)
+    poll_until([one, two], lambda _: len(assigned(one)) == len(assigned(two)) == 2)
     one.commit(offsets=[TopicPartition("t", p, 0) for p in range(4)], asynchronous=False)
-    _until_live(server, 2)
-    described = _kop(server, "describe", "g")
+    until_live(server, 2)
+    described = kop_groups(server, "describe", "g")
     assert described.returncode == 0, described.stderr
     rows = {line.split()[2]: line.split()[6:] for line in described.stdout.splitlines() if line.startswith("g ")}
     assert {p: (who[2], who[1]) for p, who in rows.items()} == {
-        str(p): ("one" if p in _assigned(one) else "two", "/127.0.0.1") for p in range(4)
+        str(p): ("one" if p in assigned(one) else "two", "/127.0.0.1") for p in range(4)
     }
-    refused = _kop(server, "reset-offsets", "g", "--all-topics", "--to-latest", "--execute")
+    refused = kop_groups(server, "reset-offsets", "g", "--all-topics", "--to-latest", "--execute")
     assert refused.returncode == 1 and "can only be reset if the group 'g' is inactive" in refused.stderr
-    assert _kop(server, "delete", "g").returncode == 1
+    assert kop_groups(server, "delete", "g").returncode == 1
     one.close()
     two.close()  # each leaves the group
-    _until_live(server, 0)
-    assert "has no active members" in _kop(server, "describe", "g").stdout
-    assert _kop(server, "reset-offsets", "g", "--all-topics", "--to-latest", "--execute").returncode == 0
+    until_live(server, 0)
+    assert "has no active members" in kop_groups(server, "describe", "g").stdout
+    assert kop_groups(server, "reset-offsets", "g", "--all-topics", "--to-latest", "--execute").returncode == 0

@@ -270,7 +270,15 @@ EXPECTED_ERRORS = {
     28: {49},
     65: {105},
 }
-CASES = [(key, v) for key, api in sorted(APIS.items()) for v in range(api.min_version, api.max_version + 1)]
+# kafka-python 3 has no codec of the consumer rebalance protocol's APIs: librdkafka's, through its
+# consumers, admin client and mock cluster, checks them instead (test_kafka_consumer_protocol).
+WITHOUT_KAFKA_PYTHON_CODEC = {68, 69}
+CASES = [
+    (key, v)
+    for key, api in sorted(APIS.items())
+    if key not in WITHOUT_KAFKA_PYTHON_CODEC
+    for v in range(api.min_version, api.max_version + 1)
+]
 
 
 def _request_bytes(key: int, version: int, correlation_id: int = 7) -> tuple[Any, bytes]:
@@ -280,7 +288,7 @@ def _request_bytes(key: int, version: int, correlation_id: int = 7) -> tuple[Any
 
 
 def test_every_advertised_api_has_a_case() -> None:
-    assert set(REQUESTS) == set(APIS)
+    assert set(REQUESTS) | WITHOUT_KAFKA_PYTHON_CODEC == set(APIS)
 
 
 @pytest.mark.parametrize(("key", "version"), CASES, ids=[f"api{k}-v{v}" for k, v in CASES])

@@ -2,7 +2,7 @@
 
 from ..group.coordinator import OffsetAndMetadata
 from ..storage.staging import StagedLedger
-from .admin import PartitionInfo, TopicDescription
+from .admin import PartitionInfo, TopicDescription, TopicInfo
 from .broker import Broker
 from .fetch import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, FetchedBatches, OffsetSpec
 from .group_offsets import SPARK_COMMIT
@@ -32,4 +32,5 @@ __all__ = [
     "StagedLedger",
     "StagedPartition",
     "TopicDescription",
+    "TopicInfo",
 ]

@@ -4,10 +4,16 @@ A topic is one metadata key (``layout.topic_key``): ``{"partitions", "config", "
 plus ``"deleting": true`` while it is being deleted. Creation makes the partition logs first and
 the key last, so a topic never appears without its logs; deletion marks the key first, so it
 disappears at once, and whoever comes next finishes a deletion that was interrupted.
+
+A topic's Kafka topic id is not stored: it is derived from its full name and ``created_ms``
+(``topic_id``), so every server and process on the store gives the same one, topics created
+before ids were served have one too, and a topic deleted and created again gets a new one, as
+Kafka's random ids do.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,10 +41,25 @@ from .log_manager import LogManager
 
 TopicMeta = dict[str, Any]
 
+_TOPIC_IDS = uuid.UUID("6b6f702d-7370-6172-6b2d-746f70696373")  # the namespace of the uuid5 ids
+
 
 def standing(meta: TopicMeta | None) -> bool:
     """A topic's key names a topic that exists: written, and not being deleted."""
     return meta is not None and not meta.get("deleting")
+
+
+def topic_id(name: TopicName, meta: TopicMeta) -> uuid.UUID:
+    return uuid.uuid5(_TOPIC_IDS, f"{name.full_name}@{meta['created_ms']}")
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """What Kafka's Metadata says of a topic: its name, id and partition count."""
+
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
 
 
 @dataclass(frozen=True)
@@ -261,13 +282,22 @@ class TopicAdmin:
                 out.append((layout.topic_of_key(key), value))
         return out
 
-    def list_topics(self, include_internal: bool = False) -> list[str]:
-        """Kafka names of all topics, sorted."""
+    def info(self, topic: str) -> TopicInfo:
+        name, meta = self.metadata(topic)
+        return TopicInfo(self.kafka_name(name), topic_id(name, meta), meta["partitions"])
+
+    def infos(self, include_internal: bool = False) -> list[TopicInfo]:
+        """Every topic's, by Kafka name."""
         out = []
         for key in self._store.list_keys(layout.TOPICS):
-            if not standing(self._store.get(key).value):
+            meta = self._store.get(key).value
+            if meta is None or not standing(meta):
                 continue
             name = layout.topic_of_key(key)
             if include_internal or not name.local_name.startswith("__"):
-                out.append(self.kafka_name(name))
-        return sorted(out)
+                out.append(TopicInfo(self.kafka_name(name), topic_id(name, meta), meta["partitions"]))
+        return sorted(out, key=lambda t: t.name)
+
+    def list_topics(self, include_internal: bool = False) -> list[str]:
+        """Kafka names of all topics, sorted."""
+        return [t.name for t in self.infos(include_internal)]

@@ -38,7 +38,7 @@ from ..storage.read_plan import LedgerRecord, PartitionView
 from ..storage.staging import StagedLedger
 from ..topic_name import TopicName, TopicPartition
 from .acls import Acls
-from .admin import TopicAdmin, TopicDescription
+from .admin import TopicAdmin, TopicDescription, TopicInfo
 from .credentials import Users
 from .fetch import FetchedBatches, Fetcher, OffsetSpec
 from .group_offsets import GroupOffsets
@@ -128,12 +128,17 @@ class Broker:
         ml = self.admin.deletable_log(topic, partition, before)
         return self._on_log(topic, lambda: ml.delete_before(None if before == -1 else before))
 
-    def list_topics(self, include_internal: bool = False) -> list[str]:
-        """Kafka names of all topics, sorted."""
+    def list_topics(self, include_internal: bool = False) -> list[str]:  # Kafka names, sorted
         return self.admin.list_topics(include_internal)
 
     def partitions_for(self, topic: str) -> int:
         return int(self.admin.metadata(topic)[1]["partitions"])
+
+    def topic_info(self, topic: str) -> TopicInfo:  # Kafka's topic id and partition count
+        return self.admin.info(topic)
+
+    def topic_infos(self, include_internal: bool = False) -> list[TopicInfo]:
+        return self.admin.infos(include_internal)
 
     def topic_config(self, topic: str, *, own: bool = False) -> dict[str, Any]:
         """The topic's settings in effect; with ``own``, only those it was given (not defaults)."""

@@ -14,6 +14,7 @@ from .handlers import (
     acls,
     admin,
     configs,
+    consumer_groups,
     fetch,
     groups,
     list_offsets,
@@ -63,7 +64,7 @@ APIS: dict[int, Api] = {
         Api(1, 4, 12, fetch.handle),
         Api(2, 1, 7, list_offsets.handle),
         Api(3, 1, 12, metadata.handle),
-        Api(8, 2, 8, offsets.offset_commit),
+        Api(8, 2, 9, offsets.offset_commit),
         Api(9, 1, 7, offsets.offset_fetch),
         Api(10, 0, 4, offsets.find_coordinator),
         Api(11, 0, 9, groups.join_group),
@@ -97,5 +98,7 @@ APIS: dict[int, Api] = {
         Api(60, 0, 1, metadata.describe_cluster),
         Api(65, 0, 0, transactions.describe_transactions),
         Api(66, 0, 2, transactions.list_transactions),
+        Api(68, 0, 1, consumer_groups.consumer_group_heartbeat),
+        Api(69, 0, 1, consumer_groups.consumer_group_describe),
     )
 }

@@ -12,11 +12,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from ..broker import Broker
+from ..broker import Broker, LiveGroup
 from ..broker.acls import CLUSTER
 from .authorization import REFUSALS, Authorization
+from .consumer_group_coordinator import ConsumerGroupCoordinator
 from .group_membership import GroupMembership
-from .group_publisher import GroupPublisher
+from .group_publisher import GroupPublisher, snapshot
 from .listeners import Listener
 from .messages import RequestHeader
 from .session import ANONYMOUS
@@ -54,9 +55,11 @@ class ServerContext:
         self.authorization = Authorization(config["authorizationEnabled"], config["superUserRoles"].split(","))
         self.appends = Appends()
         self.membership = GroupMembership(broker.config["group.initial.rebalance.delay.ms"], self._changed)
+        self.consumer_groups = ConsumerGroupCoordinator(config, lambda: self.call(broker.topic_infos), self._changed)
         self.publisher = GroupPublisher(
             lambda group, live, valid_ms: self.call(broker.live_groups.publish, group, live, valid_ms),
-            self.membership.groups,
+            self.live_group,
+            self.active_groups,
         )
         self.transactions = TransactionCoordinator(broker)
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="kop-serve")
@@ -81,12 +84,31 @@ class ServerContext:
     def _changed(self, group_id: str) -> None:
         self.publisher.changed(group_id)
 
+    # -- groups of either protocol: a group has members of one protocol at a time --------------
+
+    def live_group(self, group_id: str) -> LiveGroup | None:
+        g = self.membership.groups.get(group_id)
+        if g is not None and g.members:
+            return snapshot(g)
+        return self.consumer_groups.live(group_id)
+
+    def active_groups(self) -> list[str]:
+        classic = [gid for gid, g in self.membership.groups.items() if g.members]
+        return classic + [gid for gid in self.consumer_groups.groups if self.consumer_groups.is_active(gid)]
+
+    def group_active(self, group_id: str) -> bool:
+        return self.membership.is_active(group_id) or self.consumer_groups.is_active(group_id)
+
+    def subscribed_topics(self, group_id: str) -> set[str]:
+        return self.membership.subscribed_topics(group_id) | self.consumer_groups.subscribed_topics(group_id)
+
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking Broker call on a worker thread."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
 
     def close(self) -> None:
         self.membership.close()
+        self.consumer_groups.close()
         self._executor.shutdown(wait=True)
 
 

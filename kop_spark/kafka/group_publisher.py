@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from ..broker import LiveGroup, LiveMember
@@ -24,9 +24,16 @@ VALID_MS = 30_000
 
 
 class GroupPublisher:
-    def __init__(self, publish: Callable[[str, LiveGroup, int], Awaitable[Any]], groups: dict[str, Group]):
+    def __init__(
+        self,
+        publish: Callable[[str, LiveGroup, int], Awaitable[Any]],
+        live: Callable[[str], LiveGroup | None],
+        active: Callable[[], Iterable[str]],
+    ):
+        """``live``: a group's members now (None: none); ``active``: the groups with members."""
         self._publish = publish
-        self._groups = groups
+        self._live = live
+        self._active = active
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
 
@@ -41,14 +48,15 @@ class GroupPublisher:
             except TimeoutError:
                 pass
             self._wake.clear()
-            due = self._dirty | {gid for gid, g in self._groups.items() if g.members}
+            due = self._dirty | set(self._active())
             self._dirty = set()
             for group_id in sorted(due):
                 await self.publish(group_id)
 
     async def publish(self, group_id: str, gone: bool = False) -> None:
-        g = self._groups.get(group_id)
-        live = LiveGroup("Empty", ()) if g is None or gone else snapshot(g)
+        live = None if gone else self._live(group_id)
+        if live is None:
+            live = LiveGroup("Empty", ())
         try:
             await self._publish(group_id, live, VALID_MS)
         except Exception as e:  # the view is advisory: serving goes on
@@ -56,9 +64,8 @@ class GroupPublisher:
 
     async def withdraw(self) -> None:
         """A stopping server's groups have no members any more."""
-        for group_id, g in self._groups.items():
-            if g.members:
-                await self.publish(group_id, gone=True)
+        for group_id in list(self._active()):
+            await self.publish(group_id, gone=True)
 
 
 def snapshot(g: Group) -> LiveGroup:

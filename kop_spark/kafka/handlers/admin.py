@@ -21,7 +21,7 @@ async def create_topics(ctx: ServerContext, header: RequestHeader, request: Any)
     m = response_module(header.api_key, header.api_version)
     results = []
     for t in request.topics:
-        code, message = ErrorCode.none, None
+        code, message, topic_id = ErrorCode.none, None, NO_TOPIC_ID
         partitions = t.num_partitions if t.num_partitions != -1 else ctx.broker.config["defaultNumPartitions"]
         if not (ctx.allowed(header, "Create", "Cluster") or ctx.allowed(header, "Create", "Topic", t.name)):
             code, message = ErrorCode.topic_authorization_failed, f"may not create topic {t.name!r}"
@@ -32,13 +32,14 @@ async def create_topics(ctx: ServerContext, header: RequestHeader, request: Any)
             config = {c.name: c.value for c in t.configs}
             try:
                 await ctx.call(ctx.broker.create_topic, t.name, partitions, config)
+                topic_id = (await ctx.call(ctx.broker.topic_info, t.name)).topic_id
             except Exception as e:
                 code, message = error_code(e, f"create topic {t.name!r}"), str(e)
         results.append(
             make(
                 m.CreatableTopicResult,
                 name=t.name,
-                topic_id=NO_TOPIC_ID,
+                topic_id=topic_id,
                 error_code=code,
                 error_message=message,
                 num_partitions=partitions if code == ErrorCode.none else -1,

@@ -27,6 +27,8 @@ async def join_group(ctx: ServerContext, header: RequestHeader, request: Any) ->
         result_error, result = ErrorCode.group_authorization_failed, None
     elif not low <= session_ms <= high:
         result_error, result = ErrorCode.invalid_session_timeout, None
+    elif ctx.consumer_groups.is_active(request.group_id):  # a consumer-protocol group's members are there
+        result_error, result = ErrorCode.inconsistent_group_protocol, None
     else:
         result = await ctx.membership.join(
             request.group_id,
@@ -163,6 +165,9 @@ async def list_groups(ctx: ServerContext, header: RequestHeader, request: Any) -
     for g in ctx.membership.groups.values():
         if g.members:
             groups[g.group_id] = (g.protocol_type or "", g.state.value)
+    for cg in ctx.consumer_groups.groups.values():
+        if cg.members:
+            groups[cg.group_id] = ("consumer", cg.state.value)
     wanted = set(getattr(request, "states_filter", ()))
     everything = ctx.allowed(header, "Describe", "Cluster")  # else the groups it may describe, as Kafka
     listed = tuple(
@@ -179,7 +184,7 @@ async def delete_groups(ctx: ServerContext, header: RequestHeader, request: Any)
     for group_id in request.groups_names:
         if not ctx.allowed(header, "Delete", "Group", group_id):
             code = ErrorCode.group_authorization_failed
-        elif ctx.membership.is_active(group_id):
+        elif ctx.group_active(group_id):
             code = ErrorCode.non_empty_group
         else:
             try:
@@ -195,7 +200,7 @@ async def delete_groups(ctx: ServerContext, header: RequestHeader, request: Any)
 async def offset_delete(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-    subscribed = ctx.membership.subscribed_topics(request.group_id)
+    subscribed = ctx.subscribed_topics(request.group_id)
     codes = {tp: ErrorCode.group_subscribed_to_topic for tp in wanted if tp[0] in subscribed}
     codes.update(
         {tp: ErrorCode.topic_authorization_failed for tp in wanted if not ctx.allowed(header, "Read", "Topic", tp[0])}

@@ -1,6 +1,7 @@
-"""METADATA: one broker (node 0) that leads every partition; topics as the Broker has them.
-A topic that does not exist is created when the client allows it and ``allowAutoTopicCreation``
-is on, as a Kafka broker with ``auto.create.topics.enable`` does."""
+"""METADATA: one broker (node 0) that leads every partition; topics as the Broker has them, with
+their topic ids, asked for by name or (v10 and later) by id. A topic that does not exist is
+created when the client allows it and ``allowAutoTopicCreation`` is on, as a Kafka broker with
+``auto.create.topics.enable`` does."""
 
 from __future__ import annotations
 
@@ -10,22 +11,25 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...broker import TopicInfo
 from ...errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from ..context import NODE_ID, ServerContext
 from ..error_codes import error_code
 from ..messages import RequestHeader, make, response_module
 
-NO_TOPIC_ID = uuid.UUID(int=0)  # topic ids are not supported: clients then address topics by name
+NO_TOPIC_ID = uuid.UUID(int=0)  # Kafka's "no id": a topic named, or not found
 
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
     if request.topics is None:  # every topic: those the client may not describe are not mentioned
-        names = [t for t in await ctx.call(ctx.broker.list_topics) if ctx.allowed(header, "Describe", "Topic", t)]
+        infos = await ctx.call(ctx.broker.topic_infos)
+        topics = [_found(m, t) for t in infos if ctx.allowed(header, "Describe", "Topic", t.name)]
     else:
-        names = [t.name for t in request.topics]
-    auto_create = getattr(request, "allow_auto_topic_creation", True) and ctx.broker.config["allowAutoTopicCreation"]
-    topics = [await _topic(ctx, header, m, name, auto_create and request.topics is not None) for name in names]
+        auto_create = (
+            getattr(request, "allow_auto_topic_creation", True) and ctx.broker.config["allowAutoTopicCreation"]
+        )
+        topics = [await _asked(ctx, header, m, t, auto_create) for t in request.topics]
     broker = make(
         m.MetadataResponseBroker, node_id=NODE_ID, host=ctx.advertised(header).host, port=ctx.advertised(header).port
     )
@@ -39,19 +43,32 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
     )
 
 
-async def _topic(ctx: ServerContext, header: RequestHeader, m: Any, name: str | None, auto_create: bool) -> Any:
-    def failed(code: ErrorCode) -> Any:
-        return make(m.MetadataResponseTopic, error_code=code, name=name, topic_id=NO_TOPIC_ID, partitions=())
+async def _asked(ctx: ServerContext, header: RequestHeader, m: Any, asked: Any, auto_create: bool) -> Any:
+    """A topic the request names, or gives the id of (Kafka answers an id not found with
+    UNKNOWN_TOPIC_ID, and one the client may not describe likewise, so ids reveal no names)."""
+    name, topic_id = asked.name, getattr(asked, "topic_id", None) or NO_TOPIC_ID
 
+    def failed(code: ErrorCode) -> Any:
+        return make(m.MetadataResponseTopic, error_code=code, name=name, topic_id=topic_id, partitions=())
+
+    if name is None and topic_id != NO_TOPIC_ID:
+        by_id = {t.topic_id: t for t in await ctx.call(ctx.broker.topic_infos)}
+        found = by_id.get(topic_id)
+        if found is None or not ctx.allowed(header, "Describe", "Topic", found.name):
+            return failed(ErrorCode.unknown_topic_id)
+        return _found(m, found)
     if not name:
         return failed(ErrorCode.invalid_topic_exception)
     if not ctx.allowed(header, "Describe", "Topic", name):
         return failed(ErrorCode.topic_authorization_failed)
     creatable = ctx.allowed(header, "Create", "Cluster") or ctx.allowed(header, "Create", "Topic", name)
     try:
-        count = await _partitions(ctx, name, auto_create and creatable)
+        return _found(m, await _info(ctx, name, auto_create and creatable))
     except Exception as e:
         return failed(error_code(e, f"metadata of topic {name!r}"))
+
+
+def _found(m: Any, topic: TopicInfo) -> Any:
     partitions = tuple(
         make(
             m.MetadataResponsePartition,
@@ -63,17 +80,21 @@ async def _topic(ctx: ServerContext, header: RequestHeader, m: Any, name: str | 
             isr_nodes=(NODE_ID,),
             offline_replicas=(),
         )
-        for p in range(count)
+        for p in range(topic.partitions)
     )
     return make(
-        m.MetadataResponseTopic, error_code=ErrorCode.none, name=name, topic_id=NO_TOPIC_ID, partitions=partitions
+        m.MetadataResponseTopic,
+        error_code=ErrorCode.none,
+        name=topic.name,
+        topic_id=topic.topic_id,
+        partitions=partitions,
     )
 
 
-async def _partitions(ctx: ServerContext, name: str, auto_create: bool) -> int:
+async def _info(ctx: ServerContext, name: str, auto_create: bool) -> TopicInfo:
     b = ctx.broker
     try:
-        return await ctx.call(b.partitions_for, name)
+        return await ctx.call(b.topic_info, name)
     except UnknownTopicOrPartitionError:
         if not auto_create:
             raise
@@ -81,7 +102,7 @@ async def _partitions(ctx: ServerContext, name: str, auto_create: bool) -> int:
         await ctx.call(b.create_topic, name)
     except TopicAlreadyExistsError:
         pass  # another client asked at the same time
-    return await ctx.call(b.partitions_for, name)
+    return await ctx.call(b.topic_info, name)
 
 
 async def describe_cluster(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:

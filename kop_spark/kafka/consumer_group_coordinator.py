@@ -1,0 +1,282 @@
+"""Kafka's consumer rebalance protocol (KIP-848, ``group.protocol=consumer``): members send
+ConsumerGroupHeartbeat, and the server assigns (``assignors``) and moves each member to its
+target (``ConsumerGroup.reconcile``). Members time out after ``group.consumer.session.timeout.ms``
+without a heartbeat, and are fenced if they keep partitions they were asked to revoke past their
+rebalance timeout; a member leaves with epoch -1, a static member steps away with -2 and comes
+back, under a new member id, to the partitions it had.
+
+Like the classic protocol's ``GroupMembership``, membership lives in this server's memory and
+everything runs on its event loop. Assignments name topics by id; the coordinator maps them with
+the topics it last read, at most ``TOPICS_REFRESH_S`` old, so topics created, grown or deleted
+reach the assignment within that time."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import re
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from ..broker import LiveGroup, LiveMember, TopicInfo
+from ..config import Config
+from .assignors import ASSIGNORS, TopicPartition
+from .consumer_group import ConsumerGroup, ConsumerMember
+
+TOPICS_REFRESH_S = 1.0
+JOIN, LEAVE, STATIC_LEAVE = 0, -1, -2
+UNCHANGED = -1  # a rebalance timeout not restated
+IdPartitions = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """A ConsumerGroupHeartbeat's fields; None (and UNCHANGED) where the member restates nothing."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    client: tuple[str, str]  # client id, host
+    instance_id: str | None = None
+    rebalance_timeout_ms: int = UNCHANGED
+    topic_names: tuple[str, ...] | None = None
+    topic_regex: str | None = None
+    assignor: str | None = None
+    owned: IdPartitions | None = None
+    generated_ids: bool = False  # v0: the server gives a joining member its id
+
+
+@dataclass(frozen=True)
+class HeartbeatAnswer:
+    error: ErrorCode
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = -1
+    interval_ms: int = 0
+    assignment: IdPartitions | None = None  # None: unchanged, not repeated
+
+
+class _Refused(Exception):
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class ConsumerGroupCoordinator:
+    def __init__(
+        self,
+        config: Config,
+        read_topics: Callable[[], Awaitable[list[TopicInfo]]],
+        on_change: Callable[[str], None] = lambda group: None,
+        topics_refresh_s: float = TOPICS_REFRESH_S,
+    ):
+        self._session_ms = config["group.consumer.session.timeout.ms"]
+        self._interval_ms = config["group.consumer.heartbeat.interval.ms"]
+        self._assignors = config["group.consumer.assignors"].split(",")
+        self._read_topics = read_topics
+        self._on_change = on_change
+        self._topics: list[TopicInfo] = []
+        self._topics_refresh_s = topics_refresh_s
+        self._topics_read = float("-inf")
+        self.groups: dict[str, ConsumerGroup] = {}
+
+    async def topics(self) -> list[TopicInfo]:
+        now = asyncio.get_running_loop().time()
+        if now - self._topics_read >= self._topics_refresh_s:
+            self._topics, self._topics_read = await self._read_topics(), now
+        return self._topics
+
+    # -- ConsumerGroupHeartbeat --------------------------------------------------------------
+
+    async def heartbeat(self, hb: Heartbeat, may_describe: Callable[[str], bool]) -> HeartbeatAnswer:
+        topics = {t.name: t for t in await self.topics() if may_describe(t.name)}
+        owned = None if hb.owned is None else _names(hb.owned, topics)
+        g = self.groups.setdefault(hb.group_id, ConsumerGroup(hb.group_id))
+        try:
+            self._check(hb)
+            member = self._member(g, hb, owned)
+            if hb.member_epoch in (LEAVE, STATIC_LEAVE):
+                self._leave(g, member, static=hb.member_epoch == STATIC_LEAVE)
+                return HeartbeatAnswer(ErrorCode.none, None, member.member_id, hb.member_epoch, self._interval_ms)
+            bump = self._restate(g, member, hb)
+        except _Refused as r:
+            if not g.members:
+                self.groups.pop(hb.group_id, None)
+            return HeartbeatAnswer(r.code, str(r), hb.member_id or None)
+        partitions = g.subscribed({t.name: t.partitions for t in topics.values()})
+        if partitions != g.partitions:
+            g.partitions, bump = partitions, True
+        if bump:
+            g.epoch += 1
+        g.assignor = self._assignor(g)
+        g.update_target(ASSIGNORS[g.assignor])
+        changed = g.reconcile(member, owned)
+        if hb.member_epoch == JOIN or (owned is not None and owned != member.assigned | member.revoking):
+            changed = True
+        self._keep_alive(g, member)
+        self._on_change(g.group_id)
+        assignment = _ids(member.assigned, topics) if changed else None
+        return HeartbeatAnswer(ErrorCode.none, None, member.member_id, member.epoch, self._interval_ms, assignment)
+
+    def _check(self, hb: Heartbeat) -> None:
+        """Refuses, before anything changes, what no member may ask."""
+        if hb.assignor is not None and hb.assignor not in self._assignors:
+            raise _Refused(
+                ErrorCode.unsupported_assignor,
+                f"assignor {hb.assignor!r} is not one of {', '.join(self._assignors)} (group.consumer.assignors)",
+            )
+        if hb.topic_regex:
+            try:
+                re.compile(hb.topic_regex)
+            except re.error as e:
+                raise _Refused(ErrorCode.invalid_regular_expression, f"{hb.topic_regex!r}: {e}") from None
+
+    def _member(self, g: ConsumerGroup, hb: Heartbeat, owned: frozenset[TopicPartition] | None) -> ConsumerMember:
+        """The member the heartbeat is from, joined if it joins; refused as Kafka refuses."""
+        if hb.member_epoch == JOIN:
+            return self._join(g, hb)
+        member = g.members.get(hb.member_id)
+        if member is None:
+            raise _Refused(ErrorCode.unknown_member_id, f"member {hb.member_id!r} is not in group {g.group_id!r}")
+        if hb.member_epoch in (LEAVE, STATIC_LEAVE) or hb.member_epoch == member.epoch:
+            return member
+        if hb.member_epoch == member.previous_epoch and owned is not None and owned <= member.assigned:
+            return member  # it did not get the answer that moved it on
+        raise _Refused(
+            ErrorCode.fenced_member_epoch,
+            f"member {hb.member_id!r} of group {g.group_id!r} is at epoch {member.epoch}, not {hb.member_epoch}",
+        )
+
+    def _join(self, g: ConsumerGroup, hb: Heartbeat) -> ConsumerMember:
+        if not hb.member_id and not hb.generated_ids:
+            raise _Refused(ErrorCode.invalid_request, "a joining member must give its member id")
+        member_id = hb.member_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        new = ConsumerMember(member_id, hb.instance_id, *hb.client)
+        old = g.members.get(g.instances.get(hb.instance_id, "")) if hb.instance_id is not None else None
+        if old is not None and old.member_id != member_id:
+            if not old.left:
+                raise _Refused(
+                    ErrorCode.unreleased_instance_id, f"instance {hb.instance_id!r} is still member {old.member_id!r}"
+                )
+            g.target[member_id] = g.target.get(old.member_id, frozenset())
+            self._remove(g, old)
+            new.epoch, new.previous_epoch, new.assigned, new.revoking = old.epoch, -1, old.assigned, old.revoking
+            new.topic_names, new.topic_regex, new.assignor = old.topic_names, old.topic_regex, old.assignor
+        elif member_id in g.members:  # back after being fenced, owning nothing
+            self._remove(g, g.members[member_id])
+        inherits = old is not None and old.left
+        if hb.topic_names is None and hb.topic_regex is None and not inherits:
+            raise _Refused(ErrorCode.invalid_request, "a joining member must give its subscription")
+        g.members[member_id] = new
+        if hb.instance_id is not None:
+            g.instances[hb.instance_id] = member_id
+        return new
+
+    def _restate(self, g: ConsumerGroup, member: ConsumerMember, hb: Heartbeat) -> bool:
+        """Takes what the heartbeat restates; returns whether the subscription or assignor
+        changed (a member joining changes them from nothing), which bumps the group epoch."""
+        member.left = False
+        if hb.rebalance_timeout_ms != UNCHANGED:
+            member.rebalance_timeout_ms = hb.rebalance_timeout_ms
+        before = (member.topic_names, member.topic_regex, member.assignor)
+        if hb.topic_names is not None:
+            member.topic_names = frozenset(hb.topic_names)
+        if hb.topic_regex is not None:
+            member.topic_regex = hb.topic_regex or None
+        if hb.assignor is not None:
+            member.assignor = hb.assignor
+        return (member.topic_names, member.topic_regex, member.assignor) != before
+
+    def _assignor(self, g: ConsumerGroup) -> str:
+        """The one most members ask for, else the first configured (Kafka's choice)."""
+        asked = Counter(m.assignor for m in g.members.values() if m.assignor is not None)
+        return asked.most_common(1)[0][0] if asked else self._assignors[0]
+
+    # -- timers and departures ---------------------------------------------------------------
+
+    def _keep_alive(self, g: ConsumerGroup, member: ConsumerMember) -> None:
+        loop = asyncio.get_running_loop()
+        if member.expiry is not None:
+            member.expiry.cancel()
+        member.expiry = loop.call_later(self._session_ms / 1000, self._expire, g, member)
+        if member.revoking and member.revocation is None:
+            member.revocation = loop.call_later(member.rebalance_timeout_ms / 1000, self._expire, g, member)
+        elif not member.revoking and member.revocation is not None:
+            member.revocation.cancel()
+            member.revocation = None
+
+    def _expire(self, g: ConsumerGroup, member: ConsumerMember) -> None:
+        """Session or rebalance timeout: the member is fenced and its partitions go to others."""
+        if g.members.get(member.member_id) is member:
+            self._leave(g, member, static=False)
+
+    def _leave(self, g: ConsumerGroup, member: ConsumerMember, static: bool) -> None:
+        if static and member.instance_id is not None:
+            member.left = True  # its partitions wait for it for a session timeout
+            self._keep_alive(g, member)
+            return
+        self._remove(g, member)
+        g.epoch += 1
+        if not g.members:
+            self.groups.pop(g.group_id, None)
+        self._on_change(g.group_id)
+
+    def _remove(self, g: ConsumerGroup, member: ConsumerMember) -> None:
+        del g.members[member.member_id]
+        member.cancel_timers()
+        if member.instance_id is not None and g.instances.get(member.instance_id) == member.member_id:
+            del g.instances[member.instance_id]
+        g.target.pop(member.member_id, None)
+
+    # -- what the rest of the server asks ----------------------------------------------------
+
+    def is_active(self, group_id: str) -> bool:
+        g = self.groups.get(group_id)
+        return g is not None and bool(g.members)
+
+    def validate_commit(self, group_id: str, member_id: str, epoch: int, api_version: int) -> ErrorCode:
+        """Kafka's fencing of a commit to a consumer-protocol group with members: it must come
+        from a member, in OffsetCommit v9 or later, at the member's current epoch."""
+        member = self.groups[group_id].members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if api_version < 9:
+            return ErrorCode.unsupported_version
+        return ErrorCode.none if epoch == member.epoch else ErrorCode.stale_member_epoch
+
+    def subscribed_topics(self, group_id: str) -> set[str]:
+        g = self.groups.get(group_id)
+        return set() if g is None else set(g.partitions)
+
+    def live(self, group_id: str) -> LiveGroup | None:
+        """What ``kop groups describe`` shows of the group (None: not a consumer-protocol group)."""
+        g = self.groups.get(group_id)
+        if g is None:
+            return None
+        members = tuple(
+            LiveMember(m.member_id, m.client_id, m.client_host, tuple(sorted(m.assigned | m.revoking)))
+            for m in g.members.values()
+        )
+        return LiveGroup(g.state.value, members)
+
+    def close(self) -> None:
+        for g in self.groups.values():
+            for m in g.members.values():
+                m.cancel_timers()
+
+
+def _names(owned: Iterable[tuple[uuid.UUID, Iterable[int]]], topics: dict[str, TopicInfo]) -> frozenset[TopicPartition]:
+    """Partitions named by topic id, by topic name (ids of topics not known are left out)."""
+    by_id = {t.topic_id: t.name for t in topics.values()}
+    return frozenset((by_id[i], p) for i, ps in owned if i in by_id for p in ps)
+
+
+def _ids(assigned: frozenset[TopicPartition], topics: dict[str, TopicInfo]) -> IdPartitions:
+    by_topic: dict[str, list[int]] = {}
+    for topic, p in sorted(assigned):
+        by_topic.setdefault(topic, []).append(p)
+    return tuple((topics[t].topic_id, tuple(ps)) for t, ps in by_topic.items() if t in topics)

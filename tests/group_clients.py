@@ -1,0 +1,56 @@
+"""What the group tests of either rebalance protocol do with real consumers: poll them until a
+condition holds (or fail after a deadline), produce, look at assignments and run ``kop groups``."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+
+from kop_spark import Broker
+
+from .conftest import PYTHON, python_subprocess_env
+from .kop_server import KopServer
+
+
+def poll_until(
+    consumers: list[Consumer], done: Any, timeout: float = 30, each_round: Any = None
+) -> list[tuple[str, int, int]]:
+    """Polls each consumer in turn until ``done(records so far)``; ``each_round()`` after every round."""
+    got: list[tuple[str, int, int]] = []
+    deadline = time.monotonic() + timeout
+    while not done(got):
+        assert time.monotonic() < deadline, f"not done within {timeout} s; consumed {len(got)}"
+        for c in consumers:
+            m = c.poll(0.1)
+            if m is not None and m.error() is None:
+                got.append((c.memberid(), m.partition(), m.offset()))
+        if each_round is not None:
+            each_round()
+    return got
+
+
+def produce(server: KopServer, n: int) -> None:
+    p = Producer({"bootstrap.servers": server.bootstrap})
+    for i in range(n):
+        p.produce("t", key=f"{i}".encode(), value=f"v{i}".encode())
+    assert p.flush(30) == 0
+
+
+def assigned(c: Consumer) -> set[int]:
+    return {tp.partition for tp in c.assignment()}
+
+
+def kop_groups(server: KopServer, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [PYTHON, "-m", "kop_spark.cli", "--root", server.root, "groups", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=python_subprocess_env(), timeout=120)
+
+
+def until_live(server: KopServer, members: int, group: str = "g") -> None:
+    """Until the server has published ``members`` live members of the group."""
+    deadline = time.monotonic() + 30
+    with Broker(server.root) as b:
+        while len(getattr(b.live_groups.get(group), "members", ())) != members:
+            assert time.monotonic() < deadline, f"the group never showed {members} live members"

@@ -1,0 +1,338 @@
+"""The consumer rebalance protocol (KIP-848) as the coordinator runs it, driven as clients drive
+it: each member heartbeats, saying what it owns (what it was last told), and the properties
+Kafka promises hold at every step: no partition has two owners; a member gives up partitions
+before another gets them; a group left alone settles, with every partition owned by one member
+subscribed to it. Real clients against ``kop serve``: test_kafka_consumer_protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
+
+from kop_spark.broker import TopicInfo
+from kop_spark.config import Config
+from kop_spark.kafka.assignors import ASSIGNORS, RangeAssignor, UniformAssignor
+from kop_spark.kafka.consumer_group import ConsumerGroupState
+from kop_spark.kafka.consumer_group_coordinator import ConsumerGroupCoordinator, Heartbeat, HeartbeatAnswer
+
+TP = tuple[str, int]
+
+
+def topic(name: str, partitions: int) -> TopicInfo:
+    return TopicInfo(name, uuid.uuid5(uuid.NAMESPACE_DNS, name), partitions)
+
+
+class World:
+    """A coordinator over topics the test may change (read afresh at every heartbeat)."""
+
+    def __init__(self, *topics: TopicInfo, **conf: Any):
+        self.topics = list(topics)
+        self.changed: list[str] = []
+
+        async def read() -> list[TopicInfo]:
+            return list(self.topics)
+
+        config = Config({"group.consumer.session.timeout.ms": 60_000, **conf})
+        self.coordinator = ConsumerGroupCoordinator(config, read, self.changed.append, topics_refresh_s=0)
+
+    def ids(self) -> dict[uuid.UUID, str]:
+        return {t.topic_id: t.name for t in self.topics}
+
+
+class Client:
+    """One member as a consumer runs it: it owns what it was last told, and says so."""
+
+    def __init__(self, world: World, member_id: str, topics: tuple[str, ...] = ("t",), **join: Any):
+        self.world, self.member_id, self.topics, self.join = world, member_id, topics, join
+        self.epoch = 0
+        self.owned: frozenset[TP] = frozenset()
+        self.last: HeartbeatAnswer | None = None
+
+    async def beat(self, epoch: int | None = None, **fields: Any) -> HeartbeatAnswer:
+        joining = self.epoch == 0 if epoch is None else epoch == 0
+        by_name = {name: i for i, name in self.world.ids().items()}
+        owned = {}
+        for t, p in sorted(self.owned):
+            owned.setdefault(by_name[t], []).append(p)
+        values: dict[str, Any] = {
+            "group_id": "g",
+            "member_id": self.member_id,
+            "member_epoch": self.epoch if epoch is None else epoch,
+            "client": ("client-" + self.member_id, "/127.0.0.1"),
+            "topic_names": self.topics if joining else None,
+            "owned": tuple((i, tuple(ps)) for i, ps in owned.items()),
+            **(self.join if joining else {}),
+            **fields,
+        }
+        hb = Heartbeat(**values)
+        answer = await self.world.coordinator.heartbeat(hb, lambda t: True)
+        self.last = answer
+        if answer.error == ErrorCode.none:
+            self.epoch = answer.member_epoch
+            if answer.assignment is not None:
+                ids = self.world.ids()
+                self.owned = frozenset((ids[i], p) for i, ps in answer.assignment for p in ps)
+        return answer
+
+
+def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(test())
+
+
+def no_two_owners(clients: list[Client]) -> None:
+    seen: dict[TP, str] = {}
+    for c in clients:
+        for tp in c.owned:
+            assert tp not in seen, f"{tp} owned by {seen[tp]} and {c.member_id}"
+            seen[tp] = c.member_id
+
+
+async def settle(clients: list[Client], rounds: int = 10) -> None:
+    for _ in range(rounds):
+        for c in clients:
+            assert (await c.beat()).error == ErrorCode.none
+            no_two_owners(clients)
+
+
+# -- the assignors ------------------------------------------------------------------------------
+
+subscriptions = st.dictionaries(
+    st.sampled_from([f"m{i}" for i in range(8)]),
+    st.frozensets(st.sampled_from(["a", "b", "c"]), min_size=1),
+    min_size=1,
+)
+counts = st.fixed_dictionaries({"a": st.integers(0, 12), "b": st.integers(0, 5), "c": st.integers(0, 3)})
+
+
+@settings(max_examples=200, deadline=None)
+@given(subscriptions, counts, st.sampled_from(sorted(ASSIGNORS)), st.data())
+def test_every_subscribed_partition_goes_to_exactly_one_subscriber(subs, parts, name, data) -> None:
+    every = [(t, p) for t, n in parts.items() for p in range(n)]
+    current = {m: frozenset(data.draw(st.lists(st.sampled_from(every), unique=True)) if every else []) for m in subs}
+    out = ASSIGNORS[name].assign(subs, parts, current)
+    assert set(out) == set(subs)
+    owners: dict[TP, str] = {}
+    for member, tps in out.items():
+        for tp in tps:
+            assert tp not in owners and tp[0] in subs[member]
+            owners[tp] = member
+    wanted = set().union(*subs.values())
+    assert set(owners) == {tp for tp in every if tp[0] in wanted}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 8), st.integers(0, 40), st.sampled_from(sorted(ASSIGNORS)))
+def test_members_of_one_subscription_get_shares_that_differ_by_one_at_most(members, n, name) -> None:
+    subs = {f"m{i}": frozenset({"a"}) for i in range(members)}
+    out = ASSIGNORS[name].assign(subs, {"a": n}, {})
+    sizes = [len(tps) for tps in out.values()]
+    assert max(sizes) - min(sizes) <= 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 7), st.integers(1, 40))
+def test_uniform_keeps_what_members_own_and_moves_only_what_a_newcomer_gets(members, n) -> None:
+    subs = {f"m{i}": frozenset({"a"}) for i in range(members)}
+    before = UniformAssignor().assign(subs, {"a": n}, {})
+    assert UniformAssignor().assign(subs, {"a": n}, before) == before  # nothing changed: nothing moves
+    after = UniformAssignor().assign({**subs, "new": frozenset({"a"})}, {"a": n}, before)
+    moved = sum(len(before[m] - after[m]) for m in subs)
+    assert moved == len(after["new"])
+
+
+def test_range_gives_each_topic_in_contiguous_ranges_in_member_order() -> None:
+    subs = {"b": frozenset({"t", "u"}), "a": frozenset({"t", "u"})}
+    out = RangeAssignor().assign(subs, {"t": 5, "u": 2}, {})
+    assert out == {
+        "a": frozenset({("t", 0), ("t", 1), ("t", 2), ("u", 0)}),
+        "b": frozenset({("t", 3), ("t", 4), ("u", 1)}),
+    }
+
+
+# -- reconciliation ----------------------------------------------------------------------------
+
+
+def test_a_newcomer_gets_partitions_only_once_their_owner_has_given_them_up() -> None:
+    async def scenario() -> None:
+        w = World(topic("t", 6))
+        a, b = Client(w, "a"), Client(w, "b")
+        await a.beat()
+        assert len(a.owned) == 6 and a.epoch == 1
+        await b.beat()  # the target now splits them, but a still owns all six
+        assert b.owned == frozenset() and b.epoch == 2
+        await a.beat()  # a is asked to revoke three: it keeps its epoch until it has
+        assert len(a.owned) == 3 and a.epoch == 1
+        await b.beat()  # a has not said it gave them up yet
+        assert b.owned == frozenset()
+        await a.beat()  # it says so, and moves to the new epoch
+        assert a.epoch == 2
+        await b.beat()
+        assert len(b.owned) == 3 and b.owned.isdisjoint(a.owned)
+        assert w.coordinator.groups["g"].state == ConsumerGroupState.STABLE
+
+    run(scenario)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["join", "leave", "beat", "grow"]), st.integers(0, 4)), max_size=40))
+def test_no_partition_ever_has_two_owners_and_a_group_left_alone_settles(steps) -> None:
+    async def scenario() -> None:
+        w = World(topic("t", 5), topic("u", 3))
+        clients: dict[int, Client] = {}
+        for op, i in steps:
+            c = clients.get(i)
+            if op == "join" and c is None:
+                clients[i] = Client(w, f"m{i}", ("t", "u") if i % 2 else ("t",))
+                await clients[i].beat()
+            elif op == "leave" and c is not None:
+                await c.beat(epoch=-1)
+                del clients[i]
+            elif op == "beat" and c is not None:
+                await c.beat()
+            elif op == "grow":
+                w.topics[i % 2] = topic(w.topics[i % 2].name, w.topics[i % 2].partitions + 1)
+            no_two_owners(list(clients.values()))
+        await settle(list(clients.values()))
+        if clients:
+            group = w.coordinator.groups["g"]
+            assert group.state == ConsumerGroupState.STABLE
+            owned = [tp for c in clients.values() for tp in c.owned]
+            everything = {(t.name, p) for t in w.topics for p in range(t.partitions)}
+            subscribed = {t for c in clients.values() for t in c.topics}
+            assert sorted(owned) == sorted(tp for tp in everything if tp[0] in subscribed)
+            for c in clients.values():
+                assert c.owned == group.target[c.member_id] and c.epoch == group.epoch
+
+    run(scenario)
+
+
+def test_a_stale_or_unknown_member_is_fenced_and_a_lost_answer_is_forgiven() -> None:
+    async def scenario() -> None:
+        w = World(topic("t", 2))
+        a, b = Client(w, "a"), Client(w, "b")
+        await a.beat()
+        await b.beat()
+        await settle([a, b])
+        assert (await a.beat(epoch=a.epoch + 5)).error == ErrorCode.fenced_member_epoch
+        assert (await Client(w, "x").beat(epoch=3)).error == ErrorCode.unknown_member_id
+        c = Client(w, "c")
+        await c.beat()
+        await settle([a, b, c])  # each moved on from an epoch it knew before
+        member = w.coordinator.groups["g"].members["a"]
+        answer = await a.beat(epoch=member.previous_epoch)  # as if the answer that moved it on was lost
+        assert answer.error == ErrorCode.none and answer.member_epoch == member.epoch
+
+    run(scenario)
+
+
+def test_a_leaving_member_gives_its_partitions_to_the_rest() -> None:
+    async def scenario() -> None:
+        w = World(topic("t", 4))
+        a, b = Client(w, "a"), Client(w, "b")
+        await a.beat()
+        await b.beat()
+        await settle([a, b])
+        assert (await b.beat(epoch=-1)).member_epoch == -1
+        await settle([a])
+        assert len(a.owned) == 4
+        await a.beat(epoch=-1)
+        assert "g" not in w.coordinator.groups  # an empty group is forgotten; its offsets stay
+
+    run(scenario)
+
+
+def test_a_static_member_steps_away_and_comes_back_to_its_partitions_without_a_rebalance() -> None:
+    async def scenario() -> None:
+        w = World(topic("t", 4))
+        a, b = Client(w, "a", instance_id="ia"), Client(w, "b", instance_id="ib")
+        await a.beat()
+        await b.beat()
+        await settle([a, b])
+        group = w.coordinator.groups["g"]
+        epoch, had = group.epoch, b.owned
+        assert (await b.beat(epoch=-2)).member_epoch == -2
+        await settle([a])
+        assert len(a.owned) == 2  # b's partitions wait for it
+        taken = Client(w, "b-again", instance_id="ia")
+        assert (await taken.beat()).error == ErrorCode.unreleased_instance_id  # a is still there
+        back = Client(w, "b-restarted", instance_id="ib")
+        answer = await back.beat()
+        assert answer.error == ErrorCode.none and back.owned == had and group.epoch == epoch
+        assert "b" not in group.members
+
+    run(scenario)
+
+
+def test_a_member_that_keeps_partitions_past_its_rebalance_timeout_is_fenced() -> None:
+    async def scenario() -> None:
+        w = World(topic("t", 2))
+        a = Client(w, "a", rebalance_timeout_ms=50)
+        await a.beat()
+        b = Client(w, "b")
+        await b.beat()
+        await a.beat(owned=None)  # asked to revoke; it never says it has
+        assert w.coordinator.groups["g"].members["a"].revoking
+        while "a" in w.coordinator.groups["g"].members:  # the rebalance timeout fences it
+            await asyncio.sleep(0.01)
+        await settle([b])
+        assert len(b.owned) == 2
+        assert (await a.beat()).error == ErrorCode.unknown_member_id
+
+    run(scenario)
+
+
+def test_refusals_name_what_is_wrong() -> None:
+    async def scenario() -> None:
+        w = World(topic("t", 1))
+        answer = await Client(w, "a").beat(assignor="sticky")
+        assert answer.error == ErrorCode.unsupported_assignor and "sticky" in (answer.message or "")
+        answer = await Client(w, "a", topics=()).beat(topic_regex="(")
+        assert answer.error == ErrorCode.invalid_regular_expression
+        answer = await Client(w, "").beat()
+        assert answer.error == ErrorCode.invalid_request  # v1: the member gives its own id
+        assert "g" not in w.coordinator.groups
+
+    run(scenario)
+
+
+def test_a_regex_subscription_follows_the_topics_that_match() -> None:
+    async def scenario() -> None:
+        w = World(topic("ev-1", 1), topic("other", 1))
+        a = Client(w, "a", topics=())
+        await a.beat(topic_regex="ev-.*")
+        assert a.owned == {("ev-1", 0)}
+        w.topics.append(topic("ev-2", 2))
+        await settle([a])
+        assert a.owned == {("ev-1", 0), ("ev-2", 0), ("ev-2", 1)}
+
+    run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("member", "epoch", "version", "expected"),
+    [
+        ("a", "current", 9, ErrorCode.none),
+        ("a", "previous", 9, ErrorCode.stale_member_epoch),
+        ("a", "current", 8, ErrorCode.unsupported_version),
+        ("nobody", "current", 9, ErrorCode.unknown_member_id),
+    ],
+)
+def test_a_commit_must_come_from_a_member_at_its_epoch(member, epoch, version, expected) -> None:
+    async def scenario() -> None:
+        w = World(topic("t", 2))
+        a, b = Client(w, "a"), Client(w, "b")
+        await a.beat()
+        await b.beat()
+        await settle([a, b])
+        m = w.coordinator.groups["g"].members["a"]
+        at = m.epoch if epoch == "current" else m.previous_epoch
+        assert w.coordinator.validate_commit("g", member, at, version) == expected
+
+    run(scenario)

@@ -1,0 +1,229 @@
+"""Consumer groups over the wire, Kafka's consumer rebalance protocol (KIP-848,
+``group.protocol=consumer``): real librdkafka consumers share a topic with no partition ever
+owned by two, take over a killed member's partitions, follow a regex subscription; a static
+member restarts without moving anyone's partitions; the group shows in ``kop groups``, admin
+clients and ListGroups, does not mix with classic members, and fences stale commits. The same
+session against librdkafka's mock cluster: test_kafka_differential."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, TopicPartition
+from confluent_kafka.admin import AdminClient
+from kafka.protocol.admin import ListGroupsRequest
+from kafka.protocol.consumer import JoinGroupRequest, OffsetCommitRequest
+
+from kop_spark import Broker
+
+from .conftest import PYTHON, python_subprocess_env
+from .group_clients import assigned, kop_groups, poll_until, produce, until_live
+from .kafka_wire import call, connect, wire_request
+from .kop_server import KopServer
+
+CONF = ["group.consumer.heartbeat.interval.ms=200", "group.consumer.session.timeout.ms=3000"]
+
+
+@pytest.fixture
+def server(tmp_path) -> Iterator[KopServer]:
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        b.create_topic("t", 4)
+        b.create_topic("ev-1", 1)
+    with KopServer(root, CONF) as s:
+        yield s
+
+
+def member(bootstrap: str, name: str, **extra: Any) -> Consumer:
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": "g",
+        "group.protocol": "consumer",
+        "client.id": name,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    return Consumer({**conf, **extra})
+
+
+def never_shared(*consumers: Consumer) -> Any:
+    def check() -> None:
+        owned = [assigned(c) for c in consumers]
+        for i, mine in enumerate(owned):
+            for theirs in owned[i + 1 :]:
+                assert not mine & theirs, f"partitions {mine & theirs} owned twice"
+
+    return check
+
+
+def test_members_share_the_partitions_never_owning_one_twice(server: KopServer) -> None:
+    one, two, three = (
+        member(server.bootstrap, "one"),
+        member(server.bootstrap, "two"),
+        member(server.bootstrap, "three"),
+    )
+    one.subscribe(["t"])
+    poll_until([one], lambda _: assigned(one) == {0, 1, 2, 3})
+    two.subscribe(["t"])
+    three.subscribe(["t"])
+    everyone = [one, two, three]
+    poll_until(
+        everyone, lambda _: sorted(len(assigned(c)) for c in everyone) == [1, 1, 2], each_round=never_shared(*everyone)
+    )
+    produce(server, 200)  # after the rebalance: each record is read once, by its partition's owner
+    got = poll_until(everyone, lambda got: len(got) >= 200, each_round=never_shared(*everyone))
+    assert len(got) == 200 and len({(p, o) for _, p, o in got}) == 200
+    for c in everyone:
+        assert {p for m, p, _ in got if m == c.memberid()} == assigned(c)
+        c.commit(asynchronous=False)  # OffsetCommit v9, at the member's epoch
+    three.close()  # it leaves: the others take its partitions
+    poll_until([one, two], lambda _: assigned(one) | assigned(two) == {0, 1, 2, 3}, each_round=never_shared(one, two))
+    one.close()
+    two.close()
+    with Broker(server.root) as b:
+        committed = {tp: o.offset for tp, o in b.fetch_offsets("g").items()}
+        assert committed == {("t", p): b.list_offsets("t", p, "latest") for p in range(4)}
+
+
+_MEMBER = textwrap.dedent(
+    """
+    import sys
+    from confluent_kafka import Consumer
+    c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "g", "group.protocol": "consumer",
+                  "client.id": "doomed"})
+    c.subscribe(["t"])
+    while True:
+        c.poll(0.1)
+        if c.assignment():
+            print("assigned", flush=True)
+    """
+)
+
+
+def test_a_killed_members_partitions_move_after_its_session_timeout(server: KopServer) -> None:
+    survivor = member(server.bootstrap, "survivor")
+    survivor.subscribe(["t"])
+    poll_until([survivor], lambda _: assigned(survivor) == {0, 1, 2, 3})
+    doomed = subprocess.Popen(
+        [PYTHON, "-c", _MEMBER, server.bootstrap], stdout=subprocess.PIPE, text=True, env=python_subprocess_env()
+    )
+    got_some = threading.Event()
+    threading.Thread(target=lambda: doomed.stdout and doomed.stdout.readline() and got_some.set(), daemon=True).start()
+    try:
+        poll_until([survivor], lambda _: got_some.is_set() and len(assigned(survivor)) == 2)
+    finally:
+        doomed.kill()  # it never says it leaves: only the session timeout can tell
+        doomed.wait()
+    poll_until([survivor], lambda _: assigned(survivor) == {0, 1, 2, 3})
+    survivor.close()
+
+
+def test_a_static_member_restarts_without_moving_anyone_elses_partitions(server: KopServer) -> None:
+    moves: list[str] = []
+    other = member(server.bootstrap, "other", **{"group.instance.id": "other"})
+    other.subscribe(
+        ["t"], on_assign=lambda c, ps: moves.append("assign"), on_revoke=lambda c, ps: moves.append("revoke")
+    )
+    static = member(server.bootstrap, "static", **{"group.instance.id": "static"})
+    static.subscribe(["t"])
+    poll_until([other, static], lambda _: len(assigned(other)) == len(assigned(static)) == 2)
+    before, seen = assigned(static), len(moves)
+    static.close()  # a static member steps away (epoch -2): its partitions wait for it
+    again = member(server.bootstrap, "static", **{"group.instance.id": "static"})
+    again.subscribe(["t"])
+    poll_until([other, again], lambda _: assigned(again) == before)
+    assert len(moves) == seen and len(assigned(other)) == 2, "the other member's partitions moved"
+    other.close()
+    again.close()
+
+
+def test_a_regex_subscription_takes_topics_created_later(server: KopServer) -> None:
+    c = member(server.bootstrap, "regex")
+    c.subscribe(["^ev-.*"])
+
+    def owns(*topics: str) -> bool:
+        return {tp.topic for tp in c.assignment()} == set(topics)
+
+    poll_until([c], lambda _: owns("ev-1"))
+    with Broker(server.root) as b:  # by another process: the server sees it within a second
+        b.create_topic("ev-2", 2)
+    poll_until([c], lambda _: owns("ev-1", "ev-2") and len(c.assignment()) == 3)
+    c.close()
+
+
+def test_the_group_shows_in_kop_groups_the_admin_client_and_list_groups(server: KopServer) -> None:
+    one = member(server.bootstrap, "one", **{"group.remote.assignor": "range"})
+    two = member(server.bootstrap, "two", **{"group.remote.assignor": "range"})
+    one.subscribe(["t"])
+    two.subscribe(["t"])
+    poll_until([one, two], lambda _: len(assigned(one)) == len(assigned(two)) == 2)
+    first, second = sorted([one, two], key=lambda c: c.memberid())
+    assert assigned(first) == {0, 1} and assigned(second) == {2, 3}  # range: contiguous, in member-id order
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    described = admin.describe_consumer_groups(["g"])["g"].result(timeout=30)  # ConsumerGroupDescribe
+    assert (described.type, described.state, described.partition_assignor) == (
+        ConsumerGroupType.CONSUMER,
+        ConsumerGroupState.STABLE,
+        "range",
+    )
+    assert {m.client_id: {tp.partition for tp in m.assignment.topic_partitions} for m in described.members} == {
+        "one": assigned(one),
+        "two": assigned(two),
+    }
+    listed = admin.list_consumer_groups().result(timeout=30).valid
+    assert [(g.group_id, g.state) for g in listed] == [("g", ConsumerGroupState.STABLE)]
+    one.commit(offsets=[TopicPartition("t", p, 0) for p in assigned(one)], asynchronous=False)
+    two.commit(offsets=[TopicPartition("t", p, 0) for p in assigned(two)], asynchronous=False)
+    until_live(server, 2)
+    shown = kop_groups(server, "describe", "g")
+    rows = {line.split()[2]: line.split()[-1] for line in shown.stdout.splitlines() if line.startswith("g ")}
+    assert rows == {str(p): "one" if p in assigned(one) else "two" for p in range(4)}, shown.stdout
+    assert kop_groups(server, "delete", "g").returncode == 1  # an active group
+    one.close()
+    two.close()
+    until_live(server, 0)
+    assert kop_groups(server, "delete", "g").returncode == 0
+
+
+def test_classic_members_and_stale_commits_are_refused(server: KopServer) -> None:
+    c = member(server.bootstrap, "modern")
+    c.subscribe(["t"])
+    poll_until([c], lambda _: assigned(c) == {0, 1, 2, 3})
+    with connect(server) as sock:
+        join = wire_request(
+            JoinGroupRequest,
+            5,
+            group_id="g",
+            session_timeout_ms=30_000,
+            rebalance_timeout_ms=30_000,
+            member_id="",
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocols=[{"name": "range", "metadata": b""}],
+        )
+        assert call(sock, join).error_code == 23  # INCONSISTENT_GROUP_PROTOCOL
+        listed = call(sock, wire_request(ListGroupsRequest, 4, states_filter=[]))
+        assert [(g.group_id, g.protocol_type, g.group_state) for g in listed.groups] == [("g", "consumer", "Stable")]
+
+        def commit(version: int, epoch: int, member_id: str) -> int:
+            partition = {"partition_index": 0, "committed_offset": 1, "committed_metadata": ""}
+            request = wire_request(
+                OffsetCommitRequest,
+                version,
+                group_id="g",
+                generation_id_or_member_epoch=epoch,
+                member_id=member_id,
+                topics=[{"name": "t", "partitions": [partition]}],
+            )
+            return int(call(sock, request).topics[0].partitions[0].error_code)
+
+        assert commit(9, 999, c.memberid()) == 113  # STALE_MEMBER_EPOCH
+        assert commit(8, 999, c.memberid()) == 35  # UNSUPPORTED_VERSION: members commit with v9
+        assert commit(9, -1, "") == 25  # UNKNOWN_MEMBER_ID: the group has members
+    c.commit(offsets=[TopicPartition("t", 0, 1)], asynchronous=False)  # the member's own is taken
+    c.close()
