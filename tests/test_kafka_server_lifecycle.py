@@ -57,6 +57,33 @@ def test_a_stop_answers_the_requests_in_flight_first(tmp_path) -> None:
             loop.close()
 
 
+def test_a_connection_is_idle_once_each_answer_is_written(tmp_path) -> None:
+    # A stop waits for busy connections: one wrongly left busy after its answer kept SIGTERM
+    # waiting the whole grace period whenever an admin client was connected.
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        b.create_topic("t", 1)
+        loop = asyncio.new_event_loop()
+        server = KafkaServer(b, "PLAINTEXT://127.0.0.1:0")
+        loop.run_until_complete(server.start())
+        runner = threading.Thread(target=loop.run_forever)
+        runner.start()
+        try:
+            with socket.create_connection((server.bound[0].host, server.bound[0].port), timeout=30) as sock:
+                for _ in range(50):
+                    assert call(sock, _fetch(0)).responses
+                    asyncio.run_coroutine_threadsafe(_until_idle(server), loop).result(10)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            runner.join(30)
+            loop.close()
+
+
+async def _until_idle(server: KafkaServer) -> None:
+    while not all(c.idle.is_set() for c in server._connections):
+        await asyncio.sleep(0.001)
+
+
 async def _until_busy(server: KafkaServer) -> None:
     while not any(not c.idle.is_set() for c in server._connections):
         await asyncio.sleep(0.001)

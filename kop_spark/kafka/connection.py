@@ -50,6 +50,7 @@ class Connection:
         self.idle.set()
         self.stopping = False  # set by a graceful stop: no new request is taken
         self._taking = False  # a request is being taken (until its answer is queued)
+        self._owed = 0  # answers queued and not yet written
 
     async def run(self) -> None:
         answers: asyncio.Queue[Answer] = asyncio.Queue(MAX_IN_FLIGHT)
@@ -61,8 +62,10 @@ class Connection:
                     break
                 self.idle.clear()
                 self._taking = True
+                self._owed += 1
                 await _unless_done(answers.put(await self._handle(frame)), writing)
                 self._taking = False
+                self._settle()  # its answer may be written already
                 if self.session.close_after_answer:  # a refused login
                     break
             await _unless_done(answers.join(), writing)  # what was taken is answered before closing
@@ -94,8 +97,13 @@ class Connection:
                 raise
             finally:
                 answers.task_done()
-            if answers.empty() and not self._taking:
-                self.idle.set()
+                self._owed -= 1
+            self._settle()
+
+    def _settle(self) -> None:
+        """Idle once no request is being taken and every answer is written; either may come last."""
+        if not self._taking and not self._owed:
+            self.idle.set()
 
     async def _read_frame(self) -> bytes | None:
         try:
