@@ -8,11 +8,12 @@ import asyncio
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import confluent_kafka
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -28,9 +29,11 @@ from kafka import TopicPartition as KTopicPartition
 from kafka.admin import ConfigResource as KConfigResource
 from kafka.admin import ConfigResourceType as KConfigResourceType
 from kafka.admin import NewTopic as KNewTopic
+from kafka.protocol.metadata import MetadataRequest
 
 from kop_spark import Broker, Record
 
+from .kafka_wire import call, connect, wire_request
 from .kop_server import KopServer
 
 T0 = 1_900_000_000_000  # record timestamps, in ms
@@ -385,3 +388,37 @@ def test_log_append_time_topics_answer_with_the_brokers_time(server: KopServer) 
     with Broker(server.root) as b:
         (stored,) = b.fetch("stamped", 0, 0)
     assert stored.timestamp_ms == stamp
+
+
+def test_topics_have_ids_clients_see_and_ask_by_and_a_recreated_topic_gets_a_new_one(server: KopServer) -> None:
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    kadmin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    kadmin.create_topics([KNewTopic("ids", 3, 1)])  # CreateTopics v7 answers the new topic's id
+
+    def described() -> Any:
+        (future,) = admin.describe_topics(TopicCollection(["ids"])).values()
+        return future.result(30)
+
+    first = described()
+    assert str(first.topic_id) != "AAAAAAAAAAAAAAAAAAAAAA" and len(first.partitions) == 3
+    with connect(server) as sock:  # Metadata v12 by id, as consumer-protocol clients ask
+        bits = (first.topic_id.get_most_significant_bits(), first.topic_id.get_least_significant_bits())
+        by_id = uuid.UUID(int=(bits[0] % (1 << 64)) << 64 | bits[1] % (1 << 64))
+        answer = call(sock, wire_request(MetadataRequest, 12, topics=[{"topic_id": by_id, "name": None}]))
+        assert [(t.name, t.topic_id, len(t.partitions), t.error_code) for t in answer.topics] == [("ids", by_id, 3, 0)]
+        unknown = call(sock, wire_request(MetadataRequest, 12, topics=[{"topic_id": uuid.uuid4(), "name": None}]))
+        assert [t.error_code for t in unknown.topics] == [100]  # UNKNOWN_TOPIC_ID
+    again = KopServer(server.root).start()  # every server on the store gives the same id
+    try:
+        other = AdminClient({"bootstrap.servers": again.bootstrap})
+        (future,) = other.describe_topics(TopicCollection(["ids"])).values()
+        assert str(future.result(30).topic_id) == str(first.topic_id)
+        del other
+    finally:
+        again.stop()
+    for f in admin.delete_topics(["ids"]).values():
+        f.result(30)
+    for f in admin.create_topics([NewTopic("ids", 3, 1)]).values():
+        f.result(30)
+    assert str(described().topic_id) != str(first.topic_id)
+    kadmin.close()

@@ -117,11 +117,11 @@ async def describe_groups(ctx: ServerContext, header: RequestHeader, request: An
     out = []
     for group_id in request.groups:
         g = ctx.membership.groups.get(group_id)
-        code = (
-            ErrorCode.none
-            if ctx.allowed(header, "Describe", "Group", group_id)
-            else ErrorCode.group_authorization_failed
-        )
+        code, message = ErrorCode.none, None
+        if not ctx.allowed(header, "Describe", "Group", group_id):
+            code = ErrorCode.group_authorization_failed
+        elif ctx.consumer_groups.is_active(group_id):  # as Kafka: ConsumerGroupDescribe describes those
+            code, message = ErrorCode.group_id_not_found, f"group {group_id!r} is not a classic group"
         if code != ErrorCode.none:
             members, state, protocol_type, protocol = (), "", "", ""
         elif g is not None and g.members:
@@ -147,6 +147,7 @@ async def describe_groups(ctx: ServerContext, header: RequestHeader, request: An
             make(
                 m.DescribedGroup,
                 error_code=code,
+                error_message=message,
                 group_id=group_id,
                 group_state=state,
                 protocol_type=protocol_type,
