@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, TopicPartition
 from confluent_kafka.admin import AdminClient
-from kafka.protocol.admin import ListGroupsRequest
+from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer import JoinGroupRequest, OffsetCommitRequest
 
 from kop_spark import Broker
@@ -209,6 +209,10 @@ def test_classic_members_and_stale_commits_are_refused(server: KopServer) -> Non
         assert call(sock, join).error_code == 23  # INCONSISTENT_GROUP_PROTOCOL
         listed = call(sock, wire_request(ListGroupsRequest, 4, states_filter=[]))
         assert [(g.group_id, g.protocol_type, g.group_state) for g in listed.groups] == [("g", "consumer", "Stable")]
+        classic_view = call(
+            sock, wire_request(DescribeGroupsRequest, 5, groups=["g"], include_authorized_operations=False)
+        )
+        assert [g.error_code for g in classic_view.groups] == [69]  # GROUP_ID_NOT_FOUND: not a classic group
 
         def commit(version: int, epoch: int, member_id: str) -> int:
             partition = {"partition_index": 0, "committed_offset": 1, "committed_metadata": ""}

@@ -633,3 +633,34 @@ def test_listeners_of_every_protocol_parse_and_a_bad_one_is_named() -> None:
                       ("SSL://h", "needs a port")):  # fmt: skip
         with pytest.raises(ConfigError, match=f"kafkaListeners: '{bad}'.*{says}"):
             parse_listeners(bad)
+
+
+def test_consumer_protocol_members_take_read_on_their_group_and_see_only_topics_they_may_describe(root: str) -> None:
+    for args in (("--topic", "t"), ("--topic", "orders-eu"), ("--group", "billing")):
+        assert kop(root, "acls", "add", "--allow-principal", "User:alice", "--operation", "Read", *args).returncode == 0
+    with KopServer(root, ["authorizationEnabled=true"], protocols=["SASL_PLAINTEXT"]) as server:
+        alice = sasl(server, "alice", PASSWORDS["alice"])
+
+        def member_error(group: str, *subscription: str) -> tuple[int | None, set[str]]:
+            """The first error the member is told, or what it is assigned once it is."""
+            consumer = Consumer({**alice, "group.id": group, "group.protocol": "consumer"})
+            consumer.subscribe(list(subscription))
+            deadline = time.monotonic() + 30
+            try:
+                while time.monotonic() < deadline:
+                    m = consumer.poll(0.1)
+                    if m is not None and m.error() is not None:
+                        return m.error().code(), set()
+                    if consumer.assignment():
+                        return None, {tp.topic for tp in consumer.assignment()}
+                raise AssertionError(f"neither an error nor an assignment for {group!r}")
+            finally:
+                consumer.close()
+
+        assert member_error("billing", "^.*") == (None, {"t", "orders-eu"})  # not orders-secret nor other
+        assert member_error("other-group", "t") == (KafkaError.GROUP_AUTHORIZATION_FAILED, set())
+        assert member_error("billing", "t", "orders-secret") == (KafkaError.TOPIC_AUTHORIZATION_FAILED, set())
+        admin = AdminClient(alice)
+        (described,) = admin.describe_consumer_groups(["other-group"]).values()
+        with pytest.raises(KafkaException, match="GROUP_AUTHORIZATION_FAILED"):
+            described.result(30)
