@@ -142,6 +142,23 @@ def test_a_static_member_restarts_without_moving_anyone_elses_partitions(server:
     again.close()
 
 
+def test_members_rejoin_a_restarted_server_and_go_on_from_their_commits(server: KopServer) -> None:
+    c = member(server.bootstrap, "survivor")
+    c.subscribe(["t"])
+    produce(server, 50)
+    poll_until([c], lambda got: len(got) == 50)
+    c.commit(asynchronous=False)
+    server.kill()  # kill -9: the membership was in its memory only
+    server.start()  # on the same port: the member is unknown there, and joins again
+    produce(server, 50)
+    got = poll_until([c], lambda got: len(got) >= 50, timeout=60)
+    with Broker(server.root) as b:
+        committed = {p: o.offset for (_, p), o in b.fetch_offsets("g").items()}
+        after = {(p, o) for p in range(4) for o in range(committed[p], b.list_offsets("t", p, "latest"))}
+    assert sorted((p, o) for _, p, o in got) == sorted(after)  # the new records, once each
+    c.close()
+
+
 def test_a_regex_subscription_takes_topics_created_later(server: KopServer) -> None:
     c = member(server.bootstrap, "regex")
     c.subscribe(["^ev-.*"])
