@@ -47,15 +47,21 @@ class World:
 
 
 class Client:
-    """One member as a consumer runs it: it owns what it was last told, and says so."""
+    """One member as a consumer runs it: it owns what it was last told, and says so; partitions
+    taken away it gives up only after the answer, by its next heartbeat (a consumer finishes
+    with them first), so until then it still holds them."""
 
     def __init__(self, world: World, member_id: str, topics: tuple[str, ...] = ("t",), **join: Any):
         self.world, self.member_id, self.topics, self.join = world, member_id, topics, join
         self.epoch = 0
         self.owned: frozenset[TP] = frozenset()
-        self.last: HeartbeatAnswer | None = None
+        self.releasing: frozenset[TP] = frozenset()
+
+    def holds(self) -> frozenset[TP]:
+        return self.owned | self.releasing
 
     async def beat(self, epoch: int | None = None, **fields: Any) -> HeartbeatAnswer:
+        self.releasing = frozenset()
         joining = self.epoch == 0 if epoch is None else epoch == 0
         by_name = {name: i for i, name in self.world.ids().items()}
         owned = {}
@@ -73,12 +79,12 @@ class Client:
         }
         hb = Heartbeat(**values)
         answer = await self.world.coordinator.heartbeat(hb, lambda t: True)
-        self.last = answer
         if answer.error == ErrorCode.none:
             self.epoch = answer.member_epoch
             if answer.assignment is not None:
                 ids = self.world.ids()
-                self.owned = frozenset((ids[i], p) for i, ps in answer.assignment for p in ps)
+                told = frozenset((ids[i], p) for i, ps in answer.assignment for p in ps)
+                self.releasing, self.owned = self.owned - told, told
         return answer
 
 
@@ -89,7 +95,7 @@ def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
 def no_two_owners(clients: list[Client]) -> None:
     seen: dict[TP, str] = {}
     for c in clients:
-        for tp in c.owned:
+        for tp in c.holds():
             assert tp not in seen, f"{tp} owned by {seen[tp]} and {c.member_id}"
             seen[tp] = c.member_id
 

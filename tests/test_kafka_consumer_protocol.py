@@ -7,10 +7,11 @@ session against librdkafka's mock cluster: test_kafka_differential."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -39,16 +40,28 @@ def server(tmp_path) -> Iterator[KopServer]:
         yield s
 
 
-def member(bootstrap: str, name: str, **extra: Any) -> Consumer:
-    conf = {
-        "bootstrap.servers": bootstrap,
-        "group.id": "g",
-        "group.protocol": "consumer",
-        "client.id": name,
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-    }
-    return Consumer({**conf, **extra})
+@pytest.fixture
+def member(server: KopServer) -> Iterator[Callable[..., Consumer]]:
+    """Makes members of group g; those a failed test left open are closed while the server is up
+    (librdkafka destroying an open consumer-protocol member whose server is gone spins)."""
+    made: list[Consumer] = []
+
+    def make(name: str, **extra: Any) -> Consumer:
+        conf = {
+            "bootstrap.servers": server.bootstrap,
+            "group.id": "g",
+            "group.protocol": "consumer",
+            "client.id": name,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+        made.append(Consumer({**conf, **extra}))
+        return made[-1]
+
+    yield make
+    for c in made:
+        with contextlib.suppress(RuntimeError):  # closed by the test
+            c.close()
 
 
 def never_shared(*consumers: Consumer) -> Any:
@@ -61,11 +74,13 @@ def never_shared(*consumers: Consumer) -> Any:
     return check
 
 
-def test_members_share_the_partitions_never_owning_one_twice(server: KopServer) -> None:
+def test_members_share_the_partitions_never_owning_one_twice(
+    server: KopServer, member: Callable[..., Consumer]
+) -> None:
     one, two, three = (
-        member(server.bootstrap, "one"),
-        member(server.bootstrap, "two"),
-        member(server.bootstrap, "three"),
+        member("one"),
+        member("two"),
+        member("three"),
     )
     one.subscribe(["t"])
     poll_until([one], lambda _: assigned(one) == {0, 1, 2, 3})
@@ -105,8 +120,10 @@ _MEMBER = textwrap.dedent(
 )
 
 
-def test_a_killed_members_partitions_move_after_its_session_timeout(server: KopServer) -> None:
-    survivor = member(server.bootstrap, "survivor")
+def test_a_killed_members_partitions_move_after_its_session_timeout(
+    server: KopServer, member: Callable[..., Consumer]
+) -> None:
+    survivor = member("survivor")
     survivor.subscribe(["t"])
     poll_until([survivor], lambda _: assigned(survivor) == {0, 1, 2, 3})
     doomed = subprocess.Popen(
@@ -123,18 +140,23 @@ def test_a_killed_members_partitions_move_after_its_session_timeout(server: KopS
     survivor.close()
 
 
-def test_a_static_member_restarts_without_moving_anyone_elses_partitions(server: KopServer) -> None:
+def test_a_static_member_restarts_without_moving_anyone_elses_partitions(
+    server: KopServer, member: Callable[..., Consumer]
+) -> None:
     moves: list[str] = []
-    other = member(server.bootstrap, "other", **{"group.instance.id": "other"})
+    other = member("other", **{"group.instance.id": "other"})
     other.subscribe(
         ["t"], on_assign=lambda c, ps: moves.append("assign"), on_revoke=lambda c, ps: moves.append("revoke")
     )
-    static = member(server.bootstrap, "static", **{"group.instance.id": "static"})
+    static = member("static", **{"group.instance.id": "static"})
     static.subscribe(["t"])
     poll_until([other, static], lambda _: len(assigned(other)) == len(assigned(static)) == 2)
     before, seen = assigned(static), len(moves)
     static.close()  # a static member steps away (epoch -2): its partitions wait for it
-    again = member(server.bootstrap, "static", **{"group.instance.id": "static"})
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    (future,) = admin.describe_consumer_groups(["g"]).values()
+    assert sorted(m.client_id for m in future.result(30).members) == ["other", "static"]  # still there
+    again = member("static", **{"group.instance.id": "static"})
     again.subscribe(["t"])
     poll_until([other, again], lambda _: assigned(again) == before)
     assert len(moves) == seen and len(assigned(other)) == 2, "the other member's partitions moved"
@@ -142,8 +164,10 @@ def test_a_static_member_restarts_without_moving_anyone_elses_partitions(server:
     again.close()
 
 
-def test_members_rejoin_a_restarted_server_and_go_on_from_their_commits(server: KopServer) -> None:
-    c = member(server.bootstrap, "survivor")
+def test_members_rejoin_a_restarted_server_and_go_on_from_their_commits(
+    server: KopServer, member: Callable[..., Consumer]
+) -> None:
+    c = member("survivor")
     c.subscribe(["t"])
     produce(server, 50)
     poll_until([c], lambda got: len(got) == 50)
@@ -159,8 +183,8 @@ def test_members_rejoin_a_restarted_server_and_go_on_from_their_commits(server: 
     c.close()
 
 
-def test_a_regex_subscription_takes_topics_created_later(server: KopServer) -> None:
-    c = member(server.bootstrap, "regex")
+def test_a_regex_subscription_takes_topics_created_later(server: KopServer, member: Callable[..., Consumer]) -> None:
+    c = member("regex")
     c.subscribe(["^ev-.*"])
 
     def owns(*topics: str) -> bool:
@@ -173,9 +197,11 @@ def test_a_regex_subscription_takes_topics_created_later(server: KopServer) -> N
     c.close()
 
 
-def test_the_group_shows_in_kop_groups_the_admin_client_and_list_groups(server: KopServer) -> None:
-    one = member(server.bootstrap, "one", **{"group.remote.assignor": "range"})
-    two = member(server.bootstrap, "two", **{"group.remote.assignor": "range"})
+def test_the_group_shows_in_kop_groups_the_admin_client_and_list_groups(
+    server: KopServer, member: Callable[..., Consumer]
+) -> None:
+    one = member("one", **{"group.remote.assignor": "range"})
+    two = member("two", **{"group.remote.assignor": "range"})
     one.subscribe(["t"])
     two.subscribe(["t"])
     poll_until([one, two], lambda _: len(assigned(one)) == len(assigned(two)) == 2)
@@ -207,8 +233,8 @@ def test_the_group_shows_in_kop_groups_the_admin_client_and_list_groups(server: 
     assert kop_groups(server, "delete", "g").returncode == 0
 
 
-def test_classic_members_and_stale_commits_are_refused(server: KopServer) -> None:
-    c = member(server.bootstrap, "modern")
+def test_classic_members_and_stale_commits_are_refused(server: KopServer, member: Callable[..., Consumer]) -> None:
+    c = member("modern")
     c.subscribe(["t"])
     poll_until([c], lambda _: assigned(c) == {0, 1, 2, 3})
     with connect(server) as sock:

@@ -120,35 +120,26 @@ def test_two_members_split_the_partitions_as_on_the_mock_cluster(mock_cluster: s
 def consumer_protocol_session(bootstrap: str) -> dict[str, Any]:
     """A consumer-protocol session, broker-independent: what two members own, read and commit."""
     seen: dict[str, Any] = {}
-    one, two = (
-        Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": "s",
-                "group.protocol": "consumer",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
-        )
-        for _ in range(2)
-    )
-    for c in (one, two):
-        c.subscribe(["d"])
-    poll_until([one, two], lambda _: assigned(one) and assigned(two) and len(assigned(one) | assigned(two)) == 4)
-    seen["shares"] = sorted(len(assigned(c)) for c in (one, two))
-    p = Producer({"bootstrap.servers": bootstrap})
-    for i in range(40):
-        p.produce("d", key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % 4)
-    assert p.flush(30) == 0
-    got = poll_until([one, two], lambda got: len(got) == 40)
-    seen["records"] = sorted((p, o) for _, p, o in got)
-    for c in (one, two):
-        c.commit(asynchronous=False)
-    seen["committed"] = sorted(
-        (tp.partition, tp.offset) for tp in one.committed([TopicPartition("d", p) for p in range(4)], timeout=30)
-    )
-    for c in (one, two):
-        c.close()
+    conf = {"group.id": "s", "group.protocol": "consumer", "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    one, two = members = [Consumer({"bootstrap.servers": bootstrap, **conf}) for _ in range(2)]
+    try:
+        for c in members:
+            c.subscribe(["d"])
+        poll_until(members, lambda _: assigned(one) and assigned(two) and len(assigned(one) | assigned(two)) == 4)
+        seen["shares"] = sorted(len(assigned(c)) for c in members)
+        p = Producer({"bootstrap.servers": bootstrap})
+        for i in range(40):
+            p.produce("d", key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % 4)
+        assert p.flush(30) == 0
+        got = poll_until(members, lambda got: len(got) == 40)
+        seen["records"] = sorted((p, o) for _, p, o in got)
+        for c in members:
+            c.commit(asynchronous=False)
+        tps = [TopicPartition("d", p) for p in range(4)]
+        seen["committed"] = sorted((tp.partition, tp.offset) for tp in one.committed(tps, timeout=30))
+    finally:  # while the broker is up: librdkafka destroying an open member whose broker is gone spins
+        for c in members:
+            c.close()
     return seen
 
 
