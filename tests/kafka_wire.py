@@ -3,11 +3,14 @@ dicts) over a socket to a ``kop serve``."""
 
 from __future__ import annotations
 
+import io
 import socket
 import struct
 from typing import Any
 
 from kafka.protocol import admin, consumer, metadata, producer, sasl
+from kio.index import load_response_schema
+from kio.serial import entity_reader, entity_writer
 
 from .kop_server import KopServer
 
@@ -60,3 +63,19 @@ def call(sock: socket.socket, request: Any, correlation_id: int = 1) -> Any:
     """Send a kafka-python request, return kafka-python's reading of the answer."""
     request.with_header(correlation_id, "kop-test")
     return response_class(request).decode(exchange(sock, bytes(request.encode(header=True))), header=True)
+
+
+def kio_call(sock: socket.socket, request: Any) -> Any:
+    """Send a kio request (for APIs kafka-python has no codec of), return kio's reading of the
+    answer: the codec kop serve itself uses, so only for what real clients check besides."""
+    key, version = int(request.__api_key__), int(request.__version__)
+    header = request.__header_schema__(
+        request_api_key=key, request_api_version=version, correlation_id=1, client_id="kop-test"
+    )
+    out = io.BytesIO()
+    entity_writer(request.__header_schema__)(out, header)
+    entity_writer(type(request))(out, request)
+    answer = exchange(sock, out.getvalue())
+    cls = load_response_schema(key, version)
+    _, offset = entity_reader(cls.__header_schema__)(answer, 0)
+    return entity_reader(cls)(answer, offset)[0]

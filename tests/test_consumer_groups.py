@@ -151,6 +151,8 @@ def test_uniform_keeps_what_members_own_and_moves_only_what_a_newcomer_gets(memb
     after = UniformAssignor().assign({**subs, "new": frozenset({"a"})}, {"a": n}, before)
     moved = sum(len(before[m] - after[m]) for m in subs)
     assert moved == len(after["new"])
+    sizes = [len(tps) for tps in after.values()]
+    assert max(sizes) - min(sizes) <= 1
 
 
 def test_range_gives_each_topic_in_contiguous_ranges_in_member_order() -> None:

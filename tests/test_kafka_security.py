@@ -53,16 +53,18 @@ from kafka.protocol.producer import (
     TxnOffsetCommitRequest,
 )
 from kafka.protocol.sasl import SaslHandshakeRequest
+from kio.schema.errors import ErrorCode
 
 from kop_spark import Broker, Record
 from kop_spark.broker.credentials import ScramCredential
 from kop_spark.errors import ConfigError
 from kop_spark.kafka.listeners import parse_listeners
+from kop_spark.kafka.messages import request_class
 from kop_spark.kafka.sasl import SaslAuthenticationError, ScramServer
 from kop_spark.kafka.tls import certificate_principal, server_context
 from kop_spark.record import build_record_batch
 
-from .kafka_wire import call, wire_request
+from .kafka_wire import call, kio_call, wire_request
 from .kop_server import KopServer
 from .pki import Pki, make_pki
 from .test_cli import kop
@@ -638,10 +640,14 @@ def test_listeners_of_every_protocol_parse_and_a_bad_one_is_named() -> None:
 def test_consumer_protocol_members_take_read_on_their_group_and_see_only_topics_they_may_describe(root: str) -> None:
     for args in (("--topic", "t"), ("--topic", "orders-eu"), ("--group", "billing")):
         assert kop(root, "acls", "add", "--allow-principal", "User:alice", "--operation", "Read", *args).returncode == 0
-    with KopServer(root, ["authorizationEnabled=true"], protocols=["SASL_PLAINTEXT"]) as server:
+    described_only = ("--operation", "Describe", "--group", "described")  # found, but not joined
+    assert kop(root, "acls", "add", "--allow-principal", "User:alice", *described_only).returncode == 0
+    conf = ["authorizationEnabled=true", "sasl.enabled.mechanisms=SCRAM-SHA-256,PLAIN"]
+    with KopServer(root, conf, protocols=["SASL_PLAINTEXT"]) as server:
         alice = sasl(server, "alice", PASSWORDS["alice"])
+        admin = AdminClient(alice)
 
-        def member_error(group: str, *subscription: str) -> tuple[int | None, set[str]]:
+        def member_error(group: str, *subscription: str) -> tuple[KafkaError | None, set[str]]:
             """The first error the member is told, or what it is assigned once it is."""
             consumer = Consumer({**alice, "group.id": group, "group.protocol": "consumer"})
             consumer.subscribe(list(subscription))
@@ -650,17 +656,39 @@ def test_consumer_protocol_members_take_read_on_their_group_and_see_only_topics_
                 while time.monotonic() < deadline:
                     m = consumer.poll(0.1)
                     if m is not None and m.error() is not None:
-                        return m.error().code(), set()
-                    if consumer.assignment():
+                        return m.error(), set()
+                    if consumer.assignment():  # and the server assigned it no more than it sees
+                        (future,) = admin.describe_consumer_groups([group]).values()
+                        (described,) = future.result(30).members
+                        assert {tp.topic for tp in described.assignment.topic_partitions} == {
+                            tp.topic for tp in consumer.assignment()
+                        }
                         return None, {tp.topic for tp in consumer.assignment()}
                 raise AssertionError(f"neither an error nor an assignment for {group!r}")
             finally:
                 consumer.close()
 
         assert member_error("billing", "^.*") == (None, {"t", "orders-eu"})  # not orders-secret nor other
-        assert member_error("other-group", "t") == (KafkaError.GROUP_AUTHORIZATION_FAILED, set())
-        assert member_error("billing", "t", "orders-secret") == (KafkaError.TOPIC_AUTHORIZATION_FAILED, set())
-        admin = AdminClient(alice)
+        for group, subscription, refusal in (
+            ("other-group", ["t"], KafkaError.GROUP_AUTHORIZATION_FAILED),  # FindCoordinator refuses
+            ("described", ["t"], KafkaError._FATAL),  # the heartbeat refuses: librdkafka gives up
+            ("billing", ["t", "orders-secret"], KafkaError.TOPIC_AUTHORIZATION_FAILED),
+        ):
+            error, owned = member_error(group, *subscription)
+            assert error is not None and error.code() == refusal and not owned, error
+            assert "authorization failed" in error.str()
         (described,) = admin.describe_consumer_groups(["other-group"]).values()
         with pytest.raises(KafkaException, match="GROUP_AUTHORIZATION_FAILED"):
-            described.result(30)
+            described.result(30)  # FindCoordinator refuses it first: ConsumerGroupDescribe by hand
+        host, port = server.bootstrap.split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            call(sock, wire_request(SaslHandshakeRequest, 0, mechanism="PLAIN"))
+            token = b"\0alice\0" + PASSWORDS["alice"].encode()
+            sock.sendall(struct.pack(">i", len(token)) + token)
+            assert sock.recv(4) == b"\0\0\0\0"
+            request = request_class(69, 0)(group_ids=("billing", "other-group"), include_authorized_operations=False)
+            groups = kio_call(sock, request).groups
+            assert [g.error_code for g in groups] == [
+                ErrorCode.group_id_not_found,
+                ErrorCode.group_authorization_failed,
+            ]
