@@ -29,6 +29,7 @@ from kafka import TopicPartition as KTopicPartition
 from kafka.admin import ConfigResource as KConfigResource
 from kafka.admin import ConfigResourceType as KConfigResourceType
 from kafka.admin import NewTopic as KNewTopic
+from kafka.protocol.admin import CreateTopicsRequest
 from kafka.protocol.metadata import MetadataRequest
 
 from kop_spark import Broker, Record
@@ -392,18 +393,20 @@ def test_log_append_time_topics_answer_with_the_brokers_time(server: KopServer) 
 
 def test_topics_have_ids_clients_see_and_ask_by_and_a_recreated_topic_gets_a_new_one(server: KopServer) -> None:
     admin = AdminClient({"bootstrap.servers": server.bootstrap})
-    kadmin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
-    kadmin.create_topics([KNewTopic("ids", 3, 1)])  # CreateTopics v7 answers the new topic's id
 
     def described() -> Any:
         (future,) = admin.describe_topics(TopicCollection(["ids"])).values()
         return future.result(30)
 
+    with connect(server) as sock:
+        topic = {"name": "ids", "num_partitions": 3, "replication_factor": 1, "assignments": [], "configs": []}
+        created = call(sock, wire_request(CreateTopicsRequest, 7, topics=[topic], timeout_ms=5000, validate_only=False))
     first = described()
     assert str(first.topic_id) != "AAAAAAAAAAAAAAAAAAAAAA" and len(first.partitions) == 3
+    bits = (first.topic_id.get_most_significant_bits(), first.topic_id.get_least_significant_bits())
+    by_id = uuid.UUID(int=(bits[0] % (1 << 64)) << 64 | bits[1] % (1 << 64))
+    assert created.topics[0].topic_id == by_id  # CreateTopics v7 answers the new topic's id
     with connect(server) as sock:  # Metadata v12 by id, as consumer-protocol clients ask
-        bits = (first.topic_id.get_most_significant_bits(), first.topic_id.get_least_significant_bits())
-        by_id = uuid.UUID(int=(bits[0] % (1 << 64)) << 64 | bits[1] % (1 << 64))
         answer = call(sock, wire_request(MetadataRequest, 12, topics=[{"topic_id": by_id, "name": None}]))
         assert [(t.name, t.topic_id, len(t.partitions), t.error_code) for t in answer.topics] == [("ids", by_id, 3, 0)]
         unknown = call(sock, wire_request(MetadataRequest, 12, topics=[{"topic_id": uuid.uuid4(), "name": None}]))
@@ -421,4 +424,3 @@ def test_topics_have_ids_clients_see_and_ask_by_and_a_recreated_topic_gets_a_new
     for f in admin.create_topics([NewTopic("ids", 3, 1)]).values():
         f.result(30)
     assert str(described().topic_id) != str(first.topic_id)
-    kadmin.close()

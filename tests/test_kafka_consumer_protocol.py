@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
-from kafka.protocol.consumer import JoinGroupRequest, OffsetCommitRequest
+from kafka.protocol.consumer import JoinGroupRequest, OffsetCommitRequest, OffsetDeleteRequest
 
 from kop_spark import Broker
 
@@ -227,6 +227,9 @@ def test_the_group_shows_in_kop_groups_the_admin_client_and_list_groups(
     rows = {line.split()[2]: line.split()[-1] for line in shown.stdout.splitlines() if line.startswith("g ")}
     assert rows == {str(p): "one" if p in assigned(one) else "two" for p in range(4)}, shown.stdout
     assert kop_groups(server, "delete", "g").returncode == 1  # an active group
+    (refused,) = admin.delete_consumer_groups(["g"]).values()
+    with pytest.raises(KafkaException, match="NON_EMPTY_GROUP"):
+        refused.result(30)
     one.close()
     two.close()
     until_live(server, 0)
@@ -269,6 +272,10 @@ def test_classic_members_and_stale_commits_are_refused(server: KopServer, member
             )
             return int(call(sock, request).topics[0].partitions[0].error_code)
 
+        subscribed = wire_request(
+            OffsetDeleteRequest, 0, group_id="g", topics=[{"name": "t", "partitions": [{"partition_index": 0}]}]
+        )
+        assert call(sock, subscribed).topics[0].partitions[0].error_code == 86  # GROUP_SUBSCRIBED_TO_TOPIC
         assert commit(9, 999, c.memberid()) == 113  # STALE_MEMBER_EPOCH
         assert commit(8, 999, c.memberid()) == 35  # UNSUPPORTED_VERSION: members commit with v9
         assert commit(9, -1, "") == 25  # UNKNOWN_MEMBER_ID: the group has members
