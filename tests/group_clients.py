@@ -3,8 +3,13 @@ condition holds (or fail after a deadline), produce, look at assignments and run
 
 from __future__ import annotations
 
+import json
 import subprocess
+import textwrap
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
@@ -54,3 +59,36 @@ def until_live(server: KopServer, members: int, group: str = "g") -> None:
     with Broker(server.root) as b:
         while len(getattr(b.live_groups.get(group), "members", ())) != members:
             assert time.monotonic() < deadline, f"the group never showed {members} live members"
+
+
+_MEMBER = textwrap.dedent(
+    """
+    import json, sys
+    from confluent_kafka import Consumer
+    c = Consumer(json.loads(sys.argv[1]))
+    c.subscribe(["t"])
+    while True:
+        c.poll(0.1)
+        if c.assignment():
+            print("assigned", flush=True)
+    """
+)
+
+
+@contextmanager
+def doomed_member(conf: dict[str, Any]) -> Iterator[threading.Event]:
+    """A member of group g in another process, consuming t, killed with SIGKILL on leaving the
+    block (it never says it leaves); the event is set once it has partitions."""
+    proc = subprocess.Popen(
+        [PYTHON, "-c", _MEMBER, json.dumps({"group.id": "g", "client.id": "doomed", **conf})],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=python_subprocess_env(),
+    )
+    got_some = threading.Event()
+    threading.Thread(target=lambda: proc.stdout and proc.stdout.readline() and got_some.set(), daemon=True).start()
+    try:
+        yield got_some
+    finally:
+        proc.kill()
+        proc.wait()

@@ -107,6 +107,13 @@ async def settle(clients: list[Client], rounds: int = 10) -> None:
             no_two_owners(clients)
 
 
+async def joined(*clients: Client) -> None:
+    """The clients join in turn and heartbeat until the group is stable."""
+    for c in clients:
+        await c.beat()
+    await settle(list(clients))
+
+
 # -- the assignors ------------------------------------------------------------------------------
 
 subscriptions = st.dictionaries(
@@ -225,9 +232,7 @@ def test_a_stale_or_unknown_member_is_fenced_and_a_lost_answer_is_forgiven() -> 
     async def scenario() -> None:
         w = World(topic("t", 2))
         a, b = Client(w, "a"), Client(w, "b")
-        await a.beat()
-        await b.beat()
-        await settle([a, b])
+        await joined(a, b)
         assert (await a.beat(epoch=a.epoch + 5)).error == ErrorCode.fenced_member_epoch
         assert (await Client(w, "x").beat(epoch=3)).error == ErrorCode.unknown_member_id
         c = Client(w, "c")
@@ -244,9 +249,7 @@ def test_a_leaving_member_gives_its_partitions_to_the_rest() -> None:
     async def scenario() -> None:
         w = World(topic("t", 4))
         a, b = Client(w, "a"), Client(w, "b")
-        await a.beat()
-        await b.beat()
-        await settle([a, b])
+        await joined(a, b)
         assert (await b.beat(epoch=-1)).member_epoch == -1
         await settle([a])
         assert len(a.owned) == 4
@@ -260,9 +263,7 @@ def test_a_static_member_steps_away_and_comes_back_to_its_partitions_without_a_r
     async def scenario() -> None:
         w = World(topic("t", 4))
         a, b = Client(w, "a", instance_id="ia"), Client(w, "b", instance_id="ib")
-        await a.beat()
-        await b.beat()
-        await settle([a, b])
+        await joined(a, b)
         group = w.coordinator.groups["g"]
         epoch, had = group.epoch, b.owned
         assert (await b.beat(epoch=-2)).member_epoch == -2
@@ -336,9 +337,7 @@ def test_a_commit_must_come_from_a_member_at_its_epoch(member, epoch, version, e
     async def scenario() -> None:
         w = World(topic("t", 2))
         a, b = Client(w, "a"), Client(w, "b")
-        await a.beat()
-        await b.beat()
-        await settle([a, b])
+        await joined(a, b)
         m = w.coordinator.groups["g"].members["a"]
         at = m.epoch if epoch == "current" else m.previous_epoch
         assert w.coordinator.validate_commit("g", member, at, version) == expected

@@ -8,9 +8,6 @@ session against librdkafka's mock cluster: test_kafka_differential."""
 from __future__ import annotations
 
 import contextlib
-import subprocess
-import textwrap
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,8 +19,7 @@ from kafka.protocol.consumer import JoinGroupRequest, OffsetCommitRequest, Offse
 
 from kop_spark import Broker
 
-from .conftest import PYTHON, python_subprocess_env
-from .group_clients import assigned, kop_groups, poll_until, produce, until_live
+from .group_clients import assigned, doomed_member, kop_groups, poll_until, produce, until_live
 from .kafka_wire import call, connect, wire_request
 from .kop_server import KopServer
 
@@ -105,37 +101,14 @@ def test_members_share_the_partitions_never_owning_one_twice(
         assert committed == {("t", p): b.list_offsets("t", p, "latest") for p in range(4)}
 
 
-_MEMBER = textwrap.dedent(
-    """
-    import sys
-    from confluent_kafka import Consumer
-    c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "g", "group.protocol": "consumer",
-                  "client.id": "doomed"})
-    c.subscribe(["t"])
-    while True:
-        c.poll(0.1)
-        if c.assignment():
-            print("assigned", flush=True)
-    """
-)
-
-
 def test_a_killed_members_partitions_move_after_its_session_timeout(
     server: KopServer, member: Callable[..., Consumer]
 ) -> None:
     survivor = member("survivor")
     survivor.subscribe(["t"])
     poll_until([survivor], lambda _: assigned(survivor) == {0, 1, 2, 3})
-    doomed = subprocess.Popen(
-        [PYTHON, "-c", _MEMBER, server.bootstrap], stdout=subprocess.PIPE, text=True, env=python_subprocess_env()
-    )
-    got_some = threading.Event()
-    threading.Thread(target=lambda: doomed.stdout and doomed.stdout.readline() and got_some.set(), daemon=True).start()
-    try:
+    with doomed_member({"bootstrap.servers": server.bootstrap, "group.protocol": "consumer"}) as got_some:
         poll_until([survivor], lambda _: got_some.is_set() and len(assigned(survivor)) == 2)
-    finally:
-        doomed.kill()  # it never says it leaves: only the session timeout can tell
-        doomed.wait()
     poll_until([survivor], lambda _: assigned(survivor) == {0, 1, 2, 3})
     survivor.close()
 

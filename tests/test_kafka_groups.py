@@ -5,8 +5,6 @@ each step is deterministic)."""
 
 from __future__ import annotations
 
-import subprocess
-import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -18,8 +16,7 @@ from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, OffsetCo
 
 from kop_spark import Broker
 
-from .conftest import PYTHON, python_subprocess_env
-from .group_clients import assigned, kop_groups, poll_until, produce, until_live
+from .group_clients import assigned, doomed_member, kop_groups, poll_until, produce, until_live
 from .kafka_wire import call, connect, wire_request
 from .kop_server import KopServer
 
@@ -68,35 +65,13 @@ def test_two_members_share_the_partitions_and_consume_everything_once(server: Ko
         assert committed == {("t", p): b.list_offsets("t", p, "latest") for p in range(4)}
 
 
-_MEMBER = textwrap.dedent(
-    """
-    import sys
-    from confluent_kafka import Consumer
-    c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "g", "client.id": "doomed",
-                  "session.timeout.ms": 3000, "heartbeat.interval.ms": 300})
-    c.subscribe(["t"])
-    while True:
-        c.poll(0.1)
-        if c.assignment():
-            print("assigned", flush=True)
-    """
-)
-
-
 def test_a_killed_members_partitions_move_after_its_session_timeout(server: KopServer) -> None:
     survivor = _consumer(server, "survivor")
     survivor.subscribe(["t"])
     poll_until([survivor], lambda _: assigned(survivor) == {0, 1, 2, 3})
-    doomed = subprocess.Popen(
-        [PYTHON, "-c", _MEMBER, server.bootstrap], stdout=subprocess.PIPE, text=True, env=python_subprocess_env()
-    )
-    got_some = threading.Event()
-    threading.Thread(target=lambda: doomed.stdout and doomed.stdout.readline() and got_some.set(), daemon=True).start()
-    try:  # the survivor keeps polling: it takes part in the rebalance
+    conf = {"bootstrap.servers": server.bootstrap, "session.timeout.ms": 3000, "heartbeat.interval.ms": 300}
+    with doomed_member(conf) as got_some:  # the survivor keeps polling: it takes part in the rebalance
         poll_until([survivor], lambda _: got_some.is_set() and len(assigned(survivor)) == 2)
-    finally:
-        doomed.kill()  # no LeaveGroup: only the session timeout can tell
-        doomed.wait()
     poll_until([survivor], lambda _: assigned(survivor) == {0, 1, 2, 3})
     survivor.close()
 

@@ -136,6 +136,14 @@ def group_error(conf: dict, topic: str, group: str) -> int:
         consumer.close()
 
 
+def plain_login(sock: socket.socket, user: str) -> None:
+    """Log in by hand with SASL/PLAIN after a v0 handshake (a bare token, a bare answer)."""
+    call(sock, wire_request(SaslHandshakeRequest, 0, mechanism="PLAIN"))
+    token = b"\0" + user.encode() + b"\0" + PASSWORDS[user].encode()
+    sock.sendall(struct.pack(">i", len(token)) + token)
+    assert sock.recv(4) == b"\0\0\0\0"
+
+
 def refusal(conf: dict) -> list[KafkaError]:
     """What a client is told when it cannot get in (its error callback's errors)."""
     told: list[KafkaError] = []
@@ -367,10 +375,7 @@ def test_each_transactional_request_checks_its_acls(root: str) -> None:
     with KopServer(root, conf, protocols=["SASL_PLAINTEXT"]) as server:
         host, port = server.bootstrap.split(":")
         with socket.create_connection((host, int(port)), timeout=30) as sock:
-            call(sock, wire_request(SaslHandshakeRequest, 0, mechanism="PLAIN"))
-            token = b"\0alice\0" + PASSWORDS["alice"].encode()
-            sock.sendall(struct.pack(">i", len(token)) + token)
-            assert sock.recv(4) == b"\0\0\0\0"
+            plain_login(sock, "alice")
             find = call(sock, wire_request(FindCoordinatorRequest, 1, key="bob-tx", key_type=1))
             assert find.error_code == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             init = wire_request(InitProducerIdRequest, 1, transactional_id="bob-tx", transaction_timeout_ms=60000)
@@ -682,10 +687,7 @@ def test_consumer_protocol_members_take_read_on_their_group_and_see_only_topics_
             described.result(30)  # FindCoordinator refuses it first: ConsumerGroupDescribe by hand
         host, port = server.bootstrap.split(":")
         with socket.create_connection((host, int(port)), timeout=30) as sock:
-            call(sock, wire_request(SaslHandshakeRequest, 0, mechanism="PLAIN"))
-            token = b"\0alice\0" + PASSWORDS["alice"].encode()
-            sock.sendall(struct.pack(">i", len(token)) + token)
-            assert sock.recv(4) == b"\0\0\0\0"
+            plain_login(sock, "alice")
             request = request_class(69, 0)(group_ids=("billing", "other-group"), include_authorized_operations=False)
             groups = kio_call(sock, request).groups
             assert [g.error_code for g in groups] == [

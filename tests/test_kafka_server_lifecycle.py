@@ -4,8 +4,11 @@ idempotent librdkafka producer with acks=all loses and duplicates nothing acknow
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
+from collections.abc import Iterator
+from typing import Any
 
 from confluent_kafka import Producer
 from kafka.protocol.consumer import FetchRequest
@@ -30,38 +33,11 @@ def _fetch(max_wait_ms: int):
     )
 
 
-def test_a_stop_answers_the_requests_in_flight_first(tmp_path) -> None:
-    root = str(tmp_path / "store")
-    with Broker(root) as b:
-        b.create_topic("t", 1)
-        loop = asyncio.new_event_loop()
-        server = KafkaServer(b, "PLAINTEXT://127.0.0.1:0")
-        loop.run_until_complete(server.start())
-        runner = threading.Thread(target=loop.run_forever)
-        runner.start()
-        try:
-            host, port = server.bound[0].host, server.bound[0].port
-            with socket.create_connection((host, port), timeout=30) as sock:
-                answers: list = []
-                parked = threading.Thread(target=lambda: answers.append(call(sock, _fetch(2000))))
-                parked.start()
-                # Wait until the server is inside the request, then stop it.
-                busy = asyncio.run_coroutine_threadsafe(_until_busy(server), loop)
-                busy.result(30)
-                asyncio.run_coroutine_threadsafe(server.stop(), loop).result(60)
-                parked.join(30)
-            assert answers and answers[0].responses[0].partitions[0].error_code == 0
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            runner.join(30)
-            loop.close()
-
-
-def test_a_connection_is_idle_once_each_answer_is_written(tmp_path) -> None:
-    # A stop waits for busy connections: one wrongly left busy after its answer kept SIGTERM
-    # waiting the whole grace period whenever an admin client was connected.
-    root = str(tmp_path / "store")
-    with Broker(root) as b:
+@contextlib.contextmanager
+def in_process_server(tmp_path: Any) -> Iterator[tuple[KafkaServer, asyncio.AbstractEventLoop, socket.socket]]:
+    """A server on an event loop of this process (so a test can look at its connections), and a
+    client socket to it."""
+    with Broker(str(tmp_path / "store")) as b:
         b.create_topic("t", 1)
         loop = asyncio.new_event_loop()
         server = KafkaServer(b, "PLAINTEXT://127.0.0.1:0")
@@ -70,13 +46,32 @@ def test_a_connection_is_idle_once_each_answer_is_written(tmp_path) -> None:
         runner.start()
         try:
             with socket.create_connection((server.bound[0].host, server.bound[0].port), timeout=30) as sock:
-                for _ in range(50):
-                    assert call(sock, _fetch(0)).responses
-                    asyncio.run_coroutine_threadsafe(_until_idle(server), loop).result(10)
+                yield server, loop, sock
         finally:
             loop.call_soon_threadsafe(loop.stop)
             runner.join(30)
             loop.close()
+
+
+def test_a_stop_answers_the_requests_in_flight_first(tmp_path) -> None:
+    with in_process_server(tmp_path) as (server, loop, sock):
+        answers: list = []
+        parked = threading.Thread(target=lambda: answers.append(call(sock, _fetch(2000))))
+        parked.start()
+        # Wait until the server is inside the request, then stop it.
+        asyncio.run_coroutine_threadsafe(_until_busy(server), loop).result(30)
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(60)
+        parked.join(30)
+    assert answers and answers[0].responses[0].partitions[0].error_code == 0
+
+
+def test_a_connection_is_idle_once_each_answer_is_written(tmp_path) -> None:
+    # A stop waits for busy connections: one wrongly left busy after its answer kept SIGTERM
+    # waiting the whole grace period whenever an admin client was connected.
+    with in_process_server(tmp_path) as (server, loop, sock):
+        for _ in range(50):
+            assert call(sock, _fetch(0)).responses
+            asyncio.run_coroutine_threadsafe(_until_idle(server), loop).result(10)
 
 
 async def _until_idle(server: KafkaServer) -> None:
