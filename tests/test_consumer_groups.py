@@ -307,6 +307,11 @@ def test_refusals_name_what_is_wrong() -> None:
         answer = await Client(w, "").beat()
         assert answer.error == ErrorCode.invalid_request  # v1: the member gives its own id
         assert "g" not in w.coordinator.groups
+        a, b = Client(w, "a"), Client(w, "b")
+        await joined(a, b)
+        epoch = w.coordinator.groups["g"].epoch
+        assert (await a.beat(epoch=0, topic_names=None)).error == ErrorCode.invalid_request  # no subscription
+        assert set(w.coordinator.groups["g"].members) == {"a", "b"} and w.coordinator.groups["g"].epoch == epoch
 
     run(scenario)
 

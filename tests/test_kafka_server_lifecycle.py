@@ -47,6 +47,7 @@ def in_process_server(tmp_path: Any) -> Iterator[tuple[KafkaServer, asyncio.Abst
         try:
             with socket.create_connection((server.bound[0].host, server.bound[0].port), timeout=30) as sock:
                 yield server, loop, sock
+            asyncio.run_coroutine_threadsafe(server.stop(), loop).result(60)  # again, if the test did
         finally:
             loop.call_soon_threadsafe(loop.stop)
             runner.join(30)

@@ -157,6 +157,9 @@ class ConsumerGroupCoordinator:
         member_id = hb.member_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         new = ConsumerMember(member_id, hb.instance_id, *hb.client)
         old = g.members.get(g.instances.get(hb.instance_id, "")) if hb.instance_id is not None else None
+        inherits = old is not None and old.left and old.member_id != member_id
+        if hb.topic_names is None and hb.topic_regex is None and not inherits:
+            raise _Refused(ErrorCode.invalid_request, "a joining member must give its subscription")
         if old is not None and old.member_id != member_id:
             if not old.left:
                 raise _Refused(
@@ -168,9 +171,6 @@ class ConsumerGroupCoordinator:
             new.topic_names, new.topic_regex, new.assignor = old.topic_names, old.topic_regex, old.assignor
         elif member_id in g.members:  # back after being fenced, owning nothing
             self._remove(g, g.members[member_id])
-        inherits = old is not None and old.left
-        if hb.topic_names is None and hb.topic_regex is None and not inherits:
-            raise _Refused(ErrorCode.invalid_request, "a joining member must give its subscription")
         g.members[member_id] = new
         if hb.instance_id is not None:
             g.instances[hb.instance_id] = member_id
