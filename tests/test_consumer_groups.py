@@ -191,6 +191,11 @@ def test_a_newcomer_gets_partitions_only_once_their_owner_has_given_them_up() ->
         await b.beat()
         assert len(b.owned) == 3 and b.owned.isdisjoint(a.owned)
         assert w.coordinator.groups["g"].state == ConsumerGroupState.STABLE
+        published = len(w.changed)
+        await settle([a, b])  # heartbeats that change nothing are not published (a store write each)
+        assert len(w.changed) == published
+        await b.beat(epoch=-1)
+        assert len(w.changed) == published + 1
 
     run(scenario)
 

@@ -78,7 +78,8 @@ class ConsumerGroupCoordinator:
         self._interval_ms = config["group.consumer.heartbeat.interval.ms"]
         self._assignors = config["group.consumer.assignors"].split(",")
         self._read_topics = read_topics
-        self._on_change = on_change
+        self._on_change = on_change  # told when what ``live`` shows changes
+        self._shown: dict[str, LiveGroup | None] = {}
         self._topics: list[TopicInfo] = []
         self._topics_refresh_s = topics_refresh_s
         self._topics_read = float("-inf")
@@ -118,7 +119,7 @@ class ConsumerGroupCoordinator:
         if hb.member_epoch == JOIN or (owned is not None and owned != member.assigned | member.revoking):
             changed = True
         self._keep_alive(g, member)
-        self._on_change(g.group_id)
+        self._publish_if_changed(g)
         assignment = _ids(member.assigned, topics) if changed else None
         return HeartbeatAnswer(ErrorCode.none, None, member.member_id, member.epoch, self._interval_ms, assignment)
 
@@ -223,7 +224,16 @@ class ConsumerGroupCoordinator:
         g.epoch += 1
         if not g.members:
             self.groups.pop(g.group_id, None)
-        self._on_change(g.group_id)
+        self._publish_if_changed(g)
+
+    def _publish_if_changed(self, g: ConsumerGroup) -> None:
+        """Most heartbeats change nothing that is shown: only the others are published."""
+        live = self.live(g.group_id)
+        if live != self._shown.get(g.group_id):
+            self._shown[g.group_id] = live
+            self._on_change(g.group_id)
+        if live is None:
+            self._shown.pop(g.group_id, None)
 
     def _remove(self, g: ConsumerGroup, member: ConsumerMember) -> None:
         del g.members[member.member_id]
