@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
-from kafka.protocol.consumer import JoinGroupRequest, OffsetCommitRequest, OffsetDeleteRequest
+from kafka.protocol.consumer import JoinGroupRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest
 
 from kop_spark import Broker
 
@@ -250,6 +250,8 @@ def test_classic_members_and_stale_commits_are_refused(server: KopServer, member
         )
         assert call(sock, subscribed).topics[0].partitions[0].error_code == 86  # GROUP_SUBSCRIBED_TO_TOPIC
         assert commit(9, 999, c.memberid()) == 113  # STALE_MEMBER_EPOCH
+        asked = {"group_id": "g", "member_id": c.memberid(), "member_epoch": 999, "topics": None}
+        assert call(sock, wire_request(OffsetFetchRequest, 9, groups=[asked])).groups[0].error_code == 113
         assert commit(8, 999, c.memberid()) == 35  # UNSUPPORTED_VERSION: members commit with v9
         assert commit(9, -1, "") == 25  # UNKNOWN_MEMBER_ID: the group has members
     c.commit(offsets=[TopicPartition("t", 0, 1)], asynchronous=False)  # the member's own is taken

@@ -79,6 +79,7 @@ ACL_FILTER = {  # literal bindings of topics, of any name, principal, host, oper
     "operation": 1,
     "permission_type": 1,
 }
+WANTED_OFFSETS = {"name": "t", "partition_indexes": [0]}
 # A realistic request of each API, by version, as kafka-python builds it, and the errors it may get.
 REQUESTS: dict[int, Callable[[int], Any]] = {
     0: lambda v: wire_request(
@@ -116,7 +117,15 @@ REQUESTS: dict[int, Callable[[int], Any]] = {
             {"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1, "committed_metadata": "m"}]}
         ],
     ),
-    9: lambda v: wire_request(OffsetFetchRequest, v, group_id="g", topics=[{"name": "t", "partition_indexes": [0]}]),
+    9: lambda v: wire_request(
+        OffsetFetchRequest,
+        v,
+        **(
+            {"groups": [{"group_id": "g", "member_id": None, "member_epoch": -1, "topics": [WANTED_OFFSETS]}]}
+            if v >= 8  # several groups at once
+            else {"group_id": "g", "topics": [WANTED_OFFSETS]}
+        ),
+    ),
     10: lambda v: wire_request(FindCoordinatorRequest, v, key="g", key_type=0, coordinator_keys=["g"]),
     18: lambda v: wire_request(ApiVersionsRequest, v, client_software_name="kop-test", client_software_version="1"),
     19: lambda v: wire_request(

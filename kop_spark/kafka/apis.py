@@ -65,7 +65,7 @@ APIS: dict[int, Api] = {
         Api(2, 1, 7, list_offsets.handle),
         Api(3, 1, 12, metadata.handle),
         Api(8, 2, 9, offsets.offset_commit),
-        Api(9, 1, 7, offsets.offset_fetch),
+        Api(9, 1, 9, offsets.offset_fetch),
         Api(10, 0, 4, offsets.find_coordinator),
         Api(11, 0, 9, groups.join_group),
         Api(12, 0, 4, groups.heartbeat),

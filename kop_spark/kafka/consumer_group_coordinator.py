@@ -258,6 +258,14 @@ class ConsumerGroupCoordinator:
             return ErrorCode.unsupported_version
         return ErrorCode.none if epoch == member.epoch else ErrorCode.stale_member_epoch
 
+    def validate_fetch(self, group_id: str, member_id: str, epoch: int) -> ErrorCode:
+        """An OffsetFetch v9 naming a member of a consumer-protocol group with members: it must be
+        one, at its current epoch (Kafka's, so a member does not read offsets of a past epoch)."""
+        member = self.groups[group_id].members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        return ErrorCode.none if epoch == member.epoch else ErrorCode.stale_member_epoch
+
     def subscribed_topics(self, group_id: str) -> set[str]:
         g = self.groups.get(group_id)
         return set() if g is None else set(g.partitions)

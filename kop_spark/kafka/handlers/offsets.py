@@ -109,19 +109,36 @@ def commit_answers(topic_class: Any, partition_class: Any, topics: Any, codes: d
 
 async def offset_fetch(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
-    wanted = None if request.topics is None else [(t.name, p) for t in request.topics for p in t.partition_indexes]
+    if header.api_version < 8:
+        topics, code = await _fetch_group(ctx, header, m, request.group_id, request.topics)
+        return make(m.OffsetFetchResponse, throttle_time=datetime.timedelta(0), topics=topics, error_code=code)
+    groups = []
+    for g in request.groups:  # v8 asks for several groups; v9 says which member asks
+        code = ErrorCode.none
+        if getattr(g, "member_id", None) and ctx.consumer_groups.is_active(g.group_id):
+            code = ctx.consumer_groups.validate_fetch(g.group_id, g.member_id, g.member_epoch)
+        topics, code = await _fetch_group(ctx, header, m, g.group_id, g.topics) if not code else ((), code)
+        groups.append(make(m.OffsetFetchResponseGroup, group_id=g.group_id, topics=topics, error_code=code))
+    return make(m.OffsetFetchResponse, throttle_time=datetime.timedelta(0), groups=tuple(groups))
+
+
+async def _fetch_group(
+    ctx: ServerContext, header: RequestHeader, m: Any, group: str, topics: Any
+) -> tuple[tuple[Any, ...], ErrorCode]:
+    """One group's committed offsets (of ``topics``; None: all), by topic, and the group's error."""
+    v8 = header.api_version >= 8  # whose parts are named in the plural
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     try:
-        ctx.authorize(header, "Describe", "Group", request.group_id)
-        found = await ctx.call(ctx.broker.fetch_offsets, request.group_id, wanted)
+        ctx.authorize(header, "Describe", "Group", group)
+        found = await ctx.call(ctx.broker.fetch_offsets, group, wanted)
         found = {tp: o for tp, o in found.items() if ctx.allowed(header, "Describe", "Topic", tp[0])}
     except Exception as e:
-        code = error_code(e, f"offsets of group {request.group_id!r}")
-        return make(m.OffsetFetchResponse, throttle_time=datetime.timedelta(0), topics=(), error_code=code)
+        return (), error_code(e, f"offsets of group {group!r}")
     by_topic: dict[str, list[Any]] = {}
     for (topic, p), o in sorted(found.items()):
         by_topic.setdefault(topic, []).append(
             make(
-                m.OffsetFetchResponsePartition,
+                m.OffsetFetchResponsePartitions if v8 else m.OffsetFetchResponsePartition,
                 partition_index=p,
                 committed_offset=o.offset,
                 committed_leader_epoch=-1,
@@ -129,5 +146,5 @@ async def offset_fetch(ctx: ServerContext, header: RequestHeader, request: Any) 
                 error_code=ErrorCode.none,
             )
         )
-    topics = tuple(make(m.OffsetFetchResponseTopic, name=t, partitions=tuple(ps)) for t, ps in by_topic.items())
-    return make(m.OffsetFetchResponse, throttle_time=datetime.timedelta(0), topics=topics, error_code=ErrorCode.none)
+    topic_class = m.OffsetFetchResponseTopics if v8 else m.OffsetFetchResponseTopic
+    return tuple(make(topic_class, name=t, partitions=tuple(ps)) for t, ps in by_topic.items()), ErrorCode.none
