@@ -29,7 +29,10 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
         auto_create = (
             getattr(request, "allow_auto_topic_creation", True) and ctx.broker.config["allowAutoTopicCreation"]
         )
-        topics = [await _asked(ctx, header, m, t, auto_create) for t in request.topics]
+        by_id = {}
+        if any(t.name is None for t in request.topics):  # asked by id: one read of the topics for all
+            by_id = {t.topic_id: t for t in await ctx.call(ctx.broker.topic_infos)}
+        topics = [await _asked(ctx, header, m, t, auto_create, by_id) for t in request.topics]
     broker = make(
         m.MetadataResponseBroker, node_id=NODE_ID, host=ctx.advertised(header).host, port=ctx.advertised(header).port
     )
@@ -43,7 +46,9 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
     )
 
 
-async def _asked(ctx: ServerContext, header: RequestHeader, m: Any, asked: Any, auto_create: bool) -> Any:
+async def _asked(
+    ctx: ServerContext, header: RequestHeader, m: Any, asked: Any, auto_create: bool, by_id: dict[uuid.UUID, TopicInfo]
+) -> Any:
     """A topic the request names, or gives the id of (Kafka answers an id not found with
     UNKNOWN_TOPIC_ID, and one the client may not describe likewise, so ids reveal no names)."""
     name, topic_id = asked.name, getattr(asked, "topic_id", None) or NO_TOPIC_ID
@@ -52,7 +57,6 @@ async def _asked(ctx: ServerContext, header: RequestHeader, m: Any, asked: Any, 
         return make(m.MetadataResponseTopic, error_code=code, name=name, topic_id=topic_id, partitions=())
 
     if name is None and topic_id != NO_TOPIC_ID:
-        by_id = {t.topic_id: t for t in await ctx.call(ctx.broker.topic_infos)}
         found = by_id.get(topic_id)
         if found is None or not ctx.allowed(header, "Describe", "Topic", found.name):
             return failed(ErrorCode.unknown_topic_id)
