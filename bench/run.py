@@ -24,6 +24,7 @@ import pyspark
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import codec
+import consumer_protocol
 import groups
 import object_store
 import offsets_scale
@@ -85,7 +86,7 @@ def main() -> None:
     reads = run_apart("spark_read.py", *spark)
     writes = run_apart("spark_write.py", *spark)
     seeks = seek.run(args.seek_max_exponent)
-    group_rows = groups.run(history=args.history)
+    group_rows = groups.run(history=args.history) + consumer_protocol.run()
     scale_rows = offsets_scale.run()
     cas_rows, s3_rows = object_store.run()
     s3_reads = run_apart("spark_s3_read.py", "--records", str(args.s3_records), "--repeat", str(args.rounds))

@@ -355,3 +355,10 @@ def test_a_commit_must_come_from_a_member_at_its_epoch(member, epoch, version, e
             assert w.coordinator.validate_fetch("g", member, at) == expected
 
     run(scenario)
+
+
+def test_uniform_gives_a_share_left_over_to_the_member_that_holds_more() -> None:
+    subs = {"a": frozenset({"t"}), "b": frozenset({"t"})}
+    current = {"a": frozenset({("t", 0)}), "b": frozenset(("t", p) for p in range(1, 5))}
+    out = UniformAssignor().assign(subs, {"t": 5}, current)
+    assert len(out["b"]) == 3 and out["b"] < current["b"]  # one partition moves, not two

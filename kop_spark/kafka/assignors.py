@@ -1,6 +1,8 @@
 """The server-side assignors of consumer-protocol groups (KIP-848), under Kafka's names:
 ``uniform`` (the default: partitions spread evenly, each member keeping what it has where the
-balance allows, so a rebalance moves as little as it can) and ``range`` (each topic's partitions in
+balance allows, so a rebalance moves as little as it can; a group whose members all subscribe to
+the same topics, the usual one, is assigned in O(P log P), others by moving partitions one at a
+time from the fullest members to the emptiest) and ``range`` (each topic's partitions in
 contiguous ranges, in member-id order, as the classic range assignor gives them).
 
 An assignment maps each member to the partitions (topic, partition) it is to own. Every
@@ -34,6 +36,8 @@ class UniformAssignor:
         partitions: Mapping[str, int],
         current: Mapping[str, frozenset[TopicPartition]],
     ) -> Assignment:
+        if len(set(subscriptions.values())) == 1:
+            return _homogeneous(subscriptions, partitions, current)
         owned: dict[str, set[TopicPartition]] = {m: set() for m in subscriptions}
         owner: dict[TopicPartition, str] = {}
         for member, tps in current.items():
@@ -49,6 +53,33 @@ class UniformAssignor:
                 owner[tp] = taker
         _balance(owned, subscriptions)
         return {m: frozenset(tps) for m, tps in owned.items()}
+
+
+def _homogeneous(
+    subscriptions: Mapping[str, frozenset[str]],
+    partitions: Mapping[str, int],
+    current: Mapping[str, frozenset[TopicPartition]],
+) -> Assignment:
+    """Every member subscribes to the same topics (the usual group), in O(P log P): each member's
+    share is P / M, the extra ones going to the members that own most already; each keeps what it
+    owns up to its share, and what is left fills the members short of theirs."""
+    every = _all(subscriptions, partitions)
+    valid = set(every)
+    kept: dict[str, list[TopicPartition]] = {}
+    taken: set[TopicPartition] = set()
+    for member in sorted(subscriptions):
+        mine = sorted(tp for tp in current.get(member, ()) if tp in valid and tp not in taken)
+        kept[member] = mine
+        taken.update(mine)
+    base, extra = divmod(len(every), len(subscriptions))
+    by_holding = sorted(subscriptions, key=lambda m: (-len(kept[m]), m))
+    shares = {m: base + (1 if i < extra else 0) for i, m in enumerate(by_holding)}
+    owned = {m: kept[m][: shares[m]] for m in subscriptions}
+    held = {tp for tps in owned.values() for tp in tps}
+    free = iter(tp for tp in every if tp not in held)
+    for member in sorted(subscriptions):
+        owned[member].extend(next(free) for _ in range(shares[member] - len(owned[member])))
+    return {m: frozenset(tps) for m, tps in owned.items()}
 
 
 def _balance(owned: dict[str, set[TopicPartition]], subscriptions: Mapping[str, frozenset[str]]) -> None:

@@ -64,6 +64,7 @@ class ConsumerGroup:
     instances: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     partitions: dict[str, int] = field(default_factory=dict)  # the subscribed topics' counts
     assignor: str = ""  # the server-side assignor of the target
+    topics_version: int = -1  # of the topics ``partitions`` was worked out from
 
     @property
     def state(self) -> ConsumerGroupState:

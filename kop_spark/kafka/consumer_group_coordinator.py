@@ -7,8 +7,11 @@ back, under a new member id, to the partitions it had.
 
 Like the classic protocol's ``GroupMembership``, membership lives in this server's memory and
 everything runs on its event loop. Assignments name topics by id; the coordinator maps them with
-the topics it last read, at most ``TOPICS_REFRESH_S`` old, so topics created, grown or deleted
-reach the assignment within that time."""
+the topics it last read (``TopicSnapshots``), at most ``TOPICS_REFRESH_S`` old.
+
+A heartbeat that changes nothing (most of them) costs no more than a few lookups: a group's
+subscribed topics are worked out again only when the topics or a subscription change, its target
+only when its epoch does, and the store's view of the group is told only of changes."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import base64
 import re
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -26,11 +29,11 @@ from ..broker import LiveGroup, LiveMember, TopicInfo
 from ..config import Config
 from .assignors import ASSIGNORS, TopicPartition
 from .consumer_group import ConsumerGroup, ConsumerMember
+from .topic_snapshot import IdPartitions, TopicSnapshot, TopicSnapshots
 
 TOPICS_REFRESH_S = 1.0
 JOIN, LEAVE, STATIC_LEAVE = 0, -1, -2
 UNCHANGED = -1  # a rebalance timeout not restated
-IdPartitions = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
 
 
 @dataclass(frozen=True)
@@ -77,25 +80,18 @@ class ConsumerGroupCoordinator:
         self._session_ms = config["group.consumer.session.timeout.ms"]
         self._interval_ms = config["group.consumer.heartbeat.interval.ms"]
         self._assignors = config["group.consumer.assignors"].split(",")
-        self._read_topics = read_topics
+        self._topics = TopicSnapshots(read_topics, topics_refresh_s)
         self._on_change = on_change  # told when what ``live`` shows changes
-        self._shown: dict[str, LiveGroup | None] = {}
-        self._topics: list[TopicInfo] = []
-        self._topics_refresh_s = topics_refresh_s
-        self._topics_read = float("-inf")
         self.groups: dict[str, ConsumerGroup] = {}
 
-    async def topics(self) -> list[TopicInfo]:
-        now = asyncio.get_running_loop().time()
-        if now - self._topics_read >= self._topics_refresh_s:
-            self._topics, self._topics_read = await self._read_topics(), now
-        return self._topics
+    async def topics(self) -> TopicSnapshot:
+        return await self._topics.current()
 
     # -- ConsumerGroupHeartbeat --------------------------------------------------------------
 
     async def heartbeat(self, hb: Heartbeat, may_describe: Callable[[str], bool]) -> HeartbeatAnswer:
-        topics = {t.name: t for t in await self.topics() if may_describe(t.name)}
-        owned = None if hb.owned is None else _names(hb.owned, topics)
+        topics = await self.topics()
+        owned = None if hb.owned is None else topics.names(hb.owned)
         g = self.groups.setdefault(hb.group_id, ConsumerGroup(hb.group_id))
         try:
             self._check(hb)
@@ -108,19 +104,23 @@ class ConsumerGroupCoordinator:
             if not g.members:
                 self.groups.pop(hb.group_id, None)
             return HeartbeatAnswer(r.code, str(r), hb.member_id or None)
-        partitions = g.subscribed({t.name: t.partitions for t in topics.values()})
-        if partitions != g.partitions:
-            g.partitions, bump = partitions, True
+        if bump or g.topics_version != topics.version:  # the regexes and names matched again
+            g.topics_version = topics.version
+            partitions = g.subscribed({t.name: t.partitions for t in topics.infos if may_describe(t.name)})
+            if partitions != g.partitions:
+                g.partitions, bump = partitions, True
         if bump:
             g.epoch += 1
-        g.assignor = self._assignor(g)
+            g.assignor = self._assignor(g)
         g.update_target(ASSIGNORS[g.assignor])
+        before = (member.epoch, member.revoking)
         changed = g.reconcile(member, owned)
+        if changed or bump or hb.member_epoch == JOIN or (member.epoch, member.revoking) != before:
+            self._on_change(g.group_id)
         if hb.member_epoch == JOIN or (owned is not None and owned != member.assigned | member.revoking):
             changed = True
         self._keep_alive(g, member)
-        self._publish_if_changed(g)
-        assignment = _ids(member.assigned, topics) if changed else None
+        assignment = topics.ids(member.assigned) if changed else None
         return HeartbeatAnswer(ErrorCode.none, None, member.member_id, member.epoch, self._interval_ms, assignment)
 
     def _check(self, hb: Heartbeat) -> None:
@@ -222,18 +222,10 @@ class ConsumerGroupCoordinator:
             return
         self._remove(g, member)
         g.epoch += 1
+        g.topics_version = -1  # the topics it alone subscribed to go
         if not g.members:
             self.groups.pop(g.group_id, None)
-        self._publish_if_changed(g)
-
-    def _publish_if_changed(self, g: ConsumerGroup) -> None:
-        """Most heartbeats change nothing that is shown: only the others are published."""
-        live = self.live(g.group_id)
-        if live != self._shown.get(g.group_id):
-            self._shown[g.group_id] = live
-            self._on_change(g.group_id)
-        if live is None:
-            self._shown.pop(g.group_id, None)
+        self._on_change(g.group_id)
 
     def _remove(self, g: ConsumerGroup, member: ConsumerMember) -> None:
         del g.members[member.member_id]
@@ -285,16 +277,3 @@ class ConsumerGroupCoordinator:
         for g in self.groups.values():
             for m in g.members.values():
                 m.cancel_timers()
-
-
-def _names(owned: Iterable[tuple[uuid.UUID, Iterable[int]]], topics: dict[str, TopicInfo]) -> frozenset[TopicPartition]:
-    """Partitions named by topic id, by topic name (ids of topics not known are left out)."""
-    by_id = {t.topic_id: t.name for t in topics.values()}
-    return frozenset((by_id[i], p) for i, ps in owned if i in by_id for p in ps)
-
-
-def _ids(assigned: frozenset[TopicPartition], topics: dict[str, TopicInfo]) -> IdPartitions:
-    by_topic: dict[str, list[int]] = {}
-    for topic, p in sorted(assigned):
-        by_topic.setdefault(topic, []).append(p)
-    return tuple((topics[t].topic_id, tuple(ps)) for t, ps in by_topic.items() if t in topics)

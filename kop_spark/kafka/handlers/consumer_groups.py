@@ -77,7 +77,7 @@ async def consumer_group_heartbeat(ctx: ServerContext, header: RequestHeader, re
 
 async def consumer_group_describe(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
-    ids = {t.name: t.topic_id for t in await ctx.consumer_groups.topics()}
+    ids = {t.name: t.topic_id for t in (await ctx.consumer_groups.topics()).infos}
     committed: list[str] | None = None
     out = []
     for group_id in request.group_ids:
