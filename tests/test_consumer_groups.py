@@ -362,3 +362,16 @@ def test_uniform_gives_a_share_left_over_to_the_member_that_holds_more() -> None
     current = {"a": frozenset({("t", 0)}), "b": frozenset(("t", p) for p in range(1, 5))}
     out = UniformAssignor().assign(subs, {"t": 5}, current)
     assert len(out["b"]) == 3 and out["b"] < current["b"]  # one partition moves, not two
+
+
+def test_the_assignor_most_members_ask_for_is_used_and_changes_when_they_leave() -> None:
+    async def scenario() -> None:
+        w = World(topic("t", 4))
+        a, b = Client(w, "a", assignor="range"), Client(w, "b")
+        await joined(a, b)
+        assert w.coordinator.groups["g"].assignor == "range"  # the only one asked for
+        await a.beat(epoch=-1)
+        await settle([b])
+        assert w.coordinator.groups["g"].assignor == "uniform"  # none asked for: the default
+
+    run(scenario)

@@ -223,6 +223,7 @@ class ConsumerGroupCoordinator:
         self._remove(g, member)
         g.epoch += 1
         g.topics_version = -1  # the topics it alone subscribed to go
+        g.assignor = self._assignor(g)  # it may have been the one asking for it
         if not g.members:
             self.groups.pop(g.group_id, None)
         self._on_change(g.group_id)
