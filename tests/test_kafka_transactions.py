@@ -283,3 +283,30 @@ def test_admin_clients_list_and_describe_transactions(server: KopServer) -> None
     finally:
         admin.close()
     busy.abort_transaction(TIMEOUT_S)
+
+
+def test_a_consumer_protocol_members_offsets_commit_with_its_transaction(server: KopServer) -> None:
+    # TxnOffsetCommit carries the member's epoch as its generation (KIP-848): it must be checked by
+    # the consumer-protocol coordinator, as OffsetCommit is, not refused as a stranger's.
+    source = Consumer(
+        {
+            "bootstrap.servers": server.bootstrap,
+            "group.id": "modern",
+            "group.protocol": "consumer",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        source.subscribe(["in"])
+        p = _producer(server, "modern-tx")
+        p.begin_transaction()
+        for _ in range(3):
+            m = source.poll(TIMEOUT_S)
+            assert m is not None and m.error() is None
+            p.produce("out", value=m.value())
+        p.send_offsets_to_transaction([TopicPartition("in", 0, 3)], source.consumer_group_metadata(), TIMEOUT_S)
+        p.commit_transaction(TIMEOUT_S)
+        assert _group_offsets(server.root, "modern") == {("in", 0): 3}
+    finally:
+        source.close()

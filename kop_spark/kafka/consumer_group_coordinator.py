@@ -241,15 +241,14 @@ class ConsumerGroupCoordinator:
         g = self.groups.get(group_id)
         return g is not None and bool(g.members)
 
-    def validate_commit(self, group_id: str, member_id: str, epoch: int, api_version: int) -> ErrorCode:
+    def validate_commit(self, group_id: str, member_id: str, epoch: int, plain_v8: bool = False) -> ErrorCode:
         """Kafka's fencing of a commit to a consumer-protocol group with members: it must come
-        from a member, in OffsetCommit v9 or later, at the member's current epoch."""
-        member = self.groups[group_id].members.get(member_id)
-        if member is None:
-            return ErrorCode.unknown_member_id
-        if api_version < 9:
+        from a member at its current epoch, and, unless transactional, in OffsetCommit v9 or
+        later (``plain_v8``: an older one)."""
+        code = self.validate_fetch(group_id, member_id, epoch)
+        if code != ErrorCode.unknown_member_id and plain_v8:
             return ErrorCode.unsupported_version
-        return ErrorCode.none if epoch == member.epoch else ErrorCode.stale_member_epoch
+        return code
 
     def validate_fetch(self, group_id: str, member_id: str, epoch: int) -> ErrorCode:
         """An OffsetFetch v9 naming a member of a consumer-protocol group with members: it must be

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from kio.schema.errors import ErrorCode
+
 from ..broker import Broker, LiveGroup
 from ..broker.acls import CLUSTER
 from .authorization import REFUSALS, Authorization
@@ -98,6 +100,16 @@ class ServerContext:
 
     def group_active(self, group_id: str) -> bool:
         return self.membership.is_active(group_id) or self.consumer_groups.is_active(group_id)
+
+    def validate_commit(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None, plain_v8: bool = False
+    ) -> ErrorCode:
+        """A commit's fencing (OffsetCommit's, TxnOffsetCommit's) by the group's protocol: its
+        generation is a member epoch in a consumer-protocol group (``plain_v8``: an OffsetCommit
+        older than v9, which such members may not send)."""
+        if self.consumer_groups.is_active(group_id):
+            return self.consumer_groups.validate_commit(group_id, member_id, generation, plain_v8)
+        return self.membership.validate_commit(group_id, generation, member_id, instance_id)
 
     def subscribed_topics(self, group_id: str) -> set[str]:
         return self.membership.subscribed_topics(group_id) | self.consumer_groups.subscribed_topics(group_id)

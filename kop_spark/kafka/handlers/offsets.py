@@ -46,13 +46,13 @@ async def find_coordinator(ctx: ServerContext, header: RequestHeader, request: A
 async def offset_commit(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
     generation = getattr(request, "generation_id_or_member_epoch", getattr(request, "generation_id", NO_GENERATION))
-    member_id = getattr(request, "member_id", "")
-    if ctx.consumer_groups.is_active(request.group_id):
-        fenced = ctx.consumer_groups.validate_commit(request.group_id, member_id, generation, header.api_version)
-    else:
-        fenced = ctx.membership.validate_commit(
-            request.group_id, generation, member_id, getattr(request, "group_instance_id", None)
-        )
+    fenced = ctx.validate_commit(
+        request.group_id,
+        generation,
+        getattr(request, "member_id", ""),
+        getattr(request, "group_instance_id", None),
+        plain_v8=header.api_version < 9,
+    )
     where = f"commit of group {request.group_id!r}"
     offsets, codes = await requested_offsets(ctx, header, request.group_id, request.topics, fenced, where)
     if offsets:

@@ -100,7 +100,7 @@ async def add_offsets_to_txn(ctx: ServerContext, header: RequestHeader, request:
 async def txn_offset_commit(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
     tid, group = request.transactional_id, request.group_id
-    refused = ctx.membership.validate_commit(
+    refused = ctx.validate_commit(
         group,
         getattr(request, "generation_id", -1),
         getattr(request, "member_id", ""),
