@@ -283,7 +283,9 @@ class TopicAdmin:
         return out
 
     def info(self, topic: str) -> TopicInfo:
-        name, meta = self.metadata(topic)
+        return self._info(*self.metadata(topic))
+
+    def _info(self, name: TopicName, meta: TopicMeta) -> TopicInfo:
         return TopicInfo(self.kafka_name(name), topic_id(name, meta), meta["partitions"])
 
     def infos(self, include_internal: bool = False) -> list[TopicInfo]:
@@ -295,7 +297,7 @@ class TopicAdmin:
                 continue
             name = layout.topic_of_key(key)
             if include_internal or not name.local_name.startswith("__"):
-                out.append(TopicInfo(self.kafka_name(name), topic_id(name, meta), meta["partitions"]))
+                out.append(self._info(name, meta))
         return sorted(out, key=lambda t: t.name)
 
     def list_topics(self, include_internal: bool = False) -> list[str]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...broker import TopicInfo
 from ..consumer_group import ConsumerGroup, ConsumerMember
 from ..consumer_group_coordinator import Heartbeat
 from ..context import ServerContext
@@ -77,7 +78,7 @@ async def consumer_group_heartbeat(ctx: ServerContext, header: RequestHeader, re
 
 async def consumer_group_describe(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
-    ids = {t.name: t.topic_id for t in (await ctx.consumer_groups.topics()).infos}
+    topics = (await ctx.consumer_groups.topics()).by_name
     committed: list[str] | None = None
     out = []
     for group_id in request.group_ids:
@@ -91,21 +92,21 @@ async def consumer_group_describe(ctx: ServerContext, header: RequestHeader, req
             committed = committed if committed is not None else await ctx.call(ctx.broker.list_groups)
             if group_id not in committed:
                 code, message = ErrorCode.group_id_not_found, f"group {group_id!r} does not exist"
-        out.append(_described(m, group_id, code, message, g if code == ErrorCode.none else None, ids))
+        out.append(_described(m, group_id, code, message, g if code == ErrorCode.none else None, topics))
     return make(m.ConsumerGroupDescribeResponse, throttle_time=NO_TIME, groups=tuple(out))
 
 
 def _described(
-    m: Any, group_id: str, code: ErrorCode, message: str | None, g: ConsumerGroup | None, ids: dict[str, Any]
+    m: Any, group_id: str, code: ErrorCode, message: str | None, g: ConsumerGroup | None, by_name: dict[str, TopicInfo]
 ) -> Any:
     def assignment(partitions: frozenset[tuple[str, int]]) -> Any:
-        topics = sorted({t for t, _ in partitions if t in ids})
+        topics = sorted({t for t, _ in partitions if t in by_name})
         return make(
             m.Assignment,
             topic_partitions=tuple(
                 make(
                     m.TopicPartitions,
-                    topic_id=ids[t],
+                    topic_id=by_name[t].topic_id,
                     topic_name=t,
                     partitions=tuple(sorted(p for name, p in partitions if name == t)),
                 )
