@@ -104,6 +104,12 @@ class ProducerFencedError(KopError):
     instance took the id over, or its transaction was aborted on timeout (Kafka: PRODUCER_FENCED)."""
 
 
+class UnknownProducerIdError(KopError):
+    """A transactional producer whose transaction under way the server lost, in a restart (Kafka:
+    UNKNOWN_PRODUCER_ID). Unlike a fencing, the client may go on: it aborts the transaction, which
+    bumps its epoch with InitProducerId (KIP-360), and begins the next."""
+
+
 class InvalidTxnStateError(KopError):
     """A transactional request that its transaction's state does not allow, such as a produce to a
     partition not added to it (Kafka: INVALID_TXN_STATE)."""

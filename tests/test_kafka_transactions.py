@@ -174,24 +174,62 @@ def test_a_transaction_past_its_timeout_is_aborted(server: KopServer) -> None:
     assert _all(server.root) == [] and _staged(server.root) == []
 
 
-def test_a_server_killed_in_a_transaction_leaves_nothing_of_it(server: KopServer) -> None:
+@pytest.mark.parametrize("then", ["produce", "add_partition", "commit"])
+def test_a_server_killed_in_a_transaction_leaves_nothing_of_it_and_the_producer_goes_on(
+    server: KopServer, then: str
+) -> None:
     p = _producer(server, "tx", **{"message.timeout.ms": 10_000})
     p.begin_transaction()
-    p.produce("out", value=b"committed before")
+    p.produce("out", key=b"k", value=b"committed before")
     p.commit_transaction(TIMEOUT_S)
     p.begin_transaction()
-    p.produce("out", value=b"in flight")
+    p.produce("out", key=b"k", value=b"in flight")
     p.flush(TIMEOUT_S)
     server.kill()
     server.start()
-    with pytest.raises(KafkaException) as fenced:
+    with pytest.raises(KafkaException) as lost:
+        if then != "commit":  # the next request a produce makes: Produce, or AddPartitionsToTxn
+            p.produce("out" if then == "produce" else "in", key=b"k", value=b"more")
+            p.flush(TIMEOUT_S)
         p.commit_transaction(TIMEOUT_S)
-    assert fenced.value.args[0].code() == KafkaError._FENCED
-    again = _producer(server, "tx")
-    again.begin_transaction()
-    again.produce("out", value=b"after")
-    again.commit_transaction(TIMEOUT_S)
+    error = lost.value.args[0]
+    assert (error.code(), error.txn_requires_abort(), error.fatal()) == (KafkaError.UNKNOWN_PRODUCER_ID, True, False)
+    p.abort_transaction(TIMEOUT_S)  # bumps the producer's epoch (KIP-360)
+    p.begin_transaction()
+    p.produce("out", key=b"k", value=b"after")
+    p.commit_transaction(TIMEOUT_S)
     assert _all(server.root) == [b"after", b"committed before"]
+    assert _all(server.root, "in")[-1] == b"in-9" and _staged(server.root) == []
+
+
+def test_an_exactly_once_loop_goes_on_through_a_server_killed_mid_transaction(server: KopServer) -> None:
+    source = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "enricher", "enable.auto.commit": False})
+    start = [TopicPartition("in", 0, 0)]
+    source.assign(start)
+    p = _producer(server, "enricher-tx", **{"message.timeout.ms": 10_000})
+    killed, aborted = False, 0
+    while _group_offsets(server.root, "enricher").get(("in", 0), 0) < 10:
+        p.begin_transaction()
+        try:
+            for m in source.consume(5, TIMEOUT_S):
+                assert m.error() is None
+                p.produce("out", value=m.value().upper())
+            p.flush(TIMEOUT_S)
+            if not killed:
+                server.kill()
+                server.start()
+                killed = True
+            p.send_offsets_to_transaction(source.position(start), source.consumer_group_metadata(), TIMEOUT_S)
+            p.commit_transaction(TIMEOUT_S)
+        except KafkaException as e:
+            assert e.args[0].txn_requires_abort(), e
+            p.abort_transaction(TIMEOUT_S)
+            aborted += 1
+            committed = source.committed(start, TIMEOUT_S)[0].offset
+            source.seek(TopicPartition("in", 0, max(committed, 0)))
+    source.close()
+    assert (killed, aborted) == (True, 1)
+    assert _all(server.root) == sorted(f"IN-{i}".encode() for i in range(10))
     assert _staged(server.root) == []
 
 

@@ -22,6 +22,7 @@ from kop_spark.errors import (
     OrphanRemovedError,
     OutOfOrderSequenceError,
     ProducerFencedError,
+    UnknownProducerIdError,
 )
 from kop_spark.kafka.transaction_coordinator import TransactionCoordinator
 from kop_spark.record import build_record_batch
@@ -193,16 +194,47 @@ def test_a_transaction_past_its_timeout_is_fenced_at_its_next_request(broker):
     assert _values(broker, "out", 0) == []
 
 
-def test_a_transaction_a_stopped_server_held_is_aborted_and_its_producer_fenced(broker):
+def test_a_transaction_a_stopped_server_held_is_aborted_and_its_producer_told_so(broker):
     c = TransactionCoordinator(broker)
     pid, epoch = _open(c)
     c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"lost"))
     restarted = TransactionCoordinator(Broker(broker.root, clock=broker.clock))
-    with pytest.raises(ProducerFencedError):
-        restarted.end(TID, pid, epoch, commit=True)
+    for call in (
+        lambda: restarted.end(TID, pid, epoch, commit=True),
+        lambda: restarted.produce(TID, "out", 0, _batch(pid, epoch, 1, b"more")),
+        lambda: restarted.add_partitions(TID, pid, epoch, [("in", 0)]),
+        lambda: restarted.add_offsets(TID, pid, epoch, "g"),
+        lambda: restarted.commit_offsets(TID, pid, epoch, "g", {("in", 0): OffsetAndMetadata(1)}),
+        lambda: restarted.end(TID, pid, epoch, commit=False),
+    ):
+        with pytest.raises(UnknownProducerIdError, match="lost when the server restarted"):
+            call()
     assert _values(broker, "out", 0) == [] and _staged_files(broker.root) == []
-    pid2, epoch2 = restarted.init_producer_id(TID, 60_000)
-    assert (pid2, epoch2) == (pid, epoch + 2)  # fenced once, then bumped by the new instance
+    assert broker.fetch_offsets("g") == {}
+    # The producer recovers (KIP-360): its epoch is bumped again, and it goes on.
+    assert restarted.init_producer_id(TID, 60_000, (pid, epoch)) == (pid, epoch + 2)
+    restarted.add_partitions(TID, pid, epoch + 2, [("out", 0)])
+    restarted.produce(TID, "out", 0, _batch(pid, epoch + 2, 0, b"after"))
+    restarted.end(TID, pid, epoch + 2, commit=True)
+    assert _values(broker, "out", 0) == [b"after"]
+    with pytest.raises(ProducerFencedError):  # recovered once, the lost epoch is a zombie's
+        restarted.add_partitions(TID, pid, epoch, [("out", 0)])
+
+
+def test_a_newer_instance_fences_a_producer_whose_transaction_was_lost(broker):
+    c = TransactionCoordinator(broker)
+    pid, epoch = _open(c)
+    c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"lost"))
+    restarted = TransactionCoordinator(Broker(broker.root, clock=broker.clock))
+    with pytest.raises(UnknownProducerIdError):
+        restarted.end(TID, pid, epoch, commit=True)
+    assert restarted.init_producer_id(TID, 60_000) == (pid, epoch + 2)  # no current producer named: a newer instance
+    for call in (
+        lambda: restarted.init_producer_id(TID, 60_000, (pid, epoch)),
+        lambda: restarted.end(TID, pid, epoch, commit=False),
+    ):
+        with pytest.raises(ProducerFencedError):
+            call()
 
 
 def test_a_server_restart_between_transactions_goes_unnoticed(broker):
@@ -350,7 +382,7 @@ def test_a_commit_racing_a_takeover_by_another_server_fails_and_leaves_nothing(t
     if takeover == "InitProducerId":
         other.init_producer_id(TID, 60_000)
     else:
-        with pytest.raises(ProducerFencedError):
+        with pytest.raises(UnknownProducerIdError):
             other.end(TID, pid, epoch, commit=True)
     monkeypatch.setattr(first.transactions, "get", lambda tid: checked)
     with pytest.raises(OrphanRemovedError):
@@ -385,5 +417,7 @@ def test_maintenance_ends_a_transaction_its_server_left_behind(broker):
     broker.clock.advance(1)
     survivor.maintenance()
     state = survivor.transactions.get(TID)
-    assert (state.state, state.epoch) == (COMPLETE_ABORT, epoch + 1)
+    assert (state.state, state.epoch, state.lost_epoch) == (COMPLETE_ABORT, epoch + 1, epoch)
     assert _values(survivor, "out", 0) == [] and _staged_files(broker.root) == []
+    with pytest.raises(UnknownProducerIdError):  # the producer, back, is told, and may recover
+        TransactionCoordinator(survivor).add_partitions(TID, pid, epoch, [("out", 0)])

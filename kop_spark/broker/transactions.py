@@ -13,7 +13,10 @@ States, as Kafka's coordinator names them: Empty, then Ongoing from the first pa
 added, then CompleteCommit or CompleteAbort, then Ongoing with the next transaction. A new
 InitProducerId bumps the epoch, fencing the older instance, and first ends a transaction left
 Ongoing: rolled forward if its commit was recorded, aborted if not. Once its commit is recorded,
-a transaction commits, whatever fails after: whoever comes next completes it.
+a transaction commits, whatever fails after: whoever comes next completes it. A transaction a
+stopped server lost is aborted with its epoch bumped, but the lost epoch is kept: its producer is
+told so (UNKNOWN_PRODUCER_ID) rather than fenced, and may recover with InitProducerId naming it
+(KIP-360).
 """
 
 from __future__ import annotations
@@ -22,7 +25,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import layout
-from ..errors import BadVersionError, ConcurrentTransactionsError, InvalidProducerIdMappingError, ProducerFencedError
+from ..errors import (
+    BadVersionError,
+    ConcurrentTransactionsError,
+    InvalidProducerIdMappingError,
+    ProducerFencedError,
+    UnknownProducerIdError,
+)
 from ..group.coordinator import OffsetAndMetadata
 from ..storage.metadata_store import Unchanged, update
 from ..storage.producer_state import ProducerEntry, check_producers
@@ -52,6 +61,7 @@ class TransactionState(NamedTuple):
     state: str
     transaction: int  # the current transaction's number, or the last one's
     updated_ms: int
+    lost_epoch: int = -1  # the epoch whose transaction a server lost: its producer may recover
 
     def to_json(self) -> dict[str, Any]:
         return self._asdict()
@@ -64,13 +74,20 @@ class TransactionState(NamedTuple):
     def writer(self) -> str:
         return layout.transaction_writer(self.transactional_id)
 
-    def check_owner(self, producer_id: int, epoch: int) -> None:
-        """Refuse a request from a producer that is not this id's current one."""
+    def check_owner(self, producer_id: int, epoch: int, *, recovering: bool = False) -> None:
+        """Refuse a request from a producer that is not this id's current one. The producer whose
+        transaction a server lost is told so, and may ``recover`` with InitProducerId (KIP-360)."""
         if producer_id != self.producer_id:
             raise InvalidProducerIdMappingError(
                 f"transactional id {self.transactional_id!r} belongs to producer {self.producer_id}, not {producer_id}"
             )
-        if epoch != self.epoch:
+        lost = epoch == self.lost_epoch >= 0
+        if lost and not recovering:
+            raise UnknownProducerIdError(
+                f"transactional id {self.transactional_id!r}: producer {producer_id}'s transaction under way at epoch "
+                f"{epoch} was lost when the server restarted, and aborted: abort it, and begin the next"
+            )
+        if epoch != self.epoch and not lost:
             raise ProducerFencedError(
                 f"transactional id {self.transactional_id!r}: producer {producer_id} has epoch {epoch}, but the "
                 f"current epoch is {self.epoch}: a newer instance took the id over, or its transaction was aborted"
@@ -142,13 +159,13 @@ class Transactions:
         found = self.get(transactional_id)
         if found is not None and found.state == ONGOING:
             if current is not None:
-                found.check_owner(*current)
+                found.check_owner(*current, recovering=True)
             self.end(found, lost=True)
         fresh: list[int] = []
 
         def bump(old: TransactionState | None) -> TransactionState:
             if old is not None and current is not None:
-                old.check_owner(*current)
+                old.check_owner(*current, recovering=True)
             if old is not None and old.state == ONGOING:
                 raise ConcurrentTransactionsError(
                     f"transactional id {transactional_id!r}: another process began a transaction meanwhile"
@@ -211,15 +228,18 @@ class Transactions:
         if record is not None and committed and record.state == COMMITTING:
             sinks.complete(record)
         sinks.remove_staged(state.writer, state.transaction)
-        return self._complete(state, COMPLETE_COMMIT if committed else COMPLETE_ABORT, fence=fence and not committed)
+        fence = fence and not committed
+        return self._complete(state, COMPLETE_COMMIT if committed else COMPLETE_ABORT, fence=fence, lost=lost)
 
-    def _complete(self, state: TransactionState, outcome: str, *, fence: bool) -> TransactionState:
+    def _complete(self, state: TransactionState, outcome: str, *, fence: bool, lost: bool = False) -> TransactionState:
         def complete(old: TransactionState | None) -> TransactionState:
             owner = _owned(state.transactional_id, old, state.producer_id, state.epoch)
             if (owner.state, owner.transaction) != (ONGOING, state.transaction):
                 raise Unchanged
-            bumped = owner.epoch + 1 if fence and owner.epoch < _MAX_EPOCH else owner.epoch
-            return owner._replace(state=outcome, epoch=bumped)
+            if not fence or owner.epoch >= _MAX_EPOCH:
+                return owner._replace(state=outcome)
+            # A lost transaction is no fault of its producer's: it is told so, not fenced.
+            return owner._replace(state=outcome, epoch=owner.epoch + 1, lost_epoch=owner.epoch if lost else -1)
 
         return self._change(state.transactional_id, complete)
 

@@ -25,6 +25,7 @@ _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (errors.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
     (errors.InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
     (errors.ProducerFencedError, ErrorCode.producer_fenced),
+    (errors.UnknownProducerIdError, ErrorCode.unknown_producer_id),
     (errors.InvalidTxnStateError, ErrorCode.invalid_txn_state),
     (errors.InvalidProducerIdMappingError, ErrorCode.invalid_producer_id_mapping),
     (errors.InvalidTransactionTimeoutError, ErrorCode.invalid_transaction_timeout),

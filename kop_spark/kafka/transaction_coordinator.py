@@ -5,9 +5,10 @@ The server holds each transaction under way: the partitions added (each staging 
 the groups added and the offsets sent for them, when it began. Like group membership, that is the
 server's own state: a transactional id is served by one ``kop serve`` at a time. A transaction
 that outlives its ``transaction.timeout.ms`` is aborted and its producer fenced (its epoch bumped),
-as Kafka does; so is one the server finds Ongoing that it does not hold, left by a server that
-stopped (its staged batches may be incomplete), unless its commit was recorded, which then
-completes. Sequence numbers are checked per partition as for idempotent producers, within the
+as Kafka does. One the server finds Ongoing that it does not hold, left by a server that stopped
+(its staged batches may be incomplete), is aborted too, unless its commit was recorded, which then
+completes; but its producer is told UNKNOWN_PRODUCER_ID, not fenced, since it did nothing wrong:
+clients with KIP-360 abort, bump their epoch with InitProducerId and go on. Sequence numbers are checked per partition as for idempotent producers, within the
 server's life: a batch sent again is not staged twice.
 
 Produced batches get offsets only when the transaction commits, so a produce answers offset -1,
@@ -90,7 +91,7 @@ class TransactionCoordinator:
         if held is not None:
             with held.lock:
                 if current is not None:  # a stale instance's request changes nothing
-                    held.state.check_owner(*current)
+                    held.state.check_owner(*current, recovering=True)
                 if held.state.state == ONGOING and held.began_ms:  # else a lost one: ended below
                     held.reset(self._transactions.end(held.state))
         state = self._transactions.init_producer_id(transactional_id, timeout_ms, current)

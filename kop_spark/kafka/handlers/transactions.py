@@ -2,7 +2,7 @@
 AddOffsetsToTxn, TxnOffsetCommit and EndTxn, over the server's ``TransactionCoordinator``. Each
 needs Write on the transactional id, as in Kafka, and what it adds needs Write on its topics or
 Read on its group. A fenced producer is told PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH in the
-versions before that code (KIP-588)."""
+versions before that code (KIP-588); one whose transaction a stopped server lost, UNKNOWN_PRODUCER_ID."""
 
 from __future__ import annotations
 
