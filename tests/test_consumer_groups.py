@@ -7,6 +7,8 @@ subscribed to it. Real clients against ``kop serve``: test_kafka_consumer_protoc
 from __future__ import annotations
 
 import asyncio
+import importlib
+import io
 import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -14,13 +16,18 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kio.index import load_entity_schema
 from kio.schema.errors import ErrorCode
+from kio.serial import entity_writer
+from kio.static.constants import EntityType
 
 from kop_spark.broker import TopicInfo
 from kop_spark.config import Config
 from kop_spark.kafka.assignors import ASSIGNORS, RangeAssignor, UniformAssignor
+from kop_spark.kafka.classic_members import ClassicMembers
 from kop_spark.kafka.consumer_group import ConsumerGroupState
 from kop_spark.kafka.consumer_group_coordinator import ConsumerGroupCoordinator, Heartbeat, HeartbeatAnswer
+from kop_spark.kafka.consumer_protocol import assigned_partitions
 
 TP = tuple[str, int]
 
@@ -88,11 +95,74 @@ class Client:
         return answer
 
 
+class ClassicClient:
+    """A classic-protocol member of the group, as a consumer runs one: it joins with its
+    subscription and what it owns, takes its assignment from SyncGroup, and joins again when its
+    heartbeat says so, or when it is no longer a member. A cooperative one gives up partitions
+    taken away after the SyncGroup that took them (by its next call); an eager one gives up
+    everything before it joins again."""
+
+    def __init__(self, world: World, member_id: str, topics: tuple[str, ...] = ("t",), eager: bool = False):
+        self.world, self.member_id, self.topics, self.eager = world, member_id, topics, eager
+        self.classic = ClassicMembers(world.coordinator)
+        self.generation = -1
+        self.owned: frozenset[TP] = frozenset()
+        self.releasing: frozenset[TP] = frozenset()
+
+    def holds(self) -> frozenset[TP]:
+        return self.owned | self.releasing
+
+    async def beat(self, epoch: int | None = None) -> HeartbeatAnswer:
+        self.releasing = frozenset()
+        if epoch == -1:
+            return HeartbeatAnswer(self.classic.leave("g", self.member_id, None))
+        if self.generation >= 0:
+            code = await self.classic.heartbeat("g", self.generation, self.member_id, None, lambda t: True)
+            if code == ErrorCode.none:
+                return HeartbeatAnswer(code)
+        if self.eager:
+            self.owned = frozenset()
+        metadata = subscription_bytes(self.topics, self.owned)
+        joined = await self.classic.join(
+            "g",
+            self.member_id,
+            None,
+            ("c-" + self.member_id, "/127.0.0.1"),
+            (60_000, 60_000),
+            "consumer",
+            [("cooperative-sticky", metadata)],
+            True,
+            lambda t: True,
+        )
+        assert joined.error == ErrorCode.none and not joined.leader, joined
+        self.generation = joined.generation
+        synced = self.classic.sync("g", self.generation, self.member_id, None)
+        assert synced.error == ErrorCode.none, synced
+        told = frozenset(assigned_partitions(synced.assignment))
+        self.releasing, self.owned = self.owned - told, told
+        return HeartbeatAnswer(ErrorCode.none)
+
+
+def subscription_bytes(topics: tuple[str, ...], owned: frozenset[TP]) -> bytes:
+    cls: Any = load_entity_schema("consumer_protocol_subscription", 1, EntityType.data)
+    partition = importlib.import_module(cls.__module__).TopicPartition
+    by_topic = {t: tuple(sorted(p for name, p in owned if name == t)) for t, _ in owned}
+    value = cls(
+        topics=topics,
+        user_data=None,
+        owned_partitions=tuple(partition(topic=t, partitions=ps) for t, ps in by_topic.items()),
+    )
+    out = io.BytesIO()
+    out.write((1).to_bytes(2, "big"))
+    entity_writer(cls)(out, value)
+    return out.getvalue()
+
+
 def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(test())
 
 
-def no_two_owners(clients: list[Client]) -> None:
+def no_two_owners(clients: list[Client | ClassicClient]) -> None:
     seen: dict[TP, str] = {}
     for c in clients:
         for tp in c.holds():
@@ -100,7 +170,7 @@ def no_two_owners(clients: list[Client]) -> None:
             seen[tp] = c.member_id
 
 
-async def settle(clients: list[Client], rounds: int = 10) -> None:
+async def settle(clients: list[Client | ClassicClient], rounds: int = 10) -> None:
     for _ in range(rounds):
         for c in clients:
             assert (await c.beat()).error == ErrorCode.none
@@ -147,6 +217,34 @@ def test_members_of_one_subscription_get_shares_that_differ_by_one_at_most(membe
     out = ASSIGNORS[name].assign(subs, {"a": n}, {})
     sizes = [len(tps) for tps in out.values()]
     assert max(sizes) - min(sizes) <= 1
+
+
+@pytest.mark.parametrize("eager", [False, True])
+def test_a_classic_member_gives_up_partitions_before_another_gets_them(eager) -> None:
+    async def scenario() -> None:
+        w = World(topic("t", 6))
+        a, classic = Client(w, "a"), ClassicClient(w, "classic", eager=eager)
+        await a.beat()
+        await classic.beat()  # a classic member of a consumer-protocol group
+        await a.beat(epoch=-1)
+        await settle([classic])
+        assert len(classic.owned) == 6
+        b = Client(w, "b")
+        clients: list[Client | ClassicClient] = [classic, b]
+        await b.beat()
+        assert b.owned == frozenset()  # the classic member still owns all six
+        await classic.beat()  # told to join again, it does, and is given three
+        assert len(classic.owned) == 3
+        no_two_owners(clients)  # a cooperative member still holds the other three, an eager one none
+        await b.beat()
+        no_two_owners(clients)
+        assert b.owned == frozenset() or eager  # not until it has said it gave them up ...
+        await settle(clients)
+        assert (
+            len(b.owned) == 3 and w.coordinator.groups["g"].state == ConsumerGroupState.STABLE
+        )  # ... at its next join
+
+    run(scenario)
 
 
 @settings(max_examples=100, deadline=None)
@@ -200,17 +298,27 @@ def test_a_newcomer_gets_partitions_only_once_their_owner_has_given_them_up() ->
     run(scenario)
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["join", "leave", "beat", "grow"]), st.integers(0, 4)), max_size=40))
-def test_no_partition_ever_has_two_owners_and_a_group_left_alone_settles(steps) -> None:
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["join", "leave", "beat", "grow"]), st.integers(0, 5)), max_size=40),
+    st.sampled_from(["consumer", "mixed"]),
+)
+def test_no_partition_ever_has_two_owners_and_a_group_left_alone_settles(steps, protocols) -> None:
+    """Members of the consumer protocol only, or with classic ones (cooperative and eager)."""
+
     async def scenario() -> None:
         w = World(topic("t", 5), topic("u", 3))
-        clients: dict[int, Client] = {}
+        clients: dict[int, Client | ClassicClient] = {}
         for op, i in steps:
             c = clients.get(i)
             if op == "join" and c is None:
-                clients[i] = Client(w, f"m{i}", ("t", "u") if i % 2 else ("t",))
-                await clients[i].beat()
+                subscribed = ("t", "u") if i % 2 else ("t",)
+                classic = protocols == "mixed" and i in (2, 3, 4) and "g" in w.coordinator.groups
+                made = (
+                    ClassicClient(w, f"m{i}", subscribed, eager=i == 4) if classic else Client(w, f"m{i}", subscribed)
+                )
+                clients[i] = made
+                await made.beat()
             elif op == "leave" and c is not None:
                 await c.beat(epoch=-1)
                 del clients[i]
@@ -228,7 +336,10 @@ def test_no_partition_ever_has_two_owners_and_a_group_left_alone_settles(steps) 
             subscribed = {t for c in clients.values() for t in c.topics}
             assert sorted(owned) == sorted(tp for tp in everything if tp[0] in subscribed)
             for c in clients.values():
-                assert c.owned == group.target[c.member_id] and c.epoch == group.epoch
+                assert c.owned == group.target[c.member_id]
+                assert (
+                    c.epoch == group.epoch if isinstance(c, Client) else group.members[c.member_id].epoch == group.epoch
+                )
 
     run(scenario)
 

@@ -2,12 +2,18 @@
 ``group.protocol=consumer``): real librdkafka consumers share a topic with no partition ever
 owned by two, take over a killed member's partitions, follow a regex subscription; a static
 member restarts without moving anyone's partitions; the group shows in ``kop groups``, admin
-clients and ListGroups, does not mix with classic members, and fences stale commits. The same
-session against librdkafka's mock cluster: test_kafka_differential."""
+clients and ListGroups, and fences stale commits. A group of classic consumers moves to the
+consumer protocol one member at a time, as a rolling restart moves it, and back (KIP-848's online
+migration), members of either protocol consuming and committing, with no partition owned by two
+at any poll. The same session against librdkafka's mock cluster: test_kafka_differential."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import datetime
+import socket
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,11 +22,13 @@ from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, Kaf
 from confluent_kafka.admin import AdminClient
 from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer import JoinGroupRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest
+from kio.schema.errors import ErrorCode
 
 from kop_spark import Broker
+from kop_spark.kafka.messages import request_class
 
 from .group_clients import assigned, doomed_member, kop_groups, poll_until, produce, until_live
-from .kafka_wire import call, connect, wire_request
+from .kafka_wire import call, connect, kio_call, wire_request
 from .kop_server import KopServer
 
 CONF = ["group.consumer.heartbeat.interval.ms=200", "group.consumer.session.timeout.ms=3000"]
@@ -209,7 +217,7 @@ def test_the_group_shows_in_kop_groups_the_admin_client_and_list_groups(
     assert kop_groups(server, "delete", "g").returncode == 0
 
 
-def test_classic_members_and_stale_commits_are_refused(server: KopServer, member: Callable[..., Consumer]) -> None:
+def test_other_protocol_types_and_stale_commits_are_refused(server: KopServer, member: Callable[..., Consumer]) -> None:
     c = member("modern")
     c.subscribe(["t"])
     poll_until([c], lambda _: assigned(c) == {0, 1, 2, 3})
@@ -222,10 +230,10 @@ def test_classic_members_and_stale_commits_are_refused(server: KopServer, member
             rebalance_timeout_ms=30_000,
             member_id="",
             group_instance_id=None,
-            protocol_type="consumer",
-            protocols=[{"name": "range", "metadata": b""}],
+            protocol_type="connect",
+            protocols=[{"name": "sessioned", "metadata": b""}],
         )
-        assert call(sock, join).error_code == 23  # INCONSISTENT_GROUP_PROTOCOL
+        assert call(sock, join).error_code == 23  # INCONSISTENT_GROUP_PROTOCOL: consumers only
         listed = call(sock, wire_request(ListGroupsRequest, 4, states_filter=[]))
         assert [(g.group_id, g.protocol_type, g.group_state) for g in listed.groups] == [("g", "consumer", "Stable")]
         classic_view = call(
@@ -256,3 +264,141 @@ def test_classic_members_and_stale_commits_are_refused(server: KopServer, member
         assert commit(9, -1, "") == 25  # UNKNOWN_MEMBER_ID: the group has members
     c.commit(offsets=[TopicPartition("t", 0, 1)], asynchronous=False)  # the member's own is taken
     c.close()
+
+
+# -- moving between the protocols (KIP-848's online migration) -----------------------------------
+
+RECORDS = 40
+
+
+def _classic(server: KopServer, name: str, strategy: str) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": server.bootstrap,
+            "group.id": "g",
+            "client.id": name,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "partition.assignment.strategy": strategy,
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 300,
+        }
+    )
+
+
+def _member_types(server: KopServer) -> list[int]:
+    """The group's members as ConsumerGroupDescribe tells them (0 classic, 1 consumer protocol)."""
+    host, port = server.bootstrap.split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        request = request_class(69, 1)(group_ids=("g",), include_authorized_operations=False)
+        (group,) = kio_call(sock, request).groups
+    return sorted(int(m.member_type) for m in group.members)
+
+
+def _commit_all(consumers: list[Consumer]) -> None:
+    for c in consumers:
+        positions = [tp for tp in c.position(c.assignment()) if tp.offset >= 0]
+        if positions:
+            answered = c.commit(offsets=positions, asynchronous=False)
+            assert answered is not None and all(tp.error is None for tp in answered), answered
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_a_rolling_upgrade_moves_a_classic_group_to_the_consumer_protocol(
+    server: KopServer, member: Callable[..., Consumer], strategy: str
+) -> None:
+    produce(server, RECORDS)
+    a, b = _classic(server, "a", strategy), _classic(server, "b", strategy)
+    for c in (a, b):
+        c.subscribe(["t"])
+    seen: set[tuple[int, int]] = set()  # (partition, offset) of every record consumed
+
+    def until(condition: Callable[[], bool]) -> Callable[[list[tuple[str, int, int]]], bool]:
+        def done(got: list[tuple[str, int, int]]) -> bool:
+            seen.update((p, o) for _, p, o in got)
+            return condition()
+
+        return done
+
+    poll_until([a, b], until(lambda: bool(assigned(a) and assigned(b))))
+    new = member("new")  # the first instance restarted with group.protocol=consumer converts the group
+    new.subscribe(["t"])
+    mixed = [a, b, new]
+    everything = {0, 1, 2, 3}
+    poll_until(
+        mixed,
+        until(lambda: bool(assigned(new)) and assigned(a) | assigned(b) | assigned(new) == everything),
+        each_round=never_shared(*mixed),
+    )
+    assert _member_types(server) == [0, 0, 1]
+    _commit_all(mixed)  # the classic members commit with the generation they were told
+    a.close()
+    renewed = member("renewed")
+    renewed.subscribe(["t"])
+    mixed = [b, new, renewed]
+    poll_until(mixed, until(lambda: bool(assigned(renewed)) and len(seen) == RECORDS), each_round=never_shared(*mixed))
+    assert _member_types(server) == [0, 1, 1]
+    _commit_all(mixed)
+    b.close()
+    produce(server, RECORDS)
+    upgraded = [new, renewed]
+    poll_until(
+        upgraded,
+        until(lambda: assigned(new) | assigned(renewed) == everything and len(seen) == 2 * RECORDS),
+        each_round=never_shared(*upgraded),
+    )
+    assert _member_types(server) == [1, 1]
+
+
+def test_a_classic_member_joins_a_consumer_protocol_group_and_commits(
+    server: KopServer, member: Callable[..., Consumer]
+) -> None:
+    produce(server, RECORDS)
+    modern = member("modern")
+    modern.subscribe(["t"])
+    poll_until([modern], lambda _: assigned(modern) == {0, 1, 2, 3})
+    old = _classic(server, "old", "range")  # an instance rolled back to the classic protocol
+    old.subscribe(["t"])
+    both = [modern, old]
+    poll_until(both, lambda _: len(assigned(old)) == 2 and len(assigned(modern)) == 2, each_round=never_shared(*both))
+    assert _member_types(server) == [0, 1]
+    mine = sorted(assigned(old))
+    (answered,) = old.commit(offsets=[TopicPartition("t", mine[0], 1)], asynchronous=False) or [None]
+    assert answered is not None and answered.error is None
+    modern.close()
+    poll_until([old], lambda _: assigned(old) == {0, 1, 2, 3})
+    assert _member_types(server) == [0]
+    old.close()
+    with Broker(server.root) as broker:
+        assert broker.fetch_offsets("g")[("t", mine[0])].offset == 1
+
+
+def test_a_classic_group_of_another_protocol_type_is_not_converted(server: KopServer) -> None:
+    with connect(server) as joining, connect(server) as sock, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        join = wire_request(
+            JoinGroupRequest,
+            3,  # no MEMBER_ID_REQUIRED round: the member is in as soon as it asks
+            group_id="g",
+            session_timeout_ms=30_000,
+            rebalance_timeout_ms=30_000,
+            member_id="",
+            protocol_type="connect",
+            protocols=[{"name": "sessioned", "metadata": b""}],
+        )
+        answer = pool.submit(call, joining, join)  # waits out the first rebalance
+        deadline = time.monotonic() + 30
+        while not call(sock, wire_request(ListGroupsRequest, 4, states_filter=[])).groups:
+            assert time.monotonic() < deadline, "the connect member never joined"
+        heartbeat = request_class(68, 0)(
+            group_id="g",
+            member_id="",
+            member_epoch=0,
+            instance_id=None,
+            rack_id=None,
+            rebalance_timeout=datetime.timedelta(seconds=30),
+            subscribed_topic_names=("t",),
+            server_assignor=None,
+            topic_partitions=(),
+        )
+        assert kio_call(sock, heartbeat).error_code == ErrorCode.group_id_not_found
+        assert answer.result(30).error_code == 0  # the connect group carries on

@@ -26,6 +26,23 @@ class ConsumerGroupState(enum.Enum):
 
 
 @dataclass
+class ClassicProtocol:
+    """What a classic-protocol member of a consumer-protocol group (KIP-848's online migration)
+    joined with, the generation it was told (its member epoch then) and the partitions its last
+    SyncGroup gave it: it learns of a change only by joining again."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+    version: int  # of its subscription, in which its assignment is written
+    generation: int = -1
+    sent: frozenset[TopicPartition] = NONE
+
+    @property
+    def protocol(self) -> str:
+        return self.protocols[0][0]
+
+
+@dataclass
 class ConsumerMember:
     member_id: str
     instance_id: str | None
@@ -40,6 +57,7 @@ class ConsumerMember:
     assigned: frozenset[TopicPartition] = NONE  # what it owns, or may own, in its epoch
     revoking: frozenset[TopicPartition] = NONE  # what it was asked to give up and still owns
     left: bool = False  # a static member gone for now (epoch -2): it keeps its partitions
+    classic: ClassicProtocol | None = None  # a member that speaks the classic protocol
     expiry: asyncio.TimerHandle | None = None
     revocation: asyncio.TimerHandle | None = None
 

@@ -28,7 +28,7 @@ from kio.schema.errors import ErrorCode
 from ..broker import LiveGroup, LiveMember, TopicInfo
 from ..config import Config
 from .assignors import ASSIGNORS, TopicPartition
-from .consumer_group import ConsumerGroup, ConsumerMember
+from .consumer_group import ClassicProtocol, ConsumerGroup, ConsumerMember
 from .topic_snapshot import IdPartitions, TopicSnapshot, TopicSnapshots
 
 TOPICS_REFRESH_S = 1.0
@@ -63,7 +63,9 @@ class HeartbeatAnswer:
     assignment: IdPartitions | None = None  # None: unchanged, not repeated
 
 
-class _Refused(Exception):
+class Refused(Exception):
+    """A heartbeat refused, with Kafka's code."""
+
     def __init__(self, code: ErrorCode, message: str):
         super().__init__(message)
         self.code = code
@@ -92,18 +94,42 @@ class ConsumerGroupCoordinator:
     async def heartbeat(self, hb: Heartbeat, may_describe: Callable[[str], bool]) -> HeartbeatAnswer:
         topics = await self.topics()
         owned = None if hb.owned is None else topics.names(hb.owned)
+        try:
+            member, changed = await self.beat(hb, owned, may_describe)
+        except Refused as r:
+            return HeartbeatAnswer(r.code, str(r), hb.member_id or None)
+        if hb.member_epoch in (LEAVE, STATIC_LEAVE):
+            return HeartbeatAnswer(ErrorCode.none, None, member.member_id, hb.member_epoch, self._interval_ms)
+        if hb.member_epoch == JOIN or (owned is not None and owned != member.assigned | member.revoking):
+            changed = True
+        assignment = topics.ids(member.assigned) if changed else None
+        return HeartbeatAnswer(ErrorCode.none, None, member.member_id, member.epoch, self._interval_ms, assignment)
+
+    async def beat(
+        self,
+        hb: Heartbeat,
+        owned: frozenset[TopicPartition] | None,
+        may_describe: Callable[[str], bool],
+        classic: ClassicProtocol | None = None,
+    ) -> tuple[ConsumerMember, bool]:
+        """What a heartbeat does, for a member of either protocol (``classic``: what a classic
+        member joins with): the member joins, restates, leaves, or moves towards its target.
+        Returns it, and whether what it may own changed. Raises ``Refused``."""
+        topics = await self.topics()
         g = self.groups.setdefault(hb.group_id, ConsumerGroup(hb.group_id))
         try:
             self._check(hb)
             member = self._member(g, hb, owned)
             if hb.member_epoch in (LEAVE, STATIC_LEAVE):
                 self._leave(g, member, static=hb.member_epoch == STATIC_LEAVE)
-                return HeartbeatAnswer(ErrorCode.none, None, member.member_id, hb.member_epoch, self._interval_ms)
+                return member, False
             bump = self._restate(g, member, hb)
-        except _Refused as r:
+        except Refused:
             if not g.members:
                 self.groups.pop(hb.group_id, None)
-            return HeartbeatAnswer(r.code, str(r), hb.member_id or None)
+            raise
+        if classic is not None:
+            member.classic = classic
         if bump or g.topics_version != topics.version:  # the regexes and names matched again
             g.topics_version = topics.version
             partitions = g.subscribed({t.name: t.partitions for t in topics.infos if may_describe(t.name)})
@@ -117,16 +143,13 @@ class ConsumerGroupCoordinator:
         changed = g.reconcile(member, owned)
         if changed or bump or hb.member_epoch == JOIN or (member.epoch, member.revoking) != before:
             self._on_change(g.group_id)
-        if hb.member_epoch == JOIN or (owned is not None and owned != member.assigned | member.revoking):
-            changed = True
-        self._keep_alive(g, member)
-        assignment = topics.ids(member.assigned) if changed else None
-        return HeartbeatAnswer(ErrorCode.none, None, member.member_id, member.epoch, self._interval_ms, assignment)
+        self.keep_alive(g, member)
+        return member, changed
 
     def _check(self, hb: Heartbeat) -> None:
         """Refuses, before anything changes, what no member may ask."""
         if hb.assignor is not None and hb.assignor not in self._assignors:
-            raise _Refused(
+            raise Refused(
                 ErrorCode.unsupported_assignor,
                 f"assignor {hb.assignor!r} is not one of {', '.join(self._assignors)} (group.consumer.assignors)",
             )
@@ -134,7 +157,7 @@ class ConsumerGroupCoordinator:
             try:
                 re.compile(hb.topic_regex)
             except re.error as e:
-                raise _Refused(ErrorCode.invalid_regular_expression, f"{hb.topic_regex!r}: {e}") from None
+                raise Refused(ErrorCode.invalid_regular_expression, f"{hb.topic_regex!r}: {e}") from None
 
     def _member(self, g: ConsumerGroup, hb: Heartbeat, owned: frozenset[TopicPartition] | None) -> ConsumerMember:
         """The member the heartbeat is from, joined if it joins; refused as Kafka refuses."""
@@ -142,28 +165,28 @@ class ConsumerGroupCoordinator:
             return self._join(g, hb)
         member = g.members.get(hb.member_id)
         if member is None:
-            raise _Refused(ErrorCode.unknown_member_id, f"member {hb.member_id!r} is not in group {g.group_id!r}")
+            raise Refused(ErrorCode.unknown_member_id, f"member {hb.member_id!r} is not in group {g.group_id!r}")
         if hb.member_epoch in (LEAVE, STATIC_LEAVE) or hb.member_epoch == member.epoch:
             return member
         if hb.member_epoch == member.previous_epoch and owned is not None and owned <= member.assigned:
             return member  # it did not get the answer that moved it on
-        raise _Refused(
+        raise Refused(
             ErrorCode.fenced_member_epoch,
             f"member {hb.member_id!r} of group {g.group_id!r} is at epoch {member.epoch}, not {hb.member_epoch}",
         )
 
     def _join(self, g: ConsumerGroup, hb: Heartbeat) -> ConsumerMember:
         if not hb.member_id and not hb.generated_ids:
-            raise _Refused(ErrorCode.invalid_request, "a joining member must give its member id")
+            raise Refused(ErrorCode.invalid_request, "a joining member must give its member id")
         member_id = hb.member_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         new = ConsumerMember(member_id, hb.instance_id, *hb.client)
         old = g.members.get(g.instances.get(hb.instance_id, "")) if hb.instance_id is not None else None
         inherits = old is not None and old.left and old.member_id != member_id
         if hb.topic_names is None and hb.topic_regex is None and not inherits:
-            raise _Refused(ErrorCode.invalid_request, "a joining member must give its subscription")
+            raise Refused(ErrorCode.invalid_request, "a joining member must give its subscription")
         if old is not None and old.member_id != member_id:
             if not old.left:
-                raise _Refused(
+                raise Refused(
                     ErrorCode.unreleased_instance_id, f"instance {hb.instance_id!r} is still member {old.member_id!r}"
                 )
             g.target[member_id] = g.target.get(old.member_id, frozenset())
@@ -199,11 +222,14 @@ class ConsumerGroupCoordinator:
 
     # -- timers and departures ---------------------------------------------------------------
 
-    def _keep_alive(self, g: ConsumerGroup, member: ConsumerMember) -> None:
+    def keep_alive(self, g: ConsumerGroup, member: ConsumerMember) -> None:
+        """Restarts the member's session timeout (a classic member's own), and its rebalance
+        timeout while it holds partitions it was asked to revoke."""
         loop = asyncio.get_running_loop()
         if member.expiry is not None:
             member.expiry.cancel()
-        member.expiry = loop.call_later(self._session_ms / 1000, self._expire, g, member)
+        session_ms = self._session_ms if member.classic is None else member.classic.session_timeout_ms
+        member.expiry = loop.call_later(session_ms / 1000, self._expire, g, member)
         if member.revoking and member.revocation is None:
             member.revocation = loop.call_later(member.rebalance_timeout_ms / 1000, self._expire, g, member)
         elif not member.revoking and member.revocation is not None:
@@ -215,10 +241,21 @@ class ConsumerGroupCoordinator:
         if g.members.get(member.member_id) is member:
             self._leave(g, member, static=False)
 
+    def leave(self, g: ConsumerGroup, member: ConsumerMember) -> None:
+        """A member gone (a classic member's LeaveGroup): its partitions go to others."""
+        self._leave(g, member, static=False)
+
+    def install(self, g: ConsumerGroup) -> None:
+        """Takes over a group converted from the classic protocol, its members' sessions running."""
+        self.groups[g.group_id] = g
+        for member in g.members.values():
+            self.keep_alive(g, member)
+        self._on_change(g.group_id)
+
     def _leave(self, g: ConsumerGroup, member: ConsumerMember, static: bool) -> None:
         if static and member.instance_id is not None:
             member.left = True  # its partitions wait for it for a session timeout
-            self._keep_alive(g, member)
+            self.keep_alive(g, member)
             return
         self._remove(g, member)
         g.epoch += 1
@@ -245,6 +282,9 @@ class ConsumerGroupCoordinator:
         """Kafka's fencing of a commit to a consumer-protocol group with members: it must come
         from a member at its current epoch, and, unless transactional, in OffsetCommit v9 or
         later (``plain_v8``: an older one)."""
+        member = self.groups[group_id].members.get(member_id)
+        if member is not None and member.classic is not None:  # by the generation it joined at, as Kafka
+            return ErrorCode.none if epoch == member.classic.generation else ErrorCode.illegal_generation
         code = self.validate_fetch(group_id, member_id, epoch)
         if code != ErrorCode.unknown_member_id and plain_v8:
             return ErrorCode.unsupported_version

@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from ..broker import Broker, LiveGroup
 from ..broker.acls import CLUSTER
 from .authorization import REFUSALS, Authorization
+from .classic_members import PROTOCOL_TYPE, ClassicMembers
 from .consumer_group_coordinator import ConsumerGroupCoordinator
 from .group_membership import GroupMembership
 from .group_publisher import GroupPublisher, snapshot
@@ -58,6 +59,7 @@ class ServerContext:
         self.appends = Appends()
         self.membership = GroupMembership(broker.config["group.initial.rebalance.delay.ms"], self._changed)
         self.consumer_groups = ConsumerGroupCoordinator(config, lambda: self.call(broker.topic_infos), self._changed)
+        self.classic_members = ClassicMembers(self.consumer_groups)
         self.publisher = GroupPublisher(
             lambda group, live, valid_ms: self.call(broker.live_groups.publish, group, live, valid_ms),
             self.live_group,
@@ -86,7 +88,17 @@ class ServerContext:
     def _changed(self, group_id: str) -> None:
         self.publisher.changed(group_id)
 
-    # -- groups of either protocol: a group has members of one protocol at a time --------------
+    # -- groups of either protocol: the classic protocol's, until a consumer-protocol member
+    # -- converts one; the consumer protocol's, which may have classic members too ------------
+
+    def upgrade(self, group_id: str) -> bool:
+        """Converts a classic group with members to the consumer protocol, if it is a group of
+        consumers (Kafka's online upgrade); whether it was."""
+        g = self.membership.groups.get(group_id)
+        if g is None or not g.members or g.protocol_type != PROTOCOL_TYPE:
+            return False
+        self.classic_members.adopt(self.membership.hand_over(group_id))
+        return True
 
     def live_group(self, group_id: str) -> LiveGroup | None:
         g = self.membership.groups.get(group_id)

@@ -291,6 +291,20 @@ class GroupMembership:
         g = self.groups.get(group_id)
         return g is not None and bool(g.members)
 
+    def hand_over(self, group_id: str) -> Group:
+        """Gives up a group with members to the consumer protocol (its online migration): its
+        timers stop, and a JoinGroup or SyncGroup under way is told to join again, which the
+        consumer-protocol group then answers."""
+        g = self.groups.pop(group_id)
+        if g.rebalance_timer is not None:
+            g.rebalance_timer.cancel()
+        for m in g.members.values():
+            if m.expiry is not None:
+                m.expiry.cancel()
+            m.answer_join(JoinResult(ErrorCode.rebalance_in_progress, m.member_id))
+            m.answer_sync(SyncResult(ErrorCode.rebalance_in_progress))
+        return g
+
     def forget(self, group_id: str) -> None:
         """A deleted group (it had no members)."""
         self.groups.pop(group_id, None)

@@ -1,7 +1,7 @@
 """The consumer rebalance protocol's APIs (KIP-848): CONSUMER_GROUP_HEARTBEAT, which
-``ConsumerGroupCoordinator`` answers, and CONSUMER_GROUP_DESCRIBE. A group has members of one
-protocol at a time: a heartbeat to a classic group with members is refused with
-GROUP_ID_NOT_FOUND, as Kafka refuses it when it may not convert the group."""
+``ConsumerGroupCoordinator`` answers, and CONSUMER_GROUP_DESCRIBE. A heartbeat to a classic
+group of consumers with members converts it (``ClassicMembers``); one to any other classic group
+with members is refused with GROUP_ID_NOT_FOUND, as Kafka refuses it."""
 
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ async def consumer_group_heartbeat(ctx: ServerContext, header: RequestHeader, re
 
     if not ctx.allowed(header, "Read", "Group", request.group_id):
         return refused(ErrorCode.group_authorization_failed, f"may not read group {request.group_id!r}")
-    if ctx.membership.is_active(request.group_id):
-        return refused(ErrorCode.group_id_not_found, f"group {request.group_id!r} is a classic group with members")
+    if ctx.membership.is_active(request.group_id) and not ctx.upgrade(request.group_id):
+        return refused(ErrorCode.group_id_not_found, f"group {request.group_id!r} is a classic group, not of consumers")
     denied = [t for t in request.subscribed_topic_names or () if not ctx.allowed(header, "Describe", "Topic", t)]
     if denied:
         return refused(ErrorCode.topic_authorization_failed, f"may not describe topics {', '.join(denied)}")
@@ -126,7 +126,7 @@ def _described(
             subscribed_topic_regex=mb.topic_regex,
             assignment=assignment(mb.assigned | mb.revoking),
             target_assignment=assignment(g.target.get(mb.member_id, frozenset()) if g is not None else frozenset()),
-            member_type=1,  # a consumer-protocol member (0: a classic one in a consumer group)
+            member_type=1 if mb.classic is None else 0,  # 0: a classic member of the consumer group
         )
 
     return make(

@@ -1,10 +1,12 @@
-"""The group APIs: JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP (membership, ``GroupMembership``),
+"""The group APIs: JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP (membership: ``GroupMembership``,
+or ``ClassicMembers`` in a consumer-protocol group),
 and DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE, which also see the groups that
 exist only as committed offsets (Spark queries, CLI resets, consumers that use assign())."""
 
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -27,10 +29,8 @@ async def join_group(ctx: ServerContext, header: RequestHeader, request: Any) ->
         result_error, result = ErrorCode.group_authorization_failed, None
     elif not low <= session_ms <= high:
         result_error, result = ErrorCode.invalid_session_timeout, None
-    elif ctx.consumer_groups.is_active(request.group_id):  # a consumer-protocol group's members are there
-        result_error, result = ErrorCode.inconsistent_group_protocol, None
     else:
-        result = await ctx.membership.join(
+        joining = (
             request.group_id,
             request.member_id,
             getattr(request, "group_instance_id", None),
@@ -40,6 +40,10 @@ async def join_group(ctx: ServerContext, header: RequestHeader, request: Any) ->
             [(p.name, p.metadata) for p in request.protocols],
             header.api_version >= 4,
         )
+        if ctx.consumer_groups.is_active(request.group_id):  # a member of a consumer-protocol group
+            result = await ctx.classic_members.join(*joining, _describable(ctx, header))
+        else:
+            result = await ctx.membership.join(*joining)
         result_error = result.error
     members = () if result is None else result.members
     return make(
@@ -65,13 +69,11 @@ async def sync_group(ctx: ServerContext, header: RequestHeader, request: Any) ->
         return make(
             m.SyncGroupResponse, throttle_time=NO_TIME, error_code=ErrorCode.group_authorization_failed, assignment=b""
         )
-    result = await ctx.membership.sync(
-        request.group_id,
-        request.generation_id,
-        request.member_id,
-        getattr(request, "group_instance_id", None),
-        {a.member_id: a.assignment for a in request.assignments},
-    )
+    member = (request.group_id, request.generation_id, request.member_id, getattr(request, "group_instance_id", None))
+    if ctx.consumer_groups.is_active(request.group_id):
+        result = ctx.classic_members.sync(*member)
+    else:
+        result = await ctx.membership.sync(*member, {a.member_id: a.assignment for a in request.assignments})
     return make(
         m.SyncGroupResponse,
         throttle_time=NO_TIME,
@@ -86,9 +88,11 @@ async def heartbeat(ctx: ServerContext, header: RequestHeader, request: Any) -> 
     m = response_module(header.api_key, header.api_version)
     if not ctx.allowed(header, "Read", "Group", request.group_id):
         return make(m.HeartbeatResponse, throttle_time=NO_TIME, error_code=ErrorCode.group_authorization_failed)
-    code = ctx.membership.heartbeat(
-        request.group_id, request.generation_id, request.member_id, getattr(request, "group_instance_id", None)
-    )
+    member = (request.group_id, request.generation_id, request.member_id, getattr(request, "group_instance_id", None))
+    if ctx.consumer_groups.is_active(request.group_id):
+        code = await ctx.classic_members.heartbeat(*member, _describable(ctx, header))
+    else:
+        code = ctx.membership.heartbeat(*member)
     return make(m.HeartbeatResponse, throttle_time=NO_TIME, error_code=code)
 
 
@@ -97,19 +101,24 @@ async def leave_group(ctx: ServerContext, header: RequestHeader, request: Any) -
     if not ctx.allowed(header, "Read", "Group", request.group_id):
         refused = ErrorCode.group_authorization_failed
         return make(m.LeaveGroupResponse, throttle_time=NO_TIME, error_code=refused, members=())
+    leave = ctx.classic_members.leave if ctx.consumer_groups.is_active(request.group_id) else ctx.membership.leave
     if header.api_version < 3:
-        code = ctx.membership.leave(request.group_id, request.member_id, None)
+        code = leave(request.group_id, request.member_id, None)
         return make(m.LeaveGroupResponse, throttle_time=NO_TIME, error_code=code)
     answers = tuple(
         make(
             m.MemberResponse,
             member_id=who.member_id,
             group_instance_id=who.group_instance_id,
-            error_code=ctx.membership.leave(request.group_id, who.member_id, who.group_instance_id),
+            error_code=leave(request.group_id, who.member_id, who.group_instance_id),
         )
         for who in request.members
     )
     return make(m.LeaveGroupResponse, throttle_time=NO_TIME, error_code=ErrorCode.none, members=answers)
+
+
+def _describable(ctx: ServerContext, header: RequestHeader) -> Callable[[str], bool]:
+    return lambda topic: ctx.allowed(header, "Describe", "Topic", topic)
 
 
 async def describe_groups(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
