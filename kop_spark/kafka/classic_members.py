@@ -36,7 +36,8 @@ class ClassicMembers:
 
     def adopt(self, classic: Group) -> None:
         """Converts a classic group with members, handed over by ``GroupMembership``."""
-        g = ConsumerGroup(classic.group_id, epoch=classic.generation, target_epoch=classic.generation)
+        epoch = max(classic.generation, 1)  # 0 is a joining member's epoch
+        g = ConsumerGroup(classic.group_id, epoch=epoch, target_epoch=epoch)
         for m in classic.members.values():
             subscribed = subscription(m.metadata(classic.protocol))
             owned = frozenset(assigned_partitions(m.assignment))
@@ -50,7 +51,7 @@ class ClassicMembers:
                 m.client_host,
                 m.rebalance_timeout_ms,
                 topic_names=frozenset(subscribed.topics),
-                epoch=classic.generation,
+                epoch=epoch,
                 assigned=owned,
                 classic=protocol,
             )
