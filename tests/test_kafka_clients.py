@@ -5,6 +5,7 @@ Broker reads, offset for offset (and the other way round)."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -424,3 +425,26 @@ def test_topics_have_ids_clients_see_and_ask_by_and_a_recreated_topic_gets_a_new
     for f in admin.create_topics([NewTopic("ids", 3, 1)]).values():
         f.result(30)
     assert str(described().topic_id) != str(first.topic_id)
+
+
+def test_log_dirs_tell_each_partitions_size_and_the_disks_space(server: KopServer) -> None:
+    with Broker(server.root) as b:
+        b.create_topic("sized", 2)
+        b.produce("sized", [Record(b"x" * 1000) for _ in range(50)], 1)
+    with Broker(server.root) as b:  # once the ledger is closed, as the server sees it
+        sizes = {p.partition: p.size_bytes for p in b.describe_topic("sized").partitions}
+    assert sizes[1] > 50_000 and sizes[0] < sizes[1]
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    try:
+        ((described,),) = [answer["log_dirs"] for answer in admin.describe_log_dirs({"sized": [1], "gone": [0]})]
+        everything = admin.describe_log_dirs()[0]["log_dirs"][0]
+    finally:
+        admin.close()
+    assert described["error_code"] == 0 and described["log_dir"] == server.root
+    (topic,) = described["topics"]  # a topic that does not exist is left out, as Kafka leaves it
+    assert topic["name"] == "sized"
+    assert [(p["partition_index"], p["partition_size"]) for p in topic["partitions"]] == [(1, sizes[1])]
+    disk = shutil.disk_usage(server.root)
+    assert described["total_bytes"] == disk.total and abs(described["usable_bytes"] - disk.free) < 1 << 30
+    (topic,) = [t for t in everything["topics"] if t["name"] == "sized"]
+    assert {p["partition_index"]: p["partition_size"] for p in topic["partitions"]} == sizes

@@ -29,6 +29,7 @@ from kafka.protocol.admin import (
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
+    DescribeLogDirsRequest,
     DescribeTransactionsRequest,
     DescribeUserScramCredentialsRequest,
     IncrementalAlterConfigsRequest,
@@ -249,6 +250,7 @@ REQUESTS: dict[int, Callable[[int], Any]] = {
         deletions=[],
         upsertions=[{"name": "u", "mechanism": 1, "iterations": 4096, "salt": b"s" * 16, "salted_password": b"p" * 32}],
     ),
+    35: lambda v: wire_request(DescribeLogDirsRequest, v, topics=[{"topic": "t", "partitions": [0]}]),
     60: lambda v: wire_request(DescribeClusterRequest, v, include_cluster_authorized_operations=False),
     65: lambda v: wire_request(DescribeTransactionsRequest, v, transactional_ids=["unknown-tx"]),
     66: lambda v: wire_request(

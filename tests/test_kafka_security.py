@@ -4,11 +4,13 @@ by ``kop acls`` enforced as Kafka's simple authorizer enforces them."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import struct
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -437,8 +439,9 @@ def test_each_transactional_request_checks_its_acls(root: str) -> None:
 ANY_ACL = KAclFilter(None, None, KOperation.ANY, KPermission.ANY, KResource(KResourceType.ANY, None, KPattern.ANY))
 
 
-def describe_acls(server: KopServer, user: str, mechanism: str, acl_filter: KAclFilter) -> tuple[list, Any]:
-    """kafka-python's DescribeAcls, by a client closed after: its I/O thread would outlive the test."""
+@contextlib.contextmanager
+def kafka_python_admin(server: KopServer, user: str, mechanism: str) -> Iterator[KafkaAdminClient]:
+    """kafka-python's admin client, closed after: its I/O thread would outlive the test."""
     client = KafkaAdminClient(
         bootstrap_servers=server.bootstraps["SASL_PLAINTEXT"],
         security_protocol="SASL_PLAINTEXT",
@@ -447,9 +450,14 @@ def describe_acls(server: KopServer, user: str, mechanism: str, acl_filter: KAcl
         sasl_plain_password=PASSWORDS[user],
     )
     try:
-        return client.describe_acls(acl_filter)
+        yield client
     finally:
         client.close()
+
+
+def describe_acls(server: KopServer, user: str, mechanism: str, acl_filter: KAclFilter) -> tuple[list, Any]:
+    with kafka_python_admin(server, user, mechanism) as client:
+        return client.describe_acls(acl_filter)
 
 
 def test_admin_clients_manage_acls_that_take_effect_without_a_restart(root: str) -> None:
@@ -467,6 +475,9 @@ def test_admin_clients_manage_acls_that_take_effect_without_a_restart(root: str)
         # (librdkafka 2.x drops DescribeAcls' top-level error and answers []: kafka-python reports it)
         with pytest.raises(ClusterAuthorizationFailedError, match="User:bob may not Describe Cluster"):
             describe_acls(server, "bob", "SCRAM-SHA-512", ANY_ACL)
+        for user, log_dirs in (("bob", 0), ("admin", 1)):  # DescribeLogDirs: Describe on the cluster
+            with kafka_python_admin(server, user, "SCRAM-SHA-512") as client:
+                assert len(client.describe_log_dirs()[0]["log_dirs"]) == log_dirs
         (refused,) = bob.create_acls(
             [acl(ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, AclOperation.READ)]
         ).values()

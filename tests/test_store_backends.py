@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import time
@@ -394,6 +395,19 @@ def test_cli_commands(store: Store, tmp_path: Path) -> None:
     ledger = store.broker().view("t", 0).ledgers[0]
     dumped = kop("dump-ledger", f"{store.root}/{ledger.file}")
     assert "ManagedLedger: managed-ledgers/" in dumped and f"ConfirmedLength: {ledger.length}" in dumped
+
+
+def test_disk_space_is_the_local_filesystems_and_unknown_on_an_object_store(store: Store) -> None:
+    with store.broker() as b:
+        usage = b.admin.disk_usage()  # what DescribeLogDirs tells (KIP-827)
+    if store.name == "local":
+        assert (
+            usage is not None
+            and usage[0] == shutil.disk_usage(os.path.dirname(store.root)).total
+            and 0 < usage[1] < usage[0]
+        )
+    else:
+        assert usage is None
 
 
 def test_a_missing_bucket_is_named_before_anything_is_written(running: dict[str, servers.Server]) -> None:

@@ -13,6 +13,8 @@ Kafka's random ids do.
 
 from __future__ import annotations
 
+import os
+import shutil
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +34,7 @@ from ..errors import (
     TopicAlreadyExistsError,
     TopicNotFoundError,
 )
-from ..storage.fileio import FileIO
+from ..storage.fileio import FileIO, optional_local_dir
 from ..storage.managed_ledger import ManagedLedger
 from ..storage.metadata_store import MetadataStore, Unchanged, update
 from ..storage.read_plan import PartitionView
@@ -121,6 +123,16 @@ class TopicAdmin:
             meta = self.metadata(topic)[1]
         self.check_partition(topic, partition, meta)
         return self.logs.get(name, partition, meta)
+
+    def disk_usage(self) -> tuple[int, int] | None:
+        """The total and usable bytes of the filesystem the root is on; None on an object store."""
+        local = optional_local_dir(self._fileio.uri)
+        if local is None:
+            return None
+        while not os.path.exists(local):  # a root nothing was written to yet: the disk it will be on
+            local = os.path.dirname(local)
+        usage = shutil.disk_usage(local)
+        return usage.total, usage.free
 
     def describe(self, topic: str) -> TopicDescription:
         name, meta = self.metadata(topic)
