@@ -28,6 +28,7 @@ from kop_spark.kafka.classic_members import ClassicMembers
 from kop_spark.kafka.consumer_group import ConsumerGroupState
 from kop_spark.kafka.consumer_group_coordinator import ConsumerGroupCoordinator, Heartbeat, HeartbeatAnswer
 from kop_spark.kafka.consumer_protocol import assigned_partitions
+from kop_spark.kafka.group_membership import GroupMembership
 
 TP = tuple[str, int]
 
@@ -104,7 +105,7 @@ class ClassicClient:
 
     def __init__(self, world: World, member_id: str, topics: tuple[str, ...] = ("t",), eager: bool = False):
         self.world, self.member_id, self.topics, self.eager = world, member_id, topics, eager
-        self.classic = ClassicMembers(world.coordinator)
+        self.classic = ClassicMembers(world.coordinator, GroupMembership(0))  # the group is never given back
         self.generation = -1
         self.owned: frozenset[TP] = frozenset()
         self.releasing: frozenset[TP] = frozenset()

@@ -350,7 +350,7 @@ def test_a_rolling_upgrade_moves_a_classic_group_to_the_consumer_protocol(
     assert _member_types(server) == [1, 1]
 
 
-def test_a_classic_member_joins_a_consumer_protocol_group_and_commits(
+def test_a_rollback_moves_a_group_back_to_the_classic_protocol(
     server: KopServer, member: Callable[..., Consumer]
 ) -> None:
     produce(server, RECORDS)
@@ -365,9 +365,24 @@ def test_a_classic_member_joins_a_consumer_protocol_group_and_commits(
     mine = sorted(assigned(old))
     (answered,) = old.commit(offsets=[TopicPartition("t", mine[0], 1)], asynchronous=False) or [None]
     assert answered is not None and answered.error is None
-    modern.close()
+    modern.close()  # the last consumer-protocol member gone, the group goes back to the classic protocol
     poll_until([old], lambda _: assigned(old) == {0, 1, 2, 3})
-    assert _member_types(server) == [0]
+    with connect(server) as sock:
+        described = call(
+            sock, wire_request(DescribeGroupsRequest, 5, groups=["g"], include_authorized_operations=False)
+        )
+    (group,) = described.groups
+    assert (group.error_code, group.protocol_type, group.protocol_data, len(group.members)) == (
+        0,
+        "consumer",
+        "range",
+        1,
+    )
+    another = _classic(server, "another", "range")  # whose leader assigns now
+    another.subscribe(["t"])
+    both = [old, another]
+    poll_until(both, lambda _: len(assigned(old)) == len(assigned(another)) == 2, each_round=never_shared(*both))
+    another.close()
     old.close()
     with Broker(server.root) as broker:
         assert broker.fetch_offsets("g")[("t", mine[0])].offset == 1

@@ -13,11 +13,13 @@ So, as with consumer-protocol members, no partition ever has two owners. The gen
 member is told is its member epoch when it joined; its commits carry it.
 
 A classic member may also join a consumer-protocol group (rolling back): it becomes one of its
-members the same way. The group stays a consumer-protocol group until it has no members."""
+members the same way. Once the last consumer-protocol member has left, the group goes back to the
+classic protocol (``downgrade``): its members join again, and their leader assigns."""
 
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
@@ -25,14 +27,16 @@ from kio.schema.errors import ErrorCode
 from .consumer_group import ClassicProtocol, ConsumerGroup, ConsumerMember
 from .consumer_group_coordinator import JOIN, ConsumerGroupCoordinator, Heartbeat, Refused
 from .consumer_protocol import assigned_partitions, encode_assignment, subscription
-from .group import Group, JoinResult, SyncResult
+from .group import Group, GroupState, JoinResult, Member, SyncResult
+from .group_membership import GroupMembership
 
 PROTOCOL_TYPE = "consumer"  # only consumers' groups move between the protocols
 
 
 class ClassicMembers:
-    def __init__(self, coordinator: ConsumerGroupCoordinator):
+    def __init__(self, coordinator: ConsumerGroupCoordinator, membership: GroupMembership):
         self._coordinator = coordinator
+        self._membership = membership
 
     def adopt(self, classic: Group) -> None:
         """Converts a classic group with members, handed over by ``GroupMembership``."""
@@ -59,6 +63,28 @@ class ClassicMembers:
             if m.instance_id is not None:
                 g.instances[m.instance_id] = m.member_id
         self._coordinator.install(g)
+
+    def downgrade(self, g: ConsumerGroup) -> bool:
+        """Gives a group whose members are all classic back to the classic protocol, at the
+        generation most of them were told, if they have a protocol in common (Kafka's online
+        downgrade); whether it did."""
+        classic = Group(g.group_id, GroupState.STABLE, protocol_type=PROTOCOL_TYPE)
+        for m in g.members.values():
+            assert m.classic is not None
+            assignment = encode_assignment(m.assigned | m.revoking, m.classic.version)
+            timeouts = (m.classic.session_timeout_ms, m.rebalance_timeout_ms)
+            protocols = list(m.classic.protocols)
+            member = Member(m.member_id, m.instance_id, m.client_id, m.client_host, *timeouts, protocols, assignment)
+            if not classic.supports(PROTOCOL_TYPE, protocols):
+                return False
+            classic.members[m.member_id] = member
+            if m.instance_id is not None:
+                classic.instances[m.instance_id] = m.member_id
+        told = Counter(m.classic.generation for m in g.members.values() if m.classic is not None)
+        classic.generation = told.most_common(1)[0][0]
+        classic.protocol = classic.select_protocol()
+        self._membership.adopt(classic)
+        return True
 
     async def join(
         self,

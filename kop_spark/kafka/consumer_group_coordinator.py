@@ -78,12 +78,16 @@ class ConsumerGroupCoordinator:
         read_topics: Callable[[], Awaitable[list[TopicInfo]]],
         on_change: Callable[[str], None] = lambda group: None,
         topics_refresh_s: float = TOPICS_REFRESH_S,
+        downgrade: Callable[[ConsumerGroup], bool] = lambda group: False,
     ):
+        """``downgrade``: hands a group whose members are all classic back to the classic
+        protocol, if it can be (``ClassicMembers.downgrade``)."""
         self._session_ms = config["group.consumer.session.timeout.ms"]
         self._interval_ms = config["group.consumer.heartbeat.interval.ms"]
         self._assignors = config["group.consumer.assignors"].split(",")
         self._topics = TopicSnapshots(read_topics, topics_refresh_s)
         self._on_change = on_change  # told when what ``live`` shows changes
+        self._downgrade = downgrade
         self.groups: dict[str, ConsumerGroup] = {}
 
     async def topics(self) -> TopicSnapshot:
@@ -263,6 +267,10 @@ class ConsumerGroupCoordinator:
         g.assignor = self._assignor(g)  # it may have been the one asking for it
         if not g.members:
             self.groups.pop(g.group_id, None)
+        elif all(m.classic is not None for m in g.members.values()) and self._downgrade(g):
+            del self.groups[g.group_id]
+            for m in g.members.values():
+                m.cancel_timers()
         self._on_change(g.group_id)
 
     def _remove(self, g: ConsumerGroup, member: ConsumerMember) -> None:

@@ -58,8 +58,13 @@ class ServerContext:
         self.authorization = Authorization(config["authorizationEnabled"], config["superUserRoles"].split(","))
         self.appends = Appends()
         self.membership = GroupMembership(broker.config["group.initial.rebalance.delay.ms"], self._changed)
-        self.consumer_groups = ConsumerGroupCoordinator(config, lambda: self.call(broker.topic_infos), self._changed)
-        self.classic_members = ClassicMembers(self.consumer_groups)
+        self.consumer_groups = ConsumerGroupCoordinator(
+            config,
+            lambda: self.call(broker.topic_infos),
+            self._changed,
+            downgrade=lambda group: self.classic_members.downgrade(group),
+        )
+        self.classic_members = ClassicMembers(self.consumer_groups, self.membership)
         self.publisher = GroupPublisher(
             lambda group, live, valid_ms: self.call(broker.live_groups.publish, group, live, valid_ms),
             self.live_group,

@@ -87,6 +87,17 @@ class Group:
     rebalance_timer: asyncio.TimerHandle | None = None
     initial_delay: bool = False  # the first members of an empty group are still arriving
 
+    def release(self, code: ErrorCode) -> None:
+        """Stops the group's timers and answers the joins and syncs under way with ``code``: the
+        server stops, or the group goes to the consumer protocol."""
+        if self.rebalance_timer is not None:
+            self.rebalance_timer.cancel()
+        for m in self.members.values():
+            if m.expiry is not None:
+                m.expiry.cancel()
+            m.answer_join(JoinResult(code, m.member_id))
+            m.answer_sync(SyncResult(code))
+
     def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
         """Whether a member with these protocols can join: same type, and a protocol in common."""
         if not self.members:

@@ -291,18 +291,21 @@ class GroupMembership:
         g = self.groups.get(group_id)
         return g is not None and bool(g.members)
 
+    def adopt(self, g: Group) -> None:
+        """Takes a group back from the consumer protocol (its online downgrade): its members, all
+        classic, are told to join again, and their leader assigns, as in any classic group."""
+        self.groups[g.group_id] = g
+        for m in g.members.values():
+            self._heartbeat(g, m)
+        self._prepare_rebalance(g)
+        self._on_change(g.group_id)
+
     def hand_over(self, group_id: str) -> Group:
         """Gives up a group with members to the consumer protocol (its online migration): its
         timers stop, and a JoinGroup or SyncGroup under way is told to join again, which the
         consumer-protocol group then answers."""
         g = self.groups.pop(group_id)
-        if g.rebalance_timer is not None:
-            g.rebalance_timer.cancel()
-        for m in g.members.values():
-            if m.expiry is not None:
-                m.expiry.cancel()
-            m.answer_join(JoinResult(ErrorCode.rebalance_in_progress, m.member_id))
-            m.answer_sync(SyncResult(ErrorCode.rebalance_in_progress))
+        g.release(ErrorCode.rebalance_in_progress)
         return g
 
     def forget(self, group_id: str) -> None:
@@ -311,10 +314,4 @@ class GroupMembership:
 
     def close(self) -> None:
         for g in self.groups.values():
-            if g.rebalance_timer is not None:
-                g.rebalance_timer.cancel()
-            for m in g.members.values():
-                if m.expiry is not None:
-                    m.expiry.cancel()
-                m.answer_join(JoinResult(ErrorCode.coordinator_not_available, m.member_id))
-                m.answer_sync(SyncResult(ErrorCode.coordinator_not_available))
+            g.release(ErrorCode.coordinator_not_available)
