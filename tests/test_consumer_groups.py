@@ -28,6 +28,7 @@ from kop_spark.kafka.classic_members import ClassicMembers
 from kop_spark.kafka.consumer_group import ConsumerGroupState
 from kop_spark.kafka.consumer_group_coordinator import ConsumerGroupCoordinator, Heartbeat, HeartbeatAnswer
 from kop_spark.kafka.consumer_protocol import assigned_partitions
+from kop_spark.kafka.group import JoinRequest
 from kop_spark.kafka.group_membership import GroupMembership
 
 TP = tuple[str, int]
@@ -124,17 +125,9 @@ class ClassicClient:
         if self.eager:
             self.owned = frozenset()
         metadata = subscription_bytes(self.topics, self.owned)
-        joined = await self.classic.join(
-            "g",
-            self.member_id,
-            None,
-            ("c-" + self.member_id, "/127.0.0.1"),
-            (60_000, 60_000),
-            "consumer",
-            [("cooperative-sticky", metadata)],
-            True,
-            lambda t: True,
-        )
+        client, protocols = ("c-" + self.member_id, "/127.0.0.1"), [("cooperative-sticky", metadata)]
+        request = JoinRequest("g", self.member_id, None, client, (60_000, 60_000), "consumer", protocols, True)
+        joined = await self.classic.join(request, lambda t: True)
         assert joined.error == ErrorCode.none and not joined.leader, joined
         self.generation = joined.generation
         synced = self.classic.sync("g", self.generation, self.member_id, None)

@@ -27,7 +27,7 @@ from kio.schema.errors import ErrorCode
 from .consumer_group import ClassicProtocol, ConsumerGroup, ConsumerMember
 from .consumer_group_coordinator import JOIN, ConsumerGroupCoordinator, Heartbeat, Refused
 from .consumer_protocol import assigned_partitions, encode_assignment, subscription
-from .group import Group, GroupState, JoinResult, Member, SyncResult
+from .group import Group, GroupState, JoinRequest, JoinResult, Member, SyncResult
 from .group_membership import GroupMembership
 
 PROTOCOL_TYPE = "consumer"  # only consumers' groups move between the protocols
@@ -86,26 +86,16 @@ class ClassicMembers:
         self._membership.adopt(classic)
         return True
 
-    async def join(
-        self,
-        group_id: str,
-        member_id: str,
-        instance_id: str | None,
-        client: tuple[str, str],
-        timeouts_ms: tuple[int, int],
-        protocol_type: str,
-        protocols: list[tuple[str, bytes]],
-        require_known_member_id: bool,
-        may_describe: Callable[[str], bool],
-    ) -> JoinResult:
+    async def join(self, request: JoinRequest, may_describe: Callable[[str], bool]) -> JoinResult:
         """A classic JoinGroup to a consumer-protocol group with members: no leader, no member
         list; the member's assignment comes with its SyncGroup."""
+        group_id, member_id, instance_id, client, timeouts_ms, protocol_type, protocols, _ = request
         if protocol_type != PROTOCOL_TYPE or not protocols:
             return JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
         g = self._coordinator.groups[group_id]
         if instance_id is not None and instance_id in g.instances:
             member_id = g.instances[instance_id]  # a static member back under a new id keeps its place
-        if not member_id and instance_id is None and require_known_member_id:
+        if not member_id and instance_id is None and request.require_known_member_id:
             return JoinResult(ErrorCode.member_id_required, f"{client[0]}-{uuid.uuid4()}")
         known = g.members.get(member_id)
         subscribed = subscription(protocols[0][1])

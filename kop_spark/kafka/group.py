@@ -21,6 +21,19 @@ class GroupState(enum.Enum):
     DEAD = "Dead"
 
 
+class JoinRequest(NamedTuple):
+    """A JoinGroup, as the coordinator of either protocol takes it."""
+
+    group_id: str
+    member_id: str
+    instance_id: str | None
+    client: tuple[str, str]  # client id, host
+    timeouts_ms: tuple[int, int]  # session, rebalance
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    require_known_member_id: bool  # v4+: a new dynamic member gets MEMBER_ID_REQUIRED first
+
+
 class JoinedMember(NamedTuple):
     member_id: str
     instance_id: str | None

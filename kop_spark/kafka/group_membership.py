@@ -16,7 +16,7 @@ from collections.abc import Callable
 from kio.schema.errors import ErrorCode
 
 from .consumer_protocol import subscription_topics
-from .group import Group, GroupState, JoinResult, Member, SyncResult
+from .group import Group, GroupState, JoinRequest, JoinResult, Member, SyncResult
 
 _NO_GENERATION = -1
 
@@ -29,18 +29,8 @@ class GroupMembership:
 
     # -- JoinGroup -------------------------------------------------------------------------
 
-    async def join(
-        self,
-        group_id: str,
-        member_id: str,
-        instance_id: str | None,
-        client: tuple[str, str],
-        timeouts_ms: tuple[int, int],
-        protocol_type: str,
-        protocols: list[tuple[str, bytes]],
-        require_known_member_id: bool,
-    ) -> JoinResult:
-        """``client`` is (client id, host); ``timeouts_ms`` (session, rebalance)."""
+    async def join(self, request: JoinRequest) -> JoinResult:
+        group_id, member_id, instance_id, client, timeouts_ms, protocol_type, protocols, _ = request
         g = self.groups.setdefault(group_id, Group(group_id))
         if g.state == GroupState.DEAD:
             return JoinResult(ErrorCode.coordinator_not_available, member_id)
@@ -53,7 +43,7 @@ class GroupMembership:
             if not member_id and known is not None:
                 return await self._rejoin_static(g, known, client, protocols)
         if not member_id or member_id in g.pending:
-            if not member_id and instance_id is None and require_known_member_id:
+            if not member_id and instance_id is None and request.require_known_member_id:
                 new_id = f"{client[0]}-{uuid.uuid4()}"
                 g.pending.add(new_id)
                 return JoinResult(ErrorCode.member_id_required, new_id)

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from ..context import ServerContext
 from ..error_codes import error_code
-from ..group import GroupState
+from ..group import GroupState, JoinRequest
 from ..messages import RequestHeader, make, response_module
 
 NO_TIME = datetime.timedelta(0)
@@ -30,7 +30,7 @@ async def join_group(ctx: ServerContext, header: RequestHeader, request: Any) ->
     elif not low <= session_ms <= high:
         result_error, result = ErrorCode.invalid_session_timeout, None
     else:
-        joining = (
+        joining = JoinRequest(
             request.group_id,
             request.member_id,
             getattr(request, "group_instance_id", None),
@@ -41,9 +41,9 @@ async def join_group(ctx: ServerContext, header: RequestHeader, request: Any) ->
             header.api_version >= 4,
         )
         if ctx.consumer_groups.is_active(request.group_id):  # a member of a consumer-protocol group
-            result = await ctx.classic_members.join(*joining, _describable(ctx, header))
+            result = await ctx.classic_members.join(joining, _describable(ctx, header))
         else:
-            result = await ctx.membership.join(*joining)
+            result = await ctx.membership.join(joining)
         result_error = result.error
     members = () if result is None else result.members
     return make(
