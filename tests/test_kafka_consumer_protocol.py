@@ -200,7 +200,11 @@ def test_the_group_shows_in_kop_groups_the_admin_client_and_list_groups(
         "two": assigned(two),
     }
     listed = admin.list_consumer_groups().result(timeout=30).valid
-    assert [(g.group_id, g.state) for g in listed] == [("g", ConsumerGroupState.STABLE)]
+    assert [(g.group_id, g.state, g.type) for g in listed] == [
+        ("g", ConsumerGroupState.STABLE, ConsumerGroupType.CONSUMER)
+    ]
+    for kind, found in ((ConsumerGroupType.CONSUMER, ["g"]), (ConsumerGroupType.CLASSIC, [])):  # ListGroups v5
+        assert [g.group_id for g in admin.list_consumer_groups(types={kind}).result(timeout=30).valid] == found
     one.commit(offsets=[TopicPartition("t", p, 0) for p in assigned(one)], asynchronous=False)
     two.commit(offsets=[TopicPartition("t", p, 0) for p in assigned(two)], asynchronous=False)
     until_live(server, 2)
@@ -371,6 +375,8 @@ def test_a_rollback_moves_a_group_back_to_the_classic_protocol(
         described = call(
             sock, wire_request(DescribeGroupsRequest, 5, groups=["g"], include_authorized_operations=False)
         )
+        listed = call(sock, wire_request(ListGroupsRequest, 5, states_filter=[], types_filter=["Classic"])).groups
+    assert [(g.group_id, g.group_type) for g in listed] == [("g", "classic")]
     (group,) = described.groups
     assert (group.error_code, group.protocol_type, group.protocol_data, len(group.members)) == (
         0,

@@ -73,7 +73,7 @@ APIS: dict[int, Api] = {
         Api(13, 0, 5, groups.leave_group),
         Api(14, 0, 5, groups.sync_group),
         Api(15, 0, 5, groups.describe_groups),
-        Api(16, 0, 4, groups.list_groups),
+        Api(16, 0, 5, groups.list_groups),
         Api(17, 0, 1, sasl.sasl_handshake),
         Api(API_VERSIONS, 0, 3, api_versions),
         Api(19, 2, 7, admin.create_topics),

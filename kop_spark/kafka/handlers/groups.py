@@ -169,21 +169,25 @@ async def describe_groups(ctx: ServerContext, header: RequestHeader, request: An
 
 async def list_groups(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
-    groups: dict[str, tuple[str, str]] = dict.fromkeys(
-        await ctx.call(ctx.broker.list_groups), ("consumer", GroupState.EMPTY.value)
+    # (protocol type, state, group type): a group known by its offsets alone is an empty classic one
+    groups: dict[str, tuple[str, str, str]] = dict.fromkeys(
+        await ctx.call(ctx.broker.list_groups), ("consumer", GroupState.EMPTY.value, "classic")
     )
     for g in ctx.membership.groups.values():
         if g.members:
-            groups[g.group_id] = (g.protocol_type or "", g.state.value)
+            groups[g.group_id] = (g.protocol_type or "", g.state.value, "classic")
     for cg in ctx.consumer_groups.groups.values():
         if cg.members:
-            groups[cg.group_id] = ("consumer", cg.state.value)
-    wanted = set(getattr(request, "states_filter", ()))
+            groups[cg.group_id] = ("consumer", cg.state.value, "consumer")
+    states = set(getattr(request, "states_filter", ()))
+    types = {t.lower() for t in getattr(request, "types_filter", ())}  # v5 (KIP-848), any case as Kafka
     everything = ctx.allowed(header, "Describe", "Cluster")  # else the groups it may describe, as Kafka
     listed = tuple(
-        make(m.ListedGroup, group_id=name, protocol_type=kind, group_state=state)
-        for name, (kind, state) in sorted(groups.items())
-        if (not wanted or state in wanted) and (everything or ctx.allowed(header, "Describe", "Group", name))
+        make(m.ListedGroup, group_id=name, protocol_type=kind, group_state=state, group_type=group_type)
+        for name, (kind, state, group_type) in sorted(groups.items())
+        if (not states or state in states)
+        and (not types or group_type in types)
+        and (everything or ctx.allowed(header, "Describe", "Group", name))
     )
     return make(m.ListGroupsResponse, throttle_time=NO_TIME, error_code=ErrorCode.none, groups=listed)
 
