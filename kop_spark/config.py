@@ -65,6 +65,8 @@ def _assignors(text: str) -> str:
     return ",".join(names)
 
 
+MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
+
 SENSITIVE = frozenset({"ssl.key.password", "ssl.keystore.key"})  # never reported nor logged
 
 _SMALLEST_BATCH = 70
@@ -262,6 +264,13 @@ _SETTINGS = [
         "uniform,range",
         _assignors,
         "Server-side assignors of consumer-protocol groups (KIP-848); the first is the default",
+    ),
+    Setting(
+        "group.consumer.migration.policy",
+        "bidirectional",
+        _choice(*MIGRATION_POLICIES),
+        "Whether a group moves between the classic and the consumer protocol as its members do "
+        "(KIP-848): upgrade, downgrade, both (bidirectional) or neither (disabled)",
     ),
     Setting("group.min.session.timeout.ms", 6000, _int_at_least(1), "Shortest session timeout a consumer may ask for"),
     Setting(

@@ -51,21 +51,23 @@ def member(server: KopServer) -> Iterator[Callable[..., Consumer]]:
     made: list[Consumer] = []
 
     def make(name: str, **extra: Any) -> Consumer:
-        conf = {
-            "bootstrap.servers": server.bootstrap,
-            "group.id": "g",
-            "group.protocol": "consumer",
-            "client.id": name,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-        made.append(Consumer({**conf, **extra}))
+        made.append(Consumer({**_consumer_conf(server), "client.id": name, **extra}))
         return made[-1]
 
     yield make
     for c in made:
         with contextlib.suppress(RuntimeError):  # closed by the test
             c.close()
+
+
+def _consumer_conf(server: KopServer) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": server.bootstrap,
+        "group.id": "g",
+        "group.protocol": "consumer",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
 
 
 def never_shared(*consumers: Consumer) -> Any:
@@ -396,30 +398,75 @@ def test_a_rollback_moves_a_group_back_to_the_classic_protocol(
 
 def test_a_classic_group_of_another_protocol_type_is_not_converted(server: KopServer) -> None:
     with connect(server) as joining, connect(server) as sock, concurrent.futures.ThreadPoolExecutor(1) as pool:
-        join = wire_request(
-            JoinGroupRequest,
-            3,  # no MEMBER_ID_REQUIRED round: the member is in as soon as it asks
-            group_id="g",
-            session_timeout_ms=30_000,
-            rebalance_timeout_ms=30_000,
-            member_id="",
-            protocol_type="connect",
-            protocols=[{"name": "sessioned", "metadata": b""}],
-        )
-        answer = pool.submit(call, joining, join)  # waits out the first rebalance
+        answer = pool.submit(call, joining, _classic_join("g", "connect"))  # waits out the first rebalance
         deadline = time.monotonic() + 30
         while not call(sock, wire_request(ListGroupsRequest, 4, states_filter=[])).groups:
             assert time.monotonic() < deadline, "the connect member never joined"
-        heartbeat = request_class(68, 0)(
-            group_id="g",
-            member_id="",
-            member_epoch=0,
-            instance_id=None,
-            rack_id=None,
-            rebalance_timeout=datetime.timedelta(seconds=30),
-            subscribed_topic_names=("t",),
-            server_assignor=None,
-            topic_partitions=(),
-        )
-        assert kio_call(sock, heartbeat).error_code == ErrorCode.group_id_not_found
+        assert kio_call(sock, _consumer_join("g")).error_code == ErrorCode.group_id_not_found
         assert answer.result(30).error_code == 0  # the connect group carries on
+
+
+def test_with_migration_disabled_groups_keep_their_protocol(tmp_path) -> None:
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        b.create_topic("t", 4)
+    with KopServer(root, [*CONF, "group.consumer.migration.policy=disabled"]) as server:
+        classic = _classic(server, "classic", "range")
+        classic.subscribe(["t"])
+        poll_until([classic], lambda _: assigned(classic) == {0, 1, 2, 3})
+        with connect(server) as sock:
+            assert kio_call(sock, _consumer_join("classic-group-g")).error_code == ErrorCode.group_id_not_found
+            modern = kio_call(sock, _consumer_join("h"))  # a consumer-protocol group of its own
+            assert modern.error_code == ErrorCode.none
+            assert call(sock, _classic_join("h")).error_code == 23  # INCONSISTENT_GROUP_PROTOCOL: not mixed
+        classic.close()
+
+
+def test_with_upgrades_only_a_group_stays_with_the_consumer_protocol(tmp_path) -> None:
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        b.create_topic("t", 4)
+    with KopServer(root, [*CONF, "group.consumer.migration.policy=upgrade"]) as server:
+        classic = _classic(server, "classic", "range")
+        classic.subscribe(["t"])
+        poll_until([classic], lambda _: assigned(classic) == {0, 1, 2, 3})
+        modern = Consumer({**_consumer_conf(server), "client.id": "modern"})
+        try:
+            modern.subscribe(["t"])
+            both = [classic, modern]
+            poll_until(
+                both, lambda _: len(assigned(classic)) == len(assigned(modern)) == 2, each_round=never_shared(*both)
+            )
+        finally:
+            modern.close()  # while the server is up (see ``member``)
+        poll_until([classic], lambda _: assigned(classic) == {0, 1, 2, 3})
+        assert _member_types(server) == [0]  # a classic member of a consumer-protocol group still
+        classic.close()
+
+
+def _consumer_join(group: str) -> Any:
+    return request_class(68, 0)(
+        group_id="g" if group == "classic-group-g" else group,
+        member_id="",
+        member_epoch=0,
+        instance_id=None,
+        rack_id=None,
+        rebalance_timeout=datetime.timedelta(seconds=30),
+        subscribed_topic_names=("t",),
+        server_assignor=None,
+        topic_partitions=(),
+    )
+
+
+def _classic_join(group: str, protocol_type: str = "consumer") -> Any:
+    """A JoinGroup v3: no MEMBER_ID_REQUIRED round, the member is in as soon as it asks."""
+    return wire_request(
+        JoinGroupRequest,
+        3,
+        group_id=group,
+        session_timeout_ms=30_000,
+        rebalance_timeout_ms=30_000,
+        member_id="",
+        protocol_type=protocol_type,
+        protocols=[{"name": "range", "metadata": b""}],
+    )

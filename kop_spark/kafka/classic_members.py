@@ -34,9 +34,15 @@ PROTOCOL_TYPE = "consumer"  # only consumers' groups move between the protocols
 
 
 class ClassicMembers:
-    def __init__(self, coordinator: ConsumerGroupCoordinator, membership: GroupMembership):
+    def __init__(
+        self, coordinator: ConsumerGroupCoordinator, membership: GroupMembership, policy: str = "bidirectional"
+    ):
+        """``policy``: ``group.consumer.migration.policy``, which way groups may move."""
         self._coordinator = coordinator
         self._membership = membership
+        self.upgrades = policy in ("upgrade", "bidirectional")
+        self._downgrades = policy in ("downgrade", "bidirectional")
+        self._disabled = policy == "disabled"
 
     def adopt(self, classic: Group) -> None:
         """Converts a classic group with members, handed over by ``GroupMembership``."""
@@ -68,6 +74,8 @@ class ClassicMembers:
         """Gives a group whose members are all classic back to the classic protocol, at the
         generation most of them were told, if they have a protocol in common (Kafka's online
         downgrade); whether it did."""
+        if not self._downgrades:
+            return False
         classic = Group(g.group_id, GroupState.STABLE, protocol_type=PROTOCOL_TYPE)
         for m in g.members.values():
             assert m.classic is not None
@@ -98,6 +106,8 @@ class ClassicMembers:
         if not member_id and instance_id is None and request.require_known_member_id:
             return JoinResult(ErrorCode.member_id_required, f"{client[0]}-{uuid.uuid4()}")
         known = g.members.get(member_id)
+        if known is None and self._disabled:  # a new one would keep the group mixed for ever (KAFKA-20640)
+            return JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
         subscribed = subscription(protocols[0][1])
         session_ms, rebalance_ms = timeouts_ms
         hb = Heartbeat(

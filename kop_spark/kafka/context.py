@@ -64,7 +64,8 @@ class ServerContext:
             self._changed,
             downgrade=lambda group: self.classic_members.downgrade(group),
         )
-        self.classic_members = ClassicMembers(self.consumer_groups, self.membership)
+        policy = config["group.consumer.migration.policy"]
+        self.classic_members = ClassicMembers(self.consumer_groups, self.membership, policy)
         self.publisher = GroupPublisher(
             lambda group, live, valid_ms: self.call(broker.live_groups.publish, group, live, valid_ms),
             self.live_group,
@@ -100,7 +101,7 @@ class ServerContext:
         """Converts a classic group with members to the consumer protocol, if it is a group of
         consumers (Kafka's online upgrade); whether it was."""
         g = self.membership.groups.get(group_id)
-        if g is None or not g.members or g.protocol_type != PROTOCOL_TYPE:
+        if g is None or not g.members or g.protocol_type != PROTOCOL_TYPE or not self.classic_members.upgrades:
             return False
         self.classic_members.adopt(self.membership.hand_over(group_id))
         return True
