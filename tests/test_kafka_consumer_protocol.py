@@ -123,6 +123,23 @@ def test_a_killed_members_partitions_move_after_its_session_timeout(
     survivor.close()
 
 
+def test_a_killed_classic_members_partitions_move_after_its_own_session_timeout(tmp_path) -> None:
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        b.create_topic("t", 4)
+    with KopServer(root, ["group.consumer.heartbeat.interval.ms=200"]) as server:  # the group's session: 45 s
+        survivor = Consumer({**_consumer_conf(server), "client.id": "survivor"})
+        try:
+            survivor.subscribe(["t"])
+            poll_until([survivor], lambda _: assigned(survivor) == {0, 1, 2, 3})
+            classic = {"bootstrap.servers": server.bootstrap, "session.timeout.ms": 6000, "heartbeat.interval.ms": 300}
+            with doomed_member(classic) as got_some:  # a classic member of the consumer-protocol group
+                poll_until([survivor], lambda _: got_some.is_set() and len(assigned(survivor)) == 2)
+            poll_until([survivor], lambda _: assigned(survivor) == {0, 1, 2, 3})  # within 30 s: its own 6 s
+        finally:
+            survivor.close()  # while the server is up (see ``member``)
+
+
 def test_a_static_member_restarts_without_moving_anyone_elses_partitions(
     server: KopServer, member: Callable[..., Consumer]
 ) -> None:
