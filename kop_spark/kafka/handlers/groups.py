@@ -1,7 +1,7 @@
 """The group APIs: JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP (membership: ``GroupMembership``,
-or ``ClassicMembers`` in a consumer-protocol group),
-and DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE, which also see the groups that
-exist only as committed offsets (Spark queries, CLI resets, consumers that use assign())."""
+or ``ClassicMembers`` in a consumer-protocol group), and DESCRIBE_GROUPS, LIST_GROUPS,
+DELETE_GROUPS, OFFSET_DELETE, which also see the groups that exist only as committed offsets
+(Spark queries, CLI resets, consumers that use assign())."""
 
 from __future__ import annotations
 
