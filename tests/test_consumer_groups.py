@@ -7,8 +7,6 @@ subscribed to it. Real clients against ``kop serve``: test_kafka_consumer_protoc
 from __future__ import annotations
 
 import asyncio
-import importlib
-import io
 import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -16,10 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kio.index import load_entity_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_writer
-from kio.static.constants import EntityType
 
 from kop_spark.broker import TopicInfo
 from kop_spark.config import Config
@@ -27,7 +22,7 @@ from kop_spark.kafka.assignors import ASSIGNORS, RangeAssignor, UniformAssignor
 from kop_spark.kafka.classic_members import ClassicMembers
 from kop_spark.kafka.consumer_group import ConsumerGroupState
 from kop_spark.kafka.consumer_group_coordinator import ConsumerGroupCoordinator, Heartbeat, HeartbeatAnswer
-from kop_spark.kafka.consumer_protocol import assigned_partitions
+from kop_spark.kafka.consumer_protocol import assigned_partitions, encode_subscription
 from kop_spark.kafka.group import JoinRequest
 from kop_spark.kafka.group_membership import GroupMembership
 
@@ -124,7 +119,7 @@ class ClassicClient:
                 return HeartbeatAnswer(code)
         if self.eager:
             self.owned = frozenset()
-        metadata = subscription_bytes(self.topics, self.owned)
+        metadata = encode_subscription(self.topics, self.owned)
         client, protocols = ("c-" + self.member_id, "/127.0.0.1"), [("cooperative-sticky", metadata)]
         request = JoinRequest("g", self.member_id, None, client, (60_000, 60_000), "consumer", protocols, True)
         joined = await self.classic.join(request, lambda t: True)
@@ -135,21 +130,6 @@ class ClassicClient:
         told = frozenset(assigned_partitions(synced.assignment))
         self.releasing, self.owned = self.owned - told, told
         return HeartbeatAnswer(ErrorCode.none)
-
-
-def subscription_bytes(topics: tuple[str, ...], owned: frozenset[TP]) -> bytes:
-    cls: Any = load_entity_schema("consumer_protocol_subscription", 1, EntityType.data)
-    partition = importlib.import_module(cls.__module__).TopicPartition
-    by_topic = {t: tuple(sorted(p for name, p in owned if name == t)) for t, _ in owned}
-    value = cls(
-        topics=topics,
-        user_data=None,
-        owned_partitions=tuple(partition(topic=t, partitions=ps) for t, ps in by_topic.items()),
-    )
-    out = io.BytesIO()
-    out.write((1).to_bytes(2, "big"))
-    entity_writer(cls)(out, value)
-    return out.getvalue()
 
 
 def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:

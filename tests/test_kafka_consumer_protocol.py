@@ -15,6 +15,7 @@ import datetime
 import socket
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,13 +35,19 @@ from .kop_server import KopServer
 CONF = ["group.consumer.heartbeat.interval.ms=200", "group.consumer.session.timeout.ms=3000"]
 
 
-@pytest.fixture
-def server(tmp_path) -> Iterator[KopServer]:
+@contextlib.contextmanager
+def _serving(tmp_path: Path, conf: list[str]) -> Iterator[KopServer]:
     root = str(tmp_path / "store")
     with Broker(root) as b:
         b.create_topic("t", 4)
         b.create_topic("ev-1", 1)
-    with KopServer(root, CONF) as s:
+    with KopServer(root, conf) as s:
+        yield s
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[KopServer]:
+    with _serving(tmp_path, CONF) as s:
         yield s
 
 
@@ -123,11 +130,8 @@ def test_a_killed_members_partitions_move_after_its_session_timeout(
     survivor.close()
 
 
-def test_a_killed_classic_members_partitions_move_after_its_own_session_timeout(tmp_path) -> None:
-    root = str(tmp_path / "store")
-    with Broker(root) as b:
-        b.create_topic("t", 4)
-    with KopServer(root, ["group.consumer.heartbeat.interval.ms=200"]) as server:  # the group's session: 45 s
+def test_a_killed_classic_members_partitions_move_after_its_own_session_timeout(tmp_path: Path) -> None:
+    with _serving(tmp_path, ["group.consumer.heartbeat.interval.ms=200"]) as server:  # the group's session: 45 s
         survivor = Consumer({**_consumer_conf(server), "client.id": "survivor"})
         try:
             survivor.subscribe(["t"])
@@ -423,30 +427,20 @@ def test_a_classic_group_of_another_protocol_type_is_not_converted(server: KopSe
         assert answer.result(30).error_code == 0  # the connect group carries on
 
 
-def test_with_migration_disabled_groups_keep_their_protocol(tmp_path) -> None:
-    root = str(tmp_path / "store")
-    with Broker(root) as b:
-        b.create_topic("t", 4)
-    with KopServer(root, [*CONF, "group.consumer.migration.policy=disabled"]) as server:
-        classic = _classic(server, "classic", "range")
-        classic.subscribe(["t"])
-        poll_until([classic], lambda _: assigned(classic) == {0, 1, 2, 3})
+def test_with_migration_disabled_groups_keep_their_protocol(tmp_path: Path) -> None:
+    with _serving(tmp_path, [*CONF, "group.consumer.migration.policy=disabled"]) as server:
+        classic = _classic_owning_all(server)
         with connect(server) as sock:
-            assert kio_call(sock, _consumer_join("classic-group-g")).error_code == ErrorCode.group_id_not_found
+            assert kio_call(sock, _consumer_join("g")).error_code == ErrorCode.group_id_not_found
             modern = kio_call(sock, _consumer_join("h"))  # a consumer-protocol group of its own
             assert modern.error_code == ErrorCode.none
             assert call(sock, _classic_join("h")).error_code == 23  # INCONSISTENT_GROUP_PROTOCOL: not mixed
         classic.close()
 
 
-def test_with_upgrades_only_a_group_stays_with_the_consumer_protocol(tmp_path) -> None:
-    root = str(tmp_path / "store")
-    with Broker(root) as b:
-        b.create_topic("t", 4)
-    with KopServer(root, [*CONF, "group.consumer.migration.policy=upgrade"]) as server:
-        classic = _classic(server, "classic", "range")
-        classic.subscribe(["t"])
-        poll_until([classic], lambda _: assigned(classic) == {0, 1, 2, 3})
+def test_with_upgrades_only_a_group_stays_with_the_consumer_protocol(tmp_path: Path) -> None:
+    with _serving(tmp_path, [*CONF, "group.consumer.migration.policy=upgrade"]) as server:
+        classic = _classic_owning_all(server)
         modern = Consumer({**_consumer_conf(server), "client.id": "modern"})
         try:
             modern.subscribe(["t"])
@@ -461,9 +455,16 @@ def test_with_upgrades_only_a_group_stays_with_the_consumer_protocol(tmp_path) -
         classic.close()
 
 
+def _classic_owning_all(server: KopServer) -> Consumer:
+    classic = _classic(server, "classic", "range")
+    classic.subscribe(["t"])
+    poll_until([classic], lambda _: assigned(classic) == {0, 1, 2, 3})
+    return classic
+
+
 def _consumer_join(group: str) -> Any:
     return request_class(68, 0)(
-        group_id="g" if group == "classic-group-g" else group,
+        group_id=group,
         member_id="",
         member_epoch=0,
         instance_id=None,

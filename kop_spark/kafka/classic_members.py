@@ -77,8 +77,10 @@ class ClassicMembers:
         if not self._downgrades:
             return False
         classic = Group(g.group_id, GroupState.STABLE, protocol_type=PROTOCOL_TYPE)
+        told: Counter[int] = Counter()
         for m in g.members.values():
             assert m.classic is not None
+            told[m.classic.generation] += 1
             assignment = encode_assignment(m.assigned | m.revoking, m.classic.version)
             timeouts = (m.classic.session_timeout_ms, m.rebalance_timeout_ms)
             protocols = list(m.classic.protocols)
@@ -88,7 +90,6 @@ class ClassicMembers:
             classic.members[m.member_id] = member
             if m.instance_id is not None:
                 classic.instances[m.instance_id] = m.member_id
-        told = Counter(m.classic.generation for m in g.members.values() if m.classic is not None)
         classic.generation = told.most_common(1)[0][0]
         classic.protocol = classic.select_protocol()
         self._membership.adopt(classic)

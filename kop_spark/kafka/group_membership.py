@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
-from .consumer_protocol import subscription_topics
+from .consumer_protocol import subscription
 from .group import Group, GroupState, JoinRequest, JoinResult, Member, SyncResult
 
 _NO_GENERATION = -1
@@ -275,7 +275,7 @@ class GroupMembership:
         g = self.groups.get(group_id)
         if g is None or g.protocol_type != "consumer":
             return set()
-        return {t for m in g.members.values() for t in subscription_topics(m.metadata(g.protocol))}
+        return {t for m in g.members.values() for t in subscription(m.metadata(g.protocol)).topics}
 
     def is_active(self, group_id: str) -> bool:
         g = self.groups.get(group_id)
