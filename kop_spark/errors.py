@@ -105,9 +105,14 @@ class ProducerFencedError(KopError):
 
 
 class UnknownProducerIdError(KopError):
-    """A transactional producer whose transaction under way the server lost, in a restart (Kafka:
-    UNKNOWN_PRODUCER_ID). Unlike a fencing, the client may go on: it aborts the transaction, which
+    """A transactional producer whose transaction under way a restarted server could not take up
+    (Kafka: UNKNOWN_PRODUCER_ID). Unlike a fencing, the client may go on: it aborts the transaction, which
     bumps its epoch with InitProducerId (KIP-360), and begins the next."""
+
+
+class NotCoordinatorError(KopError):
+    """A request to a server that no longer coordinates its transaction: another server took it up
+    (Kafka: NOT_COORDINATOR). Retriable: the client finds the coordinator again and resends."""
 
 
 class InvalidTxnStateError(KopError):

@@ -61,8 +61,12 @@ def _group_offsets(root: str, group: str) -> dict[tuple[str, int], int]:
         return {tp: o.offset for tp, o in b.fetch_offsets(group).items()}
 
 
-def _staged(root: str) -> list[str]:
-    return [f for _, _, files in os.walk(os.path.join(root, layout.STAGING_DIR)) for f in files]
+def _staged(root: str, *, full: bool = False) -> list[str]:
+    """The staged files (the ledgers' paths when ``full``)."""
+    walk = os.walk(os.path.join(root, layout.STAGING_DIR))
+    if full:
+        return [os.path.join(d, f) for d, _, files in walk for f in files if f.endswith(layout.LEDGER_SUFFIX)]
+    return [f for _, _, files in walk for f in files]
 
 
 def _producer(server: KopServer, tid: str, **conf) -> Producer:
@@ -175,9 +179,9 @@ def test_a_transaction_past_its_timeout_is_aborted(server: KopServer) -> None:
 
 
 @pytest.mark.parametrize("then", ["produce", "add_partition", "commit"])
-def test_a_server_killed_in_a_transaction_leaves_nothing_of_it_and_the_producer_goes_on(
-    server: KopServer, then: str
-) -> None:
+def test_a_transaction_goes_on_through_a_server_killed_in_it(server: KopServer, then: str) -> None:
+    """As through a Kafka broker's restart: the restarted server takes the transaction up at the
+    producer's next request (a Produce, an AddPartitionsToTxn, an EndTxn), and it commits whole."""
     p = _producer(server, "tx", **{"message.timeout.ms": 10_000})
     p.begin_transaction()
     p.produce("out", key=b"k", value=b"committed before")
@@ -187,10 +191,30 @@ def test_a_server_killed_in_a_transaction_leaves_nothing_of_it_and_the_producer_
     p.flush(TIMEOUT_S)
     server.kill()
     server.start()
+    if then != "commit":
+        p.produce("out" if then == "produce" else "in", key=b"k", value=b"more")
+        p.flush(TIMEOUT_S)
+    p.commit_transaction(TIMEOUT_S)
+    more = [b"more"] if then == "produce" else []
+    assert _all(server.root) == sorted([b"committed before", b"in flight", *more])
+    assert (_all(server.root, "in")[-1] == b"more") == (then == "add_partition") and _staged(server.root) == []
+
+
+def test_a_transaction_a_restarted_server_cannot_take_up_is_aborted_and_the_producer_goes_on(
+    server: KopServer,
+) -> None:
+    """What a restarted server cannot take up (here a staged ledger damaged while it was down) is
+    aborted, and its producer told UNKNOWN_PRODUCER_ID: abortable, not fatal (KIP-360)."""
+    p = _producer(server, "tx", **{"message.timeout.ms": 10_000})
+    p.begin_transaction()
+    p.produce("out", key=b"k", value=b"in flight")
+    p.flush(TIMEOUT_S)
+    server.kill()
+    for ledger in _staged(server.root, full=True):
+        with open(ledger, "r+b") as f:
+            f.write(b"XXXX")  # its header's magic
+    server.start()
     with pytest.raises(KafkaException) as lost:
-        if then != "commit":  # the next request a produce makes: Produce, or AddPartitionsToTxn
-            p.produce("out" if then == "produce" else "in", key=b"k", value=b"more")
-            p.flush(TIMEOUT_S)
         p.commit_transaction(TIMEOUT_S)
     error = lost.value.args[0]
     assert (error.code(), error.txn_requires_abort(), error.fatal()) == (KafkaError.UNKNOWN_PRODUCER_ID, True, False)
@@ -198,8 +222,7 @@ def test_a_server_killed_in_a_transaction_leaves_nothing_of_it_and_the_producer_
     p.begin_transaction()
     p.produce("out", key=b"k", value=b"after")
     p.commit_transaction(TIMEOUT_S)
-    assert _all(server.root) == [b"after", b"committed before"]
-    assert _all(server.root, "in")[-1] == b"in-9" and _staged(server.root) == []
+    assert _all(server.root) == [b"after"] and _staged(server.root) == []
 
 
 def test_an_exactly_once_loop_goes_on_through_a_server_killed_mid_transaction(server: KopServer) -> None:
@@ -207,29 +230,21 @@ def test_an_exactly_once_loop_goes_on_through_a_server_killed_mid_transaction(se
     start = [TopicPartition("in", 0, 0)]
     source.assign(start)
     p = _producer(server, "enricher-tx", **{"message.timeout.ms": 10_000})
-    killed, aborted = False, 0
+    killed = False
     while _group_offsets(server.root, "enricher").get(("in", 0), 0) < 10:
         p.begin_transaction()
-        try:
-            for m in source.consume(5, TIMEOUT_S):
-                assert m.error() is None
-                p.produce("out", value=m.value().upper())
-            p.flush(TIMEOUT_S)
-            if not killed:
-                server.kill()
-                server.start()
-                killed = True
-            p.send_offsets_to_transaction(source.position(start), source.consumer_group_metadata(), TIMEOUT_S)
-            p.commit_transaction(TIMEOUT_S)
-        except KafkaException as e:
-            assert e.args[0].txn_requires_abort(), e
-            p.abort_transaction(TIMEOUT_S)
-            aborted += 1
-            committed = source.committed(start, TIMEOUT_S)[0].offset
-            source.seek(TopicPartition("in", 0, max(committed, 0)))
+        for m in source.consume(5, TIMEOUT_S):
+            assert m.error() is None
+            p.produce("out", value=m.value().upper())
+        p.flush(TIMEOUT_S)
+        if not killed:
+            server.kill()
+            server.start()
+            killed = True
+        p.send_offsets_to_transaction(source.position(start), source.consumer_group_metadata(), TIMEOUT_S)
+        p.commit_transaction(TIMEOUT_S)  # no abort: the transaction outlived the server
     source.close()
-    assert (killed, aborted) == (True, 1)
-    assert _all(server.root) == sorted(f"IN-{i}".encode() for i in range(10))
+    assert killed and _all(server.root) == sorted(f"IN-{i}".encode() for i in range(10))
     assert _staged(server.root) == []
 
 
@@ -290,6 +305,38 @@ def test_aiokafka_commits_and_aborts_transactions(server: KopServer) -> None:
     asyncio.run(run())
     assert _all(server.root) == [b"aiokafka"]
     assert _group_offsets(server.root, "aio-group") == {("in", 0): 4}
+
+
+def test_kafka_python_and_aiokafka_transactions_go_on_through_a_server_killed_in_them(server: KopServer) -> None:
+    """Clients without KIP-360's recovery (an UNKNOWN_PRODUCER_ID stops them) go on too: there is
+    nothing to recover from, as the transaction outlives the server."""
+    kp = KafkaProducer(bootstrap_servers=server.bootstrap, transactional_id="kp-tx", retries=10)
+    kp.init_transactions()
+    kp.begin_transaction()
+    kp.send("out", key=b"k", value=b"kafka-python before").get(TIMEOUT_S)
+
+    async def aio() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=server.bootstrap, transactional_id="aio-tx")
+        await p.start()
+        try:
+            await p.begin_transaction()
+            await p.send_and_wait("out", b"aiokafka before", key=b"a")
+            server.kill()  # in both transactions, kafka-python's and this one
+            server.start()
+            await p.send_and_wait("out", b"aiokafka after", key=b"a")
+            await p.send_offsets_to_transaction({AIOTopicPartition("in", 0): 6}, "aio-group")
+            await p.commit_transaction()
+        finally:
+            await p.stop()
+
+    asyncio.run(aio())
+    kp.send("out", key=b"k", value=b"kafka-python after").get(TIMEOUT_S)
+    kp.send_offsets_to_transaction({KTopicPartition("in", 0): _offset(7)}, "kp-group")
+    kp.commit_transaction()
+    kp.close(0)
+    assert _all(server.root) == [b"aiokafka after", b"aiokafka before", b"kafka-python after", b"kafka-python before"]
+    assert _group_offsets(server.root, "kp-group") == {("in", 0): 7}
+    assert _group_offsets(server.root, "aio-group") == {("in", 0): 6} and _staged(server.root) == []
 
 
 def test_admin_clients_list_and_describe_transactions(server: KopServer) -> None:

@@ -23,6 +23,7 @@ from kop_spark import AlterConfigOp, Broker, Record, layout
 from kop_spark.broker import SINK_LEASE_MS
 from kop_spark.clock import ManualClock
 from kop_spark.errors import ConfigError, CorruptRecordError, OrphanRemovedError, StorageError, WriteAbortedError
+from kop_spark.kafka.transaction_coordinator import TransactionCoordinator
 from kop_spark.record import build_record_batch
 from kop_spark.spark.options import SinkOptions
 from kop_spark.spark.sink import KopBatchWriter
@@ -367,6 +368,32 @@ def test_a_large_staged_output_rolls_into_ledgers_of_bounded_size(store: Store) 
     gone = before - {f for f, _ in b.fileio.walk_files("")}
     assert len(gone) >= 3 and all(f.endswith(".ledger") for f in gone)
     assert b.list_offsets("t", 0, "latest") == len(values) and b.verify() == {}
+
+
+def test_a_kafka_transaction_goes_on_through_a_server_restart(store: Store) -> None:
+    """Each transactional produce is durable before it is answered (synced, or its own ledger where
+    ledgers are written whole), and a restarted server takes the transaction up, a retry of the
+    last produce included, and commits it whole."""
+    b = store.broker()
+    b.create_topic("out", 1)
+
+    def batch(pid: int, epoch: int, seq: int, *values: bytes) -> bytes:
+        records = [Record(v, timestamp_ms=int(time.time() * 1000)) for v in values]
+        return build_record_batch(
+            records, producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True
+        )
+
+    first = TransactionCoordinator(b)
+    pid, epoch = first.init_producer_id("tx", 60_000)
+    first.add_partitions("tx", pid, epoch, [("out", 0)])
+    first.produce("tx", "out", 0, batch(pid, epoch, 0, b"a", b"b"))
+    first.produce("tx", "out", 0, batch(pid, epoch, 2, b"c"))
+    restarted = TransactionCoordinator(store.broker())
+    restarted.produce("tx", "out", 0, batch(pid, epoch, 2, b"c"))  # a retry: its answer was lost
+    restarted.produce("tx", "out", 0, batch(pid, epoch, 3, b"d"))
+    restarted.end("tx", pid, epoch, commit=True)
+    assert [r.value for r in b.fetch("out", 0, 0, max_records=10)] == [b"a", b"b", b"c", b"d"]
+    assert b.fileio.walk_files(layout.STAGING_DIR) == [] and b.verify() == {}
 
 
 def test_cli_commands(store: Store, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 
 import pytest
 
@@ -19,6 +20,7 @@ from kop_spark.errors import (
     InvalidProducerIdMappingError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
+    NotCoordinatorError,
     OrphanRemovedError,
     OutOfOrderSequenceError,
     ProducerFencedError,
@@ -194,11 +196,101 @@ def test_a_transaction_past_its_timeout_is_fenced_at_its_next_request(broker):
     assert _values(broker, "out", 0) == []
 
 
-def test_a_transaction_a_stopped_server_held_is_aborted_and_its_producer_told_so(broker):
+def _restarted(broker: Broker) -> TransactionCoordinator:
+    """The coordinator of a server started over the same store (the first one killed)."""
+    return TransactionCoordinator(Broker(broker.root, clock=broker.clock))
+
+
+def _staged_ledgers(root: str) -> list[str]:
+    return [f for f in _staged_files(root) if f.endswith(layout.LEDGER_SUFFIX)]
+
+
+@pytest.mark.parametrize("first", ["produce", "add_partitions", "add_offsets", "commit_offsets", "end"])
+def test_a_transaction_goes_on_through_a_server_restart(broker, first):
+    """Whatever its producer's next request, the restarted server takes the transaction up: what
+    was produced, the partitions and groups added and the offsets sent all commit with it."""
+    c = TransactionCoordinator(broker)
+    pid, epoch = _open(c)
+    c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"a"))
+    c.produce(TID, "out", 1, _batch(pid, epoch, 0, b"b"))
+    c.commit_offsets(TID, pid, epoch, "g", {("in", 0): OffsetAndMetadata(4, "m")})
+    restarted = _restarted(broker)
+    steps = {
+        "produce": lambda: restarted.produce(TID, "out", 0, _batch(pid, epoch, 1, b"c")),
+        "add_partitions": lambda: restarted.add_partitions(TID, pid, epoch, [("in", 0)]),
+        "add_offsets": lambda: restarted.add_offsets(TID, pid, epoch, "h"),
+        "commit_offsets": lambda: restarted.commit_offsets(TID, pid, epoch, "g", {("in", 0): OffsetAndMetadata(5)}),
+        "end": lambda: restarted.end(TID, pid, epoch, commit=True),
+    }
+    steps[first]()
+    if first != "end":
+        restarted.end(TID, pid, epoch, commit=True)
+    assert _values(broker, "out", 0) == ([b"a", b"c"] if first == "produce" else [b"a"])
+    assert _values(broker, "out", 1) == [b"b"]
+    committed = broker.fetch_offsets("g")[("in", 0)]
+    assert (committed.offset, committed.metadata) == ((5, "") if first == "commit_offsets" else (4, "m"))
+    assert broker.transactions.get(TID).state == COMPLETE_COMMIT and _staged_files(broker.root) == []
+
+
+def test_a_transaction_goes_on_through_several_restarts_and_aborts_whole(broker):
+    c = TransactionCoordinator(broker)
+    pid, epoch = _open(c)
+    for seq, value in enumerate([b"a", b"b", b"c"]):
+        c.produce(TID, "out", 0, _batch(pid, epoch, seq, value))
+        c = _restarted(broker)
+    recorded = broker.transactions.get(TID)
+    assert (recorded.partitions, recorded.groups) == ((("out", 0), ("out", 1)), ("g",))
+    c.end(TID, pid, epoch, commit=False)
+    assert _values(broker, "out", 0) == [] and _staged_files(broker.root) == []
+    assert broker.transactions.get(TID).state == COMPLETE_ABORT
+    c.add_partitions(TID, pid, epoch, [("out", 0)])
+    c.produce(TID, "out", 0, _batch(pid, epoch, 3, b"d"))
+    c.end(TID, pid, epoch, commit=True)
+    assert _values(broker, "out", 0) == [b"d"]
+
+
+def test_a_retry_reaching_the_restarted_server_is_not_staged_twice(broker):
+    c = TransactionCoordinator(broker)
+    pid, epoch = _open(c)
+    first = _batch(pid, epoch, 0, b"a", b"b")
+    c.produce(TID, "out", 0, first)  # staged; the server is killed before it answers
+    restarted = _restarted(broker)
+    restarted.produce(TID, "out", 0, first)  # the client's retry
+    with pytest.raises(OutOfOrderSequenceError, match="sent sequence 5, expected 2"):
+        restarted.produce(TID, "out", 0, _batch(pid, epoch, 5, b"c"))
+    restarted.produce(TID, "out", 0, _batch(pid, epoch, 2, b"c"))
+    restarted.end(TID, pid, epoch, commit=True)
+    assert _values(broker, "out", 0) == [b"a", b"b", b"c"]
+
+
+def test_a_write_the_server_was_killed_in_is_cut_and_sent_again(broker):
+    """A produce torn by a kill -9 was never answered: the restarted server cuts it from the staged
+    ledger, and the client's retry stages it."""
+    c = TransactionCoordinator(broker)
+    pid, epoch = _open(c)
+    c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"a"))
+    (ledger,) = _staged_ledgers(broker.root)
+    torn = _batch(pid, epoch, 1, b"b")
+    with open(ledger, "ab") as f:
+        f.write(torn[: len(torn) // 2])
+    restarted = _restarted(broker)
+    restarted.produce(TID, "out", 0, torn)
+    restarted.end(TID, pid, epoch, commit=True)
+    assert _values(broker, "out", 0) == [b"a", b"b"]
+
+
+def _damage_staged_ledger(root: str) -> None:
+    (ledger,) = _staged_ledgers(root)
+    with open(ledger, "r+b") as f:
+        f.write(b"XXXX")  # its header's magic
+
+
+def test_a_transaction_a_restarted_server_cannot_take_up_is_aborted_and_its_producer_told_so(broker):
     c = TransactionCoordinator(broker)
     pid, epoch = _open(c)
     c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"lost"))
-    restarted = TransactionCoordinator(Broker(broker.root, clock=broker.clock))
+    _damage_staged_ledger(broker.root)
+    restarted = _restarted(broker)
     for call in (
         lambda: restarted.end(TID, pid, epoch, commit=True),
         lambda: restarted.produce(TID, "out", 0, _batch(pid, epoch, 1, b"more")),
@@ -225,7 +317,8 @@ def test_a_newer_instance_fences_a_producer_whose_transaction_was_lost(broker):
     c = TransactionCoordinator(broker)
     pid, epoch = _open(c)
     c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"lost"))
-    restarted = TransactionCoordinator(Broker(broker.root, clock=broker.clock))
+    _damage_staged_ledger(broker.root)
+    restarted = _restarted(broker)
     with pytest.raises(UnknownProducerIdError):
         restarted.end(TID, pid, epoch, commit=True)
     assert restarted.init_producer_id(TID, 60_000) == (pid, epoch + 2)  # no current producer named: a newer instance
@@ -235,6 +328,17 @@ def test_a_newer_instance_fences_a_producer_whose_transaction_was_lost(broker):
     ):
         with pytest.raises(ProducerFencedError):
             call()
+
+
+def test_a_newer_instance_aborts_a_transaction_a_stopped_server_held(broker):
+    c = TransactionCoordinator(broker)
+    pid, epoch = _open(c)
+    c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"zombie's"))
+    restarted = _restarted(broker)
+    assert restarted.init_producer_id(TID, 60_000) == (pid, epoch + 1)
+    assert _values(broker, "out", 0) == [] and _staged_files(broker.root) == []
+    with pytest.raises(ProducerFencedError):
+        restarted.end(TID, pid, epoch, commit=True)
 
 
 def test_a_server_restart_between_transactions_goes_unnoticed(broker):
@@ -365,8 +469,7 @@ def test_an_abort_after_a_commit_was_recorded_completes_the_commit(broker, monke
     assert broker.transactions.get(TID).state == COMPLETE_COMMIT
 
 
-@pytest.mark.parametrize("takeover", ["InitProducerId", "EndTxn"])
-def test_a_commit_racing_a_takeover_by_another_server_fails_and_leaves_nothing(tmp_path, monkeypatch, takeover):
+def test_a_commit_racing_a_newer_instance_at_another_server_fails_and_leaves_nothing(tmp_path, monkeypatch):
     root = str(tmp_path / "store")
     first = Broker(root)
     first.create_topic("out", 2)
@@ -375,21 +478,38 @@ def test_a_commit_racing_a_takeover_by_another_server_fails_and_leaves_nothing(t
     pid, epoch = _open(a)
     a.produce(TID, "out", 0, _batch(pid, epoch, 0, b"a"))
     checked = first.transactions.get(TID)
-    # Another server takes the id over right after this one checked the producer's epoch for its
-    # commit (a new producer instance, or this producer's EndTxn, reached it): it ends the
-    # transaction as lost, its staged ledgers condemned.
-    other = TransactionCoordinator(Broker(root))
-    if takeover == "InitProducerId":
-        other.init_producer_id(TID, 60_000)
-    else:
-        with pytest.raises(UnknownProducerIdError):
-            other.end(TID, pid, epoch, commit=True)
+    # A new producer instance reaches another server right after this one checked the producer's
+    # epoch for its commit: it ends the transaction, its staged ledgers condemned.
+    TransactionCoordinator(Broker(root)).init_producer_id(TID, 60_000)
     monkeypatch.setattr(first.transactions, "get", lambda tid: checked)
     with pytest.raises(OrphanRemovedError):
         a.end(TID, pid, epoch, commit=True)
     fresh = Broker(root)
     assert _values(fresh, "out", 0) == [] and fresh.sink_commits.pending() == []
     assert _staged_files(root) == [] and fresh.verify() == {}
+
+
+@pytest.mark.parametrize("late", ["commit", "abort", "add_partitions", "commit_offsets"])
+def test_a_server_whose_transaction_another_took_up_is_told_it_is_no_longer_its_coordinator(broker, late):
+    """Two servers over one store: the producer moved to the second, which took its transaction up.
+    A request reaching the first afterwards is told NOT_COORDINATOR and changes nothing."""
+    first = TransactionCoordinator(broker)
+    pid, epoch = _open(first)
+    first.produce(TID, "out", 0, _batch(pid, epoch, 0, b"a"))
+    second = _restarted(broker)
+    second.produce(TID, "out", 0, _batch(pid, epoch, 1, b"b"))
+    requests = {
+        "commit": lambda: first.end(TID, pid, epoch, commit=True),
+        "abort": lambda: first.end(TID, pid, epoch, commit=False),
+        "add_partitions": lambda: first.add_partitions(TID, pid, epoch, [("in", 0)]),
+        "commit_offsets": lambda: first.commit_offsets(TID, pid, epoch, "g", {("in", 0): OffsetAndMetadata(9)}),
+    }
+    with pytest.raises(NotCoordinatorError, match="another server took its transaction up"):
+        requests[late]()
+    second.commit_offsets(TID, pid, epoch, "g", {("in", 0): OffsetAndMetadata(3)})
+    second.end(TID, pid, epoch, commit=True)
+    assert _values(broker, "out", 0) == [b"a", b"b"] and broker.fetch_offsets("g")[("in", 0)].offset == 3
+    assert broker.transactions.get(TID).partitions == () and _staged_files(broker.root) == []
 
 
 def test_producers_not_heard_from_are_forgotten_their_state_kept_in_the_store(broker):
@@ -421,3 +541,20 @@ def test_maintenance_ends_a_transaction_its_server_left_behind(broker):
     assert _values(survivor, "out", 0) == [] and _staged_files(broker.root) == []
     with pytest.raises(UnknownProducerIdError):  # the producer, back, is told, and may recover
         TransactionCoordinator(survivor).add_partitions(TID, pid, epoch, [("out", 0)])
+
+
+def test_maintenance_keeps_the_staging_of_a_transaction_under_way_however_old(tmp_path):
+    """A transaction's staged batches are its own until it ends, however long since the last write
+    and whether or not its server is up: the server that takes it up commits them."""
+    clock = ManualClock(int(time.time() * 1000))  # the staged files' times are the real clock's
+    b = Broker(str(tmp_path / "store"), clock=clock)
+    b.create_topic("out", 2)
+    b.create_topic("in", 1)
+    c = TransactionCoordinator(b)
+    pid, epoch = _open(c, timeout_ms=900_000)
+    c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"a"))
+    clock.advance(SINK_LEASE_MS + 60_000)
+    b.maintenance(orphan_grace_ms=0)
+    restarted = _restarted(b)
+    restarted.end(TID, pid, epoch, commit=True)
+    assert _values(b, "out", 0) == [b"a"]

@@ -124,12 +124,14 @@ class Housekeeper:
 
     def _staging_by_batch(self, now: int, grace_ms: int) -> list[_StagedBatch]:
         """Each staged batch's files, and those that may go if its job is gone."""
+        # Read first: a transaction that begins after it has only fresh files when they are listed.
+        transactions = self._broker.transactions.staging_in_use()
         batches: dict[str, list[tuple[str, float]]] = {}
         for path, mtime in self._broker.fileio.walk_files(layout.STAGING_DIR):
             batches.setdefault(layout.staging_batch_of(path), []).append((path, mtime))
         out = []
         for directory, files in batches.items():
-            gone = now - max(m for _, m in files) * 1000 >= SINK_LEASE_MS
+            gone = now - max(m for _, m in files) * 1000 >= SINK_LEASE_MS and directory not in transactions
             expired = [path for path, mtime in files if gone and now - mtime * 1000 >= grace_ms]
             out.append(_StagedBatch(layout.staging_writer_of(directory), [path for path, _ in files], expired))
         return out

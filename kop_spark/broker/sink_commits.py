@@ -31,9 +31,11 @@ finds it all.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+import itertools
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from functools import partial
+from types import MappingProxyType
 from typing import TYPE_CHECKING, NamedTuple
 
 from .. import layout
@@ -41,7 +43,7 @@ from ..errors import BadVersionError, OrphanRemovedError, UnknownTopicOrPartitio
 from ..faults import crash_point
 from ..group.coordinator import OffsetAndMetadata
 from ..storage.metadata_store import Unchanged, update
-from ..storage.staging import StagedLedger, task_stager
+from ..storage.staging import LedgerStager, StagedLedger, staged_run, task_stager
 from ..topic_name import TopicPartition
 from .validation import StagedPartition
 
@@ -56,6 +58,24 @@ SINK_HEARTBEAT_MS = 10_000  # a task writing staged ledgers touches its director
 SINK_LEASE_MS = 60_000  # staged output with no heartbeat this long belongs to a job that is gone
 
 
+GroupOffsets = Mapping[str, Mapping[TopicPartition, OffsetAndMetadata]]  # by group
+
+
+def offsets_to_json(offsets: GroupOffsets) -> list[dict]:
+    return [
+        {"group": g, "topic": t, "partition": p, "offset": o.offset, "metadata": o.metadata}
+        for g, by_partition in sorted(offsets.items())
+        for (t, p), o in sorted(by_partition.items())
+    ]
+
+
+def offsets_from_json(entries: Iterable[dict]) -> dict[str, dict[TopicPartition, OffsetAndMetadata]]:
+    offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+    for e in entries:
+        offsets.setdefault(e["group"], {})[(e["topic"], e["partition"])] = OffsetAndMetadata(e["offset"], e["metadata"])
+    return offsets
+
+
 class SinkBatch(NamedTuple):
     """A writer's batch record: the staged ledgers of each partition, and the consumer offsets
     committed with them (a Kafka transaction's ``TxnOffsetCommit``), by group."""
@@ -66,7 +86,7 @@ class SinkBatch(NamedTuple):
     streaming: bool
     updated_ms: int
     partitions: dict[TopicPartition, tuple[StagedLedger, ...]]
-    offsets: Mapping[str, Mapping[TopicPartition, OffsetAndMetadata]] = {}
+    offsets: GroupOffsets = MappingProxyType({})
 
     def to_json(self) -> dict:
         out = {
@@ -80,11 +100,7 @@ class SinkBatch(NamedTuple):
             ],
         }
         if self.offsets:
-            out["offsets"] = [
-                {"group": g, "topic": t, "partition": p, "offset": o.offset, "metadata": o.metadata}
-                for g, offsets in sorted(self.offsets.items())
-                for (t, p), o in sorted(offsets.items())
-            ]
+            out["offsets"] = offsets_to_json(self.offsets)
         return out
 
     @classmethod
@@ -92,13 +108,8 @@ class SinkBatch(NamedTuple):
         partitions = {
             (e["topic"], e["partition"]): tuple(StagedLedger(*l) for l in e["ledgers"]) for e in value["partitions"]
         }
-        offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
-        for e in value.get("offsets", ()):
-            offsets.setdefault(e["group"], {})[(e["topic"], e["partition"])] = OffsetAndMetadata(
-                e["offset"], e["metadata"]
-            )
         state = (value["batch"], value["state"], value["streaming"], value["updated_ms"])
-        return cls(writer, *state, partitions, offsets)
+        return cls(writer, *state, partitions, offsets_from_json(value.get("offsets", ())))
 
     @property
     def ledgers(self) -> list[StagedLedger]:
@@ -151,18 +162,45 @@ class SinkCommits:
         self._store = broker.store
         self._clock = broker.clock
 
-    def stage(self, topic: str, partition: int, task_dir: str) -> StagedPartition:
+    def stage(
+        self,
+        topic: str,
+        partition: int,
+        task_dir: str,
+        ledger_id: Callable[[int], int] | None = None,
+        *,
+        durable: bool = False,
+        resume: bool = False,
+    ) -> StagedPartition:
         """Start staging ledgers for one partition, in ``task_dir`` (under the root), that no reader
-        sees until a commit appends them. A Spark task stages its output this way."""
+        sees until a commit appends them. A Spark task stages its output this way. ``ledger_id(n)``
+        names the n-th ledger (random by default); ``resume`` takes up those staged before under
+        the same names (``staged_run``); ``durable`` as ``StagedPartition``'s."""
         b = self._broker
         _, meta = b.admin.metadata(topic)
         log = b.admin.log(topic, partition, meta)  # checks the partition
         roll_mb = b.config["managedLedgerMaxSizePerLedgerMbytes"]
         if not b.fileio.supports_append:  # built in memory before they are written
             roll_mb = min(roll_mb, b.config["wholeLedgerMaxSizeMbytes"])
-        stager = partial(task_stager, b.fileio, log.ledger_path, task_dir)
+        sealed = staged_run(b.fileio, log.ledger_path, task_dir, ledger_id) if resume and ledger_id else []
+        names = itertools.count(len(sealed))
+
+        def stager() -> LedgerStager:
+            named = None if ledger_id is None else ledger_id(next(names))
+            return task_stager(b.fileio, log.ledger_path, task_dir, named)
+
         config = b.config.topic_config(meta.get("config"))
-        return StagedPartition(topic, partition, stager, roll_mb << 20, config, self._clock)
+        return StagedPartition(
+            topic,
+            partition,
+            stager,
+            roll_mb << 20,
+            config,
+            self._clock,
+            b.fileio.delete,
+            durable=durable,
+            sealed=sealed,
+        )
 
     def commit(
         self,
@@ -171,7 +209,7 @@ class SinkCommits:
         staged: Mapping[TopicPartition, Sequence[StagedLedger]],
         *,
         streaming: bool,
-        offsets: Mapping[str, Mapping[TopicPartition, OffsetAndMetadata]] | None = None,
+        offsets: GroupOffsets | None = None,
     ) -> SinkBatch | None:
         """Commit ``staged`` as ``writer``'s ``batch``, with groups' ``offsets``, or complete the
         record of that batch if an earlier run made one. Returns the batch applied, or None if it
@@ -187,7 +225,7 @@ class SinkCommits:
         batch: int,
         staged: Mapping[TopicPartition, Sequence[StagedLedger]],
         streaming: bool,
-        offsets: Mapping[str, Mapping[TopicPartition, OffsetAndMetadata]],
+        offsets: GroupOffsets,
     ) -> SinkBatch | None:
         partitions = {tp: tuple(ls) for tp, ls in staged.items() if any(l.records for l in ls)}
         record = SinkBatch(writer, batch, COMMITTING, streaming, self._clock.now_ms(), partitions, offsets)

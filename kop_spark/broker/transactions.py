@@ -21,7 +21,10 @@ told so (UNKNOWN_PRODUCER_ID) rather than fenced, and may recover with InitProdu
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import layout
@@ -29,16 +32,18 @@ from ..errors import (
     BadVersionError,
     ConcurrentTransactionsError,
     InvalidProducerIdMappingError,
+    InvalidTxnStateError,
+    NotCoordinatorError,
     ProducerFencedError,
     UnknownProducerIdError,
 )
 from ..group.coordinator import OffsetAndMetadata
 from ..storage.metadata_store import Unchanged, update
-from ..storage.producer_state import ProducerEntry, check_producers
-from ..storage.staging import StagedLedger
+from ..storage.producer_state import BATCHES_RETAINED, ProducerEntry, check_producers
+from ..storage.staging import StagedLedger, last_batches
 from ..topic_name import TopicPartition
 from .producer_batches import next_producer_id
-from .sink_commits import COMMITTING, SINK_LEASE_MS
+from .sink_commits import COMMITTING, SINK_LEASE_MS, GroupOffsets, offsets_from_json, offsets_to_json
 from .validation import StagedPartition, checked_batches
 
 if TYPE_CHECKING:
@@ -52,7 +57,8 @@ _MAX_EPOCH = 32767  # an int16: past it, the id gets a new producer id at epoch 
 
 
 class TransactionState(NamedTuple):
-    """A transactional id's durable state."""
+    """A transactional id's durable state, and its transaction under way: when it began, the
+    partitions and groups added to it, the offsets sent for them (Kafka's transaction log)."""
 
     transactional_id: str
     producer_id: int
@@ -62,13 +68,25 @@ class TransactionState(NamedTuple):
     transaction: int  # the current transaction's number, or the last one's
     updated_ms: int
     lost_epoch: int = -1  # the epoch whose transaction a server lost: its producer may recover
+    began_ms: int = -1  # when the transaction under way began; -1 where an older version wrote it
+    partitions: tuple[TopicPartition, ...] = ()
+    groups: tuple[str, ...] = ()
+    offsets: GroupOffsets = MappingProxyType({})
+    holder: str = ""  # the server (its transaction coordinator) that holds the transaction under way
 
     def to_json(self) -> dict[str, Any]:
-        return self._asdict()
+        out = self._asdict()
+        out["partitions"] = [list(tp) for tp in self.partitions]
+        out["groups"] = list(self.groups)
+        out["offsets"] = offsets_to_json(self.offsets)
+        return out
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> TransactionState:
-        return cls(**value)
+        fields = {**value, "offsets": offsets_from_json(value.get("offsets", ()))}
+        fields["partitions"] = tuple((t, p) for t, p in value.get("partitions", ()))
+        fields["groups"] = tuple(value.get("groups", ()))
+        return cls(**fields)
 
     @property
     def writer(self) -> str:
@@ -115,6 +133,13 @@ class TransactionPartition:
         checked = checked_batches(self._broker, self.topic, self.partition, batches, None)
         self._staged.append_checked(checked.batches, checked.now)
         sequences.update(followed)
+
+    def sequences(self) -> ProducerSequences:
+        """The producers' last batches as staged here (by a server that stopped, when taken up)."""
+        sequences: ProducerSequences = {}
+        batches = last_batches(self._broker.fileio, self._staged.sealed, BATCHES_RETAINED)
+        check_producers(sequences, batches, f"{self.topic}-{self.partition}", -1, self._broker.clock.now_ms())
+        return sequences
 
     def finish(self) -> tuple[StagedLedger, ...]:
         return self._staged.finish()
@@ -180,26 +205,53 @@ class Transactions:
 
         return self._change(transactional_id, bump)
 
-    def begin(self, transactional_id: str, producer_id: int, epoch: int) -> TransactionState:
-        """Start the id's next transaction (Ongoing); the state as it is if one is under way."""
+    def begin(self, transactional_id: str, producer_id: int, epoch: int, holder: str) -> TransactionState:
+        """Start the id's next transaction (Ongoing), held by ``holder``; the state as it is if one
+        is under way."""
 
         def begin(old: TransactionState | None) -> TransactionState:
             owner = _owned(transactional_id, old, producer_id, epoch)
             if owner.state == ONGOING:
                 raise Unchanged
-            return owner._replace(state=ONGOING, transaction=owner.transaction + 1)
+            now = self._clock.now_ms()
+            return owner._replace(state=ONGOING, transaction=owner.transaction + 1, began_ms=now, holder=holder)
 
         return self._change(transactional_id, begin)
 
-    def commit(
+    def add(
         self,
         state: TransactionState,
-        staged: Mapping[TopicPartition, Sequence[StagedLedger]],
-        offsets: Mapping[str, Mapping[TopicPartition, OffsetAndMetadata]],
+        partitions: Sequence[TopicPartition] = (),
+        group: str | None = None,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None,
     ) -> TransactionState:
-        """Commit the Ongoing transaction of ``state``: its staged ledgers and its groups' offsets,
-        all or nothing; run again after a failure, it completes what the first run recorded."""
-        _owned(state.transactional_id, self.get(state.transactional_id), state.producer_id, state.epoch)
+        """Record partitions, a group, or offsets of a group sent (TxnOffsetCommit) in the Ongoing
+        transaction of ``state``, so that a server taking it up knows them."""
+
+        def add(old: TransactionState | None) -> TransactionState:
+            owner = _ongoing(state, old)
+            groups, sent = owner.groups, owner.offsets
+            if group is not None:
+                groups = tuple(dict.fromkeys((*groups, group)))
+                if offsets:
+                    sent = {**sent, group: {**sent.get(group, {}), **offsets}}
+            added = tuple(dict.fromkeys((*owner.partitions, *partitions)))
+            if (added, groups, sent) == (owner.partitions, owner.groups, owner.offsets):
+                raise Unchanged
+            return owner._replace(partitions=added, groups=groups, offsets=sent)
+
+        return self._change(state.transactional_id, add)
+
+    def commit(
+        self, state: TransactionState, staging: Mapping[TopicPartition, TransactionPartition]
+    ) -> TransactionState:
+        """Commit the Ongoing transaction of ``state``: what ``staging`` staged and the offsets sent
+        for its groups, all or nothing; run again after a failure, it completes what the first run
+        recorded."""
+        found = _owned(state.transactional_id, self.get(state.transactional_id), state.producer_id, state.epoch)
+        _check_holder(state, found)
+        offsets = found.offsets  # none once complete: a run again after that records nothing
+        staged = {tp: p.finish() for tp, p in staging.items()}
         sinks = self._broker.sink_commits
         sinks.commit(state.writer, state.transaction, staged, streaming=True, offsets=offsets)
         sinks.remove_staged(state.writer, state.transaction)
@@ -220,6 +272,9 @@ class Transactions:
         condemned first, so that a commit still in flight somewhere fails rather than record
         ledgers that are being deleted; a server holding the transaction needs no such guard."""
         sinks = self._broker.sink_commits
+        found = self.get(state.transactional_id)
+        if found is not None:
+            _check_holder(state, found)
         if lost:
             staged = self._broker.fileio.walk_files(layout.staging_dir(state.writer, state.transaction))
             sinks.condemn(state.writer, {i for i in (layout.staged_ledger_id(p) for p, _ in staged) if i is not None})
@@ -234,20 +289,44 @@ class Transactions:
     def _complete(self, state: TransactionState, outcome: str, *, fence: bool, lost: bool = False) -> TransactionState:
         def complete(old: TransactionState | None) -> TransactionState:
             owner = _owned(state.transactional_id, old, state.producer_id, state.epoch)
+            _check_holder(state, owner)
             if (owner.state, owner.transaction) != (ONGOING, state.transaction):
                 raise Unchanged
+            done = owner._replace(state=outcome, began_ms=-1, partitions=(), groups=(), offsets={})
             if not fence or owner.epoch >= _MAX_EPOCH:
-                return owner._replace(state=outcome)
+                return done
             # A lost transaction is no fault of its producer's: it is told so, not fenced.
-            return owner._replace(state=outcome, epoch=owner.epoch + 1, lost_epoch=owner.epoch if lost else -1)
+            return done._replace(epoch=owner.epoch + 1, lost_epoch=owner.epoch if lost else -1)
 
         return self._change(state.transactional_id, complete)
 
-    def stage(self, state: TransactionState, topic: str, partition: int) -> TransactionPartition:
-        """Start staging a partition's batches for the Ongoing transaction of ``state``."""
+    def stage(
+        self, state: TransactionState, topic: str, partition: int, *, resume: bool = False
+    ) -> TransactionPartition:
+        """Start staging a partition's batches for the Ongoing transaction of ``state``, each produce
+        durable before it is answered; ``resume``: go on from what a server that stopped staged."""
         task_dir = layout.staging_task_dir(state.writer, state.transaction, "producer")
-        staged = self._broker.sink_commits.stage(topic, partition, task_dir)
+        staged = self._broker.sink_commits.stage(
+            topic, partition, task_dir, partial(_ledger_id, state, (topic, partition)), durable=True, resume=resume
+        )
         return TransactionPartition(self._broker, topic, partition, staged)
+
+    def take_up(self, state: TransactionState, holder: str) -> TransactionState | None:
+        """The Ongoing transaction of ``state``, which the server that held it left, now held by
+        ``holder`` to go on with (``stage`` each partition with ``resume``). None if it is not to
+        go on: begun by an older version, which did not record it so, or its commit recorded."""
+        if state.began_ms < 0 or self.recorded(state):
+            return None
+
+        def take(old: TransactionState | None) -> TransactionState:
+            return _ongoing(state, old)._replace(holder=holder)
+
+        return self._change(state.transactional_id, take)
+
+    def staging_in_use(self) -> set[str]:
+        """The staging directories of the transactions under way, which are theirs however long
+        since their last write, until they end (``expire`` ends those their servers left)."""
+        return {layout.staging_dir(s.writer, s.transaction) for s in self.states() if s.state == ONGOING}
 
     def states(self) -> list[TransactionState]:
         """Every transactional id's state (``kop transactions list``)."""
@@ -272,6 +351,36 @@ class Transactions:
                         self._store.put(key, None, current.version)
                     except BadVersionError:
                         pass  # changed meanwhile: in use
+
+
+def _ledger_id(state: TransactionState, tp: TopicPartition, n: int) -> int:
+    """The n-th ledger a transaction stages for a partition: named after the transaction, so that a
+    server taking the transaction up finds it. A producer id is never given twice, so no other
+    ledger is ever named so (63 bits, as ``new_ledger_id``'s)."""
+    name = f"{state.writer}/{state.producer_id}/{state.epoch}/{state.transaction}/{tp[0]}/{tp[1]}/{n}"
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big") >> 1
+
+
+def _ongoing(state: TransactionState, found: TransactionState | None) -> TransactionState:
+    """``found``, the id's state in the store, if it is still ``state``'s transaction under way, held
+    by the same server."""
+    owner = _owned(state.transactional_id, found, state.producer_id, state.epoch)
+    if (owner.state, owner.transaction) != (ONGOING, state.transaction):
+        raise InvalidTxnStateError(
+            f"transactional id {state.transactional_id!r}: transaction {state.transaction} is no longer under way"
+        )
+    _check_holder(state, owner)
+    return owner
+
+
+def _check_holder(state: TransactionState, found: TransactionState) -> None:
+    """Refuse a change to ``state``'s transaction under way by its server once another server took
+    it up (``found``: the id's state in the store)."""
+    if (found.state, found.transaction) == (ONGOING, state.transaction) and found.holder != state.holder:
+        raise NotCoordinatorError(
+            f"transactional id {state.transactional_id!r}: another server took its transaction up; find the "
+            f"coordinator again"
+        )
 
 
 def _owned(transactional_id: str, state: TransactionState | None, producer_id: int, epoch: int) -> TransactionState:

@@ -113,7 +113,9 @@ class StagedPartition:
     """A partition's share of a task's output, written to staged ledgers (see ``Broker.stage``),
     checked as produced batches are: size, keys on compacted topics, LogAppendTime stamping. A
     ledger that reaches ``roll_bytes`` is sealed and the next append starts another, so a large
-    output never has to be held whole where ledgers are built in memory."""
+    output never has to be held whole where ledgers are built in memory. ``durable``: each append
+    is durable when it returns (a transaction's produce, which a restarted server takes up again):
+    synced, or sealed where ledgers are written whole. ``sealed``: ledgers staged before."""
 
     def __init__(
         self,
@@ -123,15 +125,21 @@ class StagedPartition:
         roll_bytes: int,
         topic_config: TopicConfig,
         clock: Clock,
+        delete: Callable[[str], None],
+        *,
+        durable: bool = False,
+        sealed: Sequence[StagedLedger] = (),
     ):
         self.topic = topic
         self.partition = partition
         self._new_stager = new_stager
         self._roll_bytes = roll_bytes
         self._stager: LedgerStager | None = None
-        self._sealed: list[tuple[LedgerStager, StagedLedger]] = []
+        self._sealed = list(sealed)
         self._config = topic_config
         self._clock = clock
+        self._delete = delete
+        self._durable = durable
 
     def append(self, batches: Sequence[bytes | memoryview]) -> None:
         """Stage batches as the ledger's next entries (copied: the caller may reuse their memory)."""
@@ -161,19 +169,31 @@ class StagedPartition:
                 batches = batches[fit:]
             if batches or self._stager.length >= self._roll_bytes:
                 self._seal()
+        if self._durable and self._stager is not None:
+            if self._stager.appendable:
+                self._stager.sync()
+            else:
+                self._seal()
 
     def _seal(self) -> None:
         if self._stager is not None:
-            self._sealed.append((self._stager, self._stager.finish()))
+            self._sealed.append(self._stager.finish())
             self._stager = None
+
+    @property
+    def sealed(self) -> tuple[StagedLedger, ...]:
+        """The ledgers sealed so far, in order."""
+        return tuple(self._sealed)
 
     def finish(self) -> tuple[StagedLedger, ...]:
         """The staged ledgers, sealed, in order."""
         self._seal()
-        return tuple(ledger for _, ledger in self._sealed)
+        return tuple(self._sealed)
 
     def discard(self) -> None:
         """Remove whatever was staged (a failed task attempt leaves nothing behind)."""
-        for stager in [s for s, _ in self._sealed] + ([self._stager] if self._stager else []):
-            stager.discard()
+        if self._stager is not None:
+            self._stager.discard()
+        for ledger in self._sealed:
+            self._delete(ledger.file)
         self._sealed, self._stager = [], None

@@ -27,6 +27,7 @@ _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (errors.ProducerFencedError, ErrorCode.producer_fenced),
     (errors.UnknownProducerIdError, ErrorCode.unknown_producer_id),
     (errors.InvalidTxnStateError, ErrorCode.invalid_txn_state),
+    (errors.NotCoordinatorError, ErrorCode.not_coordinator),
     (errors.InvalidProducerIdMappingError, ErrorCode.invalid_producer_id_mapping),
     (errors.InvalidTransactionTimeoutError, ErrorCode.invalid_transaction_timeout),
     (errors.ConcurrentTransactionsError, ErrorCode.concurrent_transactions),

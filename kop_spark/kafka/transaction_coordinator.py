@@ -1,15 +1,17 @@
 """The transaction coordinator of ``kop serve`` (Kafka's ``TransactionCoordinator``): what a
 transactional producer's requests do, over the durable states of ``broker.transactions``.
 
-The server holds each transaction under way: the partitions added (each staging its batches),
-the groups added and the offsets sent for them, when it began. Like group membership, that is the
-server's own state: a transactional id is served by one ``kop serve`` at a time. A transaction
-that outlives its ``transaction.timeout.ms`` is aborted and its producer fenced (its epoch bumped),
-as Kafka does. One the server finds Ongoing that it does not hold, left by a server that stopped
-(its staged batches may be incomplete), is aborted too, unless its commit was recorded, which then
-completes; but its producer is told UNKNOWN_PRODUCER_ID, not fenced, since it did nothing wrong:
-clients with KIP-360 abort, bump their epoch with InitProducerId and go on. Sequence numbers are checked per partition as for idempotent producers, within the
-server's life: a batch sent again is not staged twice.
+A transaction's partitions, groups and offsets are recorded as they are added, and every produce
+is durable before it is answered, so a transaction survives its server: the next server (this
+one restarted, or another over the same store) takes it up at its producer's next request and
+goes on, as a Kafka broker's successor does. Meanwhile the server holds each transaction under way
+it began or took up: its partitions' staging and the producers' sequences there, so that a batch
+sent again is not staged twice. A transactional id is served by one ``kop serve`` at a time. A
+transaction that outlives its ``transaction.timeout.ms`` is aborted and its producer fenced (its
+epoch bumped), as Kafka does. One that cannot be taken up (begun by an older version, or a staged
+ledger damaged) is aborted too, unless its commit was recorded, which then completes; but its
+producer is told UNKNOWN_PRODUCER_ID, not fenced, since it did nothing wrong: clients with KIP-360
+abort, bump their epoch with InitProducerId and go on.
 
 Produced batches get offsets only when the transaction commits, so a produce answers offset -1,
 as Kafka answers ``acks=0``.
@@ -18,10 +20,11 @@ as Kafka answers ``acks=0``.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
-from collections.abc import Iterable, Mapping
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from ..broker import Broker, OffsetAndMetadata
 from ..broker.transactions import (
@@ -33,21 +36,17 @@ from ..broker.transactions import (
     TransactionState,
 )
 from ..errors import (
+    CorruptRecordError,
     InvalidProducerIdMappingError,
     InvalidRecordError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
+    NotCoordinatorError,
 )
 from ..record import RecordBatch, split_batches
 from ..topic_name import TopicPartition
 
-
-class TransactionView(NamedTuple):
-    """A transactional id as DescribeTransactions tells it."""
-
-    state: TransactionState
-    start_ms: int  # when its transaction under way began, else -1
-    partitions: list[TopicPartition]  # that transaction's, as far as this server holds it
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -57,15 +56,18 @@ class _Producer:
     state: TransactionState
     lock: threading.Lock = field(default_factory=threading.Lock)
     sequences: dict[TopicPartition, ProducerSequences] = field(default_factory=dict)
-    partitions: dict[TopicPartition, TransactionPartition] = field(default_factory=dict)
-    offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = field(default_factory=dict)
-    began_ms: int = 0
+    staging: dict[TopicPartition, TransactionPartition] = field(default_factory=dict)
+    holds: bool = False  # whether its transaction under way, if any, was begun or taken up here
     used_ms: int = 0  # when its producer was last heard from
 
     def reset(self, state: TransactionState) -> None:
-        """Take ``state``, holding no transaction's partitions or offsets."""
+        """Take ``state``, holding no transaction's partitions."""
         self.state = state
-        self.partitions, self.offsets = {}, {}
+        self.staging, self.sequences, self.holds = {}, {}, True
+
+    def take_up(self, staging: dict[TopicPartition, TransactionPartition]) -> None:
+        self.staging, self.holds = staging, True
+        self.sequences = {tp: p.sequences() for tp, p in staging.items()}
 
 
 class TransactionCoordinator:
@@ -75,6 +77,7 @@ class TransactionCoordinator:
         self._clock = broker.clock
         self._max_timeout_ms = broker.config["transaction.max.timeout.ms"]
         self._producers: dict[str, _Producer] = {}
+        self._holder = uuid.uuid4().hex  # who holds the transactions this server begins or takes up
         self._lock = threading.Lock()
 
     def init_producer_id(
@@ -89,14 +92,14 @@ class TransactionCoordinator:
         with self._lock:
             held = self._producers.get(transactional_id)
         if held is not None:
-            with held.lock:
+            with self._holding(held):
                 if current is not None:  # a stale instance's request changes nothing
                     held.state.check_owner(*current, recovering=True)
-                if held.state.state == ONGOING and held.began_ms:  # else a lost one: ended below
+                if held.state.state == ONGOING and held.holds:  # else ended below
                     held.reset(self._transactions.end(held.state))
         state = self._transactions.init_producer_id(transactional_id, timeout_ms, current)
         with self._lock:
-            self._producers[transactional_id] = _Producer(state)
+            self._producers[transactional_id] = _Producer(state, holds=True)
         return state.producer_id, state.epoch
 
     def _held(self, transactional_id: str) -> _Producer:
@@ -113,42 +116,72 @@ class TransactionCoordinator:
             return self._producers.setdefault(transactional_id, _Producer(state))
 
     def _owned(self, held: _Producer, producer_id: int, epoch: int) -> None:
-        """Check the producer's ownership, ending first a transaction this server lost or that timed out."""
-        held.used_ms = self._clock.now_ms()
+        """Check the producer's ownership, first taking up a transaction a server that stopped
+        held, and ending one past its timeout."""
+        held.used_ms = now = self._clock.now_ms()
+        if held.state.state == ONGOING and not held.holds:
+            self._take_up(held)
         state = held.state
-        lost = not held.began_ms  # Ongoing in the store, but begun by a server that is gone
-        if state.state == ONGOING and (lost or self._clock.now_ms() - held.began_ms > state.timeout_ms):
-            held.reset(self._transactions.end(state, fence=True, lost=lost))
+        if state.state == ONGOING and now - state.began_ms > state.timeout_ms:
+            held.reset(self._transactions.end(state, fence=True))
         held.state.check_owner(producer_id, epoch)
+
+    def _take_up(self, held: _Producer) -> None:
+        """Go on with a transaction the store has Ongoing that no server here began: its server
+        stopped, having made every produce it answered durable. One it cannot go on with (begun
+        by an older version, or a staged ledger damaged) is lost: aborted, its producer told so;
+        one whose commit was recorded is completed."""
+        taken = self._transactions.take_up(held.state, self._holder)
+        if taken is not None:
+            held.state = taken
+            try:
+                held.take_up({tp: self._transactions.stage(taken, *tp, resume=True) for tp in taken.partitions})
+                return
+            except CorruptRecordError as e:
+                log.error("transactional id %r: its transaction is lost, and aborted: %s", taken.transactional_id, e)
+        held.reset(self._transactions.end(held.state, fence=True, lost=True))
 
     def _begin(self, held: _Producer) -> None:
         if held.state.state != ONGOING:
-            held.reset(self._transactions.begin(held.state.transactional_id, held.state.producer_id, held.state.epoch))
-            held.began_ms = self._clock.now_ms()
+            state = held.state
+            held.reset(self._transactions.begin(state.transactional_id, state.producer_id, state.epoch, self._holder))
+
+    @contextlib.contextmanager
+    def _holding(self, held: _Producer) -> Iterator[None]:
+        """Serve a request of ``held``'s producer; if another server took the transaction up
+        meanwhile, this one lets it go, to read it again at the next request."""
+        with held.lock:
+            try:
+                yield
+            except NotCoordinatorError:
+                held.state = self._transactions.get(held.state.transactional_id) or held.state
+                held.staging, held.sequences, held.holds = {}, {}, False
+                raise
 
     def add_partitions(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition]
     ) -> None:
         """AddPartitionsToTxn: all the partitions, or none if one cannot be (the error says which)."""
         held = self._held(transactional_id)
-        with held.lock:
+        with self._holding(held):
             self._owned(held, producer_id, epoch)
-            wanted = [tp for tp in dict.fromkeys(partitions) if tp not in held.partitions]
+            wanted = [tp for tp in dict.fromkeys(partitions) if tp not in held.staging]
             admin = self._broker.admin
             metas = {topic: admin.metadata(topic)[1] for topic, _ in wanted}
             for topic, p in wanted:
                 admin.check_partition(topic, p, metas[topic])
             self._begin(held)
+            held.state = self._transactions.add(held.state, partitions=wanted)
             for topic, p in wanted:
-                held.partitions[(topic, p)] = self._transactions.stage(held.state, topic, p)
+                held.staging[(topic, p)] = self._transactions.stage(held.state, topic, p)
 
     def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group: str) -> None:
         """AddOffsetsToTxn: the group's offsets may be sent with TxnOffsetCommit."""
         held = self._held(transactional_id)
-        with held.lock:
+        with self._holding(held):
             self._owned(held, producer_id, epoch)
             self._begin(held)
-            held.offsets.setdefault(group, {})
+            held.state = self._transactions.add(held.state, group=group)
 
     def commit_offsets(
         self,
@@ -160,13 +193,13 @@ class TransactionCoordinator:
     ) -> None:
         """TxnOffsetCommit: offsets the group gets if the transaction commits."""
         held = self._held(transactional_id)
-        with held.lock:
+        with self._holding(held):
             self._owned(held, producer_id, epoch)
-            if held.state.state != ONGOING or group not in held.offsets:
+            if held.state.state != ONGOING or group not in held.state.groups:
                 raise InvalidTxnStateError(
                     f"transactional id {transactional_id!r}: offsets of group {group!r} sent before AddOffsetsToTxn"
                 )
-            held.offsets[group].update(offsets)
+            held.state = self._transactions.add(held.state, group=group, offsets=offsets)
 
     def produce(self, transactional_id: str, topic: str, partition: int, records: bytes) -> None:
         """A transactional produce to one partition: staged, or not again if it was a retry."""
@@ -176,12 +209,12 @@ class TransactionCoordinator:
         views = [RecordBatch(b) for b in batches]
         if not views:
             raise InvalidRecordError(f"{where}: no record batches given")
-        with held.lock:
+        with self._holding(held):
             for v in views:
                 if not v.is_transactional:
                     raise InvalidRecordError(f"{where}: a batch without the transactional flag")
                 self._owned(held, v.producer_id, v.producer_epoch)
-            staged = held.partitions.get((topic, partition))
+            staged = held.staging.get((topic, partition))
             if held.state.state != ONGOING or staged is None:
                 raise InvalidTxnStateError(f"{where}: the partition was not added to the transaction")
             staged.append(batches, held.sequences.setdefault((topic, partition), {}))
@@ -189,7 +222,7 @@ class TransactionCoordinator:
     def end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
         """EndTxn: commit or abort. Sent again after it succeeded, it succeeds again."""
         held = self._held(transactional_id)
-        with held.lock:
+        with self._holding(held):
             self._owned(held, producer_id, epoch)
             state = held.state
             if state.state != ONGOING:
@@ -212,8 +245,9 @@ class TransactionCoordinator:
     def _commit(self, held: _Producer) -> None:
         state = held.state
         try:
-            staged = {tp: p.finish() for tp, p in held.partitions.items()}
-            held.reset(self._transactions.commit(state, staged, held.offsets))
+            held.reset(self._transactions.commit(state, held.staging))
+        except NotCoordinatorError:
+            raise  # the transaction is another server's now
         except BaseException:
             # Not recorded, nothing is decided, and a staged ledger may be half sealed: the
             # transaction can only be aborted (the client is told the error, and aborts).
@@ -232,9 +266,9 @@ class TransactionCoordinator:
         aborted = 0
         now = self._clock.now_ms()
         for transactional_id, held in producers:
-            with held.lock:
+            with contextlib.suppress(NotCoordinatorError), self._holding(held):
                 state = held.state
-                if state.state == ONGOING and held.began_ms and now - held.began_ms > state.timeout_ms:
+                if state.state == ONGOING and held.holds and now - state.began_ms > state.timeout_ms:
                     held.reset(self._transactions.end(state, fence=True))
                     aborted += 1
                 elif state.state != ONGOING and now - held.used_ms > self._max_timeout_ms:
@@ -243,24 +277,13 @@ class TransactionCoordinator:
                             del self._producers[transactional_id]
         return aborted
 
-    def describe(self, transactional_ids: Iterable[str] | None = None) -> list[TransactionView]:
+    def describe(self, transactional_ids: Iterable[str] | None = None) -> list[TransactionState]:
         """DescribeTransactions and ListTransactions: each id's state (all of them by default;
-        those unknown left out), with what the server holds of its transaction under way."""
-        with self._lock:
-            held = dict(self._producers)
+        those unknown left out)."""
         if transactional_ids is None:
-            states = self._transactions.states()
-        else:  # read those asked for, not every id
-            states = [s for s in map(self._transactions.get, dict.fromkeys(transactional_ids)) if s is not None]
-        out = []
-        for state in states:
-            mine = held.get(state.transactional_id)
-            if mine is not None and mine.state.epoch >= state.epoch:
-                state = mine.state
-            ongoing = state.state == ONGOING
-            partitions = sorted(mine.partitions) if mine is not None and ongoing else []
-            out.append(TransactionView(state, state.updated_ms if ongoing else -1, partitions))
-        return out
+            return self._transactions.states()
+        # read those asked for, not every id
+        return [s for s in map(self._transactions.get, dict.fromkeys(transactional_ids)) if s is not None]
 
     def __len__(self) -> int:
         """How many transactional ids the server holds."""

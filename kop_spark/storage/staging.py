@@ -1,5 +1,7 @@
-"""Staged ledgers: sealed ledgers written outside any partition (by Spark tasks), which a partition
-later takes whole, in the one CAS that gives them offsets (``ManagedLedger.append_ledgers``)."""
+"""Staged ledgers: sealed ledgers written outside any partition (by Spark tasks, by Kafka
+transactions), which a partition later takes whole, in the one CAS that gives them offsets
+(``ManagedLedger.append_ledgers``). A transaction's outlive the server that wrote them: the next
+takes them up (``staged_run``)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import NamedTuple
 from ..layout import staged_ledger_file, staged_marker_file
 from ..record import RecordBatch
 from .fileio import FileIO
-from .ledger import LedgerWriter
+from .ledger import FILE_HEADER, LedgerWriter, recover
 from .ledger_entry import EntryInfo
 from .ledger_metadata import LedgerRecord
 
@@ -61,6 +63,15 @@ class LedgerStager:
             self._rows += self._writer.append(batches, self._records, broker_timestamp)
             self._records = self._rows[-1].relative_index + RecordBatch(batches[-1]).offset_span
 
+    @property
+    def appendable(self) -> bool:
+        """Whether ``sync`` makes what was appended durable and more may follow; else only
+        ``finish`` stores the ledger, written whole."""
+        return self._fileio.supports_append
+
+    def sync(self) -> None:
+        self._writer.sync()
+
     def finish(self) -> StagedLedger:
         length = self._writer.seal(self._rows, self._records)
         self._writer.close()
@@ -85,14 +96,72 @@ def sealed_ledger(
     return stager.finish()
 
 
-def task_stager(fileio: FileIO, ledger_path: Callable[[int], str], task_dir: str) -> LedgerStager:
+def task_stager(
+    fileio: FileIO, ledger_path: Callable[[int], str], task_dir: str, ledger_id: int | None = None
+) -> LedgerStager:
     """A ledger a task stages for a partition: in ``task_dir``, to be moved in when it is appended;
     on an object store (no rename) at its final name ``ledger_path(id)``, where it will stay, named
     first by a marker in ``task_dir`` (maintenance takes an unreferenced ledger for an orphan unless
     a marker names it, and deletes a gone job's marked ledgers only once it has condemned them)."""
-    ledger_id = new_ledger_id()
+    ledger_id = new_ledger_id() if ledger_id is None else ledger_id
+    path = staged_path(fileio, ledger_path, task_dir, ledger_id)
     if fileio.supports_append:  # written whole and read only once appended: around the page cache
-        return LedgerStager(fileio, staged_ledger_file(task_dir, f"{ledger_id:x}"), ledger_id, direct=True)
-    path = ledger_path(ledger_id)
+        return LedgerStager(fileio, path, ledger_id, direct=True)
     fileio.write_whole(staged_marker_file(task_dir, ledger_id), b"")
     return LedgerStager(fileio, path, ledger_id)
+
+
+def staged_path(fileio: FileIO, ledger_path: Callable[[int], str], task_dir: str, ledger_id: int) -> str:
+    """Where ``task_stager`` writes ledger ``ledger_id``."""
+    return staged_ledger_file(task_dir, f"{ledger_id:x}") if fileio.supports_append else ledger_path(ledger_id)
+
+
+def reseal(fileio: FileIO, path: str) -> StagedLedger | None:
+    """A staged ledger its writer left behind, as it stands: sealed already, or sealed now after its
+    last whole entry (what follows was never synced, so never acknowledged). None if it has no
+    entry (no file, not even a header, or nothing after it)."""
+    if not fileio.exists(path) or fileio.size(path) < FILE_HEADER.size:
+        return None
+    found = recover(fileio, path)
+    if not found.entries:
+        return None
+    last = found.entries[-1]
+    records = last.relative_index + last.offset_span
+    length = found.file_length
+    if not found.sealed:
+        writer = LedgerWriter.reopen(fileio, path, found.ledger_id, found.valid_length)
+        try:
+            length = writer.seal(found.rows, records)
+        finally:
+            writer.close()
+    max_ts = max(r.max_timestamp for r in found.rows)
+    return StagedLedger(path, found.ledger_id, len(found.rows), records, length, max_ts)
+
+
+def staged_run(
+    fileio: FileIO, ledger_path: Callable[[int], str], task_dir: str, ledger_id: Callable[[int], int]
+) -> list[StagedLedger]:
+    """The ledgers a writer that stopped staged with ``task_stager``, the n-th named
+    ``ledger_id(n)``: those it wrote, each sealed (``reseal``), up to the first it had not. What
+    it began of that one (a marker, a file with no entry) is removed, so it may be staged afresh."""
+    found: list[StagedLedger] = []
+    while True:
+        named = ledger_id(len(found))
+        path = staged_path(fileio, ledger_path, task_dir, named)
+        ledger = reseal(fileio, path)
+        if ledger is None:
+            fileio.delete(path)
+            if not fileio.supports_append:
+                fileio.delete(staged_marker_file(task_dir, named))
+            return found
+        found.append(ledger)
+
+
+def last_batches(fileio: FileIO, ledgers: Sequence[StagedLedger], count: int) -> list[bytes]:
+    """The last ``count`` batches (or fewer) of staged ``ledgers``, in order."""
+    batches: list[bytes] = []
+    for ledger in reversed(ledgers):
+        if len(batches) >= count:
+            break
+        batches[:0] = [bytes(e.batch) for e in recover(fileio, ledger.file).entries]
+    return batches[-count:]

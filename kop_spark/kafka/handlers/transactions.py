@@ -12,12 +12,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...broker.transactions import STATES
+from ...broker.transactions import STATES, TransactionState
 from ...errors import ProducerFencedError
 from ..context import ServerContext
 from ..error_codes import error_code
 from ..messages import RequestHeader, make, response_module
-from ..transaction_coordinator import TransactionView
 from .offsets import commit_answers, requested_offsets
 
 # The first version of each API whose client knows PRODUCER_FENCED.
@@ -137,7 +136,7 @@ async def end_txn(ctx: ServerContext, header: RequestHeader, request: Any) -> An
 async def describe_transactions(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
     allowed = [t for t in request.transactional_ids if ctx.allowed(header, "Describe", "TransactionalId", t)]
-    found = {v.state.transactional_id: v for v in await ctx.call(ctx.transactions.describe, allowed)}
+    found = {v.transactional_id: v for v in await ctx.call(ctx.transactions.describe, allowed)}
 
     def state(tid: str) -> Any:
         if tid in found:
@@ -160,19 +159,19 @@ async def describe_transactions(ctx: ServerContext, header: RequestHeader, reque
     return make(m.DescribeTransactionsResponse, throttle_time=_NONE, transaction_states=states)
 
 
-def _described(m: Any, view: TransactionView) -> Any:
+def _described(m: Any, state: TransactionState) -> Any:
     by_topic: dict[str, list[int]] = {}
-    for topic, p in view.partitions:
+    for topic, p in sorted(state.partitions):
         by_topic.setdefault(topic, []).append(p)
     return make(
         m.TransactionState,
         error_code=ErrorCode.none,
-        transactional_id=view.state.transactional_id,
-        transaction_state=view.state.state,
-        transaction_timeout=datetime.timedelta(milliseconds=view.state.timeout_ms),
-        transaction_start_time=_time(view.start_ms),
-        producer_id=view.state.producer_id,
-        producer_epoch=view.state.epoch,
+        transactional_id=state.transactional_id,
+        transaction_state=state.state,
+        transaction_timeout=datetime.timedelta(milliseconds=state.timeout_ms),
+        transaction_start_time=_time(state.began_ms),
+        producer_id=state.producer_id,
+        producer_epoch=state.epoch,
         topics=tuple(make(m.TopicData, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
     )
 
@@ -200,16 +199,16 @@ async def list_transactions(ctx: ServerContext, header: RequestHeader, request: 
     listed = tuple(
         make(
             m.TransactionState,
-            transactional_id=v.state.transactional_id,
-            producer_id=v.state.producer_id,
-            transaction_state=v.state.state,
+            transactional_id=v.transactional_id,
+            producer_id=v.producer_id,
+            transaction_state=v.state,
         )
         for v in await ctx.call(ctx.transactions.describe)
-        if (not states or v.state.state in states)
-        and (not pids or v.state.producer_id in pids)
-        and (duration < 0 or (v.start_ms >= 0 and now - v.start_ms > duration))
-        and (pattern is None or pattern.fullmatch(v.state.transactional_id) is not None)
-        and ctx.allowed(header, "Describe", "TransactionalId", v.state.transactional_id)
+        if (not states or v.state in states)
+        and (not pids or v.producer_id in pids)
+        and (duration < 0 or (v.began_ms >= 0 and now - v.began_ms > duration))
+        and (pattern is None or pattern.fullmatch(v.transactional_id) is not None)
+        and ctx.allowed(header, "Describe", "TransactionalId", v.transactional_id)
     )
     return make(
         m.ListTransactionsResponse,
