@@ -151,6 +151,16 @@ def test_a_newer_instance_fences_the_older_whose_transaction_is_aborted(server: 
     listed = kop(server.root, "transactions", "list").stdout.splitlines()
     assert listed[0].split("\t")[:4] == ["TRANSACTIONAL-ID", "PRODUCER-ID", "PRODUCER-EPOCH", "STATE"]
     assert listed[1].split("\t")[2:4] == ["0", "Ongoing"] and listed[1].startswith("tx\t")
+    header, row = kop(server.root, "transactions", "describe", "--transactional-id", "tx").stdout.splitlines()
+    described = dict(zip(header.split("\t"), row.split("\t"), strict=True))  # kafka-transactions describe's
+    assert {k: described[k] for k in ("TransactionalId", "ProducerEpoch", "TransactionState")} == {
+        "TransactionalId": "tx",
+        "ProducerEpoch": "0",
+        "TransactionState": "Ongoing",
+    }
+    assert described["TopicPartitions"] in ("out-0", "out-1") and int(described["CurrentTransactionStartTimeMs"]) > 0
+    unknown = kop(server.root, "transactions", "describe", "--transactional-id", "nope")
+    assert unknown.returncode != 0 and "'nope' is not known" in unknown.stderr
     new = _producer(server, "tx")
     assert kop(server.root, "transactions", "list").stdout.splitlines()[1].split("\t")[2:4] == ["1", "CompleteAbort"]
     with pytest.raises(KafkaException) as refused:

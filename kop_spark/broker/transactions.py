@@ -1,6 +1,8 @@
 """Kafka transactions, their durable side (Kafka's transaction log): each transactional id's
 producer id and epoch, its timeout, and the state of its current transaction, in one metadata key
-(``kafka/transactions/txn-<digest>``) changed by CAS.
+(``kafka/transactions/txn-<digest>``) changed by CAS. The transaction under way is recorded there
+as it grows (its partitions, groups and offsets, and the server that holds it), and each produce
+is durable before it is answered, so the transaction outlives its server: the next takes it up.
 
 A transaction's batches are staged (``_staging/txn-<digest>/<n>/``), never appended to a
 partition before the transaction commits. Offsets so stay continuous, and every reader, whatever
@@ -14,9 +16,9 @@ added, then CompleteCommit or CompleteAbort, then Ongoing with the next transact
 InitProducerId bumps the epoch, fencing the older instance, and first ends a transaction left
 Ongoing: rolled forward if its commit was recorded, aborted if not. Once its commit is recorded,
 a transaction commits, whatever fails after: whoever comes next completes it. A transaction a
-stopped server lost is aborted with its epoch bumped, but the lost epoch is kept: its producer is
-told so (UNKNOWN_PRODUCER_ID) rather than fenced, and may recover with InitProducerId naming it
-(KIP-360).
+restarted server cannot take up is aborted with its epoch bumped, but the lost epoch is kept: its
+producer is told so (UNKNOWN_PRODUCER_ID) rather than fenced, and may recover with InitProducerId
+naming it (KIP-360).
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ class TransactionState(NamedTuple):
     state: str
     transaction: int  # the current transaction's number, or the last one's
     updated_ms: int
-    lost_epoch: int = -1  # the epoch whose transaction a server lost: its producer may recover
+    lost_epoch: int = -1  # the epoch whose transaction a server could not take up: its producer may recover
     began_ms: int = -1  # when the transaction under way began; -1 where an older version wrote it
     partitions: tuple[TopicPartition, ...] = ()
     groups: tuple[str, ...] = ()
@@ -205,16 +207,30 @@ class Transactions:
 
         return self._change(transactional_id, bump)
 
-    def begin(self, transactional_id: str, producer_id: int, epoch: int, holder: str) -> TransactionState:
-        """Start the id's next transaction (Ongoing), held by ``holder``; the state as it is if one
-        is under way."""
+    def begin(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        holder: str,
+        partitions: Sequence[TopicPartition] = (),
+        group: str | None = None,
+    ) -> TransactionState:
+        """Start the id's next transaction (Ongoing), held by ``holder``, with its first partitions
+        or group; the state as it is if one is under way."""
 
         def begin(old: TransactionState | None) -> TransactionState:
             owner = _owned(transactional_id, old, producer_id, epoch)
             if owner.state == ONGOING:
                 raise Unchanged
-            now = self._clock.now_ms()
-            return owner._replace(state=ONGOING, transaction=owner.transaction + 1, began_ms=now, holder=holder)
+            return owner._replace(
+                state=ONGOING,
+                transaction=owner.transaction + 1,
+                began_ms=self._clock.now_ms(),
+                holder=holder,
+                partitions=tuple(dict.fromkeys(partitions)),
+                groups=() if group is None else (group,),
+            )
 
         return self._change(transactional_id, begin)
 

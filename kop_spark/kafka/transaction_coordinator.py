@@ -23,7 +23,7 @@ import contextlib
 import logging
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..broker import Broker, OffsetAndMetadata
@@ -141,10 +141,17 @@ class TransactionCoordinator:
                 log.error("transactional id %r: its transaction is lost, and aborted: %s", taken.transactional_id, e)
         held.reset(self._transactions.end(held.state, fence=True, lost=True))
 
-    def _begin(self, held: _Producer) -> None:
-        if held.state.state != ONGOING:
-            state = held.state
-            held.reset(self._transactions.begin(state.transactional_id, state.producer_id, state.epoch, self._holder))
+    def _add(self, held: _Producer, partitions: Sequence[TopicPartition] = (), group: str | None = None) -> None:
+        """Record partitions or a group in the transaction under way, beginning it if there is none
+        (in the same write: a transaction's first request costs one)."""
+        state = held.state
+        if state.state == ONGOING:
+            held.state = self._transactions.add(state, partitions, group)
+        else:
+            begun = self._transactions.begin(
+                state.transactional_id, state.producer_id, state.epoch, self._holder, partitions, group
+            )
+            held.reset(begun)
 
     @contextlib.contextmanager
     def _holding(self, held: _Producer) -> Iterator[None]:
@@ -170,8 +177,7 @@ class TransactionCoordinator:
             metas = {topic: admin.metadata(topic)[1] for topic, _ in wanted}
             for topic, p in wanted:
                 admin.check_partition(topic, p, metas[topic])
-            self._begin(held)
-            held.state = self._transactions.add(held.state, partitions=wanted)
+            self._add(held, partitions=wanted)
             for topic, p in wanted:
                 held.staging[(topic, p)] = self._transactions.stage(held.state, topic, p)
 
@@ -180,8 +186,7 @@ class TransactionCoordinator:
         held = self._held(transactional_id)
         with self._holding(held):
             self._owned(held, producer_id, epoch)
-            self._begin(held)
-            held.state = self._transactions.add(held.state, group=group)
+            self._add(held, group=group)
 
     def commit_offsets(
         self,
