@@ -6,6 +6,7 @@ commit leaves it all or nothing, completed exactly once when the client sends En
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import time
@@ -24,6 +25,7 @@ from kop_spark.errors import (
     OrphanRemovedError,
     OutOfOrderSequenceError,
     ProducerFencedError,
+    StorageError,
     UnknownProducerIdError,
 )
 from kop_spark.kafka.transaction_coordinator import TransactionCoordinator
@@ -558,3 +560,44 @@ def test_maintenance_keeps_the_staging_of_a_transaction_under_way_however_old(tm
     restarted = _restarted(b)
     restarted.end(TID, pid, epoch, commit=True)
     assert _values(b, "out", 0) == [b"a"]
+
+
+def _produce_with_fault(root: str, monkeypatch, at: int | None, fault, restart: bool) -> tuple[Injector, bool]:
+    """A transaction's first produce to a partition, with a fault at step ``at``; the client sends it
+    again, to the same server or to a restarted one, and commits. The transaction commits with each
+    record once, or, its staging failed, the client's abort leaves nothing. Returns whether it
+    committed."""
+    b = Broker(root)
+    b.create_topic("out", 2)
+    b.create_topic("in", 1)
+    c = TransactionCoordinator(b)
+    pid, epoch = _open(c)
+    c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"a"))
+    injector = Injector(at, fault)
+    with injected(monkeypatch, injector), contextlib.suppress(KeyboardInterrupt, Exception):
+        c.produce(TID, "out", 1, _batch(pid, epoch, 0, b"b"))
+    server = _restarted(b) if restart else c
+    try:
+        server.produce(TID, "out", 1, _batch(pid, epoch, 0, b"b"))  # the client's retry
+        server.end(TID, pid, epoch, commit=True)
+        committed = True
+    except StorageError:
+        assert not restart, "a restarted server takes up what was staged, whatever the fault"
+        server.end(TID, pid, epoch, commit=False)
+        committed = False
+    fresh = Broker(root)
+    assert [_values(fresh, "out", p) for p in (0, 1)] == ([[b"a"], [b"b"]] if committed else [[], []])
+    assert _staged_files(root) == [] and fresh.verify() == {}
+    b.close()
+    return injector, committed
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["same server", "restarted server"])
+def test_an_exception_at_every_step_of_a_transactional_produce_loses_nothing_and_stages_nothing_twice(
+    tmp_path, monkeypatch, restart
+):
+    injector, committed = _produce_with_fault(str(tmp_path / "count"), monkeypatch, None, None, restart)
+    assert injector.steps > 0 and committed
+    for at in range(1, injector.steps + 1):
+        for fault in FAULTS:
+            _produce_with_fault(str(tmp_path / f"{at}-{FAULTS.index(fault)}"), monkeypatch, at, fault, restart)

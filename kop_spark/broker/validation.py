@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..clock import Clock
-from ..errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from ..errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError, StorageError
 from ..record import BatchRecord, RecordBatch, TimestampType, split_batches
 from ..record.arrow import summarize
 from ..record.default_record_batch import with_log_append_time, with_timestamps
@@ -140,6 +140,7 @@ class StagedPartition:
         self._clock = clock
         self._delete = delete
         self._durable = durable
+        self._failed: str | None = None  # why the staging can no longer go on
 
     def append(self, batches: Sequence[bytes | memoryview]) -> None:
         """Stage batches as the ledger's next entries (copied: the caller may reuse their memory)."""
@@ -154,7 +155,20 @@ class StagedPartition:
         self.append_checked(batches, now)
 
     def append_checked(self, batches: Sequence[bytes | memoryview], now: int) -> None:
-        """Stage batches a produce's checks passed already (``checked_batches``), stamped at ``now``."""
+        """Stage batches a produce's checks passed already (``checked_batches``), stamped at ``now``.
+        One that fails part way leaves the staging unknown: it refuses all but ``discard`` after."""
+        if self._failed is not None:
+            raise StorageError(self._failed)
+        try:
+            self._append(batches, now)
+        except BaseException as e:
+            self._failed = (
+                f"staging of {self.topic}-{self.partition} failed part way ({type(e).__name__}: {e}): what it staged "
+                f"can only be discarded"
+            )
+            raise
+
+    def _append(self, batches: Sequence[bytes | memoryview], now: int) -> None:
         while batches:
             fresh = self._stager is None
             if self._stager is None:
@@ -187,6 +201,8 @@ class StagedPartition:
 
     def finish(self) -> tuple[StagedLedger, ...]:
         """The staged ledgers, sealed, in order."""
+        if self._failed is not None:
+            raise StorageError(self._failed)
         self._seal()
         return tuple(self._sealed)
 
