@@ -16,7 +16,7 @@ import pytest
 from kop_spark import Broker, Record, layout
 from kop_spark.broker import SINK_LEASE_MS, OffsetAndMetadata
 from kop_spark.broker.transactions import COMPLETE_ABORT, COMPLETE_COMMIT, ONGOING
-from kop_spark.clock import ManualClock
+from kop_spark.clock import SYSTEM_CLOCK, Clock, ManualClock
 from kop_spark.errors import (
     InvalidProducerIdMappingError,
     InvalidTransactionTimeoutError,
@@ -53,13 +53,24 @@ def _staged_files(root: str) -> list[str]:
     return [os.path.join(d, f) for d, _, files in os.walk(staging) for f in files]
 
 
-@pytest.fixture
-def broker(tmp_path):
-    b = Broker(str(tmp_path / "store"), clock=ManualClock())
+def _store(root: str, clock: Clock = SYSTEM_CLOCK) -> Broker:
+    """A store with the topics the transactions write ("out") and read ("in")."""
+    b = Broker(root, clock=clock)
     b.create_topic("out", 2)
     b.create_topic("in", 1)
+    return b
+
+
+@pytest.fixture
+def broker(tmp_path):
+    b = _store(str(tmp_path / "store"), ManualClock())
     yield b
     b.close()
+
+
+def _restarted(broker: Broker) -> TransactionCoordinator:
+    """The coordinator of a server started over the same store (the first one killed)."""
+    return TransactionCoordinator(Broker(broker.root, clock=broker.clock))
 
 
 def _open(c: TransactionCoordinator, timeout_ms: int = 60_000) -> tuple[int, int]:
@@ -95,31 +106,39 @@ def test_a_transaction_appears_whole_at_its_commit_with_its_offsets(broker):
     assert _values(broker, "out", 1) == [b"c", b"e"]
 
 
-def test_an_abort_leaves_nothing_and_the_next_transaction_commits(broker):
+@pytest.mark.parametrize("restarts", [False, True], ids=["one server", "a restart after each produce"])
+def test_an_abort_leaves_nothing_and_the_next_transaction_commits(broker, restarts):
     c = TransactionCoordinator(broker)
     pid, epoch = _open(c)
-    c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"x"))
+    for seq, value in enumerate([b"x", b"y"]):
+        c.produce(TID, "out", 0, _batch(pid, epoch, seq, value))
+        c = _restarted(broker) if restarts else c
     c.commit_offsets(TID, pid, epoch, "g", {("in", 0): OffsetAndMetadata(3)})
+    recorded = broker.transactions.get(TID)
+    assert (recorded.partitions, recorded.groups) == ((("out", 0), ("out", 1)), ("g",))
     assert _staged_files(broker.root) != []
     c.end(TID, pid, epoch, commit=False)
     assert _values(broker, "out", 0) == [] and broker.fetch_offsets("g") == {}
     assert _staged_files(broker.root) == [] and broker.transactions.get(TID).state == COMPLETE_ABORT
     c.add_partitions(TID, pid, epoch, [("out", 0)])
-    c.produce(TID, "out", 0, _batch(pid, epoch, 1, b"y"))
+    c.produce(TID, "out", 0, _batch(pid, epoch, 2, b"z"))
     c.end(TID, pid, epoch, commit=True)
-    assert _values(broker, "out", 0) == [b"y"]
+    assert _values(broker, "out", 0) == [b"z"]
 
 
-def test_a_retried_batch_is_staged_once_and_a_gap_is_refused(broker):
+@pytest.mark.parametrize("restart", [False, True], ids=["same server", "restarted server"])
+def test_a_retried_batch_is_staged_once_and_a_gap_is_refused(broker, restart):
     c = TransactionCoordinator(broker)
     pid, epoch = _open(c)
     first = _batch(pid, epoch, 0, b"a", b"b")
-    c.produce(TID, "out", 0, first)
-    c.produce(TID, "out", 0, first)  # the client's retry of a batch whose answer it lost
+    c.produce(TID, "out", 0, first)  # staged, but its answer is lost (or the server killed before it)
+    c = _restarted(broker) if restart else c
+    c.produce(TID, "out", 0, first)  # the client's retry
     with pytest.raises(OutOfOrderSequenceError, match="sent sequence 5, expected 2"):
         c.produce(TID, "out", 0, _batch(pid, epoch, 5, b"c"))
+    c.produce(TID, "out", 0, _batch(pid, epoch, 2, b"c"))
     c.end(TID, pid, epoch, commit=True)
-    assert _values(broker, "out", 0) == [b"a", b"b"]
+    assert _values(broker, "out", 0) == [b"a", b"b", b"c"]
 
 
 def test_requests_the_transaction_does_not_allow_are_refused(broker):
@@ -198,11 +217,6 @@ def test_a_transaction_past_its_timeout_is_fenced_at_its_next_request(broker):
     assert _values(broker, "out", 0) == []
 
 
-def _restarted(broker: Broker) -> TransactionCoordinator:
-    """The coordinator of a server started over the same store (the first one killed)."""
-    return TransactionCoordinator(Broker(broker.root, clock=broker.clock))
-
-
 def _staged_ledgers(root: str) -> list[str]:
     return [f for f in _staged_files(root) if f.endswith(layout.LEDGER_SUFFIX)]
 
@@ -232,37 +246,6 @@ def test_a_transaction_goes_on_through_a_server_restart(broker, first):
     committed = broker.fetch_offsets("g")[("in", 0)]
     assert (committed.offset, committed.metadata) == ((5, "") if first == "commit_offsets" else (4, "m"))
     assert broker.transactions.get(TID).state == COMPLETE_COMMIT and _staged_files(broker.root) == []
-
-
-def test_a_transaction_goes_on_through_several_restarts_and_aborts_whole(broker):
-    c = TransactionCoordinator(broker)
-    pid, epoch = _open(c)
-    for seq, value in enumerate([b"a", b"b", b"c"]):
-        c.produce(TID, "out", 0, _batch(pid, epoch, seq, value))
-        c = _restarted(broker)
-    recorded = broker.transactions.get(TID)
-    assert (recorded.partitions, recorded.groups) == ((("out", 0), ("out", 1)), ("g",))
-    c.end(TID, pid, epoch, commit=False)
-    assert _values(broker, "out", 0) == [] and _staged_files(broker.root) == []
-    assert broker.transactions.get(TID).state == COMPLETE_ABORT
-    c.add_partitions(TID, pid, epoch, [("out", 0)])
-    c.produce(TID, "out", 0, _batch(pid, epoch, 3, b"d"))
-    c.end(TID, pid, epoch, commit=True)
-    assert _values(broker, "out", 0) == [b"d"]
-
-
-def test_a_retry_reaching_the_restarted_server_is_not_staged_twice(broker):
-    c = TransactionCoordinator(broker)
-    pid, epoch = _open(c)
-    first = _batch(pid, epoch, 0, b"a", b"b")
-    c.produce(TID, "out", 0, first)  # staged; the server is killed before it answers
-    restarted = _restarted(broker)
-    restarted.produce(TID, "out", 0, first)  # the client's retry
-    with pytest.raises(OutOfOrderSequenceError, match="sent sequence 5, expected 2"):
-        restarted.produce(TID, "out", 0, _batch(pid, epoch, 5, b"c"))
-    restarted.produce(TID, "out", 0, _batch(pid, epoch, 2, b"c"))
-    restarted.end(TID, pid, epoch, commit=True)
-    assert _values(broker, "out", 0) == [b"a", b"b", b"c"]
 
 
 def test_a_write_the_server_was_killed_in_is_cut_and_sent_again(broker):
@@ -361,9 +344,7 @@ def _commit_with_fault(root: str, monkeypatch, at: int | None, fault) -> tuple[I
     or nothing. Then the client sends EndTxn again, and the transaction is all there, once, with
     its offsets (its commit was recorded before the fault), or not at all (the fault came before:
     the transaction was aborted, and the client's abort succeeds). Returns whether it committed."""
-    b = Broker(root)
-    b.create_topic("out", 2)
-    b.create_topic("in", 1)
+    b = _store(root)
     c = TransactionCoordinator(b)
     pid, epoch = _open(c)
     c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"a", b"b"))
@@ -409,9 +390,7 @@ def test_an_exception_at_every_step_of_a_commit_leaves_it_all_or_nothing(tmp_pat
 
 def test_a_commit_recorded_before_its_server_stopped_is_completed_by_the_next_instance(tmp_path, monkeypatch):
     root = str(tmp_path / "store")
-    b = Broker(root)
-    b.create_topic("out", 2)
-    b.create_topic("in", 1)
+    b = _store(root)
     c = TransactionCoordinator(b)
     pid, epoch = _open(c)
     c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"a"))
@@ -473,9 +452,7 @@ def test_an_abort_after_a_commit_was_recorded_completes_the_commit(broker, monke
 
 def test_a_commit_racing_a_newer_instance_at_another_server_fails_and_leaves_nothing(tmp_path, monkeypatch):
     root = str(tmp_path / "store")
-    first = Broker(root)
-    first.create_topic("out", 2)
-    first.create_topic("in", 1)
+    first = _store(root)
     a = TransactionCoordinator(first)
     pid, epoch = _open(a)
     a.produce(TID, "out", 0, _batch(pid, epoch, 0, b"a"))
@@ -549,9 +526,7 @@ def test_maintenance_keeps_the_staging_of_a_transaction_under_way_however_old(tm
     """A transaction's staged batches are its own until it ends, however long since the last write
     and whether or not its server is up: the server that takes it up commits them."""
     clock = ManualClock(int(time.time() * 1000))  # the staged files' times are the real clock's
-    b = Broker(str(tmp_path / "store"), clock=clock)
-    b.create_topic("out", 2)
-    b.create_topic("in", 1)
+    b = _store(str(tmp_path / "store"), clock)
     c = TransactionCoordinator(b)
     pid, epoch = _open(c, timeout_ms=900_000)
     c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"a"))
@@ -567,9 +542,7 @@ def _produce_with_fault(root: str, monkeypatch, at: int | None, fault, restart: 
     again, to the same server or to a restarted one, and commits. The transaction commits with each
     record once, or, its staging failed, the client's abort leaves nothing. Returns whether it
     committed."""
-    b = Broker(root)
-    b.create_topic("out", 2)
-    b.create_topic("in", 1)
+    b = _store(root)
     c = TransactionCoordinator(b)
     pid, epoch = _open(c)
     c.produce(TID, "out", 0, _batch(pid, epoch, 0, b"a"))
@@ -601,3 +574,14 @@ def test_an_exception_at_every_step_of_a_transactional_produce_loses_nothing_and
     for at in range(1, injector.steps + 1):
         for fault in FAULTS:
             _produce_with_fault(str(tmp_path / f"{at}-{FAULTS.index(fault)}"), monkeypatch, at, fault, restart)
+
+
+def test_a_transaction_of_offsets_only_goes_on_through_a_server_restart(broker):
+    """Its first request (AddOffsetsToTxn) begins it, and the group is recorded with the beginning."""
+    c = TransactionCoordinator(broker)
+    pid, epoch = c.init_producer_id(TID, 60_000)
+    c.add_offsets(TID, pid, epoch, "g")
+    restarted = _restarted(broker)
+    restarted.commit_offsets(TID, pid, epoch, "g", {("in", 0): OffsetAndMetadata(8)})
+    restarted.end(TID, pid, epoch, commit=True)
+    assert broker.fetch_offsets("g")[("in", 0)].offset == 8
