@@ -101,6 +101,8 @@ def test_a_transaction_appears_whole_at_its_commit_with_its_offsets(broker):
     assert _staged_files(broker.root) == []
     # The next transaction goes on with the producer's sequences.
     c.add_partitions(TID, pid, epoch, [("out", 1)])
+    with pytest.raises(OutOfOrderSequenceError, match="sent sequence 5, expected 1"):
+        c.produce(TID, "out", 1, _batch(pid, epoch, 5, b"e"))
     c.produce(TID, "out", 1, _batch(pid, epoch, 1, b"e"))
     c.end(TID, pid, epoch, commit=True)
     assert _values(broker, "out", 1) == [b"c", b"e"]

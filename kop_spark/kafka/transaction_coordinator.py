@@ -61,9 +61,9 @@ class _Producer:
     used_ms: int = 0  # when its producer was last heard from
 
     def reset(self, state: TransactionState) -> None:
-        """Take ``state``, holding no transaction's partitions."""
+        """Take ``state``, holding no transaction's partitions (the producer's sequences go on)."""
         self.state = state
-        self.staging, self.sequences, self.holds = {}, {}, True
+        self.staging, self.holds = {}, True
 
     def take_up(self, staging: dict[TopicPartition, TransactionPartition]) -> None:
         self.staging, self.holds = staging, True
