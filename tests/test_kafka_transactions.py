@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
+import threading
 import time
 from collections.abc import Iterator
 
@@ -256,6 +258,53 @@ def test_an_exactly_once_loop_goes_on_through_a_server_killed_mid_transaction(se
     source.close()
     assert killed and _all(server.root) == sorted(f"IN-{i}".encode() for i in range(10))
     assert _staged(server.root) == []
+
+
+def test_an_exactly_once_loop_stays_exactly_once_through_servers_killed_at_random_points(server: KopServer) -> None:
+    """kill -9 lands wherever the loop is (a produce, AddPartitionsToTxn, TxnOffsetCommit, EndTxn,
+    a commit half applied): its output is each input once, and no transaction had to be aborted."""
+    n = 200
+    with Broker(server.root) as b:
+        b.produce("in", [Record(f"in-{i}".encode()) for i in range(10, n)], 0)
+    source = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "enricher", "enable.auto.commit": False})
+    start = [TopicPartition("in", 0, 0)]
+    source.assign(start)
+    # librdkafka re-bootstraps once its only broker is gone, and a group coordinator it knew from
+    # before then can leave send_offsets_to_transaction waiting forever (librdkafka #5511, #5456).
+    recovery = {"metadata.recovery.strategy": "none"}
+    p = _producer(server, "enricher-tx", **{"message.timeout.ms": 30_000, **recovery})
+    rng = random.Random(7)
+    kills = [rng.uniform(0.0, 0.3) for _ in range(4)]
+
+    def killer() -> None:
+        for pause in kills:
+            time.sleep(pause)  # where the kill lands, not a wait for anything
+            server.kill()
+            server.start()
+
+    thread = threading.Thread(target=killer)
+    thread.start()
+    aborted = 0
+    try:
+        while _group_offsets(server.root, "enricher").get(("in", 0), 0) < n:
+            p.begin_transaction()
+            try:
+                for m in source.consume(10, TIMEOUT_S):
+                    assert m.error() is None
+                    p.produce("out", value=m.value().upper())
+                p.send_offsets_to_transaction(source.position(start), source.consumer_group_metadata(), TIMEOUT_S)
+                p.commit_transaction(TIMEOUT_S)
+            except KafkaException as e:
+                assert e.args[0].txn_requires_abort(), e
+                p.abort_transaction(TIMEOUT_S)
+                aborted += 1
+                committed = source.committed(start, TIMEOUT_S)[0].offset
+                source.seek(TopicPartition("in", 0, max(committed, 0)))
+    finally:
+        thread.join()
+    source.close()
+    assert _all(server.root) == sorted(f"IN-{i}".encode() for i in range(n))
+    assert aborted == 0 and _staged(server.root) == []
 
 
 def test_a_server_restarted_between_transactions_goes_unnoticed(server: KopServer) -> None:
