@@ -30,6 +30,10 @@ from .kop_server import KopServer
 from .test_cli import kop
 
 TIMEOUT_S = 30
+# librdkafka re-bootstraps once its only broker is gone, and a group coordinator it knew from before
+# can then leave send_offsets_to_transaction waiting forever (librdkafka #5511, #5456): what
+# producers that send offsets through a restart are told to do (README).
+NO_REBOOTSTRAP = {"metadata.recovery.strategy": "none"}
 
 
 @pytest.fixture
@@ -241,7 +245,7 @@ def test_an_exactly_once_loop_goes_on_through_a_server_killed_mid_transaction(se
     source = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "enricher", "enable.auto.commit": False})
     start = [TopicPartition("in", 0, 0)]
     source.assign(start)
-    p = _producer(server, "enricher-tx", **{"message.timeout.ms": 10_000})
+    p = _producer(server, "enricher-tx", **{"message.timeout.ms": 10_000, **NO_REBOOTSTRAP})
     killed = False
     while _group_offsets(server.root, "enricher").get(("in", 0), 0) < 10:
         p.begin_transaction()
@@ -269,10 +273,7 @@ def test_an_exactly_once_loop_stays_exactly_once_through_servers_killed_at_rando
     source = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "enricher", "enable.auto.commit": False})
     start = [TopicPartition("in", 0, 0)]
     source.assign(start)
-    # librdkafka re-bootstraps once its only broker is gone, and a group coordinator it knew from
-    # before then can leave send_offsets_to_transaction waiting forever (librdkafka #5511, #5456).
-    recovery = {"metadata.recovery.strategy": "none"}
-    p = _producer(server, "enricher-tx", **{"message.timeout.ms": 30_000, **recovery})
+    p = _producer(server, "enricher-tx", **{"message.timeout.ms": 30_000, **NO_REBOOTSTRAP})
     rng = random.Random(7)
     kills = [rng.uniform(0.0, 0.3) for _ in range(4)]
 
