@@ -5,7 +5,9 @@ broker costs next to nothing.
 - produce: confluent-kafka, one partition, 100-byte values, idempotent, acks=all, linger.ms=5,
   batch.size=1 MB; kop with its durable defaults (fsync before acknowledging), against the mock;
 - transactional produce: the same, with a transactional producer committing every 10,000 records,
-  against the mock's and against kop's idempotent produce (what staging until the commit costs);
+  against the mock's and against kop's idempotent produce (what staging until the commit costs),
+  and committing every 100 records (what a transaction costs, as an exactly-once stream
+  processor committing every 100 ms pays it), against the mock's;
 - consume: confluent-kafka reading the same records back (queued.min.messages raised), against
   the mock's produce rate (the issue's anchor) and its own consume rate;
 - latency: p99 of produce round trips at 1,000 records/s, and the time from an append by another
@@ -147,7 +149,8 @@ def run(n: int = 1_000_000, rounds: int = 3) -> list[tuple[str, float, str, floa
     either side, as two cores shared by client and server make single runs noisy. Each round runs
     the mock cluster and then kop serve, so that a slow or fast spell of the machine falls on both."""
     logger, mock = mock_logger("rdkafka-mock")
-    mock_produce = mock_consume = produced = consumed = cpu = mock_txn = txn = 0.0
+    mock_produce = mock_consume = produced = consumed = cpu = mock_txn = txn = mock_small = small = 0.0
+    small_n = max(n // 50, 1_000)  # transactions of 100 records: a hundredth of the records takes longer
     with tempfile.TemporaryDirectory() as tmp:
         root = str(Path(tmp) / "store")
         with Broker(root) as b:
@@ -168,7 +171,13 @@ def run(n: int = 1_000_000, rounds: int = 3) -> list[tuple[str, float, str, floa
                 rate, mock_cluster = transactional_rate({"test.mock.num.brokers": 1}, n, "txn")
                 mock_txn = max(mock_txn, rate)
                 del mock_cluster
+                rate, mock_cluster = transactional_rate({"test.mock.num.brokers": 1}, small_n, "small", 100)
+                mock_small = max(mock_small, rate)
+                del mock_cluster
                 txn = max(txn, transactional_rate({"bootstrap.servers": server.bootstrap}, n, f"txn{i}")[0])
+                small = max(
+                    small, transactional_rate({"bootstrap.servers": server.bootstrap}, small_n, f"txn{i}", 100)[0]
+                )
                 used = cpu_seconds(server.proc.pid)
                 produced = max(produced, produce_rate({"bootstrap.servers": server.bootstrap}, n, f"bench{i}")[0])
                 consumed = max(consumed, consume_rate(server.bootstrap, f"bench{i}"))
@@ -189,6 +198,8 @@ def run(n: int = 1_000_000, rounds: int = 3) -> list[tuple[str, float, str, floa
         ("transactional produce through kop serve", txn, "records/s", txn / mock_txn, "mock cluster's"),
         ("transactional produce through kop serve", txn, "records/s", txn / produced, "kop's idempotent produce"),
         ("mock cluster: transactional produce", mock_txn, "records/s", 1.0, "itself"),
+        ("transactional produce, 100 records a transaction", small, "records/s", small / mock_small, "mock cluster's"),
+        ("mock cluster: transactional produce, 100 records a transaction", mock_small, "records/s", 1.0, "itself"),
     ]
 
 

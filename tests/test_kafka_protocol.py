@@ -30,6 +30,7 @@ from kafka.protocol.admin import (
     DescribeConfigsRequest,
     DescribeGroupsRequest,
     DescribeLogDirsRequest,
+    DescribeProducersRequest,
     DescribeTransactionsRequest,
     DescribeUserScramCredentialsRequest,
     IncrementalAlterConfigsRequest,
@@ -252,6 +253,7 @@ REQUESTS: dict[int, Callable[[int], Any]] = {
     ),
     35: lambda v: wire_request(DescribeLogDirsRequest, v, topics=[{"topic": "t", "partitions": [0]}]),
     60: lambda v: wire_request(DescribeClusterRequest, v, include_cluster_authorized_operations=False),
+    61: lambda v: wire_request(DescribeProducersRequest, v, topics=[{"name": "t", "partition_indexes": [0, 9]}]),
     65: lambda v: wire_request(DescribeTransactionsRequest, v, transactional_ids=["unknown-tx"]),
     66: lambda v: wire_request(
         ListTransactionsRequest,
@@ -267,7 +269,8 @@ REQUESTS: dict[int, Callable[[int], Any]] = {
 # What each asks of a group that does not have the member it names; a SASL request on a PLAINTEXT
 # listener is ILLEGAL_SASL_STATE.
 # A transactional request naming an id with no producer is INVALID_PRODUCER_ID_MAPPING; describing
-# one is TRANSACTIONAL_ID_NOT_FOUND.
+# one is TRANSACTIONAL_ID_NOT_FOUND; describing the producers of a partition that does not exist is
+# UNKNOWN_TOPIC_OR_PARTITION.
 EXPECTED_ERRORS = {
     11: {0, 79},
     12: {25},
@@ -280,6 +283,7 @@ EXPECTED_ERRORS = {
     26: {49},
     28: {49},
     65: {105},
+    61: {0, 3},
 }
 # kafka-python 3 has no codec of the consumer rebalance protocol's APIs: librdkafka's, through its
 # consumers, admin client and mock cluster, checks them instead (test_kafka_consumer_protocol).

@@ -35,6 +35,7 @@ from confluent_kafka.admin import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KTopicPartition
 from kafka.admin import ACLFilter as KAclFilter
 from kafka.admin import ACLOperation as KOperation
 from kafka.admin import ACLPermissionType as KPermission
@@ -44,6 +45,7 @@ from kafka.admin import ResourceType as KResourceType
 from kafka.errors import ClusterAuthorizationFailedError
 from kafka.errors import InvalidRequestError as KafkaInvalidRequestError
 from kafka.errors import NoError as KafkaNoError
+from kafka.errors import TopicAuthorizationFailedError as KafkaTopicAuthorizationFailedError
 from kafka.protocol.admin import DescribeTransactionsRequest, ListTransactionsRequest
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import (
@@ -478,6 +480,14 @@ def test_admin_clients_manage_acls_that_take_effect_without_a_restart(root: str)
         for user, log_dirs in (("bob", 0), ("admin", 1)):  # DescribeLogDirs: Describe on the cluster
             with kafka_python_admin(server, user, "SCRAM-SHA-512") as client:
                 assert len(client.describe_log_dirs()[0]["log_dirs"]) == log_dirs
+        # DescribeProducers: Read on the topic
+        with (
+            kafka_python_admin(server, "bob", "SCRAM-SHA-512") as client,
+            pytest.raises(KafkaTopicAuthorizationFailedError),
+        ):
+            client.describe_producers([KTopicPartition("t", 0)], broker_id=0)
+        with kafka_python_admin(server, "admin", "SCRAM-SHA-512") as client:
+            assert client.describe_producers([KTopicPartition("t", 0)], broker_id=0)[KTopicPartition("t", 0)]
         (refused,) = bob.create_acls(
             [acl(ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, AclOperation.READ)]
         ).values()

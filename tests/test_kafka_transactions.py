@@ -21,6 +21,7 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
 from kafka.errors import ProducerFencedError as KafkaProducerFencedError
 from kafka.errors import TransactionalIdNotFoundError as KafkaTransactionalIdNotFoundError
+from kafka.errors import UnknownTopicOrPartitionError as KafkaUnknownTopicOrPartitionError
 
 from kop_spark import Broker, Record, layout
 from kop_spark.broker.transactions import COMPLETE_ABORT
@@ -428,6 +429,39 @@ def test_admin_clients_list_and_describe_transactions(server: KopServer) -> None
     finally:
         admin.close()
     busy.abort_transaction(TIMEOUT_S)
+
+
+def test_kafka_python_describes_the_producers_of_each_partition(server: KopServer) -> None:
+    """kafka-transactions describe-producers: an idempotent producer as the partition knows it (its
+    last sequence and append), and a transactional one while its transaction has the partition."""
+    idempotent = Producer({"bootstrap.servers": server.bootstrap, "enable.idempotence": True})
+    for values in ([b"a", b"b"], [b"c", b"d", b"e"]):
+        for value in values:
+            idempotent.produce("out", value=value, partition=0)
+        idempotent.flush(TIMEOUT_S)  # a batch each time: sequences 0-1, then 2-4
+    busy = _producer(server, "busy-tx")
+    busy.begin_transaction()
+    for p in (0, 1):
+        busy.produce("out", value=b"pending", partition=p)
+    busy.flush(TIMEOUT_S)
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    try:
+        described = admin.describe_producers([KTopicPartition("out", 0), KTopicPartition("out", 1)])
+        busy.commit_transaction(TIMEOUT_S)
+        after = admin.describe_producers([KTopicPartition("out", 1)])
+        with pytest.raises(KafkaUnknownTopicOrPartitionError):
+            admin.describe_producers([KTopicPartition("in", 3)], broker_id=0)
+    finally:
+        admin.close()
+    plain, transactional = described[KTopicPartition("out", 0)].active_producers
+    assert (plain.producer_epoch, plain.last_sequence, plain.current_transaction_start_offset) == (0, 4, -1)
+    assert abs(plain.last_timestamp - time.time() * 1000) < 60_000
+    with Broker(server.root) as b:
+        state = b.transactions.get("busy-tx")
+    assert (transactional.producer_id, transactional.producer_epoch) == (state.producer_id, state.epoch)
+    assert transactional.current_transaction_start_offset == -1  # nothing of it is in the log yet
+    assert described[KTopicPartition("out", 1)].active_producers == [transactional]
+    assert after[KTopicPartition("out", 1)].active_producers == []  # its records are in, its transaction over
 
 
 def test_a_consumer_protocol_members_offsets_commit_with_its_transaction(server: KopServer) -> None:

@@ -77,7 +77,10 @@ def test_a_producer_forgotten_after_its_expiry_may_start_anywhere(root: str) -> 
     b.enforce_retention()
     with pytest.raises(OutOfOrderSequenceError):  # still known
         b.produce_batches("t", 0, [batch(7, 0, 9)])
+    (known,) = b.admin.producers("t", 0).values()  # what DescribeProducers tells
+    assert (known.epoch, known.batches[-1].last_seq) == (0, 1)
     clock.advance(1001)
+    assert b.admin.producers("t", 0) == {}  # expired, though maintenance has not yet forgotten it
     b.enforce_retention()
     b.produce_batches("t", 0, [batch(7, 0, 9)])
     assert b.list_offsets("t", 0, "latest") == 4

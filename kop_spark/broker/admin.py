@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import layout
 from ..clock import Clock
@@ -37,11 +37,13 @@ from ..errors import (
 from ..storage.fileio import FileIO, optional_local_dir
 from ..storage.managed_ledger import ManagedLedger
 from ..storage.metadata_store import MetadataStore, Unchanged, update
+from ..storage.producer_state import ProducerEntry
 from ..storage.read_plan import PartitionView
 from ..topic_name import TopicName
 from .log_manager import LogManager
 
 TopicMeta = dict[str, Any]
+T = TypeVar("T")
 
 _TOPIC_IDS = uuid.UUID("6b6f702d-7370-6172-6b2d-746f70696373")  # the namespace of the uuid5 ids
 
@@ -147,8 +149,18 @@ class TopicAdmin:
 
     def view(self, topic: str, partition: int) -> tuple[ManagedLedger, PartitionView]:
         ml = self.log(topic, partition)
+        return ml, self._read(topic, partition, ml.view)
+
+    def producers(self, topic: str, partition: int) -> dict[int, ProducerEntry]:
+        """The idempotent producers a partition knows and has not yet forgotten
+        (``producer.id.expiration.ms``): what DescribeProducers tells."""
+        producers = self._read(topic, partition, self.log(topic, partition).producers)
+        since = self._clock.now_ms() - self._config["producer.id.expiration.ms"]
+        return {p: e for p, e in producers.items() if e.ts >= since}
+
+    def _read(self, topic: str, partition: int, read: Callable[[], T]) -> T:
         try:
-            return ml, ml.view()
+            return read()
         except ManagedLedgerDeletedError:
             self.logs.forget(self.name(topic))
             self.metadata(topic)  # raises TopicNotFoundError if the topic went away

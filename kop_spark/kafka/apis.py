@@ -98,6 +98,7 @@ APIS: dict[int, Api] = {
         Api(50, 0, 0, users.describe_user_scram_credentials),
         Api(51, 0, 0, users.alter_user_scram_credentials),
         Api(60, 0, 1, metadata.describe_cluster),
+        Api(61, 0, 0, producers.describe_producers),
         Api(65, 0, 0, transactions.describe_transactions),
         Api(66, 0, 2, transactions.list_transactions),
         Api(68, 0, 1, consumer_groups.consumer_group_heartbeat),
