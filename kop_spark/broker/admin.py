@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from .. import layout
 from ..clock import Clock
@@ -43,7 +43,6 @@ from ..topic_name import TopicName
 from .log_manager import LogManager
 
 TopicMeta = dict[str, Any]
-T = TypeVar("T")
 
 _TOPIC_IDS = uuid.UUID("6b6f702d-7370-6172-6b2d-746f70696373")  # the namespace of the uuid5 ids
 
@@ -149,22 +148,19 @@ class TopicAdmin:
 
     def view(self, topic: str, partition: int) -> tuple[ManagedLedger, PartitionView]:
         ml = self.log(topic, partition)
-        return ml, self._read(topic, partition, ml.view)
-
-    def producers(self, topic: str, partition: int) -> dict[int, ProducerEntry]:
-        """The idempotent producers a partition knows and has not yet forgotten
-        (``producer.id.expiration.ms``): what DescribeProducers tells."""
-        producers = self._read(topic, partition, self.log(topic, partition).producers)
-        since = self._clock.now_ms() - self._config["producer.id.expiration.ms"]
-        return {p: e for p, e in producers.items() if e.ts >= since}
-
-    def _read(self, topic: str, partition: int, read: Callable[[], T]) -> T:
         try:
-            return read()
+            return ml, ml.view()
         except ManagedLedgerDeletedError:
             self.logs.forget(self.name(topic))
             self.metadata(topic)  # raises TopicNotFoundError if the topic went away
             raise PartitionNotFoundError(f"partition {partition} of topic {topic!r} has no log") from None
+
+    def producers(self, topic: str, partition: int) -> dict[int, ProducerEntry]:
+        """The idempotent producers a partition knows and has not yet forgotten
+        (``producer.id.expiration.ms``): what DescribeProducers tells."""
+        producers = self.view(topic, partition)[1].producers
+        since = self._clock.now_ms() - self._config["producer.id.expiration.ms"]
+        return {p: e for p, e in producers.items() if e.ts >= since}
 
     def deletable_log(self, topic: str, partition: int, before: int) -> ManagedLedger:
         """The log whose start DeleteRecords may move to ``before``: not past its end (which only

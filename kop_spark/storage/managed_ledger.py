@@ -47,7 +47,6 @@ from .ledger_metadata import LogMetadata, WriterRecord
 from .log_cleaner import LogCleaner
 from .metadata_store import MetadataStore
 from .own_ledger import OwnLedger
-from .producer_state import ProducerEntry
 from .read_plan import PartitionView
 from .retention import RetentionPolicy, apply_retention, expire_writers, purge_trash
 from .staging import StagedLedger, sealed_ledger
@@ -250,10 +249,6 @@ class ManagedLedger:
         """The log as it stands, read fresh from the metadata store."""
         state = self._load()
         return PartitionView.of(state.meta, state.version)
-
-    def producers(self) -> dict[int, ProducerEntry]:
-        """The idempotent producers the partition knows (``producer_state``), read fresh."""
-        return self._load().meta.kafka_producers
 
     # -- writes ----------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from .fileio import FileIO, open_fileio
 from .ledger import IOStats, LedgerReader, Recovered, recover
 from .ledger_entry import Entry, EntryRun
 from .ledger_metadata import LedgerRecord, LogMetadata
+from .producer_state import ProducerEntry
 
 
 class ReadEntry(NamedTuple):
@@ -92,6 +93,7 @@ class PartitionView:
     ledgers: tuple[LedgerRecord, ...]
     _bases: tuple[int, ...] = field(repr=False, default=())
     _running_max_ts: tuple[int, ...] = field(repr=False, default=())
+    producers: Mapping[int, ProducerEntry] = field(repr=False, compare=False, default_factory=dict)  # idempotent ones
 
     @classmethod
     def of(cls, meta: LogMetadata, version: int) -> PartitionView:
@@ -99,7 +101,7 @@ class PartitionView:
         # built by C loops: a cold reader pays this for every ledger of the partition
         running = tuple(accumulate(map(attrgetter("max_timestamp"), ledgers), max, initial=-(1 << 63)))[1:]
         bases = tuple(map(attrgetter("base_offset"), ledgers))
-        return cls(version, meta.log_start_offset, meta.next_offset, ledgers, bases, running)
+        return cls(version, meta.log_start_offset, meta.next_offset, ledgers, bases, running, meta.kafka_producers)
 
     def ledger_for_offset(self, offset: int) -> int:
         return bisect.bisect_right(self._bases, offset) - 1
