@@ -54,6 +54,14 @@ def transaction_key(transactional_id: str) -> str:
     return f"{TRANSACTIONS}/{transaction_writer(transactional_id)}"
 
 
+GROUP_SNAPSHOTS = f"{KAFKA}/classic-groups"
+
+
+def group_snapshot_key(group: str) -> str:
+    """Where a classic group's last settled generation is kept (``broker.group_snapshots``)."""
+    return f"{GROUP_SNAPSHOTS}/{urllib.parse.quote(group, safe='')}"
+
+
 def live_group_key(group: str) -> str:
     """Where ``kop serve`` publishes a consumer group's live members (``broker.live_groups``)."""
     return f"{KAFKA}/groups/{urllib.parse.quote(group, safe='')}"

@@ -5,6 +5,7 @@ each step is deterministic)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +16,9 @@ from confluent_kafka import Consumer, TopicPartition
 from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, OffsetCommitRequest, SyncGroupRequest
 
 from kop_spark import Broker
+from kop_spark.broker import GroupSnapshots
+from kop_spark.kafka.context import ServerContext
+from kop_spark.kafka.group import GroupState, JoinRequest
 
 from .group_clients import assigned, doomed_member, kop_groups, poll_until, produce, until_live
 from .kafka_wire import call, connect, wire_request
@@ -91,6 +95,69 @@ def test_a_static_member_restarts_without_a_rebalance(server: KopServer) -> None
     assert len(rebalances) == count, "the other member was rebalanced"
     other.close()
     again.close()
+
+
+def _settled(server: KopServer, members: int) -> int | None:
+    """Until the server has kept the group's settled generation with ``members`` members (none kept
+    for 0); returns that generation."""
+    deadline = time.monotonic() + 30
+    with Broker(server.root) as b:
+        while len((kept := GroupSnapshots(b.store).load().get("g", {})).get("members", ())) != members:
+            assert time.monotonic() < deadline, f"the group's generation was not kept: {kept}"
+            time.sleep(0.05)
+    return kept.get("generation")
+
+
+@pytest.mark.parametrize("stop", ["kill", "stop"])
+def test_members_go_on_through_a_server_restart_without_a_rebalance(server: KopServer, stop: str) -> None:
+    """As after a Kafka coordinator's failover: the restarted server takes the group up as it
+    settled, its members' heartbeats and commits are accepted, and nobody's partitions move."""
+    rebalances: list[str] = []
+
+    def member(name: str) -> Consumer:
+        c = _consumer(server, name, **{"session.timeout.ms": 10_000})
+        c.subscribe(
+            ["t"],
+            on_assign=lambda _, ps: rebalances.append(f"{name} assigned"),
+            on_revoke=lambda _, ps: rebalances.append(f"{name} revoked"),
+            on_lost=lambda _, ps: rebalances.append(f"{name} lost"),
+        )
+        return c
+
+    one, two = member("one"), member("two")
+    poll_until([one, two], lambda _: len(assigned(one)) == len(assigned(two)) == 2)
+    generation = _settled(server, 2)
+    before = (assigned(one), assigned(two), list(rebalances))
+    produce(server, 40)
+    first = poll_until([one, two], lambda got: len(got) >= 40)
+    if stop == "kill":
+        server.kill()
+    else:
+        assert server.stop() == 0
+    server.start()
+    produce(server, 40)  # read after the restart by the partitions' same owners
+    then = poll_until([one, two], lambda got: len(got) >= 40)
+    assert len({(p, o) for _, p, o in first + then}) == 80  # each record once, none again
+    one.commit(asynchronous=False)  # in the generation it was in before the restart
+    two.commit(asynchronous=False)
+    assert (assigned(one), assigned(two), rebalances) == before
+    assert _settled(server, 2) == generation
+    one.close()
+    two.close()
+    assert _settled(server, 0) is None  # a group without members: nothing kept, nobody to restore
+
+
+def test_a_member_gone_while_the_server_was_down_is_out_after_its_session_timeout(server: KopServer) -> None:
+    survivor = _consumer(server, "survivor", **{"session.timeout.ms": 10_000})
+    survivor.subscribe(["t"])
+    conf = {"bootstrap.servers": server.bootstrap, "session.timeout.ms": 3000, "heartbeat.interval.ms": 300}
+    with doomed_member(conf) as got_some:
+        poll_until([survivor], lambda _: got_some.is_set() and len(assigned(survivor)) == 2)
+        _settled(server, 2)
+        server.kill()
+    server.start()  # the group as it settled, the doomed member in it until its session ends
+    poll_until([survivor], lambda _: assigned(survivor) == {0, 1, 2, 3})
+    survivor.close()
 
 
 def _join(sock: Any, member_id: str = "") -> Any:
@@ -174,3 +241,37 @@ def test_kop_groups_shows_wire_members_and_refuses_to_reset_an_active_group(serv
     until_live(server, 0)
     assert "has no active members" in kop_groups(server, "describe", "g").stdout
     assert kop_groups(server, "reset-offsets", "g", "--all-topics", "--to-latest", "--execute").returncode == 0
+
+
+def test_a_rebalance_under_way_leaves_the_last_settled_generation_kept(tmp_path) -> None:
+    """What a restarted server would restore is always a generation the leader assigned: never one
+    still joining or syncing."""
+
+    async def scenario() -> None:
+        ctx = ServerContext(Broker(str(tmp_path), {"group.initial.rebalance.delay.ms": 0}), {})
+        m = ctx.membership
+
+        def request(member_id: str = "") -> JoinRequest:
+            return JoinRequest("g", member_id, None, ("c", "h"), (30_000, 30_000), "consumer", [("range", b"")], False)
+
+        def kept() -> tuple[int, int]:
+            value = ctx.snapshots.load()["g"]
+            return value["generation"], len(value["members"])
+
+        first = await m.join(request())
+        await m.sync("g", first.generation, first.member_id, None, {first.member_id: b"all"})
+        await ctx.save_group("g")
+        assert kept() == (1, 1)
+        newcomer = asyncio.ensure_future(m.join(request()))
+        await asyncio.sleep(0)  # the newcomer's join runs up to its wait: a rebalance begins
+        again = await m.join(request(first.member_id))
+        assert m.groups["g"].state == GroupState.COMPLETING_REBALANCE and again.generation == 2
+        await ctx.save_group("g")
+        assert kept() == (1, 1)  # not the generation being synced
+        second = await newcomer
+        await m.sync("g", 2, first.member_id, None, {first.member_id: b"half", second.member_id: b"half"})
+        await ctx.save_group("g")
+        assert kept() == (2, 2)
+        ctx.close()
+
+    asyncio.run(scenario())

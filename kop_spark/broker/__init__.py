@@ -6,6 +6,7 @@ from .admin import PartitionInfo, TopicDescription, TopicInfo
 from .broker import Broker
 from .fetch import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, FetchedBatches, OffsetSpec
 from .group_offsets import SPARK_COMMIT
+from .group_snapshots import GroupSnapshots, Snapshot
 from .live_groups import LiveGroup, LiveMember
 from .maintenance import MaintenanceReport, RepairReport
 from .sink_commits import SINK_HEARTBEAT_MS, SINK_LEASE_MS, SinkCommits
@@ -20,6 +21,7 @@ __all__ = [
     "SPARK_COMMIT",
     "Broker",
     "FetchedBatches",
+    "GroupSnapshots",
     "LiveGroup",
     "LiveMember",
     "MaintenanceReport",
@@ -29,6 +31,7 @@ __all__ = [
     "Produced",
     "RepairReport",
     "SinkCommits",
+    "Snapshot",
     "StagedLedger",
     "StagedPartition",
     "TopicDescription",

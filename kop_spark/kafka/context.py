@@ -8,17 +8,18 @@ import asyncio
 import base64
 import functools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from ..broker import Broker, LiveGroup
+from ..broker import Broker, GroupSnapshots, LiveGroup, Snapshot
 from ..broker.acls import CLUSTER
 from .authorization import REFUSALS, Authorization
 from .classic_members import PROTOCOL_TYPE, ClassicMembers
 from .consumer_group_coordinator import ConsumerGroupCoordinator
+from .group import Group, GroupState
 from .group_membership import GroupMembership
 from .group_publisher import GroupPublisher, snapshot
 from .listeners import Listener
@@ -66,10 +67,12 @@ class ServerContext:
         )
         policy = config["group.consumer.migration.policy"]
         self.classic_members = ClassicMembers(self.consumer_groups, self.membership, policy)
+        self.snapshots = GroupSnapshots(broker.store)
         self.publisher = GroupPublisher(
             lambda group, live, valid_ms: self.call(broker.live_groups.publish, group, live, valid_ms),
             self.live_group,
             self.active_groups,
+            self.save_group,
         )
         self.transactions = TransactionCoordinator(broker)
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="kop-serve")
@@ -105,6 +108,20 @@ class ServerContext:
             return False
         self.classic_members.adopt(self.membership.hand_over(group_id))
         return True
+
+    def restore_groups(self, snapshots: Iterable[Snapshot]) -> None:
+        """Takes up the classic groups as a server before this one left them (``load_groups``)."""
+        for value in snapshots:
+            self.membership.restore(Group.from_snapshot(value))
+            self._changed(value["group_id"])
+
+    async def save_group(self, group_id: str) -> None:
+        """Keeps a classic group's generation once it has settled (Stable), for a restarted server
+        to take up; while it rebalances, the last settled one stands; none once it has no members."""
+        g = self.membership.groups.get(group_id)
+        if g is not None and g.members and g.state != GroupState.STABLE:
+            return
+        await self.call(self.snapshots.save, group_id, g.to_snapshot() if g is not None and g.members else None)
 
     def live_group(self, group_id: str) -> LiveGroup | None:
         g = self.membership.groups.get(group_id)

@@ -1,16 +1,21 @@
 """One consumer group's membership, as Kafka's ``GroupMetadata`` holds it: its state, generation,
 chosen protocol, leader and members (each with its protocols, assignment, and the join or sync
-request it is waiting on). ``GroupMembership`` moves it from state to state."""
+request it is waiting on). ``GroupMembership`` moves it from state to state. A settled generation
+is kept in the store as a snapshot (``broker.group_snapshots``), from which a restarted server
+takes the group up."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import enum
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
+
+from ..broker import Snapshot
 
 
 class GroupState(enum.Enum):
@@ -75,6 +80,18 @@ class Member:
     def metadata(self, protocol: str | None) -> bytes:
         return next((m for name, m in self.protocols if name == protocol), b"")
 
+    def to_json(self) -> dict[str, Any]:
+        fields = ("member_id", "instance_id", "client_id", "client_host", "session_timeout_ms", "rebalance_timeout_ms")
+        out: dict[str, Any] = {f: getattr(self, f) for f in fields}
+        out["protocols"] = [[name, _b64(metadata)] for name, metadata in self.protocols]
+        return {**out, "assignment": _b64(self.assignment)}
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> Member:
+        protocols = [(name, base64.b64decode(metadata)) for name, metadata in value["protocols"]]
+        fields = {k: v for k, v in value.items() if k not in ("protocols", "assignment")}
+        return cls(**fields, protocols=protocols, assignment=base64.b64decode(value["assignment"]))
+
     def answer_join(self, result: JoinResult) -> None:
         if self.join is not None and not self.join.done():
             self.join.set_result(result)
@@ -99,6 +116,20 @@ class Group:
     instances: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
     rebalance_timer: asyncio.TimerHandle | None = None
     initial_delay: bool = False  # the first members of an empty group are still arriving
+
+    def to_snapshot(self) -> Snapshot:
+        """The generation as it settled (Stable), for a server to take the group up after a restart."""
+        members = [m.to_json() for m in self.members.values()]
+        fields = ("group_id", "generation", "protocol_type", "protocol", "leader")
+        return {**{f: getattr(self, f) for f in fields}, "members": members}
+
+    @classmethod
+    def from_snapshot(cls, value: Snapshot) -> Group:
+        """The group as ``to_snapshot`` left it, Stable, its members not yet given their sessions."""
+        members = {m.member_id: m for m in map(Member.from_json, value["members"])}
+        instances = {m.instance_id: m.member_id for m in members.values() if m.instance_id is not None}
+        fields = {k: v for k, v in value.items() if k != "members"}
+        return cls(**fields, state=GroupState.STABLE, members=members, instances=instances)
 
     def release(self, code: ErrorCode) -> None:
         """Stops the group's timers and answers the joins and syncs under way with ``code``: the
@@ -152,3 +183,7 @@ class Group:
             self.leader or "",
             self.joined_members() if leader else (),
         )
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()

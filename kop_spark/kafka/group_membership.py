@@ -3,8 +3,10 @@ SyncGroup, Heartbeat and LeaveGroup move a group through Empty -> PreparingRebal
 CompletingRebalance -> Stable, with session timeouts, the rebalance timeout, the initial
 rebalance delay, MEMBER_ID_REQUIRED and static membership (``group.instance.id``).
 
-Membership lives in this server's memory, as the front-end's own state (DESIGN.md §1); committed
-offsets stay the Broker's, so ``validate_commit`` is all a commit asks of this class. Everything
+Membership lives in this server's memory, as the front-end's own state (DESIGN.md §1), and each
+settled generation is kept in the store (``broker.group_snapshots``), from which a restarted server
+takes the group up (``restore``); committed offsets stay the Broker's, so ``validate_commit`` is
+all a commit asks of this class. Everything
 runs on the server's event loop: no lock, and timers are the loop's."""
 
 from __future__ import annotations
@@ -280,6 +282,13 @@ class GroupMembership:
     def is_active(self, group_id: str) -> bool:
         g = self.groups.get(group_id)
         return g is not None and bool(g.members)
+
+    def restore(self, g: Group) -> None:
+        """Takes up a group as it settled on a server before this one: its members go on in their
+        generation, each with a new session."""
+        self.groups[g.group_id] = g
+        for m in g.members.values():
+            self._heartbeat(g, m)
 
     def adopt(self, g: Group) -> None:
         """Takes a group back from the consumer protocol (its online downgrade): its members, all

@@ -29,11 +29,14 @@ class GroupPublisher:
         publish: Callable[[str, LiveGroup, int], Awaitable[Any]],
         live: Callable[[str], LiveGroup | None],
         active: Callable[[], Iterable[str]],
+        save: Callable[[str], Awaitable[Any]],
     ):
-        """``live``: a group's members now (None: none); ``active``: the groups with members."""
+        """``live``: a group's members now (None: none); ``active``: the groups with members;
+        ``save``: keeps a changed group's snapshot (``broker.group_snapshots``)."""
         self._publish = publish
         self._live = live
         self._active = active
+        self._save = save
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
 
@@ -48,10 +51,17 @@ class GroupPublisher:
             except TimeoutError:
                 pass
             self._wake.clear()
-            due = self._dirty | set(self._active())
-            self._dirty = set()
-            for group_id in sorted(due):
+            changed, self._dirty = self._dirty, set()
+            for group_id in sorted(changed | set(self._active())):
                 await self.publish(group_id)
+                if group_id in changed:
+                    await self.save(group_id)
+
+    async def save(self, group_id: str) -> None:
+        try:
+            await self._save(group_id)
+        except Exception as e:  # a restart will rebalance the group instead: serving goes on
+            log.warning("could not keep the generation of group %r: %s", group_id, e)
 
     async def publish(self, group_id: str, gone: bool = False) -> None:
         live = None if gone else self._live(group_id)
