@@ -110,7 +110,7 @@ class ServerContext:
         return True
 
     def restore_groups(self, snapshots: Iterable[Snapshot]) -> None:
-        """Takes up the classic groups as a server before this one left them (``load_groups``)."""
+        """Takes up the classic groups as a server before this one left them (``GroupSnapshots.load``)."""
         for value in snapshots:
             self.membership.restore(Group.from_snapshot(value))
             self._changed(value["group_id"])
