@@ -389,7 +389,8 @@ def test_a_kafka_transaction_goes_on_through_a_server_restart(store: Store) -> N
     first.produce("tx", "out", 0, batch(pid, epoch, 0, b"a", b"b"))
     first.produce("tx", "out", 0, batch(pid, epoch, 2, b"c"))
     restarted = TransactionCoordinator(store.broker())
-    restarted.produce("tx", "out", 0, batch(pid, epoch, 2, b"c"))  # a retry: its answer was lost
+    restarted.produce("tx", "out", 0, batch(pid, epoch, 0, b"a", b"b"))  # retries: their answers were lost
+    restarted.produce("tx", "out", 0, batch(pid, epoch, 2, b"c"))
     restarted.produce("tx", "out", 0, batch(pid, epoch, 3, b"d"))
     restarted.end("tx", pid, epoch, commit=True)
     assert [r.value for r in b.fetch("out", 0, 0, max_records=10)] == [b"a", b"b", b"c", b"d"]

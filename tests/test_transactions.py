@@ -132,15 +132,17 @@ def test_an_abort_leaves_nothing_and_the_next_transaction_commits(broker, restar
 def test_a_retried_batch_is_staged_once_and_a_gap_is_refused(broker, restart):
     c = TransactionCoordinator(broker)
     pid, epoch = _open(c)
-    first = _batch(pid, epoch, 0, b"a", b"b")
-    c.produce(TID, "out", 0, first)  # staged, but its answer is lost (or the server killed before it)
+    first, second = _batch(pid, epoch, 0, b"a", b"b"), _batch(pid, epoch, 2, b"c")
+    c.produce(TID, "out", 0, first)  # staged, but their answers are lost (or the server killed before them)
+    c.produce(TID, "out", 0, second)
     c = _restarted(broker) if restart else c
-    c.produce(TID, "out", 0, first)  # the client's retry
-    with pytest.raises(OutOfOrderSequenceError, match="sent sequence 5, expected 2"):
-        c.produce(TID, "out", 0, _batch(pid, epoch, 5, b"c"))
-    c.produce(TID, "out", 0, _batch(pid, epoch, 2, b"c"))
+    c.produce(TID, "out", 0, first)  # the client's retries: of an earlier batch (within the last five) too
+    c.produce(TID, "out", 0, second)
+    with pytest.raises(OutOfOrderSequenceError, match="sent sequence 5, expected 3"):
+        c.produce(TID, "out", 0, _batch(pid, epoch, 5, b"d"))
+    c.produce(TID, "out", 0, _batch(pid, epoch, 3, b"d"))
     c.end(TID, pid, epoch, commit=True)
-    assert _values(broker, "out", 0) == [b"a", b"b", b"c"]
+    assert _values(broker, "out", 0) == [b"a", b"b", b"c", b"d"]
 
 
 def test_requests_the_transaction_does_not_allow_are_refused(broker):
@@ -491,6 +493,19 @@ def test_a_server_whose_transaction_another_took_up_is_told_it_is_no_longer_its_
     second.end(TID, pid, epoch, commit=True)
     assert _values(broker, "out", 0) == [b"a", b"b"] and broker.fetch_offsets("g")[("in", 0)].offset == 3
     assert broker.transactions.get(TID).partitions == () and _staged_files(broker.root) == []
+
+
+def test_a_server_that_let_a_transaction_go_takes_it_back_when_its_producer_returns(broker):
+    first = TransactionCoordinator(broker)
+    pid, epoch = _open(first)
+    first.produce(TID, "out", 0, _batch(pid, epoch, 0, b"a"))
+    second = _restarted(broker)
+    second.produce(TID, "out", 0, _batch(pid, epoch, 1, b"b"))
+    with pytest.raises(NotCoordinatorError):
+        first.end(TID, pid, epoch, commit=True)
+    first.produce(TID, "out", 0, _batch(pid, epoch, 2, b"c"))  # the producer is back at the first server
+    first.end(TID, pid, epoch, commit=True)
+    assert _values(broker, "out", 0) == [b"a", b"b", b"c"] and _staged_files(broker.root) == []
 
 
 def test_producers_not_heard_from_are_forgotten_their_state_kept_in_the_store(broker):

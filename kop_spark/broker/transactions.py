@@ -223,14 +223,9 @@ class Transactions:
             owner = _owned(transactional_id, old, producer_id, epoch)
             if owner.state == ONGOING:
                 raise Unchanged
-            return owner._replace(
-                state=ONGOING,
-                transaction=owner.transaction + 1,
-                began_ms=self._clock.now_ms(),
-                holder=holder,
-                partitions=tuple(dict.fromkeys(partitions)),
-                groups=() if group is None else (group,),
-            )
+            now = self._clock.now_ms()
+            begun = owner._replace(state=ONGOING, transaction=owner.transaction + 1, began_ms=now, holder=holder)
+            return _with_added(begun, partitions, group)
 
         return self._change(transactional_id, begin)
 
@@ -246,15 +241,10 @@ class Transactions:
 
         def add(old: TransactionState | None) -> TransactionState:
             owner = _ongoing(state, old)
-            groups, sent = owner.groups, owner.offsets
-            if group is not None:
-                groups = tuple(dict.fromkeys((*groups, group)))
-                if offsets:
-                    sent = {**sent, group: {**sent.get(group, {}), **offsets}}
-            added = tuple(dict.fromkeys((*owner.partitions, *partitions)))
-            if (added, groups, sent) == (owner.partitions, owner.groups, owner.offsets):
+            added = _with_added(owner, partitions, group, offsets)
+            if added == owner:
                 raise Unchanged
-            return owner._replace(partitions=added, groups=groups, offsets=sent)
+            return added
 
         return self._change(state.transactional_id, add)
 
@@ -375,6 +365,23 @@ def _ledger_id(state: TransactionState, tp: TopicPartition, n: int) -> int:
     ledger is ever named so (63 bits, as ``new_ledger_id``'s)."""
     name = f"{state.writer}/{state.producer_id}/{state.epoch}/{state.transaction}/{tp[0]}/{tp[1]}/{n}"
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big") >> 1
+
+
+def _with_added(
+    state: TransactionState,
+    partitions: Sequence[TopicPartition],
+    group: str | None,
+    offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None,
+) -> TransactionState:
+    """``state`` with partitions, a group, or offsets sent for a group added to its transaction."""
+    groups, sent = state.groups, state.offsets
+    if group is not None:
+        groups = tuple(dict.fromkeys((*groups, group)))
+        if offsets:
+            sent = {**sent, group: {**sent.get(group, {}), **offsets}}
+    return state._replace(
+        partitions=tuple(dict.fromkeys((*state.partitions, *partitions))), groups=groups, offsets=sent
+    )
 
 
 def _ongoing(state: TransactionState, found: TransactionState | None) -> TransactionState:

@@ -8,13 +8,13 @@ import asyncio
 import base64
 import functools
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from ..broker import Broker, GroupSnapshots, LiveGroup, Snapshot
+from ..broker import Broker, GroupSnapshots, LiveGroup
 from ..broker.acls import CLUSTER
 from .authorization import REFUSALS, Authorization
 from .classic_members import PROTOCOL_TYPE, ClassicMembers
@@ -109,11 +109,12 @@ class ServerContext:
         self.classic_members.adopt(self.membership.hand_over(group_id))
         return True
 
-    def restore_groups(self, snapshots: Iterable[Snapshot]) -> None:
-        """Takes up the classic groups as a server before this one left them (``GroupSnapshots.load``)."""
-        for value in snapshots:
+    def restore_groups(self) -> None:
+        """Takes up the classic groups as a server before this one left them. Called as the server
+        starts, it reads them on the event loop, so no request is served before they are back."""
+        for group_id, value in self.snapshots.load().items():
             self.membership.restore(Group.from_snapshot(value))
-            self._changed(value["group_id"])
+            self._changed(group_id)
 
     async def save_group(self, group_id: str) -> None:
         """Keeps a classic group's generation once it has settled (Stable), for a restarted server

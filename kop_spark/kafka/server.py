@@ -14,7 +14,7 @@ import functools
 import logging
 import signal
 
-from ..broker import Broker, GroupSnapshots
+from ..broker import Broker
 from .connection import Connection
 from .context import ServerContext
 from .listeners import Listener, parse_listeners
@@ -44,8 +44,6 @@ class KafkaServer:
 
     async def start(self) -> None:
         tls = server_context(self.broker.config) if any(listener.tls for listener in self.listeners) else None
-        loop = asyncio.get_running_loop()
-        saved = (await loop.run_in_executor(None, GroupSnapshots(self.broker.store).load)).values()
         for listener in self.listeners:
             server = await asyncio.start_server(
                 functools.partial(self._accept, listener.protocol),
@@ -59,7 +57,7 @@ class KafkaServer:
             self._servers.append(server)
         told = {a.protocol: a for a in reversed(self._advertised or [])}
         ctx = ServerContext(self.broker, {b.protocol: told.get(b.protocol, b) for b in reversed(self.bound)})
-        ctx.restore_groups(saved)  # before any request is served: members find their groups
+        ctx.restore_groups()  # before any request is served: members find their groups
         self.ctx = ctx
         authorization = ctx.authorization
         if authorization.enabled:

@@ -69,6 +69,11 @@ class _Producer:
         self.staging, self.holds = staging, True
         self.sequences = {tp: p.sequences() for tp, p in staging.items()}
 
+    def let_go(self, state: TransactionState) -> None:
+        """Take ``state``, whose transaction under way another server holds: nothing of it here."""
+        self.state = state
+        self.staging, self.sequences, self.holds = {}, {}, False
+
 
 class TransactionCoordinator:
     def __init__(self, broker: Broker):
@@ -161,8 +166,7 @@ class TransactionCoordinator:
             try:
                 yield
             except NotCoordinatorError:
-                held.state = self._transactions.get(held.state.transactional_id) or held.state
-                held.staging, held.sequences, held.holds = {}, {}, False
+                held.let_go(self._transactions.get(held.state.transactional_id) or held.state)
                 raise
 
     def add_partitions(

@@ -12,7 +12,7 @@ from typing import NamedTuple
 from ..layout import staged_ledger_file, staged_marker_file
 from ..record import RecordBatch
 from .fileio import FileIO
-from .ledger import FILE_HEADER, LedgerWriter, recover
+from .ledger import FILE_HEADER, LedgerReader, LedgerWriter, recover
 from .ledger_entry import EntryInfo
 from .ledger_metadata import LedgerRecord
 
@@ -158,10 +158,13 @@ def staged_run(
 
 
 def last_batches(fileio: FileIO, ledgers: Sequence[StagedLedger], count: int) -> list[bytes]:
-    """The last ``count`` batches (or fewer) of staged ``ledgers``, in order."""
+    """The last ``count`` batches (or fewer) of sealed staged ``ledgers``, in order: only those
+    entries are read, through the ledgers' tables."""
     batches: list[bytes] = []
     for ledger in reversed(ledgers):
         if len(batches) >= count:
             break
-        batches[:0] = [bytes(e.batch) for e in recover(fileio, ledger.file).entries]
-    return batches[-count:]
+        reader = LedgerReader(fileio, ledger.file, ledger.length, sealed=True)
+        first = max(ledger.entries - (count - len(batches)), 0)
+        batches[:0] = [bytes(e.batch) for e in reader.read(first, ledger.length)]
+    return batches
