@@ -54,11 +54,11 @@ def transaction_key(transactional_id: str) -> str:
     return f"{TRANSACTIONS}/{transaction_writer(transactional_id)}"
 
 
-GROUP_SNAPSHOTS = f"{KAFKA}/classic-groups"
+GROUP_SNAPSHOTS = f"{KAFKA}/group-snapshots"
 
 
 def group_snapshot_key(group: str) -> str:
-    """Where a classic group's last settled generation is kept (``broker.group_snapshots``)."""
+    """Where a consumer group's membership is kept for a restarted server (``broker.group_snapshots``)."""
     return f"{GROUP_SNAPSHOTS}/{urllib.parse.quote(group, safe='')}"
 
 

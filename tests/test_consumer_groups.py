@@ -7,6 +7,7 @@ subscribed to it. Real clients against ``kop serve``: test_kafka_consumer_protoc
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -20,7 +21,7 @@ from kop_spark.broker import TopicInfo
 from kop_spark.config import Config
 from kop_spark.kafka.assignors import ASSIGNORS, RangeAssignor, UniformAssignor
 from kop_spark.kafka.classic_members import ClassicMembers
-from kop_spark.kafka.consumer_group import ConsumerGroupState
+from kop_spark.kafka.consumer_group import ConsumerGroup, ConsumerGroupState
 from kop_spark.kafka.consumer_group_coordinator import ConsumerGroupCoordinator, Heartbeat, HeartbeatAnswer
 from kop_spark.kafka.consumer_protocol import assigned_partitions, encode_subscription
 from kop_spark.kafka.group import JoinRequest
@@ -44,7 +45,19 @@ class World:
             return list(self.topics)
 
         config = Config({"group.consumer.session.timeout.ms": 60_000, **conf})
-        self.coordinator = ConsumerGroupCoordinator(config, read, self.changed.append, topics_refresh_s=0)
+        self.start = lambda: ConsumerGroupCoordinator(config, read, self.changed.append, topics_refresh_s=0)
+        self.coordinator = self.start()
+
+    def restart(self) -> None:
+        """As ``kop serve`` restarts: a new coordinator takes the groups up from what the old one
+        kept of them (each change is kept before its member is told), as JSON in the store."""
+        kept = [json.loads(json.dumps(g.to_snapshot())) for g in self.coordinator.groups.values()]
+        self.coordinator.close()
+        self.coordinator = self.start()
+        for value in kept:
+            restored = ConsumerGroup.from_snapshot(value)
+            assert restored.to_snapshot() == value
+            self.coordinator.install(restored)
 
     def ids(self) -> dict[uuid.UUID, str]:
         return {t.topic_id: t.name for t in self.topics}
@@ -101,13 +114,17 @@ class ClassicClient:
 
     def __init__(self, world: World, member_id: str, topics: tuple[str, ...] = ("t",), eager: bool = False):
         self.world, self.member_id, self.topics, self.eager = world, member_id, topics, eager
-        self.classic = ClassicMembers(world.coordinator, GroupMembership(0))  # the group is never given back
         self.generation = -1
         self.owned: frozenset[TP] = frozenset()
         self.releasing: frozenset[TP] = frozenset()
 
     def holds(self) -> frozenset[TP]:
         return self.owned | self.releasing
+
+    @property
+    def classic(self) -> ClassicMembers:
+        """The server's classic side of the coordinator the world has now (it is never given the group back)."""
+        return ClassicMembers(self.world.coordinator, GroupMembership(0))
 
     async def beat(self, epoch: int | None = None) -> HeartbeatAnswer:
         self.releasing = frozenset()
@@ -274,11 +291,12 @@ def test_a_newcomer_gets_partitions_only_once_their_owner_has_given_them_up() ->
 
 @settings(max_examples=100, deadline=None)
 @given(
-    st.lists(st.tuples(st.sampled_from(["join", "leave", "beat", "grow"]), st.integers(0, 5)), max_size=40),
+    st.lists(st.tuples(st.sampled_from(["join", "leave", "beat", "grow", "restart"]), st.integers(0, 5)), max_size=40),
     st.sampled_from(["consumer", "mixed"]),
 )
 def test_no_partition_ever_has_two_owners_and_a_group_left_alone_settles(steps, protocols) -> None:
-    """Members of the consumer protocol only, or with classic ones (cooperative and eager)."""
+    """Members of the consumer protocol only, or with classic ones (cooperative and eager), the
+    server restarted at any step: its members never notice."""
 
     async def scenario() -> None:
         w = World(topic("t", 5), topic("u", 3))
@@ -300,6 +318,8 @@ def test_no_partition_ever_has_two_owners_and_a_group_left_alone_settles(steps, 
                 await c.beat()
             elif op == "grow":
                 w.topics[i % 2] = topic(w.topics[i % 2].name, w.topics[i % 2].partitions + 1)
+            elif op == "restart":
+                w.restart()
             no_two_owners(list(clients.values()))
         await settle(list(clients.values()))
         if clients:
@@ -318,7 +338,10 @@ def test_no_partition_ever_has_two_owners_and_a_group_left_alone_settles(steps, 
     run(scenario)
 
 
-def test_a_stale_or_unknown_member_is_fenced_and_a_lost_answer_is_forgiven() -> None:
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_stale_or_unknown_member_is_fenced_and_a_lost_answer_is_forgiven(restart: bool) -> None:
+    """``restart``: the server kept the epoch it moved a member to, and was killed before answering."""
+
     async def scenario() -> None:
         w = World(topic("t", 2))
         a, b = Client(w, "a"), Client(w, "b")
@@ -328,6 +351,8 @@ def test_a_stale_or_unknown_member_is_fenced_and_a_lost_answer_is_forgiven() -> 
         c = Client(w, "c")
         await c.beat()
         await settle([a, b, c])  # each moved on from an epoch it knew before
+        if restart:
+            w.restart()
         member = w.coordinator.groups["g"].members["a"]
         answer = await a.beat(epoch=member.previous_epoch)  # as if the answer that moved it on was lost
         assert answer.error == ErrorCode.none and answer.member_epoch == member.epoch
@@ -349,14 +374,19 @@ def test_a_leaving_member_gives_its_partitions_to_the_rest() -> None:
     run(scenario)
 
 
-def test_a_static_member_steps_away_and_comes_back_to_its_partitions_without_a_rebalance() -> None:
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_static_member_steps_away_and_comes_back_to_its_partitions_without_a_rebalance(restart: bool) -> None:
+    """``restart``: the server restarted while the member was away."""
+
     async def scenario() -> None:
         w = World(topic("t", 4))
         a, b = Client(w, "a", instance_id="ia"), Client(w, "b", instance_id="ib")
         await joined(a, b)
-        group = w.coordinator.groups["g"]
-        epoch, had = group.epoch, b.owned
+        epoch, had = w.coordinator.groups["g"].epoch, b.owned
         assert (await b.beat(epoch=-2)).member_epoch == -2
+        if restart:
+            w.restart()
+        group = w.coordinator.groups["g"]
         await settle([a])
         assert len(a.owned) == 2  # b's partitions wait for it
         taken = Client(w, "b-again", instance_id="ia")
@@ -369,7 +399,27 @@ def test_a_static_member_steps_away_and_comes_back_to_its_partitions_without_a_r
     run(scenario)
 
 
-def test_a_member_that_keeps_partitions_past_its_rebalance_timeout_is_fenced() -> None:
+def test_a_member_gone_while_the_server_was_down_is_out_after_its_session_timeout() -> None:
+    async def scenario() -> None:
+        w = World(topic("t", 2), **{"group.consumer.session.timeout.ms": 200})
+        a, b = Client(w, "a"), Client(w, "b")
+        await joined(a, b)
+        w.restart()
+        deadline = asyncio.get_running_loop().time() + 30
+        while "b" in w.coordinator.groups["g"].members:  # b never comes back; a beats on
+            assert asyncio.get_running_loop().time() < deadline, "b's session never ended"
+            await a.beat()
+            await asyncio.sleep(0.01)
+        await settle([a])
+        assert len(a.owned) == 2
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_member_that_keeps_partitions_past_its_rebalance_timeout_is_fenced(restart: bool) -> None:
+    """``restart``: the server restarted while the member was asked to revoke; its own timeout still holds."""
+
     async def scenario() -> None:
         w = World(topic("t", 2))
         a = Client(w, "a", rebalance_timeout_ms=50)
@@ -377,6 +427,8 @@ def test_a_member_that_keeps_partitions_past_its_rebalance_timeout_is_fenced() -
         b = Client(w, "b")
         await b.beat()
         await a.beat(owned=None)  # asked to revoke; it never says it has
+        if restart:
+            w.restart()
         assert w.coordinator.groups["g"].members["a"].revoking
         while "a" in w.coordinator.groups["g"].members:  # the rebalance timeout fences it
             await asyncio.sleep(0.01)
@@ -406,12 +458,15 @@ def test_refusals_name_what_is_wrong() -> None:
     run(scenario)
 
 
-def test_a_regex_subscription_follows_the_topics_that_match() -> None:
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_regex_subscription_follows_the_topics_that_match(restart: bool) -> None:
     async def scenario() -> None:
         w = World(topic("ev-1", 1), topic("other", 1))
         a = Client(w, "a", topics=())
         await a.beat(topic_regex="ev-.*")
         assert a.owned == {("ev-1", 0)}
+        if restart:
+            w.restart()
         w.topics.append(topic("ev-2", 2))
         await settle([a])
         assert a.owned == {("ev-1", 0), ("ev-2", 0), ("ev-2", 1)}
@@ -449,14 +504,19 @@ def test_uniform_gives_a_share_left_over_to_the_member_that_holds_more() -> None
     assert len(out["b"]) == 3 and out["b"] < current["b"]  # one partition moves, not two
 
 
-def test_the_assignor_most_members_ask_for_is_used_and_changes_when_they_leave() -> None:
+@pytest.mark.parametrize("restart", [False, True])
+def test_the_assignor_most_members_ask_for_is_used_and_changes_when_they_leave(restart: bool) -> None:
     async def scenario() -> None:
         w = World(topic("t", 4))
         a, b = Client(w, "a", assignor="range"), Client(w, "b")
         await joined(a, b)
+        if restart:
+            w.restart()
+        c = Client(w, "c")
+        await joined(c)  # the group's assignor is chosen again
         assert w.coordinator.groups["g"].assignor == "range"  # the only one asked for
         await a.beat(epoch=-1)
-        await settle([b])
+        await settle([b, c])
         assert w.coordinator.groups["g"].assignor == "uniform"  # none asked for: the default
 
     run(scenario)

@@ -1,7 +1,7 @@
 """Consumer groups over the wire, Kafka's consumer rebalance protocol (KIP-848,
 ``group.protocol=consumer``): real librdkafka consumers share a topic with no partition ever
 owned by two, take over a killed member's partitions, follow a regex subscription; a static
-member restarts without moving anyone's partitions; the group shows in ``kop groups``, admin
+member restarts without moving anyone's partitions; members go on through a restart of the server; the group shows in ``kop groups``, admin
 clients and ListGroups, and fences stale commits. A group of classic consumers moves to the
 consumer protocol one member at a time, as a rolling restart moves it, and back (KIP-848's online
 migration), members of either protocol consuming and committing, with no partition owned by two
@@ -26,6 +26,7 @@ from kafka.protocol.consumer import JoinGroupRequest, OffsetCommitRequest, Offse
 from kio.schema.errors import ErrorCode
 
 from kop_spark import Broker
+from kop_spark.broker import GroupSnapshots
 from kop_spark.kafka.messages import request_class
 
 from .group_clients import assigned, doomed_member, kop_groups, poll_until, produce, until_live
@@ -168,23 +169,60 @@ def test_a_static_member_restarts_without_moving_anyone_elses_partitions(
     again.close()
 
 
-def test_members_rejoin_a_restarted_server_and_go_on_from_their_commits(
-    server: KopServer, member: Callable[..., Consumer]
+@pytest.mark.parametrize("stop", ["kill", "stop"])
+def test_members_of_either_protocol_go_on_through_a_server_restart_without_a_rebalance(
+    tmp_path: Path, stop: str
 ) -> None:
-    c = member("survivor")
-    c.subscribe(["t"])
-    produce(server, 50)
-    poll_until([c], lambda got: len(got) == 50)
-    c.commit(asynchronous=False)
-    server.kill()  # kill -9: the membership was in its memory only
-    server.start()  # on the same port: the member is unknown there, and joins again
-    produce(server, 50)
-    got = poll_until([c], lambda got: len(got) >= 50, timeout=60)
+    """As after a Kafka coordinator's failover: the restarted server takes the group up as it was
+    (epochs, target, each member's partitions), so heartbeats and commits are accepted and nobody's
+    partitions move, a classic member's (KIP-848's online migration) included."""
+    conf = ["group.consumer.heartbeat.interval.ms=200", "group.consumer.session.timeout.ms=10000"]
+    with _serving(tmp_path, conf) as server:
+        moves: list[str] = []
+        modern = Consumer({**_consumer_conf(server), "client.id": "modern"})
+        classic = _classic(server, "classic", "cooperative-sticky")
+        try:
+            for name, c in (("modern", modern), ("classic", classic)):
+                c.subscribe(
+                    ["t"],
+                    on_assign=lambda _, ps, n=name: moves.append(f"{n} assigned {len(ps)}"),
+                    on_revoke=lambda _, ps, n=name: moves.append(f"{n} revoked {len(ps)}"),
+                    on_lost=lambda _, ps, n=name: moves.append(f"{n} lost {len(ps)}"),
+                )
+            both = [modern, classic]
+            poll_until(
+                both, lambda _: len(assigned(modern)) == len(assigned(classic)) == 2, each_round=never_shared(*both)
+            )
+            kept = _kept(server, 2)
+            assert kept["type"] == "consumer"
+            before = (assigned(modern), assigned(classic), list(moves))
+            produce(server, 40)
+            first = poll_until(both, lambda got: len(got) >= 40)
+            if stop == "kill":
+                server.kill()
+            else:
+                assert server.stop() == 0
+            server.start()
+            produce(server, 40)  # read after the restart by the partitions' same owners
+            then = poll_until(both, lambda got: len(got) >= 40, timeout=60)
+            assert len({(p, o) for _, p, o in first + then}) == 80  # each record once, none again
+            _commit_all(both)  # at the epoch, and the generation, each was in before the restart
+            assert (assigned(modern), assigned(classic), moves) == before
+            assert _kept(server, 2)["epoch"] == kept["epoch"]
+        finally:
+            modern.close()  # while the server is up (see ``member``)
+            classic.close()
+        assert _kept(server, 0) == {}  # no members: nothing kept, nobody to restore
+
+
+def _kept(server: KopServer, members: int) -> dict[str, Any]:
+    """Until the server keeps group g, for a restart, with ``members`` members (none: nothing kept)."""
+    deadline = time.monotonic() + 30
     with Broker(server.root) as b:
-        committed = {p: o.offset for (_, p), o in b.fetch_offsets("g").items()}
-        after = {(p, o) for p in range(4) for o in range(committed[p], b.list_offsets("t", p, "latest"))}
-    assert sorted((p, o) for _, p, o in got) == sorted(after)  # the new records, once each
-    c.close()
+        while len((kept := GroupSnapshots(b.store).load().get("g", {})).get("members", ())) != members:
+            assert time.monotonic() < deadline, f"the group was not kept with {members} members: {kept}"
+            time.sleep(0.05)
+    return kept
 
 
 def test_a_regex_subscription_takes_topics_created_later(server: KopServer, member: Callable[..., Consumer]) -> None:

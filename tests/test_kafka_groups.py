@@ -6,6 +6,7 @@ each step is deterministic)."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import threading
 import time
 from collections.abc import Iterator
@@ -14,11 +15,16 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, OffsetCommitRequest, SyncGroupRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.sync_group.v5.request import SyncGroupRequestAssignment
 
 from kop_spark import Broker
 from kop_spark.broker import GroupSnapshots
 from kop_spark.kafka.context import ServerContext
 from kop_spark.kafka.group import GroupState, JoinRequest
+from kop_spark.kafka.handlers.consumer_groups import consumer_group_heartbeat
+from kop_spark.kafka.handlers.groups import sync_group
+from kop_spark.kafka.messages import RequestHeader, request_class
 
 from .group_clients import assigned, doomed_member, kop_groups, poll_until, produce, until_live
 from .kafka_wire import call, connect, wire_request
@@ -273,5 +279,44 @@ def test_a_rebalance_under_way_leaves_the_last_settled_generation_kept(tmp_path)
         await ctx.save_group("g")
         assert kept() == (2, 2)
         ctx.close()
+
+    asyncio.run(scenario())
+
+
+def test_what_a_member_is_told_is_kept_before_it_is_told(tmp_path) -> None:
+    """A SyncGroup and a ConsumerGroupHeartbeat that move a member on are answered only once the
+    group is kept, as Kafka answers once the group's records are written: a server killed just
+    after answering restarts with what its members were told. (The group publisher, which keeps
+    the other changes a moment later, is not running here.)"""
+
+    async def scenario() -> None:
+        broker = Broker(str(tmp_path), {"group.initial.rebalance.delay.ms": 0})
+        broker.create_topic("t", 4)
+        ctx = ServerContext(broker, {})
+        joining = JoinRequest("g", "", None, ("c", "h"), (30_000, 30_000), "consumer", [("range", b"")], False)
+        joined = await ctx.membership.join(joining)
+        sync = request_class(14, 5)(
+            group_id="g",
+            generation_id=joined.generation,
+            member_id=joined.member_id,
+            assignments=(SyncGroupRequestAssignment(member_id=joined.member_id, assignment=b"all"),),
+        )
+        assert (await sync_group(ctx, RequestHeader(14, 5, 0, "c"), sync)).error_code == ErrorCode.none
+        assert ctx.snapshots.load()["g"]["generation"] == joined.generation
+
+        beat = request_class(68, 1)(
+            group_id="h",
+            member_id="m",
+            member_epoch=0,
+            rebalance_timeout=datetime.timedelta(seconds=30),
+            subscribed_topic_names=("t",),
+            topic_partitions=(),
+        )
+        answer = await consumer_group_heartbeat(ctx, RequestHeader(68, 1, 0, "c"), beat)
+        (member,) = ctx.snapshots.load()["h"]["members"]
+        (told,) = answer.assignment.topic_partitions
+        assert (member["epoch"], len(member["assigned"])) == (answer.member_epoch, len(told.partitions)) == (1, 4)
+        ctx.close()
+        broker.close()
 
     asyncio.run(scenario())

@@ -1,7 +1,8 @@
-"""Classic groups as ``kop serve`` last settled them (Kafka's GroupMetadata records in
-``__consumer_offsets``): each group's generation, protocol and leader, and its members with their
-subscriptions and assignments, kept while the group has members. A restarted server takes its
-groups up from them, so their members go on where they were, without a rebalance."""
+"""Consumer groups' membership as ``kop serve`` last kept it (Kafka's group records in
+``__consumer_offsets``), while a group has members: a classic group's settled generation, a
+consumer-protocol group's epochs, target and each member's partitions. A restarted server takes
+its groups up from them, so their members go on where they were, without a rebalance. Each
+snapshot names its group's ``type`` (``classic`` or ``consumer``, as ListGroups does)."""
 
 from __future__ import annotations
 

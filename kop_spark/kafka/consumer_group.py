@@ -2,6 +2,9 @@
 which every change of membership, subscription or subscribed topics' partitions bumps; the
 target assignment computed for an epoch; and each member's epoch and the partitions it owns.
 
+The group is kept in the store as a snapshot (``broker.group_snapshots``) whenever it changes,
+from which a restarted server takes it up, each member at the epoch it was told.
+
 Members move to the target one at a time (Kafka's ``CurrentAssignmentBuilder``): a member that
 owns partitions its target no longer holds is first asked to revoke them and keeps its epoch;
 once it has, it moves to the target epoch and gets its new partitions, less any another member
@@ -10,10 +13,14 @@ has not given up yet, which it gets at a later heartbeat. So no partition ever h
 from __future__ import annotations
 
 import asyncio
+import base64
 import enum
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
+from ..broker import Snapshot
 from .assignors import Assignor, TopicPartition
 
 NONE: frozenset[TopicPartition] = frozenset()
@@ -40,6 +47,17 @@ class ClassicProtocol:
     @property
     def protocol(self) -> str:
         return self.protocols[0][0]
+
+    def to_json(self) -> dict[str, Any]:
+        protocols = [[name, base64.b64encode(metadata).decode()] for name, metadata in self.protocols]
+        fields = ("session_timeout_ms", "version", "generation")
+        return {**{f: getattr(self, f) for f in fields}, "protocols": protocols, "sent": _tps_to_json(self.sent)}
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> ClassicProtocol:
+        protocols = tuple((name, base64.b64decode(metadata)) for name, metadata in value["protocols"])
+        sent = _tps_from_json(value["sent"])
+        return cls(value["session_timeout_ms"], protocols, value["version"], value["generation"], sent)
 
 
 @dataclass
@@ -71,6 +89,37 @@ class ConsumerMember:
             if timer is not None:
                 timer.cancel()
 
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f: getattr(self, f) for f in _MEMBER_FIELDS}
+        out["topic_names"] = sorted(self.topic_names)
+        out["assigned"], out["revoking"] = _tps_to_json(self.assigned), _tps_to_json(self.revoking)
+        return {**out, "classic": None if self.classic is None else self.classic.to_json()}
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> ConsumerMember:
+        """The member as ``to_json`` left it, its timers not yet started."""
+        return cls(
+            **{f: value[f] for f in _MEMBER_FIELDS},
+            topic_names=frozenset(value["topic_names"]),
+            assigned=_tps_from_json(value["assigned"]),
+            revoking=_tps_from_json(value["revoking"]),
+            classic=None if value["classic"] is None else ClassicProtocol.from_json(value["classic"]),
+        )
+
+
+_MEMBER_FIELDS = (
+    "member_id",
+    "instance_id",
+    "client_id",
+    "client_host",
+    "rebalance_timeout_ms",
+    "topic_regex",
+    "assignor",
+    "epoch",
+    "previous_epoch",
+    "left",
+)
+
 
 @dataclass
 class ConsumerGroup:
@@ -83,6 +132,29 @@ class ConsumerGroup:
     partitions: dict[str, int] = field(default_factory=dict)  # the subscribed topics' counts
     assignor: str = ""  # the server-side assignor of the target
     topics_version: int = -1  # of the topics ``partitions`` was worked out from
+
+    def to_snapshot(self) -> Snapshot:
+        """The group as it is, for a server to take it up after a restart."""
+        target = {member_id: _tps_to_json(tps) for member_id, tps in self.target.items()}
+        members = [m.to_json() for m in self.members.values()]
+        fields = ("group_id", "epoch", "target_epoch", "partitions", "assignor")
+        return {"type": "consumer", **{f: getattr(self, f) for f in fields}, "target": target, "members": members}
+
+    @classmethod
+    def from_snapshot(cls, value: Snapshot) -> ConsumerGroup:
+        """The group as ``to_snapshot`` left it; its subscribed topics are worked out again at the
+        next heartbeat, and its members' timers are not yet started."""
+        members = {m.member_id: m for m in map(ConsumerMember.from_json, value["members"])}
+        return cls(
+            value["group_id"],
+            value["epoch"],
+            value["target_epoch"],
+            {member_id: _tps_from_json(tps) for member_id, tps in value["target"].items()},
+            members,
+            {m.instance_id: m.member_id for m in members.values() if m.instance_id is not None},
+            dict(value["partitions"]),
+            value["assignor"],
+        )
 
     @property
     def state(self) -> ConsumerGroupState:
@@ -128,3 +200,11 @@ class ConsumerGroup:
 
     def _owned_by_another(self, tp: TopicPartition, member: ConsumerMember) -> bool:
         return any(tp in m.assigned or tp in m.revoking for m in self.members.values() if m is not member)
+
+
+def _tps_to_json(tps: Iterable[TopicPartition]) -> list[list[Any]]:
+    return [[t, p] for t, p in sorted(tps)]
+
+
+def _tps_from_json(value: list[list[Any]]) -> frozenset[TopicPartition]:
+    return frozenset((t, p) for t, p in value)

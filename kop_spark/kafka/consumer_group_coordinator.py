@@ -5,8 +5,9 @@ without a heartbeat, and are fenced if they keep partitions they were asked to r
 rebalance timeout; a member leaves with epoch -1, a static member steps away with -2 and comes
 back, under a new member id, to the partitions it had.
 
-Like the classic protocol's ``GroupMembership``, membership lives in this server's memory and
-everything runs on its event loop. Assignments name topics by id; the coordinator maps them with
+Like the classic protocol's ``GroupMembership``, membership lives in this server's memory, kept
+in the store as it changes for a restarted server to take up, and everything runs on its event
+loop. Assignments name topics by id; the coordinator maps them with
 the topics it last read (``TopicSnapshots``), at most ``TOPICS_REFRESH_S`` old.
 
 A heartbeat that changes nothing (most of them) costs no more than a few lookups: a group's
@@ -250,7 +251,8 @@ class ConsumerGroupCoordinator:
         self._leave(g, member, static=False)
 
     def install(self, g: ConsumerGroup) -> None:
-        """Takes over a group converted from the classic protocol, its members' sessions running."""
+        """Takes over a group converted from the classic protocol, or as a server kept it before a
+        restart, each member's session (and rebalance timeout) starting anew."""
         self.groups[g.group_id] = g
         for member in g.members.values():
             self.keep_alive(g, member)

@@ -14,10 +14,11 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from ..broker import Broker, GroupSnapshots, LiveGroup
+from ..broker import Broker, GroupSnapshots, LiveGroup, Snapshot
 from ..broker.acls import CLUSTER
 from .authorization import REFUSALS, Authorization
 from .classic_members import PROTOCOL_TYPE, ClassicMembers
+from .consumer_group import ConsumerGroup
 from .consumer_group_coordinator import ConsumerGroupCoordinator
 from .group import Group, GroupState
 from .group_membership import GroupMembership
@@ -68,6 +69,8 @@ class ServerContext:
         policy = config["group.consumer.migration.policy"]
         self.classic_members = ClassicMembers(self.consumer_groups, self.membership, policy)
         self.snapshots = GroupSnapshots(broker.store)
+        self._kept: dict[str, Snapshot] = {}  # what the store holds of each group, as last saved
+        self._saving = asyncio.Lock()
         self.publisher = GroupPublisher(
             lambda group, live, valid_ms: self.call(broker.live_groups.publish, group, live, valid_ms),
             self.live_group,
@@ -110,19 +113,36 @@ class ServerContext:
         return True
 
     def restore_groups(self) -> None:
-        """Takes up the classic groups as a server before this one left them. Called as the server
-        starts, it reads them on the event loop, so no request is served before they are back."""
-        for group_id, value in self.snapshots.load().items():
-            self.membership.restore(Group.from_snapshot(value))
-            self._changed(group_id)
+        """Takes up the groups as a server before this one kept them. Called as the server starts,
+        it reads them on the event loop, so no request is served before they are back."""
+        self._kept = self.snapshots.load()
+        for group_id, value in self._kept.items():
+            if value["type"] == "consumer":
+                self.consumer_groups.install(ConsumerGroup.from_snapshot(value))
+            else:
+                self.membership.restore(Group.from_snapshot(value))
+                self._changed(group_id)
 
     async def save_group(self, group_id: str) -> None:
-        """Keeps a classic group's generation once it has settled (Stable), for a restarted server
-        to take up; while it rebalances, the last settled one stands; none once it has no members."""
-        g = self.membership.groups.get(group_id)
-        if g is not None and g.members and g.state != GroupState.STABLE:
-            return
-        await self.call(self.snapshots.save, group_id, g.to_snapshot() if g is not None and g.members else None)
+        """Keeps the group's membership for a restarted server to take up: a classic group's
+        generation once it has settled (while it rebalances, the last settled one stands), a
+        consumer-protocol group's as it is, nothing once it has no members. The requests whose
+        answers tell members what it holds (SyncGroup, ConsumerGroupHeartbeat) wait for it, as
+        Kafka's wait for the group's records; saves go one at a time, each of the state then."""
+        async with self._saving:
+            classic, consumer = self.membership.groups.get(group_id), self.consumer_groups.groups.get(group_id)
+            if classic is not None and classic.members:
+                if classic.state != GroupState.STABLE:
+                    return
+                value: Snapshot | None = classic.to_snapshot()
+            else:
+                value = consumer.to_snapshot() if consumer is not None and consumer.members else None
+            if value != self._kept.get(group_id):
+                await self.call(self.snapshots.save, group_id, value)
+                if value is None:
+                    self._kept.pop(group_id)
+                else:
+                    self._kept[group_id] = value
 
     def live_group(self, group_id: str) -> LiveGroup | None:
         g = self.membership.groups.get(group_id)

@@ -121,14 +121,14 @@ class Group:
         """The generation as it settled (Stable), for a server to take the group up after a restart."""
         members = [m.to_json() for m in self.members.values()]
         fields = ("group_id", "generation", "protocol_type", "protocol", "leader")
-        return {**{f: getattr(self, f) for f in fields}, "members": members}
+        return {"type": "classic", **{f: getattr(self, f) for f in fields}, "members": members}
 
     @classmethod
     def from_snapshot(cls, value: Snapshot) -> Group:
         """The group as ``to_snapshot`` left it, Stable, its members not yet given their sessions."""
         members = {m.member_id: m for m in map(Member.from_json, value["members"])}
         instances = {m.instance_id: m.member_id for m in members.values() if m.instance_id is not None}
-        fields = {k: v for k, v in value.items() if k != "members"}
+        fields = {k: v for k, v in value.items() if k not in ("type", "members")}
         return cls(**fields, state=GroupState.STABLE, members=members, instances=instances)
 
     def release(self, code: ErrorCode) -> None:

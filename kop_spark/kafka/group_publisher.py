@@ -61,7 +61,7 @@ class GroupPublisher:
         try:
             await self._save(group_id)
         except Exception as e:  # a restart will rebalance the group instead: serving goes on
-            log.warning("could not keep the generation of group %r: %s", group_id, e)
+            log.warning("could not keep the membership of group %r: %s", group_id, e)
 
     async def publish(self, group_id: str, gone: bool = False) -> None:
         live = None if gone else self._live(group_id)

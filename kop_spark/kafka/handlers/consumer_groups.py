@@ -58,6 +58,10 @@ async def consumer_group_heartbeat(ctx: ServerContext, header: RequestHeader, re
         ),
         lambda topic: ctx.allowed(header, "Describe", "Topic", topic),
     )
+    if answer.error == ErrorCode.none and (
+        answer.assignment is not None or answer.member_epoch != request.member_epoch
+    ):
+        await ctx.publisher.save(request.group_id)  # before the member is told: a restart keeps what it was told
     assignment = None
     if answer.assignment is not None:
         assignment = make(

@@ -74,6 +74,8 @@ async def sync_group(ctx: ServerContext, header: RequestHeader, request: Any) ->
         result = ctx.classic_members.sync(*member)
     else:
         result = await ctx.membership.sync(*member, {a.member_id: a.assignment for a in request.assignments})
+    if result.error == ErrorCode.none:
+        await ctx.publisher.save(request.group_id)  # before the member is told: a restart keeps what it was told
     return make(
         m.SyncGroupResponse,
         throttle_time=NO_TIME,
