@@ -53,6 +53,12 @@ def _staged_files(root: str) -> list[str]:
     return [os.path.join(d, f) for d, _, files in os.walk(staging) for f in files]
 
 
+def _open_files() -> set[str]:
+    """The files this process has open."""
+    fds = "/proc/self/fd"
+    return {os.path.realpath(os.path.join(fds, fd)) for fd in os.listdir(fds)}
+
+
 def _store(root: str, clock: Clock = SYSTEM_CLOCK) -> Broker:
     """A store with the topics the transactions write ("out") and read ("in")."""
     b = Broker(root, clock=clock)
@@ -499,10 +505,12 @@ def test_a_server_that_let_a_transaction_go_takes_it_back_when_its_producer_retu
     first = TransactionCoordinator(broker)
     pid, epoch = _open(first)
     first.produce(TID, "out", 0, _batch(pid, epoch, 0, b"a"))
+    (staged,) = _open_files() & set(_staged_files(broker.root))
     second = _restarted(broker)
     second.produce(TID, "out", 0, _batch(pid, epoch, 1, b"b"))
     with pytest.raises(NotCoordinatorError):
         first.end(TID, pid, epoch, commit=True)
+    assert staged not in _open_files()  # closed, as the second server left it
     first.produce(TID, "out", 0, _batch(pid, epoch, 2, b"c"))  # the producer is back at the first server
     first.end(TID, pid, epoch, commit=True)
     assert _values(broker, "out", 0) == [b"a", b"b", b"c"] and _staged_files(broker.root) == []

@@ -146,6 +146,10 @@ class TransactionPartition:
     def finish(self) -> tuple[StagedLedger, ...]:
         return self._staged.finish()
 
+    def abandon(self) -> None:
+        """Leave what is staged to the server that took the transaction up."""
+        self._staged.abandon()
+
 
 class Transactions:
     def __init__(self, broker: Broker):

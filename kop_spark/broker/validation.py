@@ -206,6 +206,12 @@ class StagedPartition:
         self._seal()
         return tuple(self._sealed)
 
+    def abandon(self) -> None:
+        """Give up the staged ledgers, left as they are to the server that took them up."""
+        if self._stager is not None:
+            self._stager.abandon()
+        self._sealed, self._stager = [], None
+
     def discard(self) -> None:
         """Remove whatever was staged (a failed task attempt leaves nothing behind)."""
         if self._stager is not None:

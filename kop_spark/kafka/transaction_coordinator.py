@@ -71,6 +71,8 @@ class _Producer:
 
     def let_go(self, state: TransactionState) -> None:
         """Take ``state``, whose transaction under way another server holds: nothing of it here."""
+        for p in self.staging.values():
+            p.abandon()
         self.state = state
         self.staging, self.sequences, self.holds = {}, {}, False
 

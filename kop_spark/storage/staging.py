@@ -82,6 +82,11 @@ class LedgerStager:
         self._writer.close()
         self._fileio.delete(self.path)
 
+    def abandon(self) -> None:
+        """Close the file as it is, to another writer that took it up (``reseal``); what was
+        appended is durable already (``sync``), so closing writes nothing."""
+        self._writer.close()
+
 
 def sealed_ledger(
     fileio: FileIO, ledger_path: Callable[[int], str], appends: Sequence[tuple[Sequence[bytes], int]]
