@@ -51,9 +51,11 @@ def _cleanup_policy(text: str) -> str:
 
 def _mechanisms(text: str) -> str:
     names = [m.strip().upper() for m in text.split(",") if m.strip()]
-    unknown = [m for m in names if m not in ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")]
+    unknown = [m for m in names if m not in ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN", "OAUTHBEARER")]
     if unknown or not names:
-        raise ValueError(f"{', '.join(unknown) or 'none given'}: expected SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN")
+        raise ValueError(
+            f"{', '.join(unknown) or 'none given'}: expected SCRAM-SHA-256, SCRAM-SHA-512, PLAIN or OAUTHBEARER"
+        )
     return ",".join(names)
 
 
@@ -203,7 +205,29 @@ _SETTINGS = [
         "SCRAM-SHA-256,SCRAM-SHA-512",
         _mechanisms,
         "SASL mechanisms SASL listeners accept: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN (PLAIN sends the password: "
-        "only over SASL_SSL)",
+        "only over SASL_SSL), OAUTHBEARER (tokens an identity provider signed: sasl.oauthbearer.*)",
+    ),
+    Setting(
+        "sasl.oauthbearer.jwks.endpoint.url",
+        "",
+        str,
+        "Where the identity provider publishes the keys OAUTHBEARER tokens are signed with (a JWKS; https:// or "
+        "file://)",
+    ),
+    Setting(
+        "sasl.oauthbearer.jwks.endpoint.refresh.ms",
+        3600000,
+        _int_at_least(1),
+        "How often the JWKS is read again (also whenever a token names a key not yet seen)",
+    ),
+    Setting("sasl.oauthbearer.expected.audience", "", str, "Audiences a token must name one of, comma-separated"),
+    Setting("sasl.oauthbearer.expected.issuer", "", str, "The issuer (iss) a token must name"),
+    Setting("sasl.oauthbearer.sub.claim.name", "sub", str, "The token claim naming its user (principal User:<it>)"),
+    Setting(
+        "sasl.oauthbearer.clock.skew.seconds",
+        30,
+        _int_at_least(0),
+        "How far the identity provider's clock may be from this server's when a token's times are checked",
     ),
     Setting("ssl.keystore.type", "PEM", _choice("PEM"), "Format of the TLS keystore (KIP-651 PEM)"),
     Setting(

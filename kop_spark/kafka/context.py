@@ -25,6 +25,7 @@ from .group_membership import GroupMembership
 from .group_publisher import GroupPublisher, snapshot
 from .listeners import Listener
 from .messages import RequestHeader
+from .sasl import Validate
 from .session import ANONYMOUS
 from .transaction_coordinator import TransactionCoordinator
 
@@ -51,8 +52,16 @@ class Appends:
 
 
 class ServerContext:
-    def __init__(self, broker: Broker, advertised: dict[str, Listener], workers: int = 32):
+    def __init__(
+        self,
+        broker: Broker,
+        advertised: dict[str, Listener],
+        tokens: Validate | None = None,
+        workers: int = 32,
+    ):
+        """``tokens``: checks OAUTHBEARER logins' tokens, where that mechanism is enabled."""
         self.broker = broker
+        self.tokens = tokens
         self._advertised = advertised
         self.cluster_id = cluster_id_of(broker.root)
         config = broker.config

@@ -1,5 +1,6 @@
 """The server side of SASL logins: SCRAM-SHA-256/512 (RFC 5802, RFC 7677, as Kafka implements
-them) and PLAIN, both checked against the store's users (``broker.credentials``).
+them) and PLAIN, both checked against the store's users (``broker.credentials``), and OAUTHBEARER
+(RFC 7628, KIP-255), whose token an identity provider signed (``oauth_tokens``).
 
 Each mechanism is a small state machine fed the client's tokens in order; ``step`` answers a
 token or raises ``SaslAuthenticationError``, whose message is what the client is told (never a
@@ -11,12 +12,14 @@ import base64
 import hashlib
 import hmac
 import os
+import re
 from collections.abc import Callable
 from typing import Protocol
 
 from ..broker.credentials import MECHANISMS, ScramCredential
 
 Lookup = Callable[[str, str], "ScramCredential | None"]  # (user, mechanism) -> its credential
+Validate = Callable[[str], str]  # an OAuth bearer token -> the user it was issued for, or SaslAuthenticationError
 
 
 class SaslAuthenticationError(Exception):
@@ -30,9 +33,13 @@ class SaslServer(Protocol):
     def step(self, token: bytes) -> bytes: ...
 
 
-def sasl_server(mechanism: str, lookup: Lookup) -> SaslServer:
+def sasl_server(mechanism: str, lookup: Lookup, validate: Validate | None = None) -> SaslServer:
+    """``validate``: checks OAUTHBEARER tokens (given when that mechanism is enabled)."""
     if mechanism == "PLAIN":
         return PlainServer(lookup)
+    if mechanism == "OAUTHBEARER":
+        assert validate is not None, "OAUTHBEARER enabled without a token validator"
+        return OAuthBearerServer(validate)
     return ScramServer(mechanism, lookup)
 
 
@@ -69,6 +76,54 @@ class PlainServer:
                     return b""
                 break
         raise _invalid(self.mechanism)
+
+
+class OAuthBearerServer:
+    """One message from the client, ``gs2-header 0x01 auth=Bearer <token> 0x01 [key=value 0x01]...
+    0x01`` (RFC 7628 §3.1); its token checked, the login completes with an empty answer. A token
+    refused fails the login at once, the reason (never the token) in the error, where RFC 7628
+    would first send a JSON challenge for the client to acknowledge."""
+
+    mechanism = "OAUTHBEARER"
+
+    def __init__(self, validate: Validate):
+        self._validate = validate
+        self.user: str | None = None
+
+    def step(self, token: bytes) -> bytes:
+        if self.user is not None:
+            raise SaslAuthenticationError("OAUTHBEARER: unexpected message after the login completed")
+        authzid, bearer, _extensions = client_first(token)
+        user = self._validate(bearer)
+        if authzid and authzid != user:
+            raise SaslAuthenticationError(
+                "Authentication failed: Client requested an authorization id that is different from username"
+            )
+        self.user = user
+        return b""
+
+
+_GS2_HEADER = re.compile(r"[ny],(?:a=([^,]*))?,")
+_KEY = re.compile(r"[A-Za-z]+")
+_BEARER = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] ([A-Za-z0-9\-._~+/]+=*)")
+
+
+def client_first(message: bytes) -> tuple[str, str, dict[str, str]]:
+    """An OAUTHBEARER client's message: its authorization id ("" if none), bearer token and
+    extensions (KIP-342's, which are not acted on)."""
+    try:
+        header, *pairs, end, last = message.decode("utf-8").split("\x01")
+    except (UnicodeDecodeError, ValueError):
+        raise SaslAuthenticationError("OAUTHBEARER: invalid client message") from None
+    gs2 = _GS2_HEADER.fullmatch(header)
+    fields = dict(p.partition("=")[::2] for p in pairs)
+    well_formed = len(fields) == len(pairs) and all("=" in p for p in pairs) and all(map(_KEY.fullmatch, fields))
+    if gs2 is None or end or last or not well_formed:
+        raise SaslAuthenticationError("OAUTHBEARER: invalid client message")
+    bearer = _BEARER.fullmatch(fields.pop("auth", ""))
+    if bearer is None:
+        raise SaslAuthenticationError("OAUTHBEARER: the client message has no auth=Bearer <token>")
+    return _saslname(gs2.group(1) or ""), bearer.group(1), fields
 
 
 class ScramServer:

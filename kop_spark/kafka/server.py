@@ -19,6 +19,7 @@ from .connection import Connection
 from .context import ServerContext
 from .listeners import Listener, parse_listeners
 from .memory import keep_large_buffers
+from .oauth_tokens import TokenValidator
 from .session import Session
 from .tls import certificate_principal, server_context
 
@@ -43,7 +44,11 @@ class KafkaServer:
         self.ctx: ServerContext | None = None
 
     async def start(self) -> None:
-        tls = server_context(self.broker.config) if any(listener.tls for listener in self.listeners) else None
+        config = self.broker.config
+        tls = server_context(config) if any(listener.tls for listener in self.listeners) else None
+        sasl = any(listener.protocol.startswith("SASL_") for listener in self.listeners)
+        oauth = sasl and "OAUTHBEARER" in config["sasl.enabled.mechanisms"].split(",")
+        tokens = await asyncio.to_thread(TokenValidator, config) if oauth else None
         for listener in self.listeners:
             server = await asyncio.start_server(
                 functools.partial(self._accept, listener.protocol),
@@ -56,7 +61,7 @@ class KafkaServer:
             self.bound.append(Listener(listener.protocol, host, port))
             self._servers.append(server)
         told = {a.protocol: a for a in reversed(self._advertised or [])}
-        ctx = ServerContext(self.broker, {b.protocol: told.get(b.protocol, b) for b in reversed(self.bound)})
+        ctx = ServerContext(self.broker, {b.protocol: told.get(b.protocol, b) for b in reversed(self.bound)}, tokens)
         ctx.restore_groups()  # before any request is served: members find their groups
         self.ctx = ctx
         authorization = ctx.authorization

@@ -30,7 +30,7 @@ async def sasl_handshake(ctx: ServerContext, header: RequestHeader, request: Any
     if not session.needs_login or session.sasl is not None:  # not a SASL listener, or logged in already
         session.close_after_answer = True
         return make(m.SaslHandshakeResponse, error_code=ErrorCode.illegal_sasl_state, mechanisms=enabled)
-    session.sasl = sasl_server(request.mechanism, ctx.broker.users.credential)
+    session.sasl = sasl_server(request.mechanism, ctx.broker.users.credential, ctx.tokens)
     session.raw_tokens = header.api_version == 0
     return make(m.SaslHandshakeResponse, error_code=ErrorCode.none, mechanisms=enabled)
 
