@@ -6,10 +6,15 @@ unreachable one is a loopback port nobody listens on."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import http.server
 import json
 import re
 import socket
+import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -74,6 +79,47 @@ def idp(tmp_path: Path) -> IdentityProvider:
     return IdentityProvider(tmp_path)
 
 
+@contextlib.contextmanager
+def serving(idp: IdentityProvider) -> Iterator[str]:
+    """The identity provider over HTTP on loopback, as an OIDC provider serves: its JWKS at
+    /jwks.json, and tokens for the client credentials grant at /token (the client id is the
+    subject; the secret is "secret-<client id>"). Yields its base URL."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self._answer(200, idp.jwks.read_bytes()) if self.path == "/jwks.json" else self._answer(404, b"{}")
+
+        def do_POST(self) -> None:
+            form = urllib.parse.parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
+            scheme, _, credentials = self.headers.get("Authorization", "").partition(" ")
+            client, _, secret = base64.b64decode(credentials).decode().partition(":")
+            if self.path != "/token" or form.get("grant_type") != ["client_credentials"] or scheme != "Basic":
+                self._answer(400, b'{"error": "invalid_request"}')
+            elif secret != f"secret-{client}":
+                self._answer(401, b'{"error": "invalid_client"}')
+            else:
+                answer = {"access_token": idp.token(client), "token_type": "Bearer", "expires_in": 600}
+                self._answer(200, json.dumps(answer).encode())
+
+        def _answer(self, status: int, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 def _settings(idp: IdentityProvider, **more: Any) -> dict[str, Any]:
     return {
         "sasl.enabled.mechanisms": "OAUTHBEARER",
@@ -85,16 +131,25 @@ def _settings(idp: IdentityProvider, **more: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def server(tmp_path: Path, idp: IdentityProvider) -> Iterator[KopServer]:
-    """Authorization on: alice may write and read topic t in any group; mallory may do nothing."""
+def idp_url(idp: IdentityProvider) -> Iterator[str]:
+    with serving(idp) as url:
+        yield url
+
+
+@pytest.fixture(params=["file", "https"])
+def server(request: pytest.FixtureRequest, tmp_path: Path, idp: IdentityProvider, idp_url: str) -> Iterator[KopServer]:
+    """Authorization on: alice may write and read topic t in any group; mallory may do nothing.
+    The JWKS is read from a file, or from the identity provider over HTTP (plain HTTP on loopback,
+    where a real one is https: PyJWT's client reads both alike)."""
     root = str(tmp_path / "store")
     with Broker(root) as b:
         b.create_topic("t", 1)
     for resource in (["--topic", "t"], ["--group", "*"]):
         made = kop(root, "acls", "add", "--allow-principal", "User:alice", "--operation", "All", *resource)
         assert made.returncode == 0, made.stderr
-    conf = [f"{k}={v}" for k, v in _settings(idp, authorizationEnabled="true").items()]
-    with KopServer(root, conf, protocols=["SASL_PLAINTEXT"]) as s:
+    jwks = idp.url if request.param == "file" else f"{idp_url}/jwks.json"
+    conf = _settings(idp, authorizationEnabled="true", **{"sasl.oauthbearer.jwks.endpoint.url": jwks})
+    with KopServer(root, [f"{k}={v}" for k, v in conf.items()], protocols=["SASL_PLAINTEXT"]) as s:
         yield s
 
 
@@ -140,6 +195,21 @@ def test_tokens_of_the_identity_provider_log_in_and_acls_see_their_subject(
     producer.flush(30)
     assert [e.code() for e in told] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
     assert "User:mallory logged in" in "".join(server.log)
+
+
+def test_librdkafka_gets_its_token_from_the_identity_provider_with_oidc(server: KopServer, idp_url: str) -> None:
+    """``sasl.oauthbearer.method=oidc``: librdkafka asks the token endpoint with its client
+    credentials, as it does Entra ID's or Okta's."""
+    oidc = {
+        "bootstrap.servers": server.bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "OAUTHBEARER",
+        "sasl.oauthbearer.method": "oidc",
+        "sasl.oauthbearer.client.id": "alice",
+        "sasl.oauthbearer.client.secret": "secret-alice",
+        "sasl.oauthbearer.token.endpoint.url": f"{idp_url}/token",
+    }
+    assert round_trip(oidc)
 
 
 def test_keys_the_identity_provider_rotates_in_are_taken_without_a_restart(
