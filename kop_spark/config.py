@@ -59,6 +59,15 @@ def _mechanisms(text: str) -> str:
     return ",".join(names)
 
 
+def _optional_port(text: str) -> int | None:
+    if not text.strip():
+        return None
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{port} is not a port (0 to 65535)")
+    return port
+
+
 def _assignors(text: str) -> str:
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in ("uniform", "range")]
@@ -194,6 +203,14 @@ _SETTINGS = [
         "Where kop serve listens for Kafka clients: PROTOCOL://host:port[,...], PROTOCOL one of PLAINTEXT, SSL, "
         "SASL_PLAINTEXT, SASL_SSL (loopback unless told otherwise)",
     ),
+    Setting(
+        "webServicePort",
+        None,
+        _optional_port,
+        "Port of the HTTP endpoint serving kop serve's metrics at /metrics, in Prometheus's format, with KoP's "
+        "names (empty: none; 0: any free port)",
+    ),
+    Setting("bindAddress", "127.0.0.1", str, "Address the metrics endpoint (webServicePort) listens on"),
     Setting(
         "kafkaAdvertisedListeners",
         "",
@@ -474,7 +491,7 @@ def render_conf_file() -> str:
                 "# Per-topic settings (Kafka's names): defaults for every topic; create_topic(config=...) overrides.",
                 "",
             ]
-        default = str(s.default).lower() if isinstance(s.default, bool) else s.default
+        default = str(s.default).lower() if isinstance(s.default, bool) else "" if s.default is None else s.default
         lines += [f"# {s.doc}", f"{s.name}={default}", ""]
     return "\n".join(lines)
 

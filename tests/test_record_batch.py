@@ -11,7 +11,15 @@ from kafka.record.default_records import DefaultRecordBatch as KBatch
 from kafka.record.default_records import DefaultRecordBatchBuilder as KBuilder
 
 from kop_spark.errors import CorruptRecordError
-from kop_spark.record import CompressionType, Record, RecordBatch, TimestampType, build_record_batch, split_batches
+from kop_spark.record import (
+    CompressionType,
+    Record,
+    RecordBatch,
+    TimestampType,
+    build_record_batch,
+    record_count,
+    split_batches,
+)
 from kop_spark.record.compression import compress, decompress
 from kop_spark.record.default_record_batch import with_base_offset, with_log_append_time
 from kop_spark.record.varint import read_varint, size_of_varint, write_varint
@@ -230,3 +238,13 @@ def test_garbage_compressed_payload_is_corrupt():
                 if codec == CompressionType.SNAPPY
                 else b"not compressed at all",
             )
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(records, codecs), max_size=5))
+def test_record_count_is_what_kafka_python_reads_from_concatenated_batches(batches):
+    data = b"".join(build_record_batch(recs, compression=codec) for recs, codec in batches)
+    read = 0
+    for view in split_batches(data):
+        read += sum(1 for _ in KBatch(bytes(view)))
+    assert record_count(data) == read == sum(len(recs) for recs, _ in batches)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -21,6 +22,7 @@ from .apis import API_VERSIONS, APIS, versions_response
 from .context import ServerContext
 from .handlers.sasl import login_step
 from .messages import InvalidRequestError, decode_request, encode_response, peek_header
+from .metrics import answered_well
 from .sasl import SaslAuthenticationError
 from .session import SASL_APIS, Session
 
@@ -128,12 +130,40 @@ class Connection:
         if api is None or not api.supports(version):
             raise InvalidRequestError(f"API key {api_key} version {version} is not supported")
         header, request = decode_request(frame, api_key, version)
-        response = await api.handler(
-            self._ctx, header._replace(client_host=self.session.host, session=self.session), request
-        )
+        timed = _Timed(self._ctx, type(request).__name__.removesuffix("Request"))
+        try:
+            response = await api.handler(
+                self._ctx, header._replace(client_host=self.session.host, session=self.session), request
+            )
+        except BaseException:
+            timed.done(success=False)
+            raise
         if isinstance(response, asyncio.Future):  # taken, answered once written
+            response.add_done_callback(timed.answered)
             return asyncio.ensure_future(_encoded(correlation_id, response))
+        timed.done(success=response is None or answered_well(response))
         return None if response is None else encode_response(correlation_id, response)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests taken and not yet answered."""
+        return self._owed
+
+
+class _Timed:
+    """A request's time from its arrival to its answer (``kop_server_REQUEST_LATENCY``)."""
+
+    def __init__(self, ctx: ServerContext, name: str):
+        self._ctx, self._name = ctx, name
+        self._start = time.perf_counter()
+
+    def done(self, success: bool) -> None:
+        self._ctx.metrics.request(self._name, (time.perf_counter() - self._start) * 1000, success)
+
+    def answered(self, answer: asyncio.Future[Any]) -> None:
+        """An answer given once written (a produce's)."""
+        failed = answer.cancelled() or answer.exception() is not None
+        self.done(success=not failed and (answer.result() is None or answered_well(answer.result())))
 
 
 async def _unless_done(step: Any, writing: asyncio.Future[None]) -> None:

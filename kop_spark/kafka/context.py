@@ -25,6 +25,7 @@ from .group_membership import GroupMembership
 from .group_publisher import GroupPublisher, snapshot
 from .listeners import Listener
 from .messages import RequestHeader
+from .metrics import ServerMetrics
 from .sasl import Validate
 from .session import ANONYMOUS
 from .transaction_coordinator import TransactionCoordinator
@@ -68,6 +69,7 @@ class ServerContext:
         self.sasl_mechanisms = tuple(config["sasl.enabled.mechanisms"].split(","))
         self.authorization = Authorization(config["authorizationEnabled"], config["superUserRoles"].split(","))
         self.appends = Appends()
+        self.metrics = ServerMetrics()
         self.membership = GroupMembership(broker.config["group.initial.rebalance.delay.ms"], self._changed)
         self.consumer_groups = ConsumerGroupCoordinator(
             config,

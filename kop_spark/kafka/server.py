@@ -19,6 +19,7 @@ from .connection import Connection
 from .context import ServerContext
 from .listeners import Listener, parse_listeners
 from .memory import keep_large_buffers
+from .metrics import MetricsEndpoint
 from .oauth_tokens import TokenValidator
 from .session import Session
 from .tls import certificate_principal, server_context
@@ -42,6 +43,7 @@ class KafkaServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self.bound: list[Listener] = []
         self.ctx: ServerContext | None = None
+        self._metrics: MetricsEndpoint | None = None
 
     async def start(self) -> None:
         config = self.broker.config
@@ -67,6 +69,7 @@ class KafkaServer:
         authorization = ctx.authorization
         if authorization.enabled:
             authorization.load(await ctx.call(self.broker.acls.bindings))
+        await self._serve_metrics(ctx)
         self._background = [
             asyncio.ensure_future(ctx.publisher.run()),
             asyncio.ensure_future(authorization.run(lambda: ctx.call(self.broker.acls.bindings))),
@@ -74,6 +77,21 @@ class KafkaServer:
         ]
         for listener in self.bound:
             log.info("kop serve: listening on %s (root %s)", listener, self.broker.root)
+
+    async def _serve_metrics(self, ctx: ServerContext) -> None:
+        port = self.broker.config["webServicePort"]
+        if port is None:
+            return
+        self._metrics = MetricsEndpoint(ctx.metrics, self._gauges)
+        host, bound = await self._metrics.start(self.broker.config["bindAddress"], port)
+        log.info("kop serve: metrics at http://%s:%d/metrics", host, bound)
+
+    def _gauges(self) -> dict[str, float]:
+        return {
+            "kop_server_ALIVE_CHANNEL_COUNT": len(self._connections),
+            "kop_server_ACTIVE_CHANNEL_COUNT": sum(not c.idle.is_set() for c in self._connections),
+            "kop_server_REQUEST_QUEUE_SIZE": sum(c.in_flight for c in self._connections),
+        }
 
     async def _accept(self, protocol: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         assert self.ctx is not None
@@ -97,6 +115,8 @@ class KafkaServer:
         """Stop listening, answer what is in flight, close every connection."""
         for server in self._servers:
             server.close()
+        if self._metrics is not None:
+            await self._metrics.stop()
         for c in self._connections:
             c.stopping = True
         busy = [c.idle.wait() for c in self._connections]

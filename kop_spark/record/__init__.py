@@ -1,7 +1,7 @@
 """Kafka's record format v2: records, batches and their compression codecs."""
 
 from .compression import CompressionType
-from .default_record_batch import RecordBatch, build_record_batch, split_batches, with_base_offset
+from .default_record_batch import RecordBatch, build_record_batch, record_count, split_batches, with_base_offset
 from .record import BatchRecord, ConsumerRecord, Header, Record, TimestampType
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "RecordBatch",
     "TimestampType",
     "build_record_batch",
+    "record_count",
     "split_batches",
     "with_base_offset",
 ]

@@ -422,3 +422,16 @@ def split_batches(data: bytes | memoryview) -> list[memoryview]:
         out.append(view[pos:end])
         pos = end
     return out
+
+
+_RECORD_COUNT_OFFSET = HEADER_SIZE - 4  # the header's last field
+
+
+def record_count(data: bytes | memoryview) -> int:
+    """How many records concatenated batches hold, by their headers (batches already checked: a
+    fetch's, or a produce's that was accepted)."""
+    view, pos, total = memoryview(data), 0, 0
+    while pos + HEADER_SIZE <= len(view):
+        total += _I32.unpack_from(view, pos + _RECORD_COUNT_OFFSET)[0]
+        pos += LOG_OVERHEAD + _I32.unpack_from(view, pos + LENGTH_OFFSET)[0]
+    return total

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 from kio.schema.errors import ErrorCode
 
 from ...broker import FetchedBatches
+from ...record import record_count
 from ..context import ServerContext
 from ..error_codes import error_code
 from ..messages import RequestHeader, make, response_module
@@ -47,6 +48,9 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
     by_topic: dict[str, list[Any]] = {}
     for w, a in zip(wanted, answers, strict=True):
         by_topic.setdefault(w.topic, []).append(_partition(m, w.partition, a))
+        if isinstance(a, FetchedBatches) and a.batches:
+            records = sum(record_count(b) for b in a.batches)
+            ctx.metrics.fetched(w.topic, w.partition, sum(len(b) for b in a.batches), records)
     responses = tuple(make(m.FetchableTopicResponse, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items())
     return make(
         m.FetchResponse,

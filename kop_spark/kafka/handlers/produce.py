@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from ...broker import Produced
 from ...errors import InvalidRecordError
+from ...record import record_count
 from ..context import ServerContext
 from ..error_codes import error_code
 from ..messages import RequestHeader, make, response_module
@@ -38,6 +39,10 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
         answers = await asyncio.gather(*(_written(ctx, m, tp, wait) for tp, wait in queued.items()))
         done = dict(zip(queued, answers, strict=True))
         ctx.appends.notify()
+        for t in request.topic_data:
+            for p in t.partition_data:
+                if done[(t.name, p.index)].error_code == ErrorCode.none:
+                    _count(ctx, t.name, p.index, p.records)
         return None if request.acks == 0 else _answer(m, request, lambda t, p: done[(t.name, p.index)])
 
     return asyncio.ensure_future(written())
@@ -55,10 +60,16 @@ async def _staged(ctx: ServerContext, header: RequestHeader, m: Any, request: An
                 ctx.authorize(header, "Write", "Topic", t.name)
                 await ctx.call(ctx.transactions.produce, tid, t.name, p.index, p.records or b"")
                 done[(t.name, p.index)] = _partition(m, p.index, ErrorCode.none)
+                _count(ctx, t.name, p.index, p.records)
             except Exception as e:
                 code = error_code(e, f"transactional produce to {t.name}-{p.index}")
                 done[(t.name, p.index)] = _partition(m, p.index, code)
     return None if request.acks == 0 else _answer(m, request, lambda t, p: done[(t.name, p.index)])
+
+
+def _count(ctx: ServerContext, topic: str, partition: int, records: bytes | None) -> None:
+    if records:
+        ctx.metrics.produced(topic, partition, len(records), record_count(records))
 
 
 def _answer(m: Any, request: Any, partition: Any) -> Any:
