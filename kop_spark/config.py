@@ -313,6 +313,36 @@ _SETTINGS = [
         "Whether a group moves between the classic and the consumer protocol as its members do "
         "(KIP-848): upgrade, downgrade, both (bidirectional) or neither (disabled)",
     ),
+    Setting(
+        "group.share.session.timeout.ms",
+        45000,
+        _int_at_least(1),
+        "How long a member of a share group (KIP-932) may go without a heartbeat",
+    ),
+    Setting(
+        "group.share.heartbeat.interval.ms",
+        5000,
+        _int_at_least(1),
+        "How often members of a share group (KIP-932) are told to heartbeat",
+    ),
+    Setting(
+        "group.share.record.lock.duration.ms",
+        30000,
+        _int_at_least(1),
+        "How long a share consumer holds the records it fetched before they go to another",
+    ),
+    Setting(
+        "group.share.delivery.count.limit",
+        5,
+        _int_at_least(1),
+        "How many times a record is delivered to share consumers before it is given up (archived)",
+    ),
+    Setting(
+        "share.auto.offset.reset",
+        "latest",
+        _choice("latest", "earliest"),
+        "Where a share group starts in a partition it has not read before (Kafka sets it per group)",
+    ),
     Setting("group.min.session.timeout.ms", 6000, _int_at_least(1), "Shortest session timeout a consumer may ask for"),
     Setting(
         "group.max.session.timeout.ms", 1800000, _int_at_least(1), "Longest session timeout a consumer may ask for"

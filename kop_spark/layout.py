@@ -62,6 +62,11 @@ def group_snapshot_key(group: str) -> str:
     return f"{GROUP_SNAPSHOTS}/{urllib.parse.quote(group, safe='')}"
 
 
+def share_partition_key(group: str, topic: str, partition: int) -> str:
+    """Where a share group's state of one partition is kept (``broker.share_states``)."""
+    return f"{KAFKA}/share-groups/{urllib.parse.quote(group, safe='')}/{urllib.parse.quote(topic, safe='')}/{partition}"
+
+
 def live_group_key(group: str) -> str:
     """Where ``kop serve`` publishes a consumer group's live members (``broker.live_groups``)."""
     return f"{KAFKA}/groups/{urllib.parse.quote(group, safe='')}"

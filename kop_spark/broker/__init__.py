@@ -9,6 +9,7 @@ from .group_offsets import SPARK_COMMIT
 from .group_snapshots import GroupSnapshots, Snapshot
 from .live_groups import LiveGroup, LiveMember
 from .maintenance import MaintenanceReport, RepairReport
+from .share_states import ShareStates
 from .sink_commits import SINK_HEARTBEAT_MS, SINK_LEASE_MS, SinkCommits
 from .validation import Produced, StagedPartition
 
@@ -30,6 +31,7 @@ __all__ = [
     "PartitionInfo",
     "Produced",
     "RepairReport",
+    "ShareStates",
     "SinkCommits",
     "Snapshot",
     "StagedLedger",

@@ -24,6 +24,7 @@ from .handlers import (
     produce,
     producers,
     sasl,
+    share_groups,
     transactions,
     users,
 )
@@ -103,5 +104,8 @@ APIS: dict[int, Api] = {
         Api(66, 0, 2, transactions.list_transactions),
         Api(68, 0, 1, consumer_groups.consumer_group_heartbeat),
         Api(69, 0, 1, consumer_groups.consumer_group_describe),
+        Api(76, 1, 1, share_groups.share_group_heartbeat),
+        Api(78, 1, 1, share_groups.share_fetch),
+        Api(79, 1, 1, share_groups.share_acknowledge),
     )
 }

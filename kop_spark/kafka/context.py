@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from ..broker import Broker, GroupSnapshots, LiveGroup, Snapshot
+from ..broker import Broker, GroupSnapshots, LiveGroup, ShareStates, Snapshot
 from ..broker.acls import CLUSTER
 from .authorization import REFUSALS, Authorization
 from .classic_members import PROTOCOL_TYPE, ClassicMembers
@@ -28,6 +28,7 @@ from .messages import RequestHeader
 from .metrics import ServerMetrics
 from .sasl import Validate
 from .session import ANONYMOUS
+from .share_groups import ShareGroupCoordinator
 from .transaction_coordinator import TransactionCoordinator
 
 T = TypeVar("T")
@@ -89,6 +90,14 @@ class ServerContext:
             self.save_group,
         )
         self.transactions = TransactionCoordinator(broker)
+        share_states = ShareStates(broker.store)
+        self.share_groups = ShareGroupCoordinator(
+            config,
+            lambda group, tp: self.call(share_states.load, group, *tp),
+            lambda group, tp, state: self.call(share_states.save, group, *tp, state),
+            lambda tp: self.call(_log_bounds, broker, tp),
+            broker.clock.now_ms,
+        )
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="kop-serve")
 
     def advertised(self, header: RequestHeader) -> Listener:
@@ -188,7 +197,12 @@ class ServerContext:
     def close(self) -> None:
         self.membership.close()
         self.consumer_groups.close()
+        self.share_groups.close()
         self._executor.shutdown(wait=True)
+
+
+def _log_bounds(broker: Broker, tp: tuple[str, int]) -> tuple[int, int]:
+    return broker.list_offsets(*tp, "earliest"), broker.list_offsets(*tp, "latest")
 
 
 def cluster_id_of(root: str) -> str:

@@ -1,0 +1,219 @@
+"""Share groups (KIP-932, "queues for Kafka"): consumers that share partitions, each record going
+to one of them, which acknowledges it record by record.
+
+Members join and heartbeat (ShareGroupHeartbeat) as consumer-protocol members do, and every member
+is assigned every partition of the topics it subscribes to: who gets which record is decided as
+records are fetched, not by assignment. A member fetches (ShareFetch) through a share session, a
+set of partitions it names once and an epoch each request moves on; a fetch acquires records for
+it in each partition of its session (``SharePartition``) and acknowledgements ride on fetches or
+come alone (ShareAcknowledge). A member that leaves, or whose session closes or times out, gives
+back what it holds.
+
+Membership and sessions live in this server's memory, on its event loop; each partition's state
+is kept in the store before an acknowledgement is answered (``broker.share_states``), so records
+accepted stay accepted through a restart, and records held then are delivered again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..config import Config
+from .share_partition import SharePartition
+
+TopicPartition = tuple[str, int]
+JOIN, LEAVE = 0, -1
+CLOSE_SESSION = -1
+
+
+@dataclass
+class ShareMember:
+    member_id: str
+    client: tuple[str, str]  # client id, host
+    topics: frozenset[str] = frozenset()
+    epoch: int = 0
+    sent: frozenset[TopicPartition] | None = None  # the assignment it was last told
+    expiry: asyncio.TimerHandle | None = None
+
+
+@dataclass
+class ShareSession:
+    epoch: int  # the epoch its next request must carry
+    partitions: set[TopicPartition] = field(default_factory=set)
+
+
+@dataclass
+class ShareGroup:
+    group_id: str
+    epoch: int = 0
+    members: dict[str, ShareMember] = field(default_factory=dict)
+    sessions: dict[str, ShareSession] = field(default_factory=dict)
+    partitions: dict[TopicPartition, SharePartition] = field(default_factory=dict)
+
+
+class ShareGroupError(Exception):
+    """A share-group request refused, with Kafka's code."""
+
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class ShareGroupCoordinator:
+    def __init__(
+        self,
+        config: Config,
+        load: Callable[[str, TopicPartition], Awaitable[dict[str, Any] | None]],
+        save: Callable[[str, TopicPartition, dict[str, Any]], Awaitable[None]],
+        log_bounds: Callable[[TopicPartition], Awaitable[tuple[int, int]]],
+        now_ms: Callable[[], int],
+    ):
+        """``load``/``save``: a partition's kept state; ``log_bounds``: its log start and end."""
+        self.session_ms = config["group.share.session.timeout.ms"]
+        self.interval_ms = config["group.share.heartbeat.interval.ms"]
+        self.lock_ms = config["group.share.record.lock.duration.ms"]
+        self.limit = config["group.share.delivery.count.limit"]
+        self._earliest = config["share.auto.offset.reset"] == "earliest"
+        self._load, self._save, self._log_bounds, self._now_ms = load, save, log_bounds, now_ms
+        self.groups: dict[str, ShareGroup] = {}
+        self._saving = asyncio.Lock()
+
+    # -- membership ---------------------------------------------------------------------------
+
+    def heartbeat(
+        self, group_id: str, member_id: str, epoch: int, topics: Iterable[str] | None, client: tuple[str, str]
+    ) -> ShareMember:
+        """A member joins (epoch 0), restates its subscription, or leaves (-1). Raises
+        ShareGroupError (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, INVALID_REQUEST)."""
+        if not member_id:
+            raise ShareGroupError(ErrorCode.invalid_request, "a share group member must give its member id")
+        g = self.groups.setdefault(group_id, ShareGroup(group_id))
+        member = g.members.get(member_id)
+        if epoch == LEAVE:
+            if member is not None:
+                self._remove(g, member)
+            return member or ShareMember(member_id, client)
+        if epoch == JOIN:
+            if member is None:
+                member = g.members[member_id] = ShareMember(member_id, client)
+                g.epoch += 1
+        elif member is None:
+            self._forget_if_empty(g)
+            raise ShareGroupError(
+                ErrorCode.unknown_member_id, f"member {member_id!r} is not in share group {group_id!r}"
+            )
+        elif epoch != member.epoch:
+            raise ShareGroupError(
+                ErrorCode.fenced_member_epoch,
+                f"member {member_id!r} of share group {group_id!r} is at epoch {member.epoch}, not {epoch}",
+            )
+        if topics is not None and frozenset(topics) != member.topics:
+            member.topics = frozenset(topics)
+            g.epoch += 1
+        member.epoch = g.epoch
+        self._keep_alive(g, member)
+        return member
+
+    def _keep_alive(self, g: ShareGroup, member: ShareMember) -> None:
+        if member.expiry is not None:
+            member.expiry.cancel()
+        member.expiry = asyncio.get_running_loop().call_later(self.session_ms / 1000, self._expire, g, member)
+
+    def _expire(self, g: ShareGroup, member: ShareMember) -> None:
+        if g.members.get(member.member_id) is member:
+            self._remove(g, member)
+
+    def _remove(self, g: ShareGroup, member: ShareMember) -> None:
+        """A member gone: what it holds goes back to the others."""
+        del g.members[member.member_id]
+        if member.expiry is not None:
+            member.expiry.cancel()
+        g.sessions.pop(member.member_id, None)
+        for sp in g.partitions.values():
+            sp.release_member(member.member_id, self.limit)
+        g.epoch += 1
+        self._forget_if_empty(g)
+
+    def _forget_if_empty(self, g: ShareGroup) -> None:
+        if not g.members and self.groups.get(g.group_id) is g:
+            del self.groups[g.group_id]
+
+    # -- sessions -----------------------------------------------------------------------------
+
+    def session(
+        self,
+        group_id: str,
+        member_id: str,
+        epoch: int,
+        added: Iterable[TopicPartition] = (),
+        forgotten: Iterable[TopicPartition] = (),
+    ) -> tuple[ShareGroup, ShareSession]:
+        """The member's share session as a request with ``epoch`` finds it: opened (0), moved on,
+        or closed (-1: the session it was, gone from the group). Raises ShareGroupError
+        (UNKNOWN_MEMBER_ID, SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH)."""
+        g = self.groups.get(group_id)
+        if g is None or member_id not in g.members:
+            raise ShareGroupError(
+                ErrorCode.unknown_member_id, f"member {member_id!r} is not in share group {group_id!r}"
+            )
+        current = g.sessions.get(member_id)
+        if epoch == 0:
+            current = g.sessions[member_id] = ShareSession(0)
+        elif current is None:
+            raise ShareGroupError(ErrorCode.share_session_not_found, f"member {member_id!r} has no share session")
+        elif epoch != CLOSE_SESSION and epoch != current.epoch:
+            raise ShareGroupError(
+                ErrorCode.invalid_share_session_epoch,
+                f"member {member_id!r}'s share session is at epoch {current.epoch}, not {epoch}",
+            )
+        if epoch == CLOSE_SESSION:
+            return g, g.sessions.pop(member_id)
+        current.epoch = epoch + 1
+        current.partitions |= set(added)
+        current.partitions -= set(forgotten)
+        return g, current
+
+    def close_session(self, g: ShareGroup, member_id: str, partitions: Iterable[TopicPartition]) -> None:
+        """A session closed: what the member holds there goes back."""
+        for tp in partitions:
+            sp = g.partitions.get(tp)
+            if sp is not None:
+                sp.release_member(member_id, self.limit)
+
+    # -- share partitions ---------------------------------------------------------------------
+
+    async def partition(self, g: ShareGroup, tp: TopicPartition) -> SharePartition:
+        """The group's state of a partition: as kept, or started where ``share.auto.offset.reset``
+        says (and kept at once, so a restart starts there too)."""
+        sp = g.partitions.get(tp)
+        if sp is None:
+            kept = await self._load(g.group_id, tp)
+            if kept is not None:
+                sp = SharePartition.from_json(kept)
+            else:
+                start, end = await self._log_bounds(tp)
+                sp = SharePartition(start if self._earliest else end)
+                await self._save(g.group_id, tp, sp.to_json())
+            sp = g.partitions.setdefault(tp, sp)
+        return sp
+
+    async def keep(self, g: ShareGroup, tps: Iterable[TopicPartition]) -> None:
+        """Keep the partitions' states in the store, one save at a time, each of the state then."""
+        async with self._saving:
+            for tp in tps:
+                sp = g.partitions.get(tp)
+                if sp is not None:
+                    await self._save(g.group_id, tp, sp.to_json())
+
+    def now_ms(self) -> int:
+        return self._now_ms()
+
+    def close(self) -> None:
+        for g in self.groups.values():
+            for m in g.members.values():
+                if m.expiry is not None:
+                    m.expiry.cancel()
