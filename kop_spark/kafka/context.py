@@ -175,7 +175,11 @@ class ServerContext:
         return classic + [gid for gid in self.consumer_groups.groups if self.consumer_groups.is_active(gid)]
 
     def group_active(self, group_id: str) -> bool:
-        return self.membership.is_active(group_id) or self.consumer_groups.is_active(group_id)
+        return (
+            self.membership.is_active(group_id)
+            or self.consumer_groups.is_active(group_id)
+            or self.share_groups.is_active(group_id)
+        )
 
     def validate_commit(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None, plain_v8: bool = False

@@ -209,6 +209,10 @@ class ShareGroupCoordinator:
                 if sp is not None:
                     await self._save(g.group_id, tp, sp.to_json())
 
+    def is_active(self, group_id: str) -> bool:
+        g = self.groups.get(group_id)
+        return g is not None and bool(g.members)
+
     def now_ms(self) -> int:
         return self._now_ms()
 

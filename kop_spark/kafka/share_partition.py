@@ -115,9 +115,11 @@ class SharePartition:
         self._advance()
 
     def expire(self, now_ms: int, limit: int) -> None:
-        """Records whose lock expired go back, as if released."""
+        """Records whose lock expired go back, as if released; so do those a restart found held
+        (Available, their deliveries counted), archived once at the limit."""
         for r in self.records.values():
-            if r.state == RecordState.ACQUIRED and r.deadline_ms <= now_ms:
+            expired = r.state == RecordState.ACQUIRED and r.deadline_ms <= now_ms
+            if expired or (r.state == RecordState.AVAILABLE and r.delivery_count >= limit):
                 self._release(r, limit)
         self._advance()
 

@@ -29,6 +29,8 @@ async def join_group(ctx: ServerContext, header: RequestHeader, request: Any) ->
         result_error, result = ErrorCode.group_authorization_failed, None
     elif not low <= session_ms <= high:
         result_error, result = ErrorCode.invalid_session_timeout, None
+    elif ctx.share_groups.is_active(request.group_id):  # as Kafka: a share group takes share consumers only
+        result_error, result = ErrorCode.inconsistent_group_protocol, None
     else:
         joining = JoinRequest(
             request.group_id,
@@ -181,6 +183,9 @@ async def list_groups(ctx: ServerContext, header: RequestHeader, request: Any) -
     for cg in ctx.consumer_groups.groups.values():
         if cg.members:
             groups[cg.group_id] = ("consumer", cg.state.value, "consumer")
+    for group_id in ctx.share_groups.groups:
+        if ctx.share_groups.is_active(group_id):
+            groups[group_id] = ("share", "Stable", "share")
     states = set(getattr(request, "states_filter", ()))
     types = {t.lower() for t in getattr(request, "types_filter", ())}  # v5 (KIP-848), any case as Kafka
     everything = ctx.allowed(header, "Describe", "Cluster")  # else the groups it may describe, as Kafka

@@ -42,7 +42,7 @@ async def share_group_heartbeat(ctx: ServerContext, header: RequestHeader, reque
 
     if not ctx.allowed(header, "Read", "Group", request.group_id):
         return answer(ErrorCode.group_authorization_failed, f"may not read group {request.group_id!r}")
-    if ctx.group_active(request.group_id):
+    if ctx.membership.is_active(request.group_id) or ctx.consumer_groups.is_active(request.group_id):
         return answer(ErrorCode.inconsistent_group_protocol, f"group {request.group_id!r} is a consumer group")
     denied = [t for t in request.subscribed_topic_names or () if not ctx.allowed(header, "Describe", "Topic", t)]
     if denied:
@@ -244,8 +244,10 @@ async def _acquire(
         acquired = sp.acquire(member_id, upto, records_left, now, ctx.share_groups.lock_ms) if data else []
         if acquired:
             out[tp] = (data, acquired)
-            records_left -= sum(last - first + 1 for first, last, _ in acquired)
+            count = sum(last - first + 1 for first, last, _ in acquired)
+            records_left -= count
             bytes_left -= len(data)
+            ctx.metrics.fetched(tp[0], tp[1], len(data), count)
     return out
 
 

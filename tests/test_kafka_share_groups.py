@@ -1,0 +1,204 @@
+"""Share groups (KIP-932) over the wire, with librdkafka's share consumer: consumers sharing one
+partition get each record once; a record released comes again, one rejected never does; a killed
+consumer's records go to another once their lock expires; accepted records stay accepted through
+a restart of the server, and records held then are delivered again."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from kafka.protocol.admin import ListGroupsRequest
+from kio.schema.errors import ErrorCode
+
+from kop_spark import Broker, layout
+
+from .conftest import PYTHON, python_subprocess_env
+from .kafka_wire import call, connect, kio_call, wire_request
+from .kop_server import KopServer
+from .test_kafka_consumer_protocol import _classic_join, _consumer_join
+
+LOCK_MS = 2000
+CONF = [
+    "share.auto.offset.reset=earliest",
+    f"group.share.record.lock.duration.ms={LOCK_MS}",
+    "group.share.heartbeat.interval.ms=500",
+    "group.share.delivery.count.limit=3",
+]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[KopServer]:
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        b.create_topic("t", 1)
+    with KopServer(root, CONF) as s:
+        yield s
+
+
+@pytest.fixture
+def share_consumer(server: KopServer) -> Iterator[Callable[..., ShareConsumer]]:
+    made: list[ShareConsumer] = []
+
+    def make(**extra: Any) -> ShareConsumer:
+        made.append(ShareConsumer({"bootstrap.servers": server.bootstrap, "group.id": "sg", **extra}))
+        made[-1].subscribe(["t"])
+        return made[-1]
+
+    yield make
+    for c in made:
+        with contextlib.suppress(Exception):  # closed by the test
+            c.close()
+
+
+def _produce(server: KopServer, n: int, start: int = 0) -> None:
+    p = Producer({"bootstrap.servers": server.bootstrap})
+    for i in range(start, start + n):
+        p.produce("t", value=f"{i}".encode(), partition=0)
+    assert p.flush(30) == 0
+
+
+def _poll_until(consumers: list[ShareConsumer], done: Callable[[list[Any]], bool], timeout: float = 30) -> list[Any]:
+    """Polls each consumer in turn until ``done(messages so far)``; (consumer index, message) each."""
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while not done(got):
+        assert time.monotonic() < deadline, f"not done within {timeout} s: {len(got)} messages"
+        for i, c in enumerate(consumers):
+            got += [(i, m) for m in c.poll(0.2) or [] if m.error() is None]
+    return got
+
+
+def _kept(server: KopServer) -> dict[str, Any]:
+    """The share group's state of t-0 as the server keeps it."""
+    with Broker(server.root) as b:
+        value = b.store.get(layout.share_partition_key("sg", "t", 0)).value
+    assert value is not None
+    return value
+
+
+def _until_all_done(server: KopServer, end: int) -> None:
+    deadline = time.monotonic() + 30
+    while (kept := _kept(server))["start_offset"] != end:
+        assert time.monotonic() < deadline, f"not every record was acknowledged: {kept}"
+        time.sleep(0.05)
+
+
+def test_consumers_sharing_a_partition_get_each_record_once(
+    server: KopServer, share_consumer: Callable[..., ShareConsumer]
+) -> None:
+    first, second = (share_consumer(**{"max.poll.records": 5}) for _ in range(2))  # ShareFetch max_records
+    _produce(server, 200)
+    got = _poll_until([first, second], lambda got: len(got) >= 200)
+    offsets = [m.offset() for _, m in got]
+    assert sorted(offsets) == list(range(200))  # each once, none twice
+    assert {i for i, _ in got} == {0, 1}  # both had a share of the one partition
+    assert all(m.delivery_count() == 1 for _, m in got)
+    for c in (first, second):
+        c.commit_sync()  # implicit acknowledgement: what each polled is accepted
+    _until_all_done(server, 200)
+
+
+def test_a_released_record_comes_again_and_a_rejected_one_never(
+    server: KopServer, share_consumer: Callable[..., ShareConsumer]
+) -> None:
+    c = share_consumer(**{"share.acknowledgement.mode": "explicit"})
+    _produce(server, 3)
+    (got,) = [_poll_until([c], lambda got: len(got) == 3)]
+    for _, m in got:
+        kind = {0: AcknowledgeType.ACCEPT, 1: AcknowledgeType.RELEASE, 2: AcknowledgeType.REJECT}[m.offset()]
+        c.acknowledge(m, kind)
+    c.commit_sync()
+    again = _poll_until([c], lambda got: len(got) >= 1)
+    assert [(m.offset(), m.delivery_count()) for _, m in again] == [(1, 2)]
+    c.acknowledge(again[0][1], AcknowledgeType.ACCEPT)
+    c.commit_sync()
+    _until_all_done(server, 3)
+
+
+_HOLDER = textwrap.dedent(
+    """
+    import json, sys
+    from confluent_kafka import ShareConsumer
+    c = ShareConsumer(json.loads(sys.argv[1]))
+    c.subscribe(["t"])
+    while True:
+        got = [m for m in c.poll(0.2) or [] if m.error() is None]
+        if got:
+            print(json.dumps([m.offset() for m in got]), flush=True)
+            while True:
+                c.poll(0.2)  # it holds them, never acknowledging (explicit mode)
+    """
+)
+
+
+def test_a_killed_consumers_records_go_to_another_once_their_lock_expires(
+    server: KopServer, share_consumer: Callable[..., ShareConsumer]
+) -> None:
+    _produce(server, 20)
+    conf = {"bootstrap.servers": server.bootstrap, "group.id": "sg", "share.acknowledgement.mode": "explicit"}
+    holder = subprocess.Popen(
+        [PYTHON, "-c", _HOLDER, json.dumps(conf)], stdout=subprocess.PIPE, text=True, env=python_subprocess_env()
+    )
+    try:
+        assert holder.stdout is not None
+        held = json.loads(holder.stdout.readline())
+    finally:
+        holder.kill()
+        holder.wait()
+    assert held
+    survivor = share_consumer()
+    got = _poll_until([survivor], lambda got: {m.offset() for _, m in got} >= set(range(20)))
+    redelivered = {m.offset(): m.delivery_count() for _, m in got if m.offset() in held}
+    assert redelivered == dict.fromkeys(held, 2)  # delivered a second time, after the lock
+
+
+@pytest.mark.parametrize("stop", ["kill", "stop"])
+def test_accepted_records_stay_accepted_through_a_restart_and_held_ones_come_again(
+    server: KopServer, share_consumer: Callable[..., ShareConsumer], stop: str
+) -> None:
+    holder = share_consumer(**{"share.acknowledgement.mode": "explicit"})
+    _produce(server, 10)
+    held: list[int] = []
+    deadline = time.monotonic() + 30
+    while not held:  # it accepts 0-5, and holds the rest of the poll that reaches 6
+        assert time.monotonic() < deadline, "records 6 and on never came"
+        for m in holder.poll(0.2) or []:
+            if m.offset() < 6:
+                holder.acknowledge(m, AcknowledgeType.ACCEPT)
+            else:
+                held.append(m.offset())
+    holder.commit_sync()  # the acceptances, kept before they are answered
+    if stop == "kill":
+        server.kill()
+    else:
+        assert server.stop() == 0
+    server.start()
+    _produce(server, 5, start=10)
+    other = share_consumer()
+    got = _poll_until([other], lambda got: {m.offset() for _, m in got} >= set(range(6, 15)), timeout=60)
+    assert min(m.offset() for _, m in got) == 6  # nothing accepted came again
+    again = {m.offset(): m.delivery_count() for _, m in got if m.offset() in held}
+    assert again == dict.fromkeys(held, 2)  # held at the restart: delivered again, counted
+
+
+def test_a_share_group_is_listed_as_one_and_refuses_members_of_the_other_protocols(
+    server: KopServer, share_consumer: Callable[..., ShareConsumer]
+) -> None:
+    c = share_consumer()
+    _produce(server, 1)
+    _poll_until([c], lambda got: len(got) == 1)
+    with connect(server) as sock:
+        listed = call(sock, wire_request(ListGroupsRequest, 5, states_filter=[], types_filter=["Share"])).groups
+        assert [(g.group_id, g.group_type, g.protocol_type) for g in listed] == [("sg", "share", "share")]
+        assert call(sock, _classic_join("sg")).error_code == 23  # INCONSISTENT_GROUP_PROTOCOL
+        assert kio_call(sock, _consumer_join("sg")).error_code == ErrorCode.group_id_not_found
+    c.commit_sync()
