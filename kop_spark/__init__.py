@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .broker import Broker, PartitionInfo, TopicDescription
-from .config import AlterConfigOp
+from .config_changes import AlterConfigOp
 from .errors import (
     ConfigError,
     CorruptRecordError,

@@ -11,10 +11,10 @@ when present); the ``conf`` mapping given in code.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from .errors import ConfigError
 
@@ -341,7 +341,8 @@ _SETTINGS = [
         "share.auto.offset.reset",
         "latest",
         _choice("latest", "earliest"),
-        "Where a share group starts in a partition it has not read before (Kafka sets it per group)",
+        "Where a share group starts in a partition it has not read before, unless the group has its own "
+        "(kafka-configs --entity-type groups)",
     ),
     Setting("group.min.session.timeout.ms", 6000, _int_at_least(1), "Shortest session timeout a consumer may ask for"),
     Setting(
@@ -413,50 +414,13 @@ def parse_value(name: str, value: Any, where: str = "") -> Any:
 
 def parse_topic_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     """Check per-topic overrides (Kafka's topic settings only)."""
-    return {_topic_setting(name): parse_value(name, value) for name, value in (config or {}).items()}
+    return {topic_setting(name): parse_value(name, value) for name, value in (config or {}).items()}
 
 
-def _topic_setting(name: str) -> str:
+def topic_setting(name: str) -> str:
     if name not in TOPIC_SETTINGS:
         raise ConfigError(f"{name!r} is not a topic setting; topic settings are {', '.join(TOPIC_SETTINGS)}")
     return name
-
-
-class AlterConfigOp(NamedTuple):
-    """One change to a topic's settings, as Kafka's ``AlterConfigOp``: ``set`` a value, ``delete``
-    the topic's own (back to the default), ``append`` to or ``subtract`` from a list setting."""
-
-    name: str
-    op: str  # set | delete | append | subtract
-    value: Any = None
-
-
-ALTER_OPS = ("set", "delete", "append", "subtract")
-_LIST_SETTINGS = frozenset({"cleanup.policy"})
-
-
-def alter_topic_config(
-    overrides: Mapping[str, Any], defaults: Mapping[str, Any], ops: Iterable[AlterConfigOp]
-) -> dict[str, Any]:
-    """A topic's overrides after ``ops``, applied in order; the first bad one raises ``ConfigError``
-    naming it. An override equal to the default is kept: Kafka reports it as the topic's own."""
-    out = dict(overrides)
-    for name, op, value in ops:
-        _topic_setting(name)
-        if op == "delete":
-            out.pop(name, None)
-        elif op == "set":
-            out[name] = parse_value(name, value)
-        elif op in ("append", "subtract") and name in _LIST_SETTINGS:
-            current = set(str(out.get(name, defaults[name])).split(","))
-            change = {v.strip().lower() for v in str(value).split(",") if v.strip()}
-            items = current | change if op == "append" else current - change
-            out[name] = parse_value(name, ",".join(sorted(items)))
-        elif op in ("append", "subtract"):
-            raise ConfigError(f"setting {name!r} is not a list: {op} is allowed only for {', '.join(_LIST_SETTINGS)}")
-        else:
-            raise ConfigError(f"setting {name!r}: unknown operation {op!r}; expected one of {', '.join(ALTER_OPS)}")
-    return out
 
 
 def read_conf_file(path: str | os.PathLike) -> dict[str, Any]:

@@ -62,6 +62,11 @@ def group_snapshot_key(group: str) -> str:
     return f"{GROUP_SNAPSHOTS}/{urllib.parse.quote(group, safe='')}"
 
 
+def group_config_key(group: str) -> str:
+    """Where a group's own settings are kept (``broker.group_configs``)."""
+    return f"{KAFKA}/group-configs/{urllib.parse.quote(group, safe='')}"
+
+
 def share_partition_key(group: str, topic: str, partition: int) -> str:
     """Where a share group's state of one partition is kept (``broker.share_states``)."""
     return f"{KAFKA}/share-groups/{urllib.parse.quote(group, safe='')}/{urllib.parse.quote(topic, safe='')}/{partition}"

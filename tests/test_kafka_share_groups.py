@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 from kafka.protocol.admin import ListGroupsRequest
+from kio.schema.describe_configs.v4 import request as dc
 from kio.schema.errors import ErrorCode
+from kio.schema.incremental_alter_configs.v1 import request as iac
 
 from kop_spark import Broker, layout
 
@@ -202,3 +204,38 @@ def test_a_share_group_is_listed_as_one_and_refuses_members_of_the_other_protoco
         assert call(sock, _classic_join("sg")).error_code == 23  # INCONSISTENT_GROUP_PROTOCOL
         assert kio_call(sock, _consumer_join("sg")).error_code == ErrorCode.group_id_not_found
     c.commit_sync()
+
+
+def _alter_group(sock: Any, group: str, name: str, value: str | None, op: int = 0) -> Any:
+    change = iac.AlterableConfig(name=name, config_operation=op, value=value)
+    resource = iac.AlterConfigsResource(resource_type=32, resource_name=group, configs=(change,))
+    (answer,) = kio_call(sock, iac.IncrementalAlterConfigsRequest(resources=(resource,), validate_only=False)).responses
+    return answer
+
+
+def test_a_groups_own_share_auto_offset_reset_is_set_with_kafka_configs(tmp_path: Path) -> None:
+    """``kafka-configs --entity-type groups --entity-name sg --alter --add-config
+    share.auto.offset.reset=earliest``: the group reads what was there before it, where the
+    server's default (latest) would start at the end."""
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        b.create_topic("t", 1)
+    with KopServer(root) as server:
+        _produce(server, 5)
+        with connect(server) as sock:
+            assert _alter_group(sock, "sg", "share.auto.offset.reset", "earliest").error_code == ErrorCode.none
+            bad = _alter_group(sock, "sg", "share.auto.offset.reset", "sometime")
+            assert bad.error_code == ErrorCode.invalid_config and "share.auto.offset.reset" in bad.error_message
+            unknown = _alter_group(sock, "sg", "retention.ms", "1")
+            assert unknown.error_code == ErrorCode.invalid_config and "'retention.ms'" in unknown.error_message
+            asked = dc.DescribeConfigsResource(resource_type=32, resource_name="sg", configuration_keys=None)
+            (described,) = kio_call(sock, dc.DescribeConfigsRequest(resources=(asked,))).results
+            assert [(c.name, c.value, c.config_source) for c in described.configs] == [
+                ("share.auto.offset.reset", "earliest", 8)  # GROUP_CONFIG
+            ]
+        c = ShareConsumer({"bootstrap.servers": server.bootstrap, "group.id": "sg"})
+        c.subscribe(["t"])
+        got = _poll_until([c], lambda got: len(got) == 5)
+        assert sorted(m.offset() for _, m in got) == list(range(5))
+        c.commit_sync()
+        c.close()

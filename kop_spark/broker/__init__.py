@@ -5,6 +5,7 @@ from ..storage.staging import StagedLedger
 from .admin import PartitionInfo, TopicDescription, TopicInfo
 from .broker import Broker
 from .fetch import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, FetchedBatches, OffsetSpec
+from .group_configs import GroupConfigs
 from .group_offsets import SPARK_COMMIT
 from .group_snapshots import GroupSnapshots, Snapshot
 from .live_groups import LiveGroup, LiveMember
@@ -22,6 +23,7 @@ __all__ = [
     "SPARK_COMMIT",
     "Broker",
     "FetchedBatches",
+    "GroupConfigs",
     "GroupSnapshots",
     "LiveGroup",
     "LiveMember",

@@ -22,7 +22,8 @@ from typing import Any
 
 from .. import layout
 from ..clock import Clock
-from ..config import AlterConfigOp, Config, alter_topic_config, parse_topic_config
+from ..config import Config, parse_topic_config
+from ..config_changes import AlterConfigOp, alter_topic_config
 from ..errors import (
     BadVersionError,
     ConfigError,

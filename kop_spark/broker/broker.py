@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 
 from .. import layout
 from ..clock import SYSTEM_CLOCK, Clock
-from ..config import AlterConfigOp, Config
+from ..config import Config
+from ..config_changes import AlterConfigOp
 from ..errors import (
     ManagedLedgerDeletedError,
     StorageError,

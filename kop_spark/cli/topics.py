@@ -8,7 +8,7 @@ import json
 import sys
 
 from ..broker import Broker
-from ..config import AlterConfigOp
+from ..config_changes import AlterConfigOp
 from ..errors import KopError
 from .common import key_values, open_broker
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from ..broker import Broker, GroupSnapshots, LiveGroup, ShareStates, Snapshot
+from ..broker import Broker, GroupConfigs, GroupSnapshots, LiveGroup, ShareStates, Snapshot
 from ..broker.acls import CLUSTER
 from .authorization import REFUSALS, Authorization
 from .classic_members import PROTOCOL_TYPE, ClassicMembers
@@ -90,12 +90,13 @@ class ServerContext:
             self.save_group,
         )
         self.transactions = TransactionCoordinator(broker)
+        self.group_configs = GroupConfigs(broker.store, config)
         share_states = ShareStates(broker.store)
         self.share_groups = ShareGroupCoordinator(
             config,
             lambda group, tp: self.call(share_states.load, group, *tp),
             lambda group, tp, state: self.call(share_states.save, group, *tp, state),
-            lambda tp: self.call(_log_bounds, broker, tp),
+            lambda group, tp: self.call(self._share_start, group, tp),
             broker.clock.now_ms,
         )
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="kop-serve")
@@ -164,6 +165,10 @@ class ServerContext:
                 else:
                     self._kept[group_id] = value
 
+    def _share_start(self, group_id: str, tp: tuple[str, int]) -> int:
+        """Where a share group starts in a partition it has not read: its ``share.auto.offset.reset``."""
+        return self.broker.list_offsets(*tp, self.group_configs.effective(group_id)["share.auto.offset.reset"])
+
     def live_group(self, group_id: str) -> LiveGroup | None:
         g = self.membership.groups.get(group_id)
         if g is not None and g.members:
@@ -203,10 +208,6 @@ class ServerContext:
         self.consumer_groups.close()
         self.share_groups.close()
         self._executor.shutdown(wait=True)
-
-
-def _log_bounds(broker: Broker, tp: tuple[str, int]) -> tuple[int, int]:
-    return broker.list_offsets(*tp, "earliest"), broker.list_offsets(*tp, "latest")
 
 
 def cluster_id_of(root: str) -> str:

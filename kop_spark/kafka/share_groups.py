@@ -69,16 +69,16 @@ class ShareGroupCoordinator:
         config: Config,
         load: Callable[[str, TopicPartition], Awaitable[dict[str, Any] | None]],
         save: Callable[[str, TopicPartition, dict[str, Any]], Awaitable[None]],
-        log_bounds: Callable[[TopicPartition], Awaitable[tuple[int, int]]],
+        start: Callable[[str, TopicPartition], Awaitable[int]],
         now_ms: Callable[[], int],
     ):
-        """``load``/``save``: a partition's kept state; ``log_bounds``: its log start and end."""
+        """``load``/``save``: a partition's kept state; ``start``: where a group begins in a
+        partition it has not read (its ``share.auto.offset.reset``)."""
         self.session_ms = config["group.share.session.timeout.ms"]
         self.interval_ms = config["group.share.heartbeat.interval.ms"]
         self.lock_ms = config["group.share.record.lock.duration.ms"]
         self.limit = config["group.share.delivery.count.limit"]
-        self._earliest = config["share.auto.offset.reset"] == "earliest"
-        self._load, self._save, self._log_bounds, self._now_ms = load, save, log_bounds, now_ms
+        self._load, self._save, self._start, self._now_ms = load, save, start, now_ms
         self.groups: dict[str, ShareGroup] = {}
         self._saving = asyncio.Lock()
 
@@ -195,8 +195,7 @@ class ShareGroupCoordinator:
             if kept is not None:
                 sp = SharePartition.from_json(kept)
             else:
-                start, end = await self._log_bounds(tp)
-                sp = SharePartition(start if self._earliest else end)
+                sp = SharePartition(await self._start(g.group_id, tp))
                 await self._save(g.group_id, tp, sp.to_json())
             sp = g.partitions.setdefault(tp, sp)
         return sp

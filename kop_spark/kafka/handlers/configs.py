@@ -3,7 +3,7 @@ overrides) and of the broker (node 0: every setting of conf/kop.conf in effect; 
 settings, which may hold credentials, are reported as sensitive, without their values).
 
 ALTER_CONFIGS and INCREMENTAL_ALTER_CONFIGS change topics' settings (``Broker.alter_topic_config``),
-each topic's all or none. The broker's settings are conf/kop.conf's, read at start: a request to
+each topic's all or none, and groups' (``GroupConfigs``: ``kafka-configs --entity-type groups``). The broker's settings are conf/kop.conf's, read at start: a request to
 change them is refused, as Kafka refuses a change to a static broker setting."""
 
 from __future__ import annotations
@@ -13,14 +13,15 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...config import ALTER_OPS, CLOUD_OPTION_PREFIXES, SENSITIVE, AlterConfigOp
+from ...config import CLOUD_OPTION_PREFIXES, SENSITIVE
+from ...config_changes import ALTER_OPS, AlterConfigOp
 from ...errors import ConfigError
 from ..context import NODE_ID, ServerContext
 from ..error_codes import error_code
 from ..messages import RequestHeader, make, response_module
 
-TOPIC, BROKER = 2, 4  # Kafka's ConfigResource.Type
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5  # Kafka's ConfigSource
+TOPIC, BROKER, GROUP = 2, 4, 32  # Kafka's ConfigResource.Type
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 1, 4, 5, 8  # Kafka's ConfigSource
 
 
 def _text(value: Any) -> str:
@@ -54,6 +55,8 @@ async def _resource(
         return result(ErrorCode.topic_authorization_failed, f"may not describe the configs of topic {name!r}")
     if kind == BROKER and not ctx.allowed(header, "DescribeConfigs", "Cluster"):
         return result(ErrorCode.cluster_authorization_failed, "may not describe the broker's configs")
+    if kind == GROUP and not ctx.allowed(header, "DescribeConfigs", "Group", name):
+        return result(ErrorCode.group_authorization_failed, f"may not describe the configs of group {name!r}")
     if kind == TOPIC:
         try:
             own = await ctx.call(ctx.broker.topic_config, name, own=True)
@@ -61,6 +64,10 @@ async def _resource(
         except Exception as e:
             return result(error_code(e, f"describe configs of topic {name!r}"), str(e))
         sources = {k: DYNAMIC_TOPIC_CONFIG if k in own else DEFAULT_CONFIG for k in values}
+    elif kind == GROUP:
+        own = await ctx.call(ctx.group_configs.own, name)
+        values = await ctx.call(ctx.group_configs.effective, name)
+        sources = {k: GROUP_CONFIG if k in own else DEFAULT_CONFIG for k in values}
     elif kind == BROKER and name in ("", str(NODE_ID)):
         values = dict(defaults)
         sources = dict.fromkeys(values, STATIC_BROKER_CONFIG)
@@ -124,6 +131,15 @@ async def _alter_resource(
         if not ctx.allowed(header, "AlterConfigs", "Cluster"):
             return ErrorCode.cluster_authorization_failed, "may not alter the broker's configs"
         return ErrorCode.invalid_request, "the broker's settings come from conf/kop.conf, read when kop serve starts"
+    if r.resource_type == GROUP:
+        if not ctx.allowed(header, "AlterConfigs", "Group", name):
+            return ErrorCode.group_authorization_failed, f"may not alter the configs of group {name!r}"
+        try:
+            ops = [_op(c, replace) for c in r.configs]
+            await ctx.call(ctx.group_configs.alter, name, ops, replace=replace, validate_only=validate_only)
+        except Exception as e:
+            return error_code(e, f"alter configs of group {name!r}"), str(e)
+        return ErrorCode.none, None
     if r.resource_type != TOPIC:
         return ErrorCode.invalid_request, f"no config resource of type {r.resource_type} named {name!r}"
     if not ctx.allowed(header, "AlterConfigs", "Topic", name):
