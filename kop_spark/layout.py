@@ -67,9 +67,12 @@ def group_config_key(group: str) -> str:
     return f"{KAFKA}/group-configs/{urllib.parse.quote(group, safe='')}"
 
 
+SHARE_GROUPS = f"{KAFKA}/share-groups"
+
+
 def share_partition_key(group: str, topic: str, partition: int) -> str:
     """Where a share group's state of one partition is kept (``broker.share_states``)."""
-    return f"{KAFKA}/share-groups/{urllib.parse.quote(group, safe='')}/{urllib.parse.quote(topic, safe='')}/{partition}"
+    return f"{SHARE_GROUPS}/{urllib.parse.quote(group, safe='')}/{urllib.parse.quote(topic, safe='')}/{partition}"
 
 
 def live_group_key(group: str) -> str:

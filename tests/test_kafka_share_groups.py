@@ -24,8 +24,10 @@ from kio.schema.incremental_alter_configs.v1 import request as iac
 from kop_spark import Broker, layout
 
 from .conftest import PYTHON, python_subprocess_env
+from .group_clients import until_live
 from .kafka_wire import call, connect, kio_call, wire_request
 from .kop_server import KopServer
+from .test_cli import kop
 from .test_kafka_consumer_protocol import _classic_join, _consumer_join
 
 LOCK_MS = 2000
@@ -239,3 +241,37 @@ def test_a_groups_own_share_auto_offset_reset_is_set_with_kafka_configs(tmp_path
         assert sorted(m.offset() for _, m in got) == list(range(5))
         c.commit_sync()
         c.close()
+
+
+def _kop_share_groups(server: KopServer, *args: str) -> Any:
+    return kop(server.root, "share-groups", *args)
+
+
+def test_kop_share_groups_describes_resets_and_deletes_an_inactive_group(
+    server: KopServer, share_consumer: Callable[..., ShareConsumer]
+) -> None:
+    c = share_consumer()
+    _produce(server, 10)
+    _poll_until([c], lambda got: len(got) == 10)
+    c.commit_sync()
+    _until_all_done(server, 10)
+    _produce(server, 5, start=10)
+    assert _kop_share_groups(server, "list").stdout.split() == ["sg"]
+    described = _kop_share_groups(server, "describe", "sg", "--output", "json")
+    assert json.loads(described.stdout) == [{"group": "sg", "topic": "t", "partition": 0, "start_offset": 10, "lag": 5}]
+    until_live(server, 1, "sg")
+    refused = _kop_share_groups(server, "reset-offsets", "sg", "--all-topics", "--to-earliest", "--execute")
+    assert refused.returncode != 0 and "is not empty" in refused.stderr
+    c.close()
+    until_live(server, 0, "sg")
+    reset = _kop_share_groups(server, "reset-offsets", "sg", "--all-topics", "--to-earliest", "--execute")
+    assert reset.returncode == 0, reset.stderr
+    again = share_consumer()
+    got = _poll_until([again], lambda got: len(got) == 15)  # from the start again
+    assert sorted(m.offset() for _, m in got) == list(range(15))
+    again.close()
+    until_live(server, 0, "sg")
+    assert _kop_share_groups(server, "delete", "sg").returncode == 0
+    assert _kop_share_groups(server, "list").stdout.split() == []
+    missing = _kop_share_groups(server, "describe", "sg")
+    assert missing.returncode != 0 and "Share group 'sg' does not exist." in missing.stderr

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from kop_spark.kafka.share_partition import ACCEPT, REJECT, RELEASE, RecordState, SharePartition
+from kop_spark.broker import ShareRecordState, ShareStates
+from kop_spark.kafka.share_partition import ACCEPT, REJECT, RELEASE, SharePartition
 
 LIMIT, LOCK_MS = 3, 1000
 MEMBERS = ("a", "b", "c")
@@ -53,7 +54,7 @@ def test_each_record_is_held_by_one_member_at_most_and_never_delivered_once_done
             mine = sorted(o for o, m in held.items() if m == member)
             for offset in mine:
                 record = sp.records.get(offset)
-                holds = record is not None and record.state == RecordState.ACQUIRED and record.member == member
+                holds = record is not None and record.state == ShareRecordState.ACQUIRED and record.member == member
                 code = sp.acknowledge(member, offset, offset, (how,), LIMIT)
                 assert code == (ErrorCode.none if holds else ErrorCode.invalid_record_state)  # its lock expired
                 del held[offset]
@@ -67,7 +68,7 @@ def test_each_record_is_held_by_one_member_at_most_and_never_delivered_once_done
         else:
             sp = SharePartition.from_json(json.loads(json.dumps(sp.to_json())))
             held.clear()  # locks do not outlive a restart
-        acquired = [o for o, r in sp.records.items() if r.state == RecordState.ACQUIRED]
+        acquired = [o for o, r in sp.records.items() if r.state == ShareRecordState.ACQUIRED]
         assert len(acquired) == len(set(acquired))
         assert all(o >= sp.start_offset for o in sp.records), "a record before the SPSO still in flight"
         assert sp.start_offset <= sp.next_offset <= log_end
@@ -96,6 +97,13 @@ def test_acknowledgements_of_records_not_held_change_nothing() -> None:
     assert sp.acknowledge("b", 0, 0, (ACCEPT,), LIMIT) == ErrorCode.invalid_record_state
     assert sp.acknowledge("a", 0, 5, (ACCEPT,), LIMIT) == ErrorCode.invalid_record_state  # 3..5 not held
     assert sp.acknowledge("a", 0, 2, (ACCEPT, RELEASE), LIMIT) == ErrorCode.invalid_request  # types for 2 of 3
-    assert all(r.state == RecordState.ACQUIRED for r in sp.records.values())
+    assert all(r.state == ShareRecordState.ACQUIRED for r in sp.records.values())
     assert sp.acknowledge("a", 0, 2, (ACCEPT, REJECT, ACCEPT), LIMIT) == ErrorCode.none
     assert sp.start_offset == 3 and not sp.records
+
+
+def test_the_lag_is_what_is_not_done_from_the_start_offset_to_the_log_end() -> None:
+    sp = SharePartition(0)
+    sp.acquire("a", 5, 5, 0, LOCK_MS)
+    assert sp.acknowledge("a", 1, 4, (ACCEPT,), LIMIT) == ErrorCode.none  # 0 still held: the start stays
+    assert ShareStates.lag(sp.to_json(), 10) == 6  # 0, and 5-9 never delivered

@@ -10,7 +10,7 @@ from .group_offsets import SPARK_COMMIT
 from .group_snapshots import GroupSnapshots, Snapshot
 from .live_groups import LiveGroup, LiveMember
 from .maintenance import MaintenanceReport, RepairReport
-from .share_states import ShareStates
+from .share_states import SHARE_DONE, ShareRecordState, ShareStates
 from .sink_commits import SINK_HEARTBEAT_MS, SINK_LEASE_MS, SinkCommits
 from .validation import Produced, StagedPartition
 
@@ -18,6 +18,7 @@ __all__ = [
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
+    "SHARE_DONE",
     "SINK_HEARTBEAT_MS",
     "SINK_LEASE_MS",
     "SPARK_COMMIT",
@@ -33,6 +34,7 @@ __all__ = [
     "PartitionInfo",
     "Produced",
     "RepairReport",
+    "ShareRecordState",
     "ShareStates",
     "SinkCommits",
     "Snapshot",

@@ -1,13 +1,30 @@
 """Share groups' partition states (Kafka's share-group state records, which its share coordinator
-keeps): for each group and partition, the share-partition start offset and the states and
-delivery counts of the records in flight, kept as each acknowledgement is answered."""
+keeps): for each group and partition, the share-partition start offset (SPSO), the first offset
+never delivered, and the state and delivery count of each record in flight between them; kept as
+each acknowledgement is answered (``kafka.share_partition`` changes them)."""
 
 from __future__ import annotations
 
+import enum
+import urllib.parse
 from typing import Any
 
 from .. import layout
 from ..storage.metadata_store import MetadataStore, Unchanged, update
+
+TopicPartition = tuple[str, int]
+
+
+class ShareRecordState(enum.IntEnum):
+    """A record in flight, as the states are stored."""
+
+    AVAILABLE = 0
+    ACQUIRED = 1
+    ACKNOWLEDGED = 2
+    ARCHIVED = 4
+
+
+SHARE_DONE = (ShareRecordState.ACKNOWLEDGED, ShareRecordState.ARCHIVED)
 
 
 class ShareStates:
@@ -17,10 +34,43 @@ class ShareStates:
     def load(self, group: str, topic: str, partition: int) -> dict[str, Any] | None:
         return self._store.get(layout.share_partition_key(group, topic, partition)).value
 
-    def save(self, group: str, topic: str, partition: int, state: dict[str, Any]) -> None:
-        def change(old: dict[str, Any] | None) -> dict[str, Any]:
+    def save(self, group: str, topic: str, partition: int, state: dict[str, Any] | None) -> None:
+        """Keep ``state`` (None: forget the partition)."""
+
+        def change(old: dict[str, Any] | None) -> dict[str, Any] | None:
             if old == state:
                 raise Unchanged
             return state
 
         update(self._store, layout.share_partition_key(group, topic, partition), change)
+
+    def groups(self) -> list[str]:
+        """The share groups with a state of some partition."""
+        return sorted({g for g, tp in self._keys() if self.load(g, *tp) is not None})
+
+    def partitions(self, group: str) -> dict[TopicPartition, dict[str, Any]]:
+        """The group's state of each partition it has read."""
+        out = {}
+        for g, tp in self._keys():
+            state = self.load(g, *tp) if g == group else None
+            if state is not None:
+                out[tp] = state
+        return out
+
+    @staticmethod
+    def lag(state: dict[str, Any], log_end: int) -> int:
+        """Records from the SPSO to the log's end not yet done (acknowledged or given up)."""
+        done = sum(1 for _, kind, _ in state["records"] if kind in SHARE_DONE)
+        return max(log_end - state["start_offset"] - done, 0)
+
+    @staticmethod
+    def started_at(offset: int) -> dict[str, Any]:
+        """A partition's state starting afresh at ``offset`` (a reset)."""
+        return {"start_offset": offset, "next_offset": offset, "records": []}
+
+    def _keys(self) -> list[tuple[str, TopicPartition]]:
+        out = []
+        for key in self._store.list_keys(layout.SHARE_GROUPS):
+            group, topic, partition = key.removeprefix(layout.SHARE_GROUPS + "/").split("/")
+            out.append((urllib.parse.unquote(group), (urllib.parse.unquote(topic), int(partition))))
+        return out

@@ -5,6 +5,7 @@ kop delete-records --offset-json-file F   move partitions' log start up (kafka-d
 kop produce TOPIC            lines from stdin (kafka-console-producer)
 kop consume TOPIC            records to stdout (kafka-console-consumer)
 kop groups list|describe|reset-offsets|delete|delete-offsets ...   (kafka-consumer-groups)
+kop share-groups list|describe|reset-offsets|delete ...            (kafka-share-groups)
 kop dump-ledger FILE         every entry of a ledger file (kafka-dump-log)
 kop maintenance              merge small ledgers, remove files of crashed writers
 kop verify                   check every ledger against its metadata (kafka-dump-log --verify)
@@ -22,7 +23,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import KopError
-from . import console, dump_ledger, groups, security, serve, settings, store, topics, transactions
+from . import console, dump_ledger, groups, security, serve, settings, share_groups, store, topics, transactions
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", help="store root (default: $KOP_ROOT, else storageRoot of conf/kop.conf, else ./kop-data)")
     p.add_argument("--conf", action="append", metavar="KEY=VALUE", help="override a setting of conf/kop.conf")
     sub = p.add_subparsers(dest="command", required=True)
-    for family in (topics, console, groups, store, dump_ledger, settings, serve, security, transactions):
+    for family in (topics, console, groups, share_groups, store, dump_ledger, settings, serve, security, transactions):
         family.add_parsers(sub)
     for command in sub.choices.values():  # also after the command, as Kafka's tools take them anywhere
         command.add_argument("--root", default=argparse.SUPPRESS, help=argparse.SUPPRESS)

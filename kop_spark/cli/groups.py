@@ -17,7 +17,7 @@ from .common import emit, open_broker
 _DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
 
 
-def _group_partitions(
+def group_partitions(
     b: Broker, args: argparse.Namespace, committed: Mapping[tuple[str, int], object]
 ) -> list[tuple[str, int]]:
     if args.all_topics:
@@ -84,7 +84,7 @@ def _groups(args: argparse.Namespace) -> int:
         elif args.action == "delete-offsets":
             if not args.topic:
                 raise KopError("kop groups delete-offsets: --topic is required")
-            asked = _group_partitions(b, args, {})
+            asked = group_partitions(b, args, {})
             deleted = set(b.delete_offsets(group, asked))
             rows = [
                 {
@@ -142,7 +142,7 @@ def _describe(b: Broker, args: argparse.Namespace, group: str, live: LiveGroup |
     )
 
 
-def _clamped(topic: str, p: int, target: int, earliest: int, latest: int) -> int:
+def clamped(topic: str, p: int, target: int, earliest: int, latest: int) -> int:
     """The offset moved into the log's range, with Kafka's warning when it had to be."""
     if target > latest:
         print(f"WARN: New offset ({target}) is higher than latest offset for topic partition {topic}-{p}. "
@@ -172,7 +172,7 @@ def _reset_offsets(b: Broker, args: argparse.Namespace, group: str) -> None:
         raise KopError("reset-offsets takes --dry-run or --execute, not both")
     committed = b.fetch_offsets(group)
     new = {}
-    for topic, p in _group_partitions(b, args, committed):
+    for topic, p in group_partitions(b, args, committed):
         earliest, latest = b.list_offsets(topic, p, "earliest"), b.list_offsets(topic, p, "latest")
         current = committed.get((topic, p))
         base = current.offset if current is not None and current.offset >= 0 else latest
@@ -190,7 +190,7 @@ def _reset_offsets(b: Broker, args: argparse.Namespace, group: str) -> None:
             ts = _parse_datetime(args.to_datetime) if args.to_datetime else now_ms() - _parse_duration(args.by_duration)
             found = b.list_offsets(topic, p, ts)
             target = latest if found < 0 else found
-        new[(topic, p)] = _clamped(topic, p, target, earliest, latest)
+        new[(topic, p)] = clamped(topic, p, target, earliest, latest)
     if args.execute:
         b.commit_offsets(group, new)
     dry_run = not args.execute

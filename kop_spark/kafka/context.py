@@ -98,6 +98,7 @@ class ServerContext:
             lambda group, tp, state: self.call(share_states.save, group, *tp, state),
             lambda group, tp: self.call(self._share_start, group, tp),
             broker.clock.now_ms,
+            self._changed,
         )
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="kop-serve")
 
@@ -173,11 +174,12 @@ class ServerContext:
         g = self.membership.groups.get(group_id)
         if g is not None and g.members:
             return snapshot(g)
-        return self.consumer_groups.live(group_id)
+        return self.consumer_groups.live(group_id) or self.share_groups.live(group_id)
 
     def active_groups(self) -> list[str]:
         classic = [gid for gid, g in self.membership.groups.items() if g.members]
-        return classic + [gid for gid in self.consumer_groups.groups if self.consumer_groups.is_active(gid)]
+        share = [gid for gid in self.share_groups.groups if self.share_groups.is_active(gid)]
+        return classic + [gid for gid in self.consumer_groups.groups if self.consumer_groups.is_active(gid)] + share
 
     def group_active(self, group_id: str) -> bool:
         return (

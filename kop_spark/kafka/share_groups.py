@@ -22,6 +22,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..broker import LiveGroup, LiveMember
 from ..config import Config
 from .share_partition import SharePartition
 
@@ -71,6 +72,7 @@ class ShareGroupCoordinator:
         save: Callable[[str, TopicPartition, dict[str, Any]], Awaitable[None]],
         start: Callable[[str, TopicPartition], Awaitable[int]],
         now_ms: Callable[[], int],
+        on_change: Callable[[str], None] = lambda group: None,
     ):
         """``load``/``save``: a partition's kept state; ``start``: where a group begins in a
         partition it has not read (its ``share.auto.offset.reset``)."""
@@ -79,6 +81,7 @@ class ShareGroupCoordinator:
         self.lock_ms = config["group.share.record.lock.duration.ms"]
         self.limit = config["group.share.delivery.count.limit"]
         self._load, self._save, self._start, self._now_ms = load, save, start, now_ms
+        self._on_change = on_change  # told when its members or their partitions change
         self.groups: dict[str, ShareGroup] = {}
         self._saving = asyncio.Lock()
 
@@ -114,6 +117,8 @@ class ShareGroupCoordinator:
         if topics is not None and frozenset(topics) != member.topics:
             member.topics = frozenset(topics)
             g.epoch += 1
+        if member.epoch != g.epoch:
+            self._on_change(group_id)
         member.epoch = g.epoch
         self._keep_alive(g, member)
         return member
@@ -137,6 +142,7 @@ class ShareGroupCoordinator:
             sp.release_member(member.member_id, self.limit)
         g.epoch += 1
         self._forget_if_empty(g)
+        self._on_change(g.group_id)
 
     def _forget_if_empty(self, g: ShareGroup) -> None:
         if not g.members and self.groups.get(g.group_id) is g:
@@ -207,6 +213,16 @@ class ShareGroupCoordinator:
                 sp = g.partitions.get(tp)
                 if sp is not None:
                     await self._save(g.group_id, tp, sp.to_json())
+
+    def live(self, group_id: str) -> LiveGroup | None:
+        """What ``kop groups describe`` shows of the group (None: not a share group here)."""
+        g = self.groups.get(group_id)
+        if g is None:
+            return None
+        members = tuple(
+            LiveMember(m.member_id, m.client[0], m.client[1], tuple(sorted(m.sent or ()))) for m in g.members.values()
+        )
+        return LiveGroup("Stable" if members else "Empty", members)
 
     def is_active(self, group_id: str) -> bool:
         g = self.groups.get(group_id)

@@ -14,19 +14,12 @@ locks being gone, so at-least-once delivery holds through a restart."""
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-
-class RecordState(enum.IntEnum):
-    AVAILABLE = 0
-    ACQUIRED = 1
-    ACKNOWLEDGED = 2
-    ARCHIVED = 4
-
+from ..broker import SHARE_DONE, ShareRecordState
 
 # Acknowledge types (ShareFetch / ShareAcknowledge)
 GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
@@ -34,7 +27,7 @@ GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
 
 @dataclass
 class InFlight:
-    state: RecordState = RecordState.AVAILABLE
+    state: ShareRecordState = ShareRecordState.AVAILABLE
     delivery_count: int = 0
     member: str | None = None
     deadline_ms: int = 0  # when an acquired record's lock expires
@@ -55,7 +48,7 @@ class SharePartition:
         first never handed out. Records deleted from the log (retention) leave the window first."""
         self.expire(now_ms, limit)
         self._skip_to(log_start)
-        available = (o for o, r in sorted(self.records.items()) if r.state == RecordState.AVAILABLE)
+        available = (o for o, r in sorted(self.records.items()) if r.state == ShareRecordState.AVAILABLE)
         return next(available, self.next_offset)
 
     def acquire(
@@ -64,7 +57,7 @@ class SharePartition:
         """Acquire up to ``max_records`` below ``upto`` (the end of what a fetch read) for
         ``member``: released records first, then records never delivered. Returns the ranges
         acquired: (first, last, delivery count)."""
-        taken = [o for o, r in sorted(self.records.items()) if r.state == RecordState.AVAILABLE and o < upto]
+        taken = [o for o, r in sorted(self.records.items()) if r.state == ShareRecordState.AVAILABLE and o < upto]
         taken = taken[:max_records]
         while len(taken) < max_records and self.next_offset < upto:
             taken.append(self.next_offset)
@@ -73,7 +66,7 @@ class SharePartition:
         ranges: list[tuple[int, int, int]] = []
         for offset in taken:
             r = self.records[offset]
-            r.state, r.member, r.deadline_ms = RecordState.ACQUIRED, member, now_ms + lock_ms
+            r.state, r.member, r.deadline_ms = ShareRecordState.ACQUIRED, member, now_ms + lock_ms
             r.delivery_count += 1
             if ranges and ranges[-1][1] == offset - 1 and ranges[-1][2] == r.delivery_count:
                 ranges[-1] = (ranges[-1][0], offset, r.delivery_count)
@@ -90,7 +83,7 @@ class SharePartition:
         kinds = types * len(offsets) if len(types) == 1 else types
         for offset, kind in zip(offsets, kinds, strict=True):
             r = self.records.get(offset)
-            held = r is not None and r.state == RecordState.ACQUIRED and r.member == member
+            held = r is not None and r.state == ShareRecordState.ACQUIRED and r.member == member
             if not held and not (kind == GAP and (r is None or offset < self.start_offset)):
                 return ErrorCode.invalid_record_state
         for offset, kind in zip(offsets, kinds, strict=True):
@@ -98,11 +91,11 @@ class SharePartition:
             if r is None:
                 continue
             if kind == ACCEPT:
-                r.state = RecordState.ACKNOWLEDGED
+                r.state = ShareRecordState.ACKNOWLEDGED
             elif kind == RELEASE:
                 self._release(r, limit)
             else:
-                r.state = RecordState.ARCHIVED
+                r.state = ShareRecordState.ARCHIVED
             r.member = None
         self._advance()
         return ErrorCode.none
@@ -110,7 +103,7 @@ class SharePartition:
     def release_member(self, member: str, limit: int) -> None:
         """What ``member`` holds goes back (its share session closed, or it left the group)."""
         for r in self.records.values():
-            if r.state == RecordState.ACQUIRED and r.member == member:
+            if r.state == ShareRecordState.ACQUIRED and r.member == member:
                 self._release(r, limit)
         self._advance()
 
@@ -118,13 +111,13 @@ class SharePartition:
         """Records whose lock expired go back, as if released; so do those a restart found held
         (Available, their deliveries counted), archived once at the limit."""
         for r in self.records.values():
-            expired = r.state == RecordState.ACQUIRED and r.deadline_ms <= now_ms
-            if expired or (r.state == RecordState.AVAILABLE and r.delivery_count >= limit):
+            expired = r.state == ShareRecordState.ACQUIRED and r.deadline_ms <= now_ms
+            if expired or (r.state == ShareRecordState.AVAILABLE and r.delivery_count >= limit):
                 self._release(r, limit)
         self._advance()
 
     def _release(self, r: InFlight, limit: int) -> None:
-        r.state = RecordState.ARCHIVED if r.delivery_count >= limit else RecordState.AVAILABLE
+        r.state = ShareRecordState.ARCHIVED if r.delivery_count >= limit else ShareRecordState.AVAILABLE
         r.member = None
 
     def _skip_to(self, log_start: int) -> None:
@@ -138,7 +131,7 @@ class SharePartition:
     def _advance(self) -> None:
         while self.start_offset < self.next_offset:
             r = self.records.get(self.start_offset)
-            if r is None or r.state not in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED):
+            if r is None or r.state not in SHARE_DONE:
                 break
             del self.records[self.start_offset]
             self.start_offset += 1
@@ -153,6 +146,6 @@ class SharePartition:
         """As ``to_json`` left it, acquired records Available again (their locks are gone)."""
         records = {}
         for offset, state, count in value["records"]:
-            kept = RecordState(state)
-            records[offset] = InFlight(RecordState.AVAILABLE if kept == RecordState.ACQUIRED else kept, count)
+            kept = ShareRecordState(state)
+            records[offset] = InFlight(ShareRecordState.AVAILABLE if kept == ShareRecordState.ACQUIRED else kept, count)
         return cls(value["start_offset"], value["next_offset"], records)
