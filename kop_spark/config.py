@@ -338,6 +338,12 @@ _SETTINGS = [
         "How many times a record is delivered to share consumers before it is given up (archived)",
     ),
     Setting(
+        "group.share.partition.max.record.locks",
+        2000,
+        _int_at_least(1),
+        "Most records of a partition a share group has in flight (delivered and not yet acknowledged)",
+    ),
+    Setting(
         "share.auto.offset.reset",
         "latest",
         _choice("latest", "earliest"),

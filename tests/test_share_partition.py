@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from kop_spark.broker import ShareRecordState, ShareStates
 from kop_spark.kafka.share_partition import ACCEPT, REJECT, RELEASE, SharePartition
 
-LIMIT, LOCK_MS = 3, 1000
+LIMIT, LOCK_MS, MAX_IN_FLIGHT = 3, 1000, 6
 MEMBERS = ("a", "b", "c")
 
 steps = st.lists(
@@ -43,7 +43,7 @@ def test_each_record_is_held_by_one_member_at_most_and_never_delivered_once_done
         elif kind == "fetch":
             _, member, most = step
             sp.fetch_position(0, now, LIMIT)
-            for first, last, count in sp.acquire(member, log_end, most, now, LOCK_MS):
+            for first, last, count in sp.acquire(member, log_end, most, now, LOCK_MS, MAX_IN_FLIGHT):
                 for offset in range(first, last + 1):
                     assert offset not in done, f"{offset} delivered again after it was done"
                     deliveries[offset] = deliveries.get(offset, 0) + 1
@@ -72,11 +72,14 @@ def test_each_record_is_held_by_one_member_at_most_and_never_delivered_once_done
         assert len(acquired) == len(set(acquired))
         assert all(o >= sp.start_offset for o in sp.records), "a record before the SPSO still in flight"
         assert sp.start_offset <= sp.next_offset <= log_end
+        assert len(sp.records) <= MAX_IN_FLIGHT  # records nobody acknowledges do not pile up
         assert all(o in sp.records or o < sp.start_offset for o in range(sp.start_offset, sp.next_offset))
     # Left alone long enough, everything not done is delivered again, until its limit.
     now += LOCK_MS
     sp.fetch_position(0, now, LIMIT)
-    again = {o for f, la, _ in sp.acquire("z", log_end, log_end + 1, now, LOCK_MS) for o in range(f, la + 1)}
+    again = {
+        o for f, la, _ in sp.acquire("z", log_end, log_end + 1, now, LOCK_MS, log_end + 1) for o in range(f, la + 1)
+    }
     assert not again & done
     assert again == {o for o in range(log_end) if o not in done and deliveries.get(o, 0) < LIMIT}
 
@@ -85,15 +88,15 @@ def test_a_record_released_past_the_delivery_limit_is_archived_and_the_start_mov
     sp = SharePartition(10)
     for delivery in range(1, LIMIT + 1):
         sp.fetch_position(10, 0, LIMIT)
-        assert sp.acquire("a", 12, 1, 0, LOCK_MS) == [(10, 10, delivery)]
+        assert sp.acquire("a", 12, 1, 0, LOCK_MS, 10) == [(10, 10, delivery)]
         assert sp.acknowledge("a", 10, 10, (RELEASE,), LIMIT) == ErrorCode.none
     assert sp.start_offset == 11  # archived: done
-    assert sp.acquire("a", 12, 5, 0, LOCK_MS) == [(11, 11, 1)]
+    assert sp.acquire("a", 12, 5, 0, LOCK_MS, 10) == [(11, 11, 1)]
 
 
 def test_acknowledgements_of_records_not_held_change_nothing() -> None:
     sp = SharePartition(0)
-    sp.acquire("a", 3, 3, 0, LOCK_MS)
+    sp.acquire("a", 3, 3, 0, LOCK_MS, 10)
     assert sp.acknowledge("b", 0, 0, (ACCEPT,), LIMIT) == ErrorCode.invalid_record_state
     assert sp.acknowledge("a", 0, 5, (ACCEPT,), LIMIT) == ErrorCode.invalid_record_state  # 3..5 not held
     assert sp.acknowledge("a", 0, 2, (ACCEPT, RELEASE), LIMIT) == ErrorCode.invalid_request  # types for 2 of 3
@@ -104,6 +107,6 @@ def test_acknowledgements_of_records_not_held_change_nothing() -> None:
 
 def test_the_lag_is_what_is_not_done_from_the_start_offset_to_the_log_end() -> None:
     sp = SharePartition(0)
-    sp.acquire("a", 5, 5, 0, LOCK_MS)
+    sp.acquire("a", 5, 5, 0, LOCK_MS, 10)
     assert sp.acknowledge("a", 1, 4, (ACCEPT,), LIMIT) == ErrorCode.none  # 0 still held: the start stays
     assert ShareStates.lag(sp.to_json(), 10) == 6  # 0, and 5-9 never delivered

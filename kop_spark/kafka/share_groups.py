@@ -80,6 +80,7 @@ class ShareGroupCoordinator:
         self.interval_ms = config["group.share.heartbeat.interval.ms"]
         self.lock_ms = config["group.share.record.lock.duration.ms"]
         self.limit = config["group.share.delivery.count.limit"]
+        self.max_in_flight = config["group.share.partition.max.record.locks"]
         self._load, self._save, self._start, self._now_ms = load, save, start, now_ms
         self._on_change = on_change  # told when its members or their partitions change
         self.groups: dict[str, ShareGroup] = {}

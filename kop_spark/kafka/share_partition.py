@@ -52,14 +52,16 @@ class SharePartition:
         return next(available, self.next_offset)
 
     def acquire(
-        self, member: str, upto: int, max_records: int, now_ms: int, lock_ms: int
+        self, member: str, upto: int, max_records: int, now_ms: int, lock_ms: int, max_in_flight: int
     ) -> list[tuple[int, int, int]]:
         """Acquire up to ``max_records`` below ``upto`` (the end of what a fetch read) for
-        ``member``: released records first, then records never delivered. Returns the ranges
-        acquired: (first, last, delivery count)."""
+        ``member``: released records first, then records never delivered, while fewer than
+        ``max_in_flight`` are in flight (Kafka's group.share.partition.max.record.locks: records
+        nobody acknowledges do not pile up). Returns the ranges acquired: (first, last, delivery
+        count)."""
         taken = [o for o, r in sorted(self.records.items()) if r.state == ShareRecordState.AVAILABLE and o < upto]
         taken = taken[:max_records]
-        while len(taken) < max_records and self.next_offset < upto:
+        while len(taken) < max_records and self.next_offset < upto and len(self.records) < max_in_flight:
             taken.append(self.next_offset)
             self.records[self.next_offset] = InFlight()
             self.next_offset += 1

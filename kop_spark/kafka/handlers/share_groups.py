@@ -241,7 +241,8 @@ async def _acquire(
             answers[tp] = (error_code(e, f"share fetch from {tp[0]}-{tp[1]}"), answers.get(tp, (0, ErrorCode.none))[1])
             continue
         now = ctx.share_groups.now_ms()
-        acquired = sp.acquire(member_id, upto, records_left, now, ctx.share_groups.lock_ms) if data else []
+        share = ctx.share_groups
+        acquired = sp.acquire(member_id, upto, records_left, now, share.lock_ms, share.max_in_flight) if data else []
         if acquired:
             out[tp] = (data, acquired)
             count = sum(last - first + 1 for first, last, _ in acquired)
