@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka import AcknowledgeType, KafkaException, Producer, ShareConsumer
 from kafka.protocol.admin import ListGroupsRequest
 from kio.schema.describe_configs.v4 import request as dc
 from kio.schema.errors import ErrorCode
@@ -275,3 +275,47 @@ def test_kop_share_groups_describes_resets_and_deletes_an_inactive_group(
     assert _kop_share_groups(server, "list").stdout.split() == []
     missing = _kop_share_groups(server, "describe", "sg")
     assert missing.returncode != 0 and "Share group 'sg' does not exist." in missing.stderr
+
+
+def test_share_consumers_take_read_on_their_group_and_on_the_topics(tmp_path: Path) -> None:
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        for topic in ("t", "secret", "seen"):
+            b.create_topic(topic, 1)
+    assert kop(root, "users", "add", "alice", stdin="alice-Secret-1").returncode == 0
+    grants = [("Read", "--topic", "t"), ("Read", "--group", "queue"), ("Describe", "--topic", "seen")]
+    for operation, *resource in grants:
+        made = kop(root, "acls", "add", "--allow-principal", "User:alice", "--operation", operation, *resource)
+        assert made.returncode == 0, made.stderr
+    for topic in ("t", "secret", "seen"):
+        assert kop(root, "produce", topic, stdin="a\nb\n").returncode == 0
+    conf = ["authorizationEnabled=true", "share.auto.offset.reset=earliest"]
+    with KopServer(root, conf, protocols=["SASL_PLAINTEXT"]) as server:
+        alice = {
+            "bootstrap.servers": server.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": "alice",
+            "sasl.password": "alice-Secret-1",
+        }
+
+        def first(group: str, topic: str) -> str:
+            """What a share consumer of ``group`` on ``topic`` gets first: a value, or an error."""
+            c = ShareConsumer({**alice, "group.id": group})
+            c.subscribe([topic])
+            deadline = time.monotonic() + 15
+            try:
+                while time.monotonic() < deadline:
+                    try:
+                        for m in c.poll(0.3) or []:
+                            return m.value().decode() if m.error() is None else m.error().name()
+                    except KafkaException as e:
+                        return e.args[0].name()
+                return "nothing"
+            finally:
+                c.close()
+
+        assert first("queue", "t") == "a"
+        assert first("other", "t") == "GROUP_AUTHORIZATION_FAILED"
+        assert first("queue", "secret") == "TOPIC_AUTHORIZATION_FAILED"
+        assert first("queue", "seen") in ("TOPIC_AUTHORIZATION_FAILED", "nothing")  # described, never read
