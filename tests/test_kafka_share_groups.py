@@ -6,22 +6,29 @@ a restart of the server, and records held then are delivered again."""
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import subprocess
 import textwrap
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import AcknowledgeType, KafkaException, Producer, ShareConsumer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kafka.protocol.admin import ListGroupsRequest
 from kio.schema.describe_configs.v4 import request as dc
 from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1 import request as iac
+from kio.schema.share_acknowledge.v1 import request as sa
+from kio.schema.share_fetch.v1 import request as sf
 
 from kop_spark import Broker, layout
+from kop_spark.kafka.messages import request_class
 
 from .conftest import PYTHON, python_subprocess_env
 from .group_clients import until_live
@@ -319,3 +326,90 @@ def test_share_consumers_take_read_on_their_group_and_on_the_topics(tmp_path: Pa
         assert first("other", "t") == "GROUP_AUTHORIZATION_FAILED"
         assert first("queue", "secret") == "TOPIC_AUTHORIZATION_FAILED"
         assert first("queue", "seen") in ("TOPIC_AUTHORIZATION_FAILED", "nothing")  # described, never read
+
+
+_offsets = st.integers(-3, 40) | st.sampled_from([2**62, -(2**62)])
+_batches = st.lists(
+    st.builds(
+        sf.AcknowledgementBatch,
+        first_offset=_offsets,
+        last_offset=_offsets,
+        acknowledge_types=st.lists(st.integers(-1, 5), max_size=4).map(tuple),
+    ),
+    max_size=3,
+).map(tuple)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["fetch", "ack"]), st.sampled_from(["next", "next", "open", "close", "wrong"]), _batches
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_any_acknowledgements_and_session_epochs_are_answered_and_change_only_what_they_may(
+    server: KopServer, steps: list[tuple[str, str, tuple[Any, ...]]]
+) -> None:
+    """A member's requests with whatever acknowledgement batches, in sessions opened, moved on,
+    closed or named wrongly: each is answered with Kafka's codes, and the server goes on."""
+    member = uuid.uuid4().hex
+    with Broker(server.root) as b:
+        topic_id = next(t.topic_id for t in b.topic_infos() if t.name == "t")
+    _produce(server, 5)
+    session = 0
+    with connect(server) as sock:
+        joined = kio_call(
+            sock, request_class(76, 1)(group_id="fz", member_id=member, member_epoch=0, subscribed_topic_names=("t",))
+        )
+        assert joined.error_code == ErrorCode.none
+        for kind, which, batches in steps:
+            epoch = {"next": session, "open": 0, "close": -1, "wrong": session + 7}[which]
+            topics = (
+                sf.FetchTopic(
+                    topic_id=topic_id,
+                    partitions=(sf.FetchPartition(partition_index=0, acknowledgement_batches=batches),),
+                ),
+            )
+            if kind == "fetch":
+                request = sf.ShareFetchRequest(
+                    group_id="fz",
+                    member_id=member,
+                    share_session_epoch=epoch,
+                    max_wait=datetime.timedelta(0),
+                    min_bytes=1,
+                    max_records=3,
+                    batch_size=3,
+                    topics=topics,
+                    forgotten_topics_data=(),
+                )
+            else:
+                acks = (
+                    sa.AcknowledgeTopic(
+                        topic_id=topic_id,
+                        partitions=(sa.AcknowledgePartition(partition_index=0, acknowledgement_batches=batches),),
+                    ),
+                )
+                request = sa.ShareAcknowledgeRequest(
+                    group_id="fz", member_id=member, share_session_epoch=epoch, topics=acks
+                )
+            answer = kio_call(sock, request)
+            if answer.error_code == ErrorCode.none:
+                session = 0 if epoch == -1 else epoch + 1
+            assert answer.error_code in (
+                ErrorCode.none,
+                ErrorCode.invalid_request,
+                ErrorCode.share_session_not_found,
+                ErrorCode.invalid_share_session_epoch,
+            )
+            for t in answer.responses:
+                for p in t.partitions:
+                    ack = getattr(p, "acknowledge_error_code", p.error_code)
+                    assert ack in (ErrorCode.none, ErrorCode.invalid_request, ErrorCode.invalid_record_state)
+        kio_call(
+            sock, request_class(76, 1)(group_id="fz", member_id=member, member_epoch=-1, subscribed_topic_names=None)
+        )
+    with connect(server) as sock:
+        assert call(sock, wire_request(ListGroupsRequest, 5, states_filter=[], types_filter=[])).error_code == 0

@@ -99,7 +99,9 @@ def test_acknowledgements_of_records_not_held_change_nothing() -> None:
     sp.acquire("a", 3, 3, 0, LOCK_MS, 10)
     assert sp.acknowledge("b", 0, 0, (ACCEPT,), LIMIT) == ErrorCode.invalid_record_state
     assert sp.acknowledge("a", 0, 5, (ACCEPT,), LIMIT) == ErrorCode.invalid_record_state  # 3..5 not held
+    assert sp.acknowledge("a", 0, 2**62, (ACCEPT,), LIMIT) == ErrorCode.invalid_record_state  # no work per offset
     assert sp.acknowledge("a", 0, 2, (ACCEPT, RELEASE), LIMIT) == ErrorCode.invalid_request  # types for 2 of 3
+    assert sp.acknowledge("a", 0, 2, (5,), LIMIT) == ErrorCode.invalid_request  # no such type (4, Renew, is v2's)
     assert all(r.state == ShareRecordState.ACQUIRED for r in sp.records.values())
     assert sp.acknowledge("a", 0, 2, (ACCEPT, REJECT, ACCEPT), LIMIT) == ErrorCode.none
     assert sp.start_offset == 3 and not sp.records

@@ -78,20 +78,16 @@ class SharePartition:
 
     def acknowledge(self, member: str, first: int, last: int, types: tuple[int, ...], limit: int) -> ErrorCode:
         """Apply a member's acknowledgement of ``first``..``last`` (one type for all, or one for
-        each offset); INVALID_RECORD_STATE, changing nothing, if it does not hold them all."""
+        each offset; GAP for an offset with no record to give, such as a transaction marker's);
+        INVALID_RECORD_STATE, changing nothing, unless it holds them all."""
         if last < first or len(types) not in (1, last - first + 1) or any(t not in (0, 1, 2, 3) for t in types):
             return ErrorCode.invalid_request
-        offsets = range(first, last + 1)
-        kinds = types * len(offsets) if len(types) == 1 else types
-        for offset, kind in zip(offsets, kinds, strict=True):
-            r = self.records.get(offset)
-            held = r is not None and r.state == ShareRecordState.ACQUIRED and r.member == member
-            if not held and not (kind == GAP and (r is None or offset < self.start_offset)):
-                return ErrorCode.invalid_record_state
-        for offset, kind in zip(offsets, kinds, strict=True):
-            r = self.records.get(offset)
-            if r is None:
-                continue
+        if first < self.start_offset or last >= self.next_offset:  # also bounds the work to the window
+            return ErrorCode.invalid_record_state
+        held = [self.records[o] for o in range(first, last + 1)]
+        if any(r.state != ShareRecordState.ACQUIRED or r.member != member for r in held):
+            return ErrorCode.invalid_record_state
+        for r, kind in zip(held, types * len(held) if len(types) == 1 else types, strict=True):
             if kind == ACCEPT:
                 r.state = ShareRecordState.ACKNOWLEDGED
             elif kind == RELEASE:

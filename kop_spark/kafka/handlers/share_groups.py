@@ -20,9 +20,9 @@ from ..messages import RequestHeader, make, response_module
 from ..share_groups import CLOSE_SESSION, LEAVE, ShareGroup, ShareGroupError, TopicPartition
 from ..share_partition import SharePartition
 from ..topic_snapshot import TopicSnapshot
+from .fetch import OTHER_WRITERS_POLL_S
 
 NO_TIME = datetime.timedelta(0)
-WAIT_SLICE_S = 0.05  # how often a waiting fetch looks again for appends by other processes
 
 
 async def share_group_heartbeat(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
@@ -100,32 +100,29 @@ async def share_fetch(ctx: ServerContext, header: RequestHeader, request: Any) -
             left = deadline - time.monotonic()
             if records or acks or left <= 0:
                 break
-            await ctx.appends.wait(min(left, WAIT_SLICE_S))
-    by_id: dict[uuid.UUID, list[Any]] = {}
+            await ctx.appends.wait(min(left, OTHER_WRITERS_POLL_S))
+    parts = []
     for tp in sorted(set(answers) | set(records)):
         data, acquired = records.get(tp, (b"", []))
         code, ack_code = answers.get(tp, (ErrorCode.none, ErrorCode.none))
-        by_id.setdefault(topics.by_name[tp[0]].topic_id, []).append(
-            make(
-                m.PartitionData,
-                partition_index=tp[1],
-                error_code=code,
-                acknowledge_error_code=ack_code,
-                current_leader=make(m.LeaderIdAndEpoch, leader_id=-1, leader_epoch=-1),
-                records=data,
-                acquired_records=tuple(
-                    make(m.AcquiredRecords, first_offset=f, last_offset=la, delivery_count=n) for f, la, n in acquired
-                ),
-            )
+        part = make(
+            m.PartitionData,
+            partition_index=tp[1],
+            error_code=code,
+            acknowledge_error_code=ack_code,
+            current_leader=_no_leader(m),
+            records=data,
+            acquired_records=tuple(
+                make(m.AcquiredRecords, first_offset=f, last_offset=la, delivery_count=n) for f, la, n in acquired
+            ),
         )
+        parts.append((tp, part))
     return make(
         m.ShareFetchResponse,
         throttle_time=NO_TIME,
         error_code=ErrorCode.none,
         acquisition_lock_timeout=lock,
-        responses=tuple(
-            make(m.ShareFetchableTopicResponse, topic_id=i, partitions=tuple(ps)) for i, ps in by_id.items()
-        ),
+        responses=_by_topic_id(topics, parts, m.ShareFetchableTopicResponse),
         node_endpoints=(),
     )
 
@@ -135,26 +132,19 @@ async def share_acknowledge(ctx: ServerContext, header: RequestHeader, request: 
     topics = await ctx.consumer_groups.topics()
     acks = _acks(topics, request.topics)
 
-    def response(code: ErrorCode, message: str | None, parts: dict[TopicPartition, tuple[ErrorCode, ErrorCode]]) -> Any:
-        by_id: dict[uuid.UUID, list[Any]] = {}
-        for (t, p), (fetch_code, ack_code) in sorted(parts.items()):
-            by_id.setdefault(topics.by_name[t].topic_id, []).append(
-                make(
-                    m.PartitionData,
-                    partition_index=p,
-                    error_code=ack_code if fetch_code == ErrorCode.none else fetch_code,
-                    current_leader=make(m.LeaderIdAndEpoch, leader_id=-1, leader_epoch=-1),
-                )
-            )
-        responses = tuple(
-            make(m.ShareAcknowledgeTopicResponse, topic_id=i, partitions=tuple(ps)) for i, ps in by_id.items()
-        )
+    def response(
+        code: ErrorCode, message: str | None, answers: dict[TopicPartition, tuple[ErrorCode, ErrorCode]]
+    ) -> Any:
+        parts = [
+            (tp, make(m.PartitionData, partition_index=tp[1], error_code=ack_code, current_leader=_no_leader(m)))
+            for tp, (_, ack_code) in sorted(answers.items())
+        ]
         return make(
             m.ShareAcknowledgeResponse,
             throttle_time=NO_TIME,
             error_code=code,
             error_message=message,
-            responses=responses,
+            responses=_by_topic_id(topics, parts, m.ShareAcknowledgeTopicResponse),
             node_endpoints=(),
         )
 
@@ -170,6 +160,21 @@ async def share_acknowledge(ctx: ServerContext, header: RequestHeader, request: 
 
 
 Acks = dict[TopicPartition, list[tuple[int, int, tuple[int, ...]]]]
+
+
+def _no_leader(m: Any) -> Any:
+    """The current leader a partition's answer names only with NOT_LEADER_OR_FOLLOWER: none."""
+    return make(m.LeaderIdAndEpoch, leader_id=-1, leader_epoch=-1)
+
+
+def _by_topic_id(topics: TopicSnapshot, parts: list[tuple[TopicPartition, Any]], kind: Any) -> tuple[Any, ...]:
+    """Partitions' answers grouped by topic id (those of topics deleted meanwhile left out)."""
+    by_id: dict[uuid.UUID, list[Any]] = {}
+    for (topic, _), part in parts:
+        info = topics.by_name.get(topic)
+        if info is not None:
+            by_id.setdefault(info.topic_id, []).append(part)
+    return tuple(make(kind, topic_id=i, partitions=tuple(ps)) for i, ps in by_id.items())
 
 
 def _acks(topics: TopicSnapshot, requested: Any) -> Acks:
