@@ -23,6 +23,7 @@ from ..topic_snapshot import TopicSnapshot
 from .fetch import OTHER_WRITERS_POLL_S
 
 NO_TIME = datetime.timedelta(0)
+READ_BYTES = 1 << 20  # read for a partition at a time: a fetch acquires max_records, not all that was read
 
 
 async def share_group_heartbeat(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
@@ -241,24 +242,27 @@ async def _acquire(
         try:
             ctx.authorize(header, "Read", "Topic", tp[0])
             sp = await ctx.share_groups.partition(g, tp)
-            data, upto = await _read(ctx, sp, tp, bytes_left)
+            batches = await _read(ctx, sp, tp, min(bytes_left, READ_BYTES))
         except Exception as e:
-            answers[tp] = (error_code(e, f"share fetch from {tp[0]}-{tp[1]}"), answers.get(tp, (0, ErrorCode.none))[1])
+            code = error_code(e, f"share fetch from {tp[0]}-{tp[1]}")
+            answers[tp] = (code, answers.get(tp, (ErrorCode.none, ErrorCode.none))[1])
             continue
-        now = ctx.share_groups.now_ms()
         share = ctx.share_groups
-        acquired = sp.acquire(member_id, upto, records_left, now, share.lock_ms, share.max_in_flight) if data else []
+        upto = batches[-1].last_offset + 1 if batches else 0
+        acquired = sp.acquire(member_id, upto, records_left, share.now_ms(), share.lock_ms, share.max_in_flight)
         if acquired:
+            first, last = acquired[0][0], max(la for _, la, _ in acquired)
+            data = b"".join(b.buffer for b in batches if b.last_offset >= first and b.base_offset <= last)
             out[tp] = (data, acquired)
-            count = sum(last - first + 1 for first, last, _ in acquired)
+            count = sum(la - f + 1 for f, la, _ in acquired)
             records_left -= count
             bytes_left -= len(data)
             ctx.metrics.fetched(tp[0], tp[1], len(data), count)
     return out
 
 
-async def _read(ctx: ServerContext, sp: SharePartition, tp: TopicPartition, max_bytes: int) -> tuple[bytes, int]:
-    """The batches from the share partition's fetch position, and the offset after them."""
+async def _read(ctx: ServerContext, sp: SharePartition, tp: TopicPartition, max_bytes: int) -> list[RecordBatch]:
+    """The batches from the share partition's fetch position on, at least one if there is one."""
     limit = ctx.share_groups.limit
     position = sp.fetch_position(sp.start_offset, ctx.share_groups.now_ms(), limit)
     try:
@@ -267,7 +271,4 @@ async def _read(ctx: ServerContext, sp: SharePartition, tp: TopicPartition, max_
         start = await ctx.call(ctx.broker.list_offsets, tp[0], tp[1], "earliest")
         position = sp.fetch_position(start, ctx.share_groups.now_ms(), limit)
         fetched = await ctx.call(ctx.broker.fetch_partition, tp[0], tp[1], position, max_bytes)
-    if not fetched.batches:
-        return b"", position
-    last = RecordBatch(split_batches(fetched.batches[-1])[-1]).last_offset
-    return b"".join(fetched.batches), last + 1
+    return [RecordBatch(b) for data in fetched.batches for b in split_batches(data)]
