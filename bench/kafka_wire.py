@@ -10,6 +10,9 @@ broker costs next to nothing.
   processor committing every 100 ms pays it), against the mock's;
 - consume: confluent-kafka reading the same records back (queued.min.messages raised), against
   the mock's produce rate (the issue's anchor) and its own consume rate;
+- share consume (KIP-932): librdkafka's share consumer reading the same records, each poll's
+  acceptance kept before the next is answered, against a consumer committing synchronously every
+  500 records (the same durability in a consumer group's terms), itself against plain consume;
 - latency: p99 of produce round trips at 1,000 records/s, and the time from an append by another
   process to a parked consumer receiving it (both for kop alone);
 - kop serve's CPU seconds per million records produced and consumed.
@@ -30,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, ShareConsumer, TopicPartition
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(BENCH))
@@ -103,6 +106,36 @@ def consume_rate(bootstrap: str, topic: str = "bench") -> float:
     return rate
 
 
+def share_consume_rate(bootstrap: str, topic: str, records: int) -> float:
+    """Records/s a share consumer (KIP-932) gets and accepts, the group starting at the partition's
+    start; each poll's records accepted (kept before answered) with the next poll's fetch."""
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": f"share-{topic}"})
+    c.subscribe([topic])
+    got, t = 0, time.perf_counter()
+    while got < records:
+        got += sum(m.error() is None for m in c.poll(1) or [])
+    c.commit_sync()
+    rate = got / (time.perf_counter() - t)
+    c.close()
+    return rate
+
+
+def committing_consume_rate(bootstrap: str, topic: str, records: int, per_poll: int = 500) -> float:
+    """Records/s a consumer reads committing its offsets synchronously after each ``per_poll``
+    records: what a share consumer's acknowledgements cost, in a consumer group's terms."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"commit-{topic}", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got, t = 0, time.perf_counter()
+    while got < records:
+        batch = [m for m in c.consume(per_poll, 1) if m.error() is None]
+        if batch:
+            got += len(batch)
+            c.commit(message=batch[-1], asynchronous=False)
+    rate = got / (time.perf_counter() - t)
+    c.close()
+    return rate
+
+
 def produce_p99_ms(bootstrap: str, n: int = 2000, per_second: int = 1000) -> float:
     p = Producer({**PRODUCER, "bootstrap.servers": bootstrap, "linger.ms": 0})
     p.produce("bench", VALUE, partition=0)  # the producer id and connections before the clock
@@ -150,6 +183,7 @@ def run(n: int = 1_000_000, rounds: int = 3) -> list[tuple[str, float, str, floa
     the mock cluster and then kop serve, so that a slow or fast spell of the machine falls on both."""
     logger, mock = mock_logger("rdkafka-mock")
     mock_produce = mock_consume = produced = consumed = cpu = mock_txn = txn = mock_small = small = 0.0
+    shared = committing = 0.0
     small_n = max(n // 50, 1_000)  # transactions of 100 records: a hundredth of the records takes longer
     with tempfile.TemporaryDirectory() as tmp:
         root = str(Path(tmp) / "store")
@@ -158,7 +192,7 @@ def run(n: int = 1_000_000, rounds: int = 3) -> list[tuple[str, float, str, floa
                 b.create_topic(f"bench{i}", 1)
                 b.create_topic(f"txn{i}", 1)
             b.create_topic("bench", 1)
-        with KopServer(root) as server:
+        with KopServer(root, ["share.auto.offset.reset=earliest"]) as server:
             assert server.proc is not None
             for i in range(rounds):
                 # a new mock cluster each round, made by its producer
@@ -182,6 +216,8 @@ def run(n: int = 1_000_000, rounds: int = 3) -> list[tuple[str, float, str, floa
                 produced = max(produced, produce_rate({"bootstrap.servers": server.bootstrap}, n, f"bench{i}")[0])
                 consumed = max(consumed, consume_rate(server.bootstrap, f"bench{i}"))
                 cpu += cpu_seconds(server.proc.pid) - used
+                committing = max(committing, committing_consume_rate(server.bootstrap, f"bench{i}", n))
+                shared = max(shared, share_consume_rate(server.bootstrap, f"bench{i}", n))
             cpu /= rounds
             p99 = produce_p99_ms(server.bootstrap)
             wake = wake_up_ms(root, server.bootstrap)
@@ -195,6 +231,8 @@ def run(n: int = 1_000_000, rounds: int = 3) -> list[tuple[str, float, str, floa
         ("p99 produce latency at 1,000 records/s", p99, "ms", p99 / mock_p99, "mock cluster's p99 (times as long)"),
         ("mock cluster: p99 produce latency at 1,000 records/s", mock_p99, "ms", 1.0, "itself"),
         ("parked fetch woken by another process's append (median)", wake, "ms", float("nan"), "-"),
+        ("share consume (KIP-932) through kop serve", shared, "records/s", shared / committing, "committing consume"),
+        ("consume committing each 500 records", committing, "records/s", committing / consumed, "kop's consume"),
         ("transactional produce through kop serve", txn, "records/s", txn / mock_txn, "mock cluster's"),
         ("transactional produce through kop serve", txn, "records/s", txn / produced, "kop's idempotent produce"),
         ("mock cluster: transactional produce", mock_txn, "records/s", 1.0, "itself"),

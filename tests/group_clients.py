@@ -44,6 +44,21 @@ def produce(server: KopServer, n: int) -> None:
     assert p.flush(30) == 0
 
 
+def consumed_through_a_restart(server: KopServer, consumers: list[Consumer], stop: str) -> None:
+    """40 records read before the server is killed (``stop`` "kill") or stopped (SIGTERM), and 40
+    after it is started again: each read once, none again."""
+    produce(server, 40)
+    first = poll_until(consumers, lambda got: len(got) >= 40)
+    if stop == "kill":
+        server.kill()
+    else:
+        assert server.stop() == 0
+    server.start()
+    produce(server, 40)  # read after the restart by the partitions' same owners
+    then = poll_until(consumers, lambda got: len(got) >= 40, timeout=60)
+    assert len({(p, o) for _, p, o in first + then}) == 80
+
+
 def assigned(c: Consumer) -> set[int]:
     return {tp.partition for tp in c.assignment()}
 

@@ -29,7 +29,15 @@ from kop_spark import Broker
 from kop_spark.broker import GroupSnapshots
 from kop_spark.kafka.messages import request_class
 
-from .group_clients import assigned, doomed_member, kop_groups, poll_until, produce, until_live
+from .group_clients import (
+    assigned,
+    consumed_through_a_restart,
+    doomed_member,
+    kop_groups,
+    poll_until,
+    produce,
+    until_live,
+)
 from .kafka_wire import call, connect, kio_call, wire_request
 from .kop_server import KopServer
 
@@ -196,16 +204,7 @@ def test_members_of_either_protocol_go_on_through_a_server_restart_without_a_reb
             kept = _kept(server, 2)
             assert kept["type"] == "consumer"
             before = (assigned(modern), assigned(classic), list(moves))
-            produce(server, 40)
-            first = poll_until(both, lambda got: len(got) >= 40)
-            if stop == "kill":
-                server.kill()
-            else:
-                assert server.stop() == 0
-            server.start()
-            produce(server, 40)  # read after the restart by the partitions' same owners
-            then = poll_until(both, lambda got: len(got) >= 40, timeout=60)
-            assert len({(p, o) for _, p, o in first + then}) == 80  # each record once, none again
+            consumed_through_a_restart(server, both, stop)
             _commit_all(both)  # at the epoch, and the generation, each was in before the restart
             assert (assigned(modern), assigned(classic), moves) == before
             assert _kept(server, 2)["epoch"] == kept["epoch"]

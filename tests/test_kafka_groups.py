@@ -26,7 +26,15 @@ from kop_spark.kafka.handlers.consumer_groups import consumer_group_heartbeat
 from kop_spark.kafka.handlers.groups import sync_group
 from kop_spark.kafka.messages import RequestHeader, request_class
 
-from .group_clients import assigned, doomed_member, kop_groups, poll_until, produce, until_live
+from .group_clients import (
+    assigned,
+    consumed_through_a_restart,
+    doomed_member,
+    kop_groups,
+    poll_until,
+    produce,
+    until_live,
+)
 from .kafka_wire import call, connect, wire_request
 from .kop_server import KopServer
 
@@ -134,16 +142,7 @@ def test_members_go_on_through_a_server_restart_without_a_rebalance(server: KopS
     poll_until([one, two], lambda _: len(assigned(one)) == len(assigned(two)) == 2)
     generation = _settled(server, 2)
     before = (assigned(one), assigned(two), list(rebalances))
-    produce(server, 40)
-    first = poll_until([one, two], lambda got: len(got) >= 40)
-    if stop == "kill":
-        server.kill()
-    else:
-        assert server.stop() == 0
-    server.start()
-    produce(server, 40)  # read after the restart by the partitions' same owners
-    then = poll_until([one, two], lambda got: len(got) >= 40)
-    assert len({(p, o) for _, p, o in first + then}) == 80  # each record once, none again
+    consumed_through_a_restart(server, [one, two], stop)
     one.commit(asynchronous=False)  # in the generation it was in before the restart
     two.commit(asynchronous=False)
     assert (assigned(one), assigned(two), rebalances) == before

@@ -9,6 +9,7 @@ change them is refused, as Kafka refuses a change to a static broker setting."""
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -131,24 +132,20 @@ async def _alter_resource(
         if not ctx.allowed(header, "AlterConfigs", "Cluster"):
             return ErrorCode.cluster_authorization_failed, "may not alter the broker's configs"
         return ErrorCode.invalid_request, "the broker's settings come from conf/kop.conf, read when kop serve starts"
-    if r.resource_type == GROUP:
-        if not ctx.allowed(header, "AlterConfigs", "Group", name):
-            return ErrorCode.group_authorization_failed, f"may not alter the configs of group {name!r}"
-        try:
-            ops = [_op(c, replace) for c in r.configs]
-            await ctx.call(ctx.group_configs.alter, name, ops, replace=replace, validate_only=validate_only)
-        except Exception as e:
-            return error_code(e, f"alter configs of group {name!r}"), str(e)
-        return ErrorCode.none, None
-    if r.resource_type != TOPIC:
+    alterable: dict[int, tuple[str, ErrorCode, Callable[..., Any]]] = {
+        TOPIC: ("Topic", ErrorCode.topic_authorization_failed, ctx.broker.alter_topic_config),
+        GROUP: ("Group", ErrorCode.group_authorization_failed, ctx.group_configs.alter),
+    }
+    if r.resource_type not in alterable:
         return ErrorCode.invalid_request, f"no config resource of type {r.resource_type} named {name!r}"
-    if not ctx.allowed(header, "AlterConfigs", "Topic", name):
-        return ErrorCode.topic_authorization_failed, f"may not alter the configs of topic {name!r}"
+    resource, refused, alter = alterable[r.resource_type]
+    if not ctx.allowed(header, "AlterConfigs", resource, name):
+        return refused, f"may not alter the configs of {resource.lower()} {name!r}"
     try:
         ops = [_op(c, replace) for c in r.configs]
-        await ctx.call(ctx.broker.alter_topic_config, name, ops, replace=replace, validate_only=validate_only)
+        await ctx.call(alter, name, ops, replace=replace, validate_only=validate_only)
     except Exception as e:
-        return error_code(e, f"alter configs of topic {name!r}"), str(e)
+        return error_code(e, f"alter configs of {resource.lower()} {name!r}"), str(e)
     return ErrorCode.none, None
 
 
