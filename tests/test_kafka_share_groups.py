@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.protocol.admin import ListGroupsRequest
 from kio.schema.describe_configs.v4 import request as dc
+from kio.schema.describe_share_group_offsets.v1 import request as dso
 from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1 import request as iac
 from kio.schema.share_acknowledge.v1 import request as sa
@@ -413,3 +414,45 @@ def test_any_acknowledgements_and_session_epochs_are_answered_and_change_only_wh
         )
     with connect(server) as sock:
         assert call(sock, wire_request(ListGroupsRequest, 5, states_filter=[], types_filter=[])).error_code == 0
+
+
+def test_admin_clients_describe_a_share_group_its_members_and_its_offsets(
+    server: KopServer, share_consumer: Callable[..., ShareConsumer]
+) -> None:
+    """SHARE_GROUP_DESCRIBE and DESCRIBE_SHARE_GROUP_OFFSETS, which kafka-share-groups --describe
+    (--members) asks: the member with its subscription and assignment, then each partition's start
+    offset and lag, as ``kop share-groups describe`` shows them."""
+    c = share_consumer(**{"client.id": "worker", "share.acknowledgement.mode": "explicit"})
+    _produce(server, 10)
+    accepted: set[int] = set()
+    deadline = time.monotonic() + 30
+    while accepted != set(range(1, 10)):  # 0 released each time it comes: the start stays at 0
+        assert time.monotonic() < deadline, f"accepted {sorted(accepted)}"
+        for m in c.poll(0.2) or []:
+            c.acknowledge(m, AcknowledgeType.RELEASE if m.offset() == 0 else AcknowledgeType.ACCEPT)
+            accepted |= {m.offset()} - {0}
+        c.commit_sync()
+    _produce(server, 4, start=10)
+    with connect(server) as sock:
+        described = kio_call(
+            sock, request_class(77, 1)(group_ids=("sg", "nobody"), include_authorized_operations=False)
+        )
+        group, nobody = described.groups
+        assert (group.error_code, group.group_state, nobody.error_code) == (0, "Stable", ErrorCode.group_id_not_found)
+        (member,) = group.members
+        assert (member.client_id, member.subscribed_topic_names) == ("worker", ("t",))
+        assert [(t.topic_name, t.partitions) for t in member.assignment.topic_partitions] == [("t", (0,))]
+        for version in (0, 1):
+            asked = request_class(90, version)(
+                groups=(dso.DescribeShareGroupOffsetsRequestGroup(group_id="sg", topics=None),)
+            )
+            (answer,) = kio_call(sock, asked).groups
+            (topic,) = answer.topics
+            (p,) = topic.partitions
+            assert (topic.topic_name, p.partition_index, p.start_offset) == ("t", 0, 0)
+            assert getattr(p, "lag", 5) == 5  # v1 adds the lag: 0 and 10-13, not the 9 accepted
+    c.close()
+    until_live(server, 0, "sg")
+    with connect(server) as sock:
+        (empty,) = kio_call(sock, request_class(77, 1)(group_ids=("sg",), include_authorized_operations=False)).groups
+        assert (empty.error_code, empty.group_state, empty.members) == (0, "Empty", ())

@@ -24,6 +24,7 @@ from .handlers import (
     produce,
     producers,
     sasl,
+    share_group_admin,
     share_groups,
     transactions,
     users,
@@ -105,7 +106,9 @@ APIS: dict[int, Api] = {
         Api(68, 0, 1, consumer_groups.consumer_group_heartbeat),
         Api(69, 0, 1, consumer_groups.consumer_group_describe),
         Api(76, 1, 1, share_groups.share_group_heartbeat),
+        Api(77, 1, 1, share_group_admin.share_group_describe),
         Api(78, 1, 1, share_groups.share_fetch),
         Api(79, 1, 1, share_groups.share_acknowledge),
+        Api(90, 0, 1, share_group_admin.describe_share_group_offsets),
     )
 }

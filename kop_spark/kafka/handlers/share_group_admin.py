@@ -1,0 +1,129 @@
+"""What admin clients ask of share groups (KIP-932), as ``kafka-share-groups --describe`` does:
+SHARE_GROUP_DESCRIBE (members, their subscriptions and assignments) and
+DESCRIBE_SHARE_GROUP_OFFSETS (each partition's start offset and lag, from the states kop serve
+keeps). Both take Describe on the group; offsets of topics the client may not describe are left out."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ...broker import ShareStates
+from ..context import ServerContext
+from ..error_codes import error_code
+from ..messages import RequestHeader, make, response_module
+
+NO_TIME = datetime.timedelta(0)
+ASSIGNOR = "simple"  # Kafka's share-group assignor; here every member is assigned every partition
+
+
+async def share_group_describe(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    m = response_module(header.api_key, header.api_version)
+    out = [await _described(ctx, header, m, group_id) for group_id in request.group_ids]
+    return make(m.ShareGroupDescribeResponse, throttle_time=NO_TIME, groups=tuple(out))
+
+
+async def _described(ctx: ServerContext, header: RequestHeader, m: Any, group_id: str) -> Any:
+    def described(code: ErrorCode, message: str | None, state: str, epoch: int, members: tuple[Any, ...] = ()) -> Any:
+        return make(
+            m.DescribedGroup,
+            error_code=code,
+            error_message=message,
+            group_id=group_id,
+            group_state=state,
+            group_epoch=epoch,
+            assignment_epoch=epoch,
+            assignor_name=ASSIGNOR,
+            members=members,
+        )
+
+    if not ctx.allowed(header, "Describe", "Group", group_id):
+        return described(ErrorCode.group_authorization_failed, f"may not describe group {group_id!r}", "Dead", -1)
+    g = ctx.share_groups.groups.get(group_id)
+    if g is None:  # a share group without members has only the states kept of it
+        if await ctx.call(ShareStates(ctx.broker.store).partitions, group_id):
+            return described(ErrorCode.none, None, "Empty", 0)
+        return described(ErrorCode.group_id_not_found, f"group {group_id!r} is not a share group", "Dead", -1)
+    topics = await ctx.consumer_groups.topics()
+    members = tuple(
+        make(
+            m.Member,
+            member_id=member.member_id,
+            member_epoch=member.epoch,
+            client_id=member.client[0],
+            client_host=member.client[1],
+            subscribed_topic_names=tuple(sorted(member.topics)),
+            assignment=make(
+                m.Assignment,
+                topic_partitions=tuple(
+                    make(m.TopicPartitions, topic_id=i, topic_name=topics.by_id[i].name, partitions=ps)
+                    for i, ps in topics.ids(member.sent or ())
+                ),
+            ),
+        )
+        for member in g.members.values()
+    )
+    return described(ErrorCode.none, None, "Stable" if members else "Empty", g.epoch, members)
+
+
+async def describe_share_group_offsets(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    m = response_module(header.api_key, header.api_version)
+    topics = await ctx.consumer_groups.topics()
+    states = ShareStates(ctx.broker.store)
+    groups = []
+    for asked in request.groups:
+        group_id = asked.group_id
+        if not ctx.allowed(header, "Describe", "Group", group_id):
+            groups.append(
+                make(
+                    m.DescribeShareGroupOffsetsResponseGroup,
+                    group_id=group_id,
+                    topics=(),
+                    error_code=ErrorCode.group_authorization_failed,
+                    error_message=f"may not describe group {group_id!r}",
+                )
+            )
+            continue
+        kept = await ctx.call(states.partitions, group_id)
+        wanted = (
+            {(t.topic_name, p) for t in asked.topics for p in t.partitions} if asked.topics is not None else set(kept)
+        )
+        by_topic: dict[str, list[Any]] = {}
+        for topic, p in sorted(wanted):
+            if topic not in topics.by_name or not ctx.allowed(header, "Describe", "Topic", topic):
+                continue
+            state = kept.get((topic, p))
+            start, lag, code = -1, -1, ErrorCode.none
+            if state is not None:
+                try:
+                    end = await ctx.call(ctx.broker.list_offsets, topic, p, "latest")
+                    start, lag = state["start_offset"], ShareStates.lag(state, end)
+                except Exception as e:
+                    code = error_code(e, f"describe share group offsets of {topic}-{p}")
+            by_topic.setdefault(topic, []).append(
+                make(
+                    m.DescribeShareGroupOffsetsResponsePartition,
+                    partition_index=p,
+                    start_offset=start,
+                    leader_epoch=-1,
+                    lag=lag,
+                    error_code=code,
+                )
+            )
+        answered = tuple(
+            make(
+                m.DescribeShareGroupOffsetsResponseTopic,
+                topic_name=t,
+                topic_id=topics.by_name[t].topic_id,
+                partitions=tuple(ps),
+            )
+            for t, ps in by_topic.items()
+        )
+        groups.append(
+            make(
+                m.DescribeShareGroupOffsetsResponseGroup, group_id=group_id, topics=answered, error_code=ErrorCode.none
+            )
+        )
+    return make(m.DescribeShareGroupOffsetsResponse, throttle_time=NO_TIME, groups=tuple(groups))
