@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import AcknowledgeType, KafkaException, Producer, ShareConsumer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kafka.protocol.admin import ListGroupsRequest
+from kafka.protocol.admin import DeleteGroupsRequest, ListGroupsRequest
 from kio.schema.describe_configs.v4 import request as dc
 from kio.schema.describe_share_group_offsets.v1 import request as dso
 from kio.schema.errors import ErrorCode
@@ -202,18 +202,31 @@ def test_accepted_records_stay_accepted_through_a_restart_and_held_ones_come_aga
     assert again == dict.fromkeys(held, 2)  # held at the restart: delivered again, counted
 
 
-def test_a_share_group_is_listed_as_one_and_refuses_members_of_the_other_protocols(
+def test_a_share_group_is_listed_deleted_as_one_and_refuses_members_of_the_other_protocols(
     server: KopServer, share_consumer: Callable[..., ShareConsumer]
 ) -> None:
     c = share_consumer()
     _produce(server, 1)
     _poll_until([c], lambda got: len(got) == 1)
+
+    def listed(sock: Any) -> list[tuple[str, str, str]]:
+        groups = call(sock, wire_request(ListGroupsRequest, 5, states_filter=[], types_filter=["Share"])).groups
+        return [(g.group_id, g.group_type, g.group_state) for g in groups]
+
     with connect(server) as sock:
-        listed = call(sock, wire_request(ListGroupsRequest, 5, states_filter=[], types_filter=["Share"])).groups
-        assert [(g.group_id, g.group_type, g.protocol_type) for g in listed] == [("sg", "share", "share")]
+        assert listed(sock) == [("sg", "share", "Stable")]
         assert call(sock, _classic_join("sg")).error_code == 23  # INCONSISTENT_GROUP_PROTOCOL
         assert kio_call(sock, _consumer_join("sg")).error_code == ErrorCode.group_id_not_found
+        deleting = wire_request(DeleteGroupsRequest, 2, groups_names=["sg"])
+        assert call(sock, deleting).results[0].error_code == 68  # NON_EMPTY_GROUP
     c.commit_sync()
+    c.close()
+    until_live(server, 0, "sg")
+    with connect(server) as sock:
+        assert listed(sock) == [("sg", "share", "Empty")]  # its states kept: a share group still
+        assert call(sock, deleting).results[0].error_code == 0  # kafka-share-groups --delete
+        assert listed(sock) == []
+    assert _kop_share_groups(server, "list").stdout.split() == []
 
 
 def _alter_group(sock: Any, group: str, name: str, value: str | None, op: int = 0) -> Any:

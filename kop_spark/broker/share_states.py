@@ -44,6 +44,13 @@ class ShareStates:
 
         update(self._store, layout.share_partition_key(group, topic, partition), change)
 
+    def forget(self, group: str) -> bool:
+        """Forget every partition's state of the group (it is deleted); whether it had any."""
+        partitions = self.partitions(group)
+        for tp in partitions:
+            self.save(group, *tp, None)
+        return bool(partitions)
+
     def groups(self) -> list[str]:
         """The share groups with a state of some partition."""
         return sorted({g for g, tp in self._keys() if self.load(g, *tp) is not None})

@@ -32,8 +32,7 @@ def _share_groups(args: argparse.Namespace) -> int:
         if live and (args.execute or args.action == "delete"):
             raise KopError(f"Share group '{group}' is not empty: it has {len(live.members)} active members.")
         if args.action == "delete":
-            for tp in partitions:
-                states.save(group, *tp, None)
+            states.forget(group)
             print(f"Deletion of requested share groups ('{group}') was successful.")
         else:
             _reset(b, args, group, states, partitions)

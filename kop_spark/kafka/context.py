@@ -91,11 +91,11 @@ class ServerContext:
         )
         self.transactions = TransactionCoordinator(broker)
         self.group_configs = GroupConfigs(broker.store, config)
-        share_states = ShareStates(broker.store)
+        self.share_states = ShareStates(broker.store)
         self.share_groups = ShareGroupCoordinator(
             config,
-            lambda group, tp: self.call(share_states.load, group, *tp),
-            lambda group, tp, state: self.call(share_states.save, group, *tp, state),
+            lambda group, tp: self.call(self.share_states.load, group, *tp),
+            lambda group, tp, state: self.call(self.share_states.save, group, *tp, state),
             lambda group, tp: self.call(self._share_start, group, tp),
             broker.clock.now_ms,
             self._changed,

@@ -183,6 +183,8 @@ async def list_groups(ctx: ServerContext, header: RequestHeader, request: Any) -
     for cg in ctx.consumer_groups.groups.values():
         if cg.members:
             groups[cg.group_id] = ("consumer", cg.state.value, "consumer")
+    for group_id in await ctx.call(ctx.share_states.groups):
+        groups[group_id] = ("share", "Empty", "share")
     for group_id in ctx.share_groups.groups:
         if ctx.share_groups.is_active(group_id):
             groups[group_id] = ("share", "Stable", "share")
@@ -209,7 +211,8 @@ async def delete_groups(ctx: ServerContext, header: RequestHeader, request: Any)
             code = ErrorCode.non_empty_group
         else:
             try:
-                await ctx.call(ctx.broker.delete_group, group_id)
+                if not await ctx.call(ctx.share_states.forget, group_id):  # a share group has states, no offsets
+                    await ctx.call(ctx.broker.delete_group, group_id)
                 ctx.membership.forget(group_id)
                 code = ErrorCode.none
             except Exception as e:

@@ -43,7 +43,7 @@ async def _described(ctx: ServerContext, header: RequestHeader, m: Any, group_id
         return described(ErrorCode.group_authorization_failed, f"may not describe group {group_id!r}", "Dead", -1)
     g = ctx.share_groups.groups.get(group_id)
     if g is None:  # a share group without members has only the states kept of it
-        if await ctx.call(ShareStates(ctx.broker.store).partitions, group_id):
+        if await ctx.call(ctx.share_states.partitions, group_id):
             return described(ErrorCode.none, None, "Empty", 0)
         return described(ErrorCode.group_id_not_found, f"group {group_id!r} is not a share group", "Dead", -1)
     topics = await ctx.consumer_groups.topics()
@@ -71,7 +71,6 @@ async def _described(ctx: ServerContext, header: RequestHeader, m: Any, group_id
 async def describe_share_group_offsets(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
     topics = await ctx.consumer_groups.topics()
-    states = ShareStates(ctx.broker.store)
     groups = []
     for asked in request.groups:
         group_id = asked.group_id
@@ -86,7 +85,7 @@ async def describe_share_group_offsets(ctx: ServerContext, header: RequestHeader
                 )
             )
             continue
-        kept = await ctx.call(states.partitions, group_id)
+        kept = await ctx.call(ctx.share_states.partitions, group_id)
         wanted = (
             {(t.topic_name, p) for t in asked.topics for p in t.partitions} if asked.topics is not None else set(kept)
         )
