@@ -288,7 +288,7 @@ EXPECTED_ERRORS = {
 # kafka-python 3 has no codec of the consumer rebalance protocol's APIs, nor of share groups':
 # librdkafka's, through its consumers, share consumers, admin client and mock cluster, checks them
 # instead (test_kafka_consumer_protocol, test_kafka_share_groups).
-WITHOUT_KAFKA_PYTHON_CODEC = {68, 69, 76, 77, 78, 79, 90}
+WITHOUT_KAFKA_PYTHON_CODEC = {68, 69, 76, 77, 78, 79, 90, 91, 92}
 CASES = [
     (key, v)
     for key, api in sorted(APIS.items())

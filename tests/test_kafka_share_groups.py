@@ -21,6 +21,8 @@ from confluent_kafka import AcknowledgeType, KafkaException, Producer, ShareCons
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.protocol.admin import DeleteGroupsRequest, ListGroupsRequest
+from kio.schema.alter_share_group_offsets.v0 import request as aso
+from kio.schema.delete_share_group_offsets.v0 import request as dsgo
 from kio.schema.describe_configs.v4 import request as dc
 from kio.schema.describe_share_group_offsets.v1 import request as dso
 from kio.schema.errors import ErrorCode
@@ -469,3 +471,47 @@ def test_admin_clients_describe_a_share_group_its_members_and_its_offsets(
     with connect(server) as sock:
         (empty,) = kio_call(sock, request_class(77, 1)(group_ids=("sg",), include_authorized_operations=False)).groups
         assert (empty.error_code, empty.group_state, empty.members) == (0, "Empty", ())
+
+
+def test_admin_clients_reset_and_delete_an_inactive_share_groups_offsets(
+    server: KopServer, share_consumer: Callable[..., ShareConsumer]
+) -> None:
+    """ALTER_SHARE_GROUP_OFFSETS and DELETE_SHARE_GROUP_OFFSETS (kafka-share-groups
+    --reset-offsets --execute, --delete-offsets): refused while the group has members; then the
+    group starts where it was told, or where share.auto.offset.reset says."""
+    c = share_consumer()
+    _produce(server, 6)
+    _poll_until([c], lambda got: len(got) == 6)
+    c.commit_sync()
+    _until_all_done(server, 6)
+
+    def reset(offset: int) -> Any:
+        topic = aso.AlterShareGroupOffsetsRequestTopic(
+            topic_name="t",
+            partitions=(aso.AlterShareGroupOffsetsRequestPartition(partition_index=0, start_offset=offset),),
+        )
+        with connect(server) as sock:
+            return kio_call(sock, aso.AlterShareGroupOffsetsRequest(group_id="sg", topics=(topic,)))
+
+    assert reset(2).error_code == ErrorCode.non_empty_group
+    c.close()
+    until_live(server, 0, "sg")
+    (beyond,) = reset(99).responses[0].partitions
+    assert beyond.error_code == ErrorCode.offset_out_of_range and "0 to 6" in beyond.error_message
+    answer = reset(2)
+    assert (answer.error_code, answer.responses[0].partitions[0].error_code) == (0, 0)
+    again = share_consumer()
+    got = _poll_until([again], lambda got: len(got) == 4)
+    assert sorted(m.offset() for _, m in got) == [2, 3, 4, 5]  # from the start it was told
+    again.commit_sync()
+    again.close()
+    until_live(server, 0, "sg")
+    with connect(server) as sock:
+        deleted = kio_call(
+            sock,
+            dsgo.DeleteShareGroupOffsetsRequest(
+                group_id="sg", topics=(dsgo.DeleteShareGroupOffsetsRequestTopic(topic_name="t"),)
+            ),
+        )
+    assert (deleted.error_code, deleted.responses[0].error_code) == (0, 0)
+    assert _kop_share_groups(server, "list").stdout.split() == []  # it starts again from share.auto.offset.reset

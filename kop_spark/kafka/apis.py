@@ -110,5 +110,7 @@ APIS: dict[int, Api] = {
         Api(78, 1, 1, share_groups.share_fetch),
         Api(79, 1, 1, share_groups.share_acknowledge),
         Api(90, 0, 1, share_group_admin.describe_share_group_offsets),
+        Api(91, 0, 0, share_group_admin.alter_share_group_offsets),
+        Api(92, 0, 0, share_group_admin.delete_share_group_offsets),
     )
 }

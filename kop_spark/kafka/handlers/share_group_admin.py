@@ -1,7 +1,8 @@
-"""What admin clients ask of share groups (KIP-932), as ``kafka-share-groups --describe`` does:
-SHARE_GROUP_DESCRIBE (members, their subscriptions and assignments) and
-DESCRIBE_SHARE_GROUP_OFFSETS (each partition's start offset and lag, from the states kop serve
-keeps). Both take Describe on the group; offsets of topics the client may not describe are left out."""
+"""What admin clients ask of share groups (KIP-932), as ``kafka-share-groups`` does:
+SHARE_GROUP_DESCRIBE (members, their subscriptions and assignments), DESCRIBE_SHARE_GROUP_OFFSETS
+(each partition's start offset and lag, from the states kop serve keeps; Describe on the group,
+topics the client may not describe left out), and ALTER_ / DELETE_SHARE_GROUP_OFFSETS, which move
+or forget an inactive group's start."""
 
 from __future__ import annotations
 
@@ -126,3 +127,105 @@ async def describe_share_group_offsets(ctx: ServerContext, header: RequestHeader
             )
         )
     return make(m.DescribeShareGroupOffsetsResponse, throttle_time=NO_TIME, groups=tuple(groups))
+
+
+async def alter_share_group_offsets(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    """kafka-share-groups --reset-offsets --execute: an inactive group's start in each partition
+    named, its records in flight forgotten. Read on the group and on each topic, as Kafka."""
+    m = response_module(header.api_key, header.api_version)
+    topics = await ctx.consumer_groups.topics()
+    refused = _refused(ctx, header, "Read", request.group_id)
+    answered = []
+    for t in request.topics if refused is None else ():
+        parts = []
+        for p in t.partitions:
+            code, message = await _reset(ctx, header, request.group_id, t.topic_name, p.partition_index, p.start_offset)
+            parts.append(
+                make(
+                    m.AlterShareGroupOffsetsResponsePartition,
+                    partition_index=p.partition_index,
+                    error_code=code,
+                    error_message=message,
+                )
+            )
+        info = topics.by_name.get(t.topic_name)
+        answered.append(
+            make(
+                m.AlterShareGroupOffsetsResponseTopic,
+                topic_name=t.topic_name,
+                topic_id=None if info is None else info.topic_id,
+                partitions=tuple(parts),
+            )
+        )
+    code, message = refused or (ErrorCode.none, None)
+    return make(
+        m.AlterShareGroupOffsetsResponse,
+        throttle_time=NO_TIME,
+        error_code=code,
+        error_message=message,
+        responses=tuple(answered),
+    )
+
+
+async def _reset(
+    ctx: ServerContext, header: RequestHeader, group_id: str, topic: str, partition: int, offset: int
+) -> tuple[ErrorCode, str | None]:
+    if not ctx.allowed(header, "Read", "Topic", topic):
+        return ErrorCode.topic_authorization_failed, f"may not read topic {topic!r}"
+    try:
+        earliest = await ctx.call(ctx.broker.list_offsets, topic, partition, "earliest")
+        latest = await ctx.call(ctx.broker.list_offsets, topic, partition, "latest")
+        if not earliest <= offset <= latest:
+            return (
+                ErrorCode.offset_out_of_range,
+                f"{topic}-{partition} holds offsets {earliest} to {latest}, not {offset}",
+            )
+        await ctx.call(ctx.share_states.save, group_id, topic, partition, ShareStates.started_at(offset))
+    except Exception as e:
+        return error_code(e, f"reset share group {group_id!r} in {topic}-{partition}"), str(e)
+    return ErrorCode.none, None
+
+
+async def delete_share_group_offsets(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    """kafka-share-groups --delete-offsets: an inactive group forgets the topics named (it starts
+    again where share.auto.offset.reset says). Delete on the group, Read on each topic, as Kafka."""
+    m = response_module(header.api_key, header.api_version)
+    topics = await ctx.consumer_groups.topics()
+    refused = _refused(ctx, header, "Delete", request.group_id)
+    kept = await ctx.call(ctx.share_states.partitions, request.group_id) if refused is None else {}
+    answered = []
+    for t in request.topics if refused is None else ():
+        code, message = ErrorCode.none, None
+        if not ctx.allowed(header, "Read", "Topic", t.topic_name):
+            code, message = ErrorCode.topic_authorization_failed, f"may not read topic {t.topic_name!r}"
+        else:
+            for topic, p in [tp for tp in kept if tp[0] == t.topic_name]:
+                await ctx.call(ctx.share_states.save, request.group_id, topic, p, None)
+        info = topics.by_name.get(t.topic_name)
+        answered.append(
+            make(
+                m.DeleteShareGroupOffsetsResponseTopic,
+                topic_name=t.topic_name,
+                topic_id=None if info is None else info.topic_id,
+                error_code=code,
+                error_message=message,
+            )
+        )
+    code, message = refused or (ErrorCode.none, None)
+    return make(
+        m.DeleteShareGroupOffsetsResponse,
+        throttle_time=NO_TIME,
+        error_code=code,
+        error_message=message,
+        responses=tuple(answered),
+    )
+
+
+def _refused(ctx: ServerContext, header: RequestHeader, operation: str, group_id: str) -> tuple[ErrorCode, str] | None:
+    """Why a change to a share group's offsets is refused: the ACL, or members (as Kafka, only an
+    inactive group's offsets change)."""
+    if not ctx.allowed(header, operation, "Group", group_id):
+        return ErrorCode.group_authorization_failed, f"may not {operation.lower()} group {group_id!r}"
+    if ctx.group_active(group_id):
+        return ErrorCode.non_empty_group, f"group {group_id!r} has members: stop them first"
+    return None
