@@ -1,8 +1,8 @@
 """Differential tests: the same client session against ``kop serve`` and against librdkafka's
 mock cluster (``test.mock.num.brokers=1``, a reference broker that lives in the client), and the
 same answers from both, for the APIs the mock implements: Produce, Fetch, ListOffsets, Metadata,
-FindCoordinator, OffsetCommit/OffsetFetch, InitProducerId and both group protocols (classic and
-KIP-848's consumer protocol).
+FindCoordinator, OffsetCommit/OffsetFetch, InitProducerId, both group protocols (classic and
+KIP-848's consumer protocol) and share groups (KIP-932).
 
 The mock creates a topic on first use with 4 partitions; kop is given the same topic. The mock
 answers a ListOffsets by timestamp with -1 whatever the log holds, so offsets by time are tested
@@ -10,12 +10,13 @@ against Kafka's rules in test_kafka_clients instead."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer, TopicPartition
 
 from kop_spark import Broker
 
@@ -146,3 +147,46 @@ def consumer_protocol_session(bootstrap: str) -> dict[str, Any]:
 def test_a_consumer_protocol_session_sees_what_the_mock_cluster_shows(mock_cluster: str, kop: str) -> None:
     Producer({"bootstrap.servers": mock_cluster}).list_topics("d", timeout=30)  # the mock creates it
     assert consumer_protocol_session(kop) == consumer_protocol_session(mock_cluster)
+
+
+def share_session(bootstrap: str) -> list[tuple[int, int, bytes]]:
+    """A share consumer (KIP-932) joins, records come, it releases one the first time it gets it
+    and accepts the rest: what it is delivered, as (offset, delivery count, value)."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce("d", value=b"before", partition=0)  # before the group: not for it (latest)
+    assert producer.flush(30) == 0
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": "share", "share.acknowledgement.mode": "explicit"})
+    c.subscribe(["d"])
+    got: list[tuple[int, int, bytes]] = []
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not c.poll(0.2):
+            pass  # until it has fetched once: the group has started at the end of each partition
+        for i in range(3):
+            producer.produce("d", value=f"r{i}".encode(), partition=0)
+        assert producer.flush(30) == 0
+        deadline = time.monotonic() + 30
+        while len(got) < 4:
+            assert time.monotonic() < deadline, f"delivered only {got}"
+            for m in c.poll(0.2) or []:
+                assert m.error() is None, m.error()
+                got.append((m.offset(), m.delivery_count(), m.value()))
+                again = m.value() == b"r1" and m.delivery_count() == 1
+                c.acknowledge(m, AcknowledgeType.RELEASE if again else AcknowledgeType.ACCEPT)
+            c.commit_sync()
+    finally:
+        c.close()
+    return sorted(got)
+
+
+def test_a_share_consumer_is_delivered_what_the_mock_cluster_delivers(mock_cluster: str, kop: str) -> None:
+    assert (
+        share_session(kop)
+        == share_session(mock_cluster)
+        == [
+            (1, 1, b"r0"),
+            (2, 1, b"r1"),
+            (2, 2, b"r1"),  # released the first time: delivered again, its delivery counted
+            (3, 1, b"r2"),
+        ]
+    )
