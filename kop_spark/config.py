@@ -204,6 +204,13 @@ _SETTINGS = [
         "SASL_PLAINTEXT, SASL_SSL (loopback unless told otherwise)",
     ),
     Setting(
+        "connections.max.reauth.ms",
+        0,
+        _int_at_least(0),
+        "How long a SASL login lasts before the client must log in again on its connection (KIP-368; an OAuth "
+        "token's expiry shortens it); 0: for ever",
+    ),
+    Setting(
         "webServicePort",
         None,
         _optional_port,
@@ -240,12 +247,7 @@ _SETTINGS = [
     Setting("sasl.oauthbearer.expected.audience", "", str, "Audiences a token must name one of, comma-separated"),
     Setting("sasl.oauthbearer.expected.issuer", "", str, "The issuer (iss) a token must name"),
     Setting("sasl.oauthbearer.sub.claim.name", "sub", str, "The token claim naming its user (principal User:<it>)"),
-    Setting(
-        "sasl.oauthbearer.clock.skew.seconds",
-        30,
-        _int_at_least(0),
-        "How far the identity provider's clock may be from this server's when a token's times are checked",
-    ),
+    Setting("sasl.oauthbearer.clock.skew.seconds", 30, _int_at_least(0), "Leeway for OAUTHBEARER tokens' times"),
     Setting("ssl.keystore.type", "PEM", _choice("PEM"), "Format of the TLS keystore (KIP-651 PEM)"),
     Setting(
         "ssl.keystore.location",
@@ -313,30 +315,15 @@ _SETTINGS = [
         "Whether a group moves between the classic and the consumer protocol as its members do "
         "(KIP-848): upgrade, downgrade, both (bidirectional) or neither (disabled)",
     ),
-    Setting(
-        "group.share.session.timeout.ms",
-        45000,
-        _int_at_least(1),
-        "How long a member of a share group (KIP-932) may go without a heartbeat",
-    ),
-    Setting(
-        "group.share.heartbeat.interval.ms",
-        5000,
-        _int_at_least(1),
-        "How often members of a share group (KIP-932) are told to heartbeat",
-    ),
+    Setting("group.share.session.timeout.ms", 45000, _int_at_least(1), "How long a share group member may be silent"),
+    Setting("group.share.heartbeat.interval.ms", 5000, _int_at_least(1), "How often share group members heartbeat"),
     Setting(
         "group.share.record.lock.duration.ms",
         30000,
         _int_at_least(1),
         "How long a share consumer holds the records it fetched before they go to another",
     ),
-    Setting(
-        "group.share.delivery.count.limit",
-        5,
-        _int_at_least(1),
-        "How many times a record is delivered to share consumers before it is given up (archived)",
-    ),
+    Setting("group.share.delivery.count.limit", 5, _int_at_least(1), "Most deliveries of a record to share consumers"),
     Setting(
         "group.share.partition.max.record.locks",
         2000,

@@ -27,6 +27,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka import KafkaProducer
 from kafka.net.sasl.oauth import AbstractTokenProvider
+from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from kop_spark import Broker
 from kop_spark.config import Config
@@ -34,6 +36,7 @@ from kop_spark.errors import ConfigError
 from kop_spark.kafka.oauth_tokens import TokenValidator
 from kop_spark.kafka.sasl import OAuthBearerServer, SaslAuthenticationError, client_first
 
+from .kafka_wire import call, wire_request
 from .kop_server import KopServer
 from .test_cli import kop
 from .test_kafka_security import authentication_failed, refusal, round_trip
@@ -266,10 +269,10 @@ def test_each_way_a_token_can_be_wrong_is_refused_with_its_reason(idp: IdentityP
         with pytest.raises(SaslAuthenticationError, match="(?i)" + re.escape(reason)) as refused:
             check(token)
         assert token not in str(refused.value), case
-    assert check(idp.token("alice", exp=now - 10)) == "alice"  # within the clock skew allowed (30 s)
-    assert _validator(idp, **{"sasl.oauthbearer.sub.claim.name": "email"})(idp.token(email="a@x")) == "a@x"
+    assert check(idp.token("alice", exp=now - 10)) == ("alice", (now - 10) * 1000)  # within the skew (30 s)
+    assert _validator(idp, **{"sasl.oauthbearer.sub.claim.name": "email"})(idp.token(email="a@x"))[0] == "a@x"
     anyone = _validator(idp, **{"sasl.oauthbearer.expected.audience": "", "sasl.oauthbearer.expected.issuer": ""})
-    assert anyone(idp.token("bob", aud="elsewhere", iss="https://other.example")) == "bob"
+    assert anyone(idp.token("bob", aud="elsewhere", iss="https://other.example"))[0] == "bob"
 
 
 def test_a_login_for_another_user_than_the_tokens_is_refused(idp: IdentityProvider) -> None:
@@ -323,3 +326,53 @@ def test_any_malformed_client_message_is_refused_cleanly(message: bytes) -> None
         client_first(message)
     except SaslAuthenticationError:
         pass
+
+
+def test_clients_log_in_again_before_their_login_ends_and_a_connection_that_does_not_is_closed(
+    tmp_path: Path, idp: IdentityProvider
+) -> None:
+    """KIP-368 (``connections.max.reauth.ms``): librdkafka logs in again on its connections, with a
+    fresh token, and goes on producing; a client that does not is disconnected at its next request."""
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        b.create_topic("t", 1)
+    conf = [f"{k}={v}" for k, v in _settings(idp, **{"connections.max.reauth.ms": 1500}).items()]
+    with KopServer(root, conf, protocols=["SASL_PLAINTEXT"]) as server:
+        errors: list[Any] = []
+        producer = Producer({**_oauth(server, lambda: idp.token("alice")), "error_cb": errors.append})
+        deadline = time.monotonic() + 5  # past three logins' ends
+        sent = 0
+        while time.monotonic() < deadline:
+            producer.produce("t", b"x", partition=0)
+            sent += 1
+            producer.poll(0.05)
+        assert producer.flush(30) == 0 and not errors, errors
+        with Broker(root) as b:
+            assert b.list_offsets("t", 0, "latest") == sent
+        assert "User:alice logged in again from 127.0.0.1 with OAUTHBEARER" in "".join(server.log)
+
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            token = idp.token("alice")
+            call(sock, wire_request(SaslHandshakeRequest, 1, mechanism="OAUTHBEARER"))
+            first = f"n,,\x01auth=Bearer {token}\x01\x01".encode()
+            answer = call(sock, wire_request(SaslAuthenticateRequest, 1, auth_bytes=first))
+            assert answer.error_code == 0 and 0 < answer.session_lifetime_ms <= 1500
+            assert call(sock, wire_request(MetadataRequest, 1, topics=None)).brokers  # within its login
+            time.sleep(answer.session_lifetime_ms / 1000)  # the login's end: a time, not a wait for an event
+            with pytest.raises(ConnectionError):  # closed, not answered
+                call(sock, wire_request(MetadataRequest, 1, topics=None))
+        assert "did not log in again" in "".join(server.log)
+
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            for user, code in (("alice", 0), ("alice", 0), ("mallory", 58)):  # again, as another: refused
+                call(sock, wire_request(SaslHandshakeRequest, 1, mechanism="OAUTHBEARER"))
+                message = f"n,,\x01auth=Bearer {idp.token(user)}\x01\x01".encode()
+                answer = call(sock, wire_request(SaslAuthenticateRequest, 1, auth_bytes=message))
+                assert answer.error_code == code, answer
+            assert "re-authentication as User:mallory" in answer.error_message
+
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            call(sock, wire_request(SaslHandshakeRequest, 1, mechanism="OAUTHBEARER"))
+            soon = idp.token("alice", exp=int(time.time()) + 1)  # expiring before the login would end
+            message = f"n,,\x01auth=Bearer {soon}\x01\x01".encode()
+            assert call(sock, wire_request(SaslAuthenticateRequest, 1, auth_bytes=message)).session_lifetime_ms <= 1000

@@ -124,6 +124,10 @@ class Connection:
         api_key, version, correlation_id = peek_header(frame)
         if self.session.needs_login and api_key not in SASL_APIS:
             raise InvalidRequestError(f"API key {api_key} before the client authenticated on a SASL listener")
+        if self.session.expired(self._ctx.broker.clock.now_ms()) and api_key not in SASL_APIS:
+            raise InvalidRequestError(
+                f"the login of {self.session.principal} ended (connections.max.reauth.ms) and it did not log in again"
+            )
         api = APIS.get(api_key)
         if api_key == API_VERSIONS and api is not None and not api.supports(version):
             return encode_response(correlation_id, versions_response(0, ErrorCode.unsupported_version))

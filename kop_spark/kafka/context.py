@@ -68,6 +68,7 @@ class ServerContext:
         self.cluster_id = cluster_id_of(broker.root)
         config = broker.config
         self.sasl_mechanisms = tuple(config["sasl.enabled.mechanisms"].split(","))
+        self.reauth_ms = config["connections.max.reauth.ms"]
         self.authorization = Authorization(config["authorizationEnabled"], config["superUserRoles"].split(","))
         self.appends = Appends()
         self.metrics = ServerMetrics()

@@ -22,6 +22,9 @@ from .sasl import SaslAuthenticationError
 
 ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
 JWKS_TIMEOUT_S = 10  # an identity provider that does not answer fails a login, never hangs it
+# A token naming a key not seen reads the JWKS again, at most once a second: a rotated key is taken
+# at once, and tokens naming made-up keys cannot make the server hammer the identity provider.
+JWKS_COOLDOWN_S = 1.0
 
 
 class TokenValidator:
@@ -50,13 +53,16 @@ class TokenValidator:
             if urllib.parse.urlparse(self._url).scheme == "file":
                 self._keys: _Keys = _FileKeys(self._url)
             else:
-                self._keys = jwt.PyJWKClient(self._url, lifespan=lifespan_s, timeout=JWKS_TIMEOUT_S)
+                self._keys = jwt.PyJWKClient(
+                    self._url, lifespan=lifespan_s, timeout=JWKS_TIMEOUT_S, cooldown_duration=JWKS_COOLDOWN_S
+                )
                 self._keys.get_jwk_set()
         except (OSError, jwt.PyJWTError) as e:
             raise ConfigError(f"sasl.oauthbearer.jwks.endpoint.url={self._url}: cannot read a JWKS there: {e}") from e
 
-    def __call__(self, token: str) -> str:
-        """The user ``token`` was issued for; SaslAuthenticationError, with the reason, if refused."""
+    def __call__(self, token: str) -> tuple[str, int]:
+        """The user ``token`` was issued for and when it expires (ms); SaslAuthenticationError,
+        with the reason, if refused."""
         jwt = self._jwt
         try:
             key = self._keys.get_signing_key_from_jwt(token)
@@ -76,7 +82,7 @@ class TokenValidator:
         user = claims.get(self._sub)
         if not isinstance(user, str) or not user:
             raise SaslAuthenticationError(f"OAUTHBEARER: token refused: no {self._sub!r} claim naming its user")
-        return user
+        return user, int(claims["exp"]) * 1000
 
 
 class _Keys(Protocol):

@@ -19,7 +19,8 @@ from typing import Protocol
 from ..broker.credentials import MECHANISMS, ScramCredential
 
 Lookup = Callable[[str, str], "ScramCredential | None"]  # (user, mechanism) -> its credential
-Validate = Callable[[str], str]  # an OAuth bearer token -> the user it was issued for, or SaslAuthenticationError
+# An OAuth bearer token -> the user it was issued for and when it expires (ms), or SaslAuthenticationError
+Validate = Callable[[str], tuple[str, int]]
 
 
 class SaslAuthenticationError(Exception):
@@ -29,6 +30,7 @@ class SaslAuthenticationError(Exception):
 class SaslServer(Protocol):
     mechanism: str
     user: str | None  # set once the login is complete
+    expires_ms: int  # when the credential the login used expires (a token's); 0: never
 
     def step(self, token: bytes) -> bytes: ...
 
@@ -54,6 +56,7 @@ class PlainServer:
     credentials by salting and hashing the password again."""
 
     mechanism = "PLAIN"
+    expires_ms = 0
 
     def __init__(self, lookup: Lookup):
         self._lookup = lookup
@@ -89,17 +92,18 @@ class OAuthBearerServer:
     def __init__(self, validate: Validate):
         self._validate = validate
         self.user: str | None = None
+        self.expires_ms = 0
 
     def step(self, token: bytes) -> bytes:
         if self.user is not None:
             raise SaslAuthenticationError("OAUTHBEARER: unexpected message after the login completed")
         authzid, bearer, _extensions = client_first(token)
-        user = self._validate(bearer)
+        user, expires_ms = self._validate(bearer)
         if authzid and authzid != user:
             raise SaslAuthenticationError(
                 "Authentication failed: Client requested an authorization id that is different from username"
             )
-        self.user = user
+        self.user, self.expires_ms = user, expires_ms
         return b""
 
 
@@ -128,6 +132,8 @@ def client_first(message: bytes) -> tuple[str, str, dict[str, str]]:
 
 class ScramServer:
     """client-first -> server-first -> client-final -> server-final."""
+
+    expires_ms = 0
 
     def __init__(self, mechanism: str, lookup: Lookup):
         self.mechanism = mechanism
