@@ -515,3 +515,27 @@ def test_admin_clients_reset_and_delete_an_inactive_share_groups_offsets(
         )
     assert (deleted.error_code, deleted.responses[0].error_code) == (0, 0)
     assert _kop_share_groups(server, "list").stdout.split() == []  # it starts again from share.auto.offset.reset
+
+
+def test_a_member_joining_again_is_told_its_assignment_again(server: KopServer) -> None:
+    """As after a heartbeat answer lost: the member joins again (epoch 0) and must learn its
+    partitions, though they have not changed."""
+    heartbeat = request_class(76, 1)
+    with connect(server) as sock:
+        for _ in range(2):
+            joined = kio_call(
+                sock, heartbeat(group_id="again", member_id="m", member_epoch=0, subscribed_topic_names=("t",))
+            )
+            assert joined.error_code == ErrorCode.none and joined.assignment is not None
+            assert [t.partitions for t in joined.assignment.topic_partitions] == [(0,)]
+        steady = kio_call(sock, heartbeat(group_id="again", member_id="m", member_epoch=joined.member_epoch))
+        assert steady.error_code == ErrorCode.none and steady.assignment is None  # unchanged: not repeated
+        kio_call(sock, heartbeat(group_id="again", member_id="m", member_epoch=-1))
+
+
+def test_leaving_a_group_one_was_never_in_leaves_no_group_behind(server: KopServer) -> None:
+    with connect(server) as sock:
+        left = kio_call(sock, request_class(76, 1)(group_id="ghost", member_id="nobody", member_epoch=-1))
+        assert left.error_code == ErrorCode.none
+        described = kio_call(sock, request_class(77, 1)(group_ids=("ghost",), include_authorized_operations=False))
+        assert described.groups[0].error_code == ErrorCode.group_id_not_found

@@ -98,9 +98,11 @@ class ShareGroupCoordinator:
         g = self.groups.setdefault(group_id, ShareGroup(group_id))
         member = g.members.get(member_id)
         if epoch == LEAVE:
-            if member is not None:
-                self._remove(g, member)
-            return member or ShareMember(member_id, client)
+            if member is None:
+                self._forget_if_empty(g)
+                return ShareMember(member_id, client)
+            self._remove(g, member)
+            return member
         if epoch == JOIN:
             if member is None:
                 member = g.members[member_id] = ShareMember(member_id, client)
@@ -199,12 +201,10 @@ class ShareGroupCoordinator:
         sp = g.partitions.get(tp)
         if sp is None:
             kept = await self._load(g.group_id, tp)
-            if kept is not None:
-                sp = SharePartition.from_json(kept)
-            else:
-                sp = SharePartition(await self._start(g.group_id, tp))
-                await self._save(g.group_id, tp, sp.to_json())
-            sp = g.partitions.setdefault(tp, sp)
+            made = SharePartition.from_json(kept) if kept else SharePartition(await self._start(g.group_id, tp))
+            sp = g.partitions.setdefault(tp, made)  # another request may have taken it up meanwhile
+            if kept is None and sp is made:
+                await self.keep(g, [tp])
         return sp
 
     async def keep(self, g: ShareGroup, tps: Iterable[TopicPartition]) -> None:

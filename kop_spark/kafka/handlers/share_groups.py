@@ -17,7 +17,7 @@ from ...record import RecordBatch, split_batches
 from ..context import ServerContext
 from ..error_codes import error_code
 from ..messages import RequestHeader, make, response_module
-from ..share_groups import CLOSE_SESSION, LEAVE, ShareGroup, ShareGroupError, TopicPartition
+from ..share_groups import CLOSE_SESSION, JOIN, LEAVE, ShareGroup, ShareGroupError, TopicPartition
 from ..share_partition import SharePartition
 from ..topic_snapshot import TopicSnapshot
 from .fetch import OTHER_WRITERS_POLL_S
@@ -61,7 +61,7 @@ async def share_group_heartbeat(ctx: ServerContext, header: RequestHeader, reque
     assigned = frozenset(
         (t, p) for t in member.topics if t in topics.by_name for p in range(topics.by_name[t].partitions)
     )
-    if assigned == member.sent:
+    if assigned == member.sent and request.member_epoch != JOIN:  # a member joining (again) is always told
         return answer(ErrorCode.none, epoch=member.epoch)
     member.sent = assigned
     parts = tuple(make(m.TopicPartitions, topic_id=i, partitions=ps) for i, ps in topics.ids(assigned))
