@@ -336,8 +336,8 @@ def test_kafka_python_commits_and_aborts_transactions(server: KopServer) -> None
     p.begin_transaction()
     with pytest.raises(KafkaProducerFencedError):
         p.send("out", value=b"fenced").get(TIMEOUT_S)
-    p.close(0)
-    newer.close(0)
+    p.close(TIMEOUT_S)  # a timeout of 0 leaves the network thread running, and using the random module
+    newer.close(TIMEOUT_S)
     assert _all(server.root) == [b"kafka-python"]
     assert _group_offsets(server.root, "kp-group") == {("in", 0): 3}
 
@@ -394,7 +394,7 @@ def test_kafka_python_and_aiokafka_transactions_go_on_through_a_server_killed_in
     kp.send("out", key=b"k", value=b"kafka-python after").get(TIMEOUT_S)
     kp.send_offsets_to_transaction({KTopicPartition("in", 0): _offset(7)}, "kp-group")
     kp.commit_transaction()
-    kp.close(0)
+    kp.close(TIMEOUT_S)
     assert _all(server.root) == [b"aiokafka after", b"aiokafka before", b"kafka-python after", b"kafka-python before"]
     assert _group_offsets(server.root, "kp-group") == {("in", 0): 7}
     assert _group_offsets(server.root, "aio-group") == {("in", 0): 6} and _staged(server.root) == []
