@@ -14,6 +14,10 @@ knows the layout (docs/ledger-format.md draws it)::
     sinks/<writer>                                               an exactly-once writer's batch record
     kafka/producer-ids                                           the next idempotent producer id
     kafka/groups/<group>                                         a group's live members (kop serve)
+    kafka/group-snapshots/<group>                                a group's membership, for a restart
+    kafka/group-configs/<group>                                  a group's own settings
+    kafka/share-groups/<group>/<topic>/<n>                       a share group's state of a partition
+    kafka/users/<user>                                           a SASL/SCRAM user's credentials
     kafka/transactions/txn-<digest>                              a transactional id's producer and state
 
 Pulsar names managed ledgers tenant/namespace/persistent/topic; so does this layout.
@@ -22,7 +26,7 @@ Pulsar names managed ledgers tenant/namespace/persistent/topic; so does this lay
 from __future__ import annotations
 
 import hashlib
-import urllib.parse
+import re
 
 from .topic_name import TopicName
 
@@ -54,30 +58,72 @@ def transaction_key(transactional_id: str) -> str:
     return f"{TRANSACTIONS}/{transaction_writer(transactional_id)}"
 
 
+# A name kept as it is: the metadata stores' alphabet, not "." or "..", not beginning with "-".
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9._][A-Za-z0-9._-]*")
+_PLAIN_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._")
+_ESCAPE = re.compile(r"-([0-9A-F]{2})")
+_MAX_FILE_NAME = 255
+
+
+def name_segment(name: str) -> str:
+    """A group's, user's or topic's name as one metadata key segment. Kafka lets a group id or a
+    user name hold any character (``app:orders``, ``alice@example.com``) and the stores take few: a
+    name of their alphabet is its own segment, any other is "-" (which begins no plain name) and its
+    UTF-8 with each byte outside ``[A-Za-z0-9._]`` as ``-XX``, so each name has one segment and
+    ``name_of_segment`` reads it back. ``ValueError`` for one past a file name's 255 bytes."""
+    if _PLAIN_NAME.fullmatch(name) and name not in (".", ".."):
+        segment = name
+    else:
+        segment = "-" + "".join(chr(b) if b in _PLAIN_BYTES else f"-{b:02X}" for b in name.encode())
+    if len(segment) > _MAX_FILE_NAME:
+        raise ValueError(f"name {name!r} is too long to keep: {len(segment)} bytes as a key, at most {_MAX_FILE_NAME}")
+    return segment
+
+
+def name_of_segment(segment: str) -> str:
+    if not segment.startswith("-"):
+        return segment
+    one_char_a_byte = _ESCAPE.sub(lambda m: chr(int(m[1], 16)), segment[1:])
+    return one_char_a_byte.encode("latin-1").decode()
+
+
 GROUP_SNAPSHOTS = f"{KAFKA}/group-snapshots"
 
 
 def group_snapshot_key(group: str) -> str:
     """Where a consumer group's membership is kept for a restarted server (``broker.group_snapshots``)."""
-    return f"{GROUP_SNAPSHOTS}/{urllib.parse.quote(group, safe='')}"
+    return f"{GROUP_SNAPSHOTS}/{name_segment(group)}"
 
 
 def group_config_key(group: str) -> str:
     """Where a group's own settings are kept (``broker.group_configs``)."""
-    return f"{KAFKA}/group-configs/{urllib.parse.quote(group, safe='')}"
+    return f"{KAFKA}/group-configs/{name_segment(group)}"
 
 
 SHARE_GROUPS = f"{KAFKA}/share-groups"
 
 
+def share_group_prefix(group: str) -> str:
+    """Under which a share group's partition states are kept (``broker.share_states``)."""
+    return f"{SHARE_GROUPS}/{name_segment(group)}"
+
+
 def share_partition_key(group: str, topic: str, partition: int) -> str:
-    """Where a share group's state of one partition is kept (``broker.share_states``)."""
-    return f"{SHARE_GROUPS}/{urllib.parse.quote(group, safe='')}/{urllib.parse.quote(topic, safe='')}/{partition}"
+    """Where a share group's state of one partition is kept."""
+    return f"{share_group_prefix(group)}/{name_segment(topic)}/{partition}"
 
 
 def live_group_key(group: str) -> str:
     """Where ``kop serve`` publishes a consumer group's live members (``broker.live_groups``)."""
-    return f"{KAFKA}/groups/{urllib.parse.quote(group, safe='')}"
+    return f"{KAFKA}/groups/{name_segment(group)}"
+
+
+USERS = f"{KAFKA}/users"
+
+
+def user_key(name: str) -> str:
+    """Where a SASL/SCRAM user's credentials are kept (``broker.credentials``)."""
+    return f"{USERS}/{name_segment(name)}"
 
 
 _MAX_FILE_NAME = 255

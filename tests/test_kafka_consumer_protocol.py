@@ -492,6 +492,20 @@ def test_with_upgrades_only_a_group_stays_with_the_consumer_protocol(tmp_path: P
         classic.close()
 
 
+@pytest.mark.parametrize("group", ["", "ñ" * 100], ids=["empty", "too-long"])
+def test_a_group_id_that_cannot_name_a_group_is_refused_by_each_protocol(server: KopServer, group: str) -> None:
+    """Kafka refuses an empty group id (INVALID_GROUP_ID at JoinGroup, INVALID_REQUEST at the
+    KIP-848 heartbeats); kop also one too long to keep (255 bytes once escaped for a key)."""
+    too_long = ErrorCode.invalid_group_id
+    with connect(server) as sock:
+        assert call(sock, _classic_join(group)).error_code == ErrorCode.invalid_group_id
+        share_join = request_class(76, 1)(group_id=group, member_id="m", member_epoch=0, subscribed_topic_names=("t",))
+        for request in (_consumer_join(group), share_join):
+            answer = kio_call(sock, request)
+            assert answer.error_code == (too_long if group else ErrorCode.invalid_request), answer
+            assert (group[:10] if group else "empty") in answer.error_message
+
+
 def _classic_owning_all(server: KopServer) -> Consumer:
     classic = _classic(server, "classic", "range")
     classic.subscribe(["t"])

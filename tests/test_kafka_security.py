@@ -73,13 +73,14 @@ from .kop_server import KopServer
 from .pki import Pki, make_pki
 from .test_cli import kop
 
-PASSWORDS = {"alice": "alice-Secret-1", "bob": "bob-Secret-2", "admin": "admin-Secret-3"}
+OPS = "ops@example.com"  # a name of the characters Kafka user names hold and metadata keys do not
+PASSWORDS = {"alice": "alice-Secret-1", "bob": "bob-Secret-2", "admin": "admin-Secret-3", OPS: "ops-Secret-4"}
 
 
 @pytest.fixture
 def root(tmp_path) -> str:
     """A store with topics and the users alice (SCRAM-SHA-256, from a password file), bob
-    (SCRAM-SHA-512, from stdin) and admin (both), made with the CLI."""
+    (SCRAM-SHA-512, from stdin), admin (both) and OPS, made with the CLI."""
     root = str(tmp_path / "store")
     with Broker(root) as b:
         for topic in ("t", "orders-eu", "orders-secret", "other"):
@@ -88,6 +89,7 @@ def root(tmp_path) -> str:
     secret.write_text(PASSWORDS["alice"] + "\n")
     assert kop(root, "users", "add", "alice", "--password-file", str(secret)).returncode == 0
     assert kop(root, "users", "add", "bob", "--mechanism", "SCRAM-SHA-512", stdin=PASSWORDS["bob"]).returncode == 0
+    assert kop(root, "users", "add", OPS, stdin=PASSWORDS[OPS]).returncode == 0
     made = kop(root, "users", "add", "admin", "--mechanism", "SCRAM-SHA-256", "--mechanism", "SCRAM-SHA-512",
                stdin=PASSWORDS["admin"])  # fmt: skip
     assert made.returncode == 0, made.stderr
@@ -166,6 +168,7 @@ def test_scram_users_log_in_and_everyone_else_is_refused(root: str) -> None:
     with KopServer(root, protocols=["SASL_PLAINTEXT"]) as server:
         assert round_trip(sasl(server, "alice", PASSWORDS["alice"]))
         assert round_trip(sasl(server, "bob", PASSWORDS["bob"], "SCRAM-SHA-512"))
+        assert round_trip(sasl(server, OPS, PASSWORDS[OPS]))
         producer = KafkaProducer(  # kafka-python 3, idempotent by default
             bootstrap_servers=server.bootstrap,
             security_protocol="SASL_PLAINTEXT",
@@ -200,13 +203,14 @@ def test_no_password_is_stored_or_shown(root: str) -> None:
         "admin\tSCRAM-SHA-256,SCRAM-SHA-512",
         "alice\tSCRAM-SHA-256",
         "bob\tSCRAM-SHA-512",
+        f"{OPS}\tSCRAM-SHA-256",
     ]
     with Broker(root) as b:
         (stored,) = b.users.credentials("alice")
     assert stored.iterations >= 4096 and len(stored.salt) >= 16
     assert stored.verify_password(PASSWORDS["alice"]) and not stored.verify_password("alice")
     assert kop(root, "users", "delete", "bob").returncode == 0
-    assert kop(root, "users", "list").stdout.split()[::2] == ["admin", "alice"]
+    assert kop(root, "users", "list").stdout.split()[::2] == ["admin", "alice", OPS]
     assert kop(root, "users", "delete", "bob").returncode == 1
     refused = kop(root, "users", "add", "ANONYMOUS", stdin="pw")
     assert refused.returncode == 1 and "reserved" in refused.stderr

@@ -39,6 +39,7 @@ from .kafka_wire import call, connect, kio_call, wire_request
 from .kop_server import KopServer
 from .test_cli import kop
 from .test_kafka_consumer_protocol import _classic_join, _consumer_join
+from .test_kafka_groups import ANY_CHARACTERS
 
 LOCK_MS = 2000
 CONF = [
@@ -175,11 +176,11 @@ def test_a_killed_consumers_records_go_to_another_once_their_lock_expires(
     assert redelivered == dict.fromkeys(held, 2)  # delivered a second time, after the lock
 
 
-@pytest.mark.parametrize("stop", ["kill", "stop"])
+@pytest.mark.parametrize(("stop", "group"), [("kill", "sg"), ("stop", ANY_CHARACTERS)])
 def test_accepted_records_stay_accepted_through_a_restart_and_held_ones_come_again(
-    server: KopServer, share_consumer: Callable[..., ShareConsumer], stop: str
+    server: KopServer, share_consumer: Callable[..., ShareConsumer], stop: str, group: str
 ) -> None:
-    holder = share_consumer(**{"share.acknowledgement.mode": "explicit"})
+    holder = share_consumer(**{"share.acknowledgement.mode": "explicit", "group.id": group})
     _produce(server, 10)
     held: list[int] = []
     deadline = time.monotonic() + 30
@@ -197,7 +198,7 @@ def test_accepted_records_stay_accepted_through_a_restart_and_held_ones_come_aga
         assert server.stop() == 0
     server.start()
     _produce(server, 5, start=10)
-    other = share_consumer()
+    other = share_consumer(**{"group.id": group})
     got = _poll_until([other], lambda got: {m.offset() for _, m in got} >= set(range(6, 15)), timeout=60)
     assert min(m.offset() for _, m in got) == 6  # nothing accepted came again
     again = {m.offset(): m.delivery_count() for _, m in got if m.offset() in held}

@@ -3,9 +3,13 @@
 import subprocess
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
+from kop_spark import layout
 from kop_spark.errors import BadVersionError
 from kop_spark.storage.metadata.file import FileMetadataStore
+from kop_spark.storage.metadata_store import check_key
 
 from .conftest import PYTHON, python_subprocess_env
 
@@ -42,6 +46,32 @@ def test_illegal_keys_are_refused(tmp_path):
     for key in ("../x", "a//b", "a/./b", "a b"):
         with pytest.raises(ValueError):
             s.get(key)
+
+
+@given(st.text(max_size=20), st.text(max_size=20))  # at most 241 bytes escaped
+@example(".", "..")
+@example("a-41:", "aA:")  # a "-" that could read as an escape
+@example("-g", "g")
+def test_any_name_is_one_key_segment_read_back_as_it_was(name: str, other: str) -> None:
+    """Group ids and user names hold any character; each is one legal segment of its own, and a
+    name of the stores' alphabet is its own (what stores written before the escaping hold)."""
+    segment = layout.name_segment(name)
+    assert check_key(f"kafka/groups/{segment}") == ["kafka", "groups", segment]
+    assert layout.name_of_segment(segment) == name
+    assert (layout.name_segment(other) == segment) == (other == name)
+    if (
+        name
+        and not name.startswith("-")
+        and name not in (".", "..")
+        and all(c.isascii() and (c.isalnum() or c in "._-") for c in name)
+    ):
+        assert segment == name
+
+
+def test_a_name_too_long_for_a_key_is_refused_naming_it() -> None:
+    layout.name_segment("g" * 255)
+    with pytest.raises(ValueError, match=r"name 'ññ.*too long to keep"):
+        layout.name_segment("ñ" * 43)  # 86 bytes, 259 once escaped
 
 
 COUNTER = r"""

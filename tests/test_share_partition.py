@@ -5,6 +5,7 @@ out, and through a snapshot taken and restored (a restart) at any point."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,6 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from kop_spark.broker import ShareRecordState, ShareStates
 from kop_spark.kafka.share_partition import ACCEPT, REJECT, RELEASE, SharePartition
+from kop_spark.storage.metadata import open_metadata_store
 
 LIMIT, LOCK_MS, MAX_IN_FLIGHT = 3, 1000, 6
 MEMBERS = ("a", "b", "c")
@@ -112,3 +114,17 @@ def test_the_lag_is_what_is_not_done_from_the_start_offset_to_the_log_end() -> N
     sp.acquire("a", 5, 5, 0, LOCK_MS, 10)
     assert sp.acknowledge("a", 1, 4, (ACCEPT,), LIMIT) == ErrorCode.none  # 0 still held: the start stays
     assert ShareStates.lag(sp.to_json(), 10) == 6  # 0, and 5-9 never delivered
+
+
+def test_each_group_lists_its_own_partitions_only(tmp_path: Path) -> None:
+    states = ShareStates(open_metadata_store(str(tmp_path / "metadata")))
+    for group in ("sg", "sg2", "s/g"):  # one name a prefix of another, one with the separator
+        for p in range(2):
+            states.save(group, "t", p, ShareStates.started_at(len(group) + p))
+    assert set(states.partitions("sg")) == {("t", 0), ("t", 1)}
+    assert states.partitions("sg2")[("t", 1)]["start_offset"] == 4
+    assert states.partitions("s/g")[("t", 0)]["start_offset"] == 3
+    assert states.groups() == ["s/g", "sg", "sg2"]
+    assert states.forget("sg") and not states.forget("sg")
+    assert states.groups() == ["s/g", "sg2"] and states.partitions("sg") == {}
+    assert len(states.partitions("sg2")) == 2

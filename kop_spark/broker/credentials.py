@@ -15,13 +15,13 @@ import os
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from .. import layout
 from ..errors import ConfigError, ResourceNotFoundError
 from ..retry import retry_cas
 from ..storage.metadata_store import MetadataStore
 
 MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 MIN_ITERATIONS = 4096  # Kafka's minimum for SCRAM
-_USERS = "kafka/users"
 
 
 class ScramCredential(NamedTuple):
@@ -98,6 +98,10 @@ def check_user_name(name: str) -> None:
         raise ConfigError(f"user name {name!r}: must be printable, not empty, without '/', ',' or '='")
     if name == "ANONYMOUS":  # the principal of a client that has not logged in
         raise ConfigError("user name 'ANONYMOUS' is reserved for clients that have not logged in")
+    try:
+        layout.user_key(name)
+    except ValueError as e:
+        raise ConfigError(f"user name {name!r}: {e}") from None
 
 
 class Users:
@@ -118,7 +122,7 @@ class Users:
         """Set ``upsert`` and remove the credentials of the ``delete`` mechanisms, in one change (a
         user left with none is gone); deleting a credential the user does not have is refused."""
         check_user_name(name)
-        key = f"{_USERS}/{name}"
+        key = layout.user_key(name)
 
         def attempt() -> None:
             current = self._store.get(key)
@@ -134,10 +138,10 @@ class Users:
     def delete(self, name: str) -> bool:
         """Remove a user; whether there was one."""
         check_user_name(name)
-        current = self._store.get(f"{_USERS}/{name}")
+        current = self._store.get(layout.user_key(name))
         if current.value is None:
             return False
-        self._store.put(f"{_USERS}/{name}", None, current.version)
+        self._store.put(layout.user_key(name), None, current.version)
         return True
 
     def credential(self, name: str, mechanism: str) -> ScramCredential | None:
@@ -145,20 +149,21 @@ class Users:
             check_user_name(name)
         except ConfigError:
             return None
-        value = self._store.get(f"{_USERS}/{name}").value
+        value = self._store.get(layout.user_key(name)).value
         if not value or mechanism not in value:
             return None
         return ScramCredential.from_json(mechanism, value[mechanism])
 
     def credentials(self, name: str) -> list[ScramCredential]:
-        value = self._store.get(f"{_USERS}/{name}").value or {}
+        check_user_name(name)
+        value = self._store.get(layout.user_key(name)).value or {}
         return [ScramCredential.from_json(m, value[m]) for m in sorted(value)]
 
     def names(self) -> dict[str, list[str]]:
         """Each user and the mechanisms it has credentials for."""
         out = {}
-        for key in self._store.list_keys(_USERS):
+        for key in self._store.list_keys(layout.USERS):
             value = self._store.get(key).value
             if value:
-                out[key.rsplit("/", 1)[1]] = sorted(value)
+                out[layout.name_of_segment(key.rsplit("/", 1)[1])] = sorted(value)
         return dict(sorted(out.items()))

@@ -6,7 +6,6 @@ each acknowledgement is answered (``kafka.share_partition`` changes them)."""
 from __future__ import annotations
 
 import enum
-import urllib.parse
 from typing import Any
 
 from .. import layout
@@ -53,13 +52,17 @@ class ShareStates:
 
     def groups(self) -> list[str]:
         """The share groups with a state of some partition."""
-        return sorted({g for g, tp in self._keys() if self.load(g, *tp) is not None})
+        live: set[str] = set()
+        for group, tp in self._keys(layout.SHARE_GROUPS):
+            if group not in live and self.load(group, *tp) is not None:
+                live.add(group)
+        return sorted(live)
 
     def partitions(self, group: str) -> dict[TopicPartition, dict[str, Any]]:
         """The group's state of each partition it has read."""
         out = {}
-        for g, tp in self._keys():
-            state = self.load(g, *tp) if g == group else None
+        for _, tp in self._keys(layout.share_group_prefix(group)):
+            state = self.load(group, *tp)
             if state is not None:
                 out[tp] = state
         return out
@@ -75,9 +78,11 @@ class ShareStates:
         """A partition's state starting afresh at ``offset`` (a reset)."""
         return {"start_offset": offset, "next_offset": offset, "records": []}
 
-    def _keys(self) -> list[tuple[str, TopicPartition]]:
+    def _keys(self, prefix: str) -> list[tuple[str, TopicPartition]]:
+        """The (group, partition) of each state ever kept under ``prefix``; listing is by whole
+        path segments on every backend, so a group's prefix never takes another group's keys."""
         out = []
-        for key in self._store.list_keys(layout.SHARE_GROUPS):
+        for key in self._store.list_keys(prefix):
             group, topic, partition = key.removeprefix(layout.SHARE_GROUPS + "/").split("/")
-            out.append((urllib.parse.unquote(group), (urllib.parse.unquote(topic), int(partition))))
+            out.append((layout.name_of_segment(group), (layout.name_of_segment(topic), int(partition))))
         return out

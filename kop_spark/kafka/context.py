@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from .. import layout
 from ..broker import Broker, GroupConfigs, GroupSnapshots, LiveGroup, ShareStates, Snapshot
 from ..broker.acls import CLUSTER
 from .authorization import REFUSALS, Authorization
@@ -181,6 +182,15 @@ class ServerContext:
         classic = [gid for gid, g in self.membership.groups.items() if g.members]
         share = [gid for gid in self.share_groups.groups if self.share_groups.is_active(gid)]
         return classic + [gid for gid in self.consumer_groups.groups if self.consumer_groups.is_active(gid)] + share
+
+    @staticmethod
+    def unkeepable_group_id(group_id: str) -> str | None:
+        """Why a group cannot be kept (INVALID_GROUP_ID): an id too long for a metadata key."""
+        try:
+            layout.group_snapshot_key(group_id)
+        except ValueError as e:
+            return str(e)
+        return None
 
     def group_active(self, group_id: str) -> bool:
         return (

@@ -35,6 +35,10 @@ async def consumer_group_heartbeat(ctx: ServerContext, header: RequestHeader, re
 
     if not ctx.allowed(header, "Read", "Group", request.group_id):
         return refused(ErrorCode.group_authorization_failed, f"may not read group {request.group_id!r}")
+    if not request.group_id:
+        return refused(ErrorCode.invalid_request, "the group id is empty")
+    if unkeepable := ctx.unkeepable_group_id(request.group_id):
+        return refused(ErrorCode.invalid_group_id, unkeepable)
     if ctx.share_groups.is_active(request.group_id):
         return refused(ErrorCode.group_id_not_found, f"group {request.group_id!r} is a share group")
     if ctx.membership.is_active(request.group_id) and not ctx.upgrade(request.group_id):

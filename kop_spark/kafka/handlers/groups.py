@@ -27,6 +27,8 @@ async def join_group(ctx: ServerContext, header: RequestHeader, request: Any) ->
     low, high = ctx.broker.config["group.min.session.timeout.ms"], ctx.broker.config["group.max.session.timeout.ms"]
     if not ctx.allowed(header, "Read", "Group", request.group_id):
         result_error, result = ErrorCode.group_authorization_failed, None
+    elif not request.group_id or ctx.unkeepable_group_id(request.group_id):  # Kafka refuses an empty one
+        result_error, result = ErrorCode.invalid_group_id, None
     elif not low <= session_ms <= high:
         result_error, result = ErrorCode.invalid_session_timeout, None
     elif ctx.share_groups.is_active(request.group_id):  # as Kafka: a share group takes share consumers only

@@ -15,9 +15,10 @@ from ...broker import ShareStates
 from ..context import ServerContext
 from ..error_codes import error_code
 from ..messages import RequestHeader, make, response_module
+from ..topic_snapshot import TopicSnapshot
 
 NO_TIME = datetime.timedelta(0)
-ASSIGNOR = "simple"  # Kafka's share-group assignor; here every member is assigned every partition
+ASSIGNOR = "simple"  # Kafka's share-group assignor (``share_assignor``)
 
 
 async def share_group_describe(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
@@ -148,23 +149,8 @@ async def alter_share_group_offsets(ctx: ServerContext, header: RequestHeader, r
                     error_message=message,
                 )
             )
-        info = topics.by_name.get(t.topic_name)
-        answered.append(
-            make(
-                m.AlterShareGroupOffsetsResponseTopic,
-                topic_name=t.topic_name,
-                topic_id=None if info is None else info.topic_id,
-                partitions=tuple(parts),
-            )
-        )
-    code, message = refused or (ErrorCode.none, None)
-    return make(
-        m.AlterShareGroupOffsetsResponse,
-        throttle_time=NO_TIME,
-        error_code=code,
-        error_message=message,
-        responses=tuple(answered),
-    )
+        answered.append(_topic(m.AlterShareGroupOffsetsResponseTopic, topics, t.topic_name, partitions=tuple(parts)))
+    return _answer(m.AlterShareGroupOffsetsResponse, refused, answered)
 
 
 async def _reset(
@@ -201,24 +187,10 @@ async def delete_share_group_offsets(ctx: ServerContext, header: RequestHeader, 
         else:
             for topic, p in [tp for tp in kept if tp[0] == t.topic_name]:
                 await ctx.call(ctx.share_states.save, request.group_id, topic, p, None)
-        info = topics.by_name.get(t.topic_name)
         answered.append(
-            make(
-                m.DeleteShareGroupOffsetsResponseTopic,
-                topic_name=t.topic_name,
-                topic_id=None if info is None else info.topic_id,
-                error_code=code,
-                error_message=message,
-            )
+            _topic(m.DeleteShareGroupOffsetsResponseTopic, topics, t.topic_name, error_code=code, error_message=message)
         )
-    code, message = refused or (ErrorCode.none, None)
-    return make(
-        m.DeleteShareGroupOffsetsResponse,
-        throttle_time=NO_TIME,
-        error_code=code,
-        error_message=message,
-        responses=tuple(answered),
-    )
+    return _answer(m.DeleteShareGroupOffsetsResponse, refused, answered)
 
 
 def _refused(ctx: ServerContext, header: RequestHeader, operation: str, group_id: str) -> tuple[ErrorCode, str] | None:
@@ -229,3 +201,14 @@ def _refused(ctx: ServerContext, header: RequestHeader, operation: str, group_id
     if ctx.group_active(group_id):
         return ErrorCode.non_empty_group, f"group {group_id!r} has members: stop them first"
     return None
+
+
+def _topic(cls: Any, topics: TopicSnapshot, name: str, **fields: Any) -> Any:
+    """A topic's answer to a change of offsets: its name, and its id where it exists."""
+    info = topics.by_name.get(name)
+    return make(cls, topic_name=name, topic_id=None if info is None else info.topic_id, **fields)
+
+
+def _answer(cls: Any, refused: tuple[ErrorCode, str] | None, answered: list[Any]) -> Any:
+    code, message = refused or (ErrorCode.none, None)
+    return make(cls, throttle_time=NO_TIME, error_code=code, error_message=message, responses=tuple(answered))

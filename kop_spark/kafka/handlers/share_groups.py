@@ -43,6 +43,10 @@ async def share_group_heartbeat(ctx: ServerContext, header: RequestHeader, reque
 
     if not ctx.allowed(header, "Read", "Group", request.group_id):
         return answer(ErrorCode.group_authorization_failed, f"may not read group {request.group_id!r}")
+    if not request.group_id:
+        return answer(ErrorCode.invalid_request, "the group id is empty")
+    if unkeepable := ctx.unkeepable_group_id(request.group_id):
+        return answer(ErrorCode.invalid_group_id, unkeepable)
     if ctx.membership.is_active(request.group_id) or ctx.consumer_groups.is_active(request.group_id):
         return answer(ErrorCode.inconsistent_group_protocol, f"group {request.group_id!r} is a consumer group")
     denied = [t for t in request.subscribed_topic_names or () if not ctx.allowed(header, "Describe", "Topic", t)]
