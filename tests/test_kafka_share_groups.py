@@ -122,6 +122,55 @@ def test_consumers_sharing_a_partition_get_each_record_once(
     _until_all_done(server, 200)
 
 
+def test_members_split_the_partitions_and_share_them_only_when_they_outnumber_them(tmp_path: Path) -> None:
+    """Kafka's simple assignor: two members of a four-partition topic take two partitions each and
+    read only from them; a third takes one from whoever had two."""
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        b.create_topic("t", 4)
+    with KopServer(root, CONF) as server:
+        consumers = []
+        for _ in range(2):
+            consumers.append(ShareConsumer({"bootstrap.servers": server.bootstrap, "group.id": "sg"}))
+            consumers[-1].subscribe(["t"])
+        try:
+            halves = _assigned(server, consumers, [2, 2])
+            p = Producer({"bootstrap.servers": server.bootstrap})
+            got = []
+            for _ in range(2):  # a member may still fetch from a partition it had, until it takes the news in
+                for i in range(40):
+                    p.produce("t", value=f"{i}".encode(), partition=i % 4)
+                assert p.flush(30) == 0
+                got = _poll_until(consumers, lambda got: len(got) == 40)
+                assert len({(m.partition(), m.offset()) for _, m in got}) == 40
+            read_by = [{m.partition() for i, m in got if i == c} for c in range(2)]
+            assert sorted(map(sorted, read_by)) == sorted(sorted(p for _, p in half) for half in halves.values())
+            consumers.append(ShareConsumer({"bootstrap.servers": server.bootstrap, "group.id": "sg"}))
+            consumers[-1].subscribe(["t"])
+            thirds = _assigned(server, consumers, [1, 1, 2])
+            kept = sum(len(set(halves[member]) & set(thirds[member])) for member in halves)
+            assert kept == 3  # one partition moved, to the new member
+        finally:
+            for c in consumers:
+                c.close()
+
+
+def _assigned(server: KopServer, consumers: list[ShareConsumer], sizes: list[int]) -> dict[str, tuple[Any, ...]]:
+    """Until the group's members have partitions in these numbers, all of t's and none twice;
+    each member's, by its id."""
+    deadline = time.monotonic() + 30
+    with Broker(server.root) as b:
+        while True:
+            live = b.live_groups.get("sg")
+            assigned = {m.member_id: m.partitions for m in live.members} if live else {}
+            every = [tp for partitions in assigned.values() for tp in partitions]
+            if sorted(map(len, assigned.values())) == sizes and sorted(every) == [("t", p) for p in range(4)]:
+                return assigned
+            assert time.monotonic() < deadline, f"members never had {sizes} partitions: {assigned}"
+            for c in consumers:
+                c.poll(0.1)
+
+
 def test_a_released_record_comes_again_and_a_rejected_one_never(
     server: KopServer, share_consumer: Callable[..., ShareConsumer]
 ) -> None:

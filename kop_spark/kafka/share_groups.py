@@ -1,9 +1,10 @@
 """Share groups (KIP-932, "queues for Kafka"): consumers that share partitions, each record going
 to one of them, which acknowledges it record by record.
 
-Members join and heartbeat (ShareGroupHeartbeat) as consumer-protocol members do, and every member
-is assigned every partition of the topics it subscribes to: who gets which record is decided as
-records are fetched, not by assignment. A member fetches (ShareFetch) through a share session, a
+Members join and heartbeat (ShareGroupHeartbeat) as consumer-protocol members do, and are assigned
+partitions by ``share_assignor`` (Kafka's ``simple``): members share a partition only when they
+outnumber the partitions, and who gets which record of a shared one is decided as records are
+fetched. A member fetches (ShareFetch) through a share session, a
 set of partitions it names once and an epoch each request moves on; a fetch acquires records for
 it in each partition of its session (``SharePartition``) and acknowledgements ride on fetches or
 come alone (ShareAcknowledge). A member that leaves, or whose session closes or times out, gives
@@ -16,7 +17,7 @@ accepted stay accepted through a restart, and records held then are delivered ag
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from ..broker import LiveGroup, LiveMember
 from ..config import Config
+from .share_assignor import assign
 from .share_partition import SharePartition
 
 TopicPartition = tuple[str, int]
@@ -54,6 +56,8 @@ class ShareGroup:
     members: dict[str, ShareMember] = field(default_factory=dict)
     sessions: dict[str, ShareSession] = field(default_factory=dict)
     partitions: dict[TopicPartition, SharePartition] = field(default_factory=dict)
+    target: dict[str, frozenset[TopicPartition]] = field(default_factory=dict)  # each member's partitions
+    target_of: tuple[int, tuple[tuple[str, int], ...]] | None = None  # the epoch and partition counts it is of
 
 
 class ShareGroupError(Exception):
@@ -125,6 +129,22 @@ class ShareGroupCoordinator:
         member.epoch = g.epoch
         self._keep_alive(g, member)
         return member
+
+    def assignment(
+        self, group_id: str, member: ShareMember, partitions: Mapping[str, int]
+    ) -> frozenset[TopicPartition]:
+        """The member's partitions, of the group's target assignment: made again when the group's
+        members or subscriptions (its epoch) or the partition counts of its topics change."""
+        g = self.groups.get(group_id)
+        if g is None or g.members.get(member.member_id) is not member:  # gone while topics were read
+            return frozenset()
+        subscribed = sorted(set().union(*(m.topics for m in g.members.values())))
+        of = (g.epoch, tuple((t, partitions.get(t, 0)) for t in subscribed))
+        if g.target_of != of:
+            current = {m.member_id: m.sent or frozenset() for m in g.members.values()}
+            g.target = assign({m.member_id: m.topics for m in g.members.values()}, current, dict(of[1]))
+            g.target_of = of
+        return g.target.get(member.member_id, frozenset())
 
     def _keep_alive(self, g: ShareGroup, member: ShareMember) -> None:
         if member.expiry is not None:

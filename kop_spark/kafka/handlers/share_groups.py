@@ -62,9 +62,8 @@ async def share_group_heartbeat(ctx: ServerContext, header: RequestHeader, reque
     if request.member_epoch == LEAVE:
         return answer(ErrorCode.none, epoch=LEAVE)
     topics = await ctx.consumer_groups.topics()
-    assigned = frozenset(
-        (t, p) for t in member.topics if t in topics.by_name for p in range(topics.by_name[t].partitions)
-    )
+    counts = {t: info.partitions for t, info in topics.by_name.items()}
+    assigned = ctx.share_groups.assignment(request.group_id, member, counts)
     if assigned == member.sent and request.member_epoch != JOIN:  # a member joining (again) is always told
         return answer(ErrorCode.none, epoch=member.epoch)
     member.sent = assigned
