@@ -1,8 +1,5 @@
-"""Settings: their names, defaults and meanings, and how they are loaded.
-
-Names follow Pulsar/KoP where Pulsar has the setting, and Kafka's dotted names for per-topic
-settings (which ``create_topic(config=...)`` may override per topic). ``conf/kop.conf`` is
-rendered from the table below (``python -m kop_spark.config``) and a test keeps the two equal.
+"""How settings (``settings``: their names, defaults and meanings) are loaded. ``conf/kop.conf`` is
+rendered from them (``python -m kop_spark.config``) and a test keeps the two equal.
 
 Precedence, lowest first: the defaults here; the conf file (``$KOP_CONF``, else ``./conf/kop.conf``
 when present); the ``conf`` mapping given in code.
@@ -11,379 +8,12 @@ when present); the ``conf`` mapping given in code.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-
-
-def _bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("true", "yes", "1"):
-        return True
-    if lowered in ("false", "no", "0"):
-        return False
-    raise ValueError("expected true or false")
-
-
-def _choice(*choices: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        for c in choices:
-            if text.strip().lower() == c.lower():
-                return c
-        raise ValueError(f"expected one of {', '.join(choices)}")
-
-    return parse
-
-
-_POLICIES = ("compact", "delete")
-
-
-def _cleanup_policy(text: str) -> str:
-    # A list, as Kafka's: any order, written back in one (so "delete,compact" is "compact,delete").
-    names = {n.strip().lower() for n in text.split(",") if n.strip()}
-    if not names or names - set(_POLICIES):
-        raise ValueError("expected delete, compact, or both (compact,delete)")
-    return ",".join(p for p in _POLICIES if p in names)
-
-
-def _mechanisms(text: str) -> str:
-    names = [m.strip().upper() for m in text.split(",") if m.strip()]
-    unknown = [m for m in names if m not in ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN", "OAUTHBEARER")]
-    if unknown or not names:
-        raise ValueError(
-            f"{', '.join(unknown) or 'none given'}: expected SCRAM-SHA-256, SCRAM-SHA-512, PLAIN or OAUTHBEARER"
-        )
-    return ",".join(names)
-
-
-def _optional_port(text: str) -> int | None:
-    if not text.strip():
-        return None
-    port = int(text)
-    if not 0 <= port <= 65535:
-        raise ValueError(f"{port} is not a port (0 to 65535)")
-    return port
-
-
-def _assignors(text: str) -> str:
-    names = [n.strip().lower() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in ("uniform", "range")]
-    if unknown or not names:
-        raise ValueError(f"{', '.join(unknown) or 'none given'}: expected uniform, range or both")
-    return ",".join(names)
-
-
-MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
-
-SENSITIVE = frozenset({"ssl.key.password", "ssl.keystore.key"})  # never reported nor logged
-
-_SMALLEST_BATCH = 70
-
-
-def _int_at_least(low: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(str(text).strip())
-        except ValueError:
-            raise ValueError(f"expected a whole number of at least {low}") from None
-        if value < low:
-            raise ValueError(f"must be at least {low}")
-        return value
-
-    return parse
-
-
-@dataclass(frozen=True)
-class Setting:
-    name: str
-    default: Any
-    parse: Callable[[str], Any]
-    doc: str
-    topic_level: bool = False
-
-
-_SETTINGS = [
-    Setting("storageRoot", "./kop-data", str, "Root URI of the store (local path, or any pyarrow filesystem URI)"),
-    Setting(
-        "metadataStoreUrl",
-        "",
-        str,
-        "Metadata store: empty = beside the data (<storageRoot>/_metadata), a directory, "
-        "zk:host:port[,host:port...][/chroot], etcd:http://host:port[,http://host:port...], or s3://, gs://, az:// URI",
-    ),
-    Setting(
-        "wholeFileWrites",
-        False,
-        _bool,
-        "Write ledgers as whole files, never appending, linking or locking, for mounts that take only whole "
-        "files; on by itself under /Volumes/ and /dbfs/. Needs metadataStoreUrl=zk:... or etcd:...",
-    ),
-    Setting(
-        "wholeLedgerMaxSizeMbytes",
-        64,
-        _int_at_least(1),
-        "Where ledgers are written whole (object stores, whole-file mounts) they are built in memory: "
-        "a Spark task's output rolls to a new ledger at this many MiB",
-    ),
-    Setting(
-        "metadataStoreOperationTimeoutSeconds",
-        30,
-        _int_at_least(1),
-        "Give up on a metadata operation (ZooKeeper, etcd, object store) that has no answer after this long",
-    ),
-    Setting(
-        "metadataStoreSessionTimeoutMillis",
-        30000,
-        _int_at_least(1000),
-        "ZooKeeper session timeout",
-    ),
-    Setting("kafkaTenant", "public", str, "Pulsar tenant of Kafka topics given by short name"),
-    Setting("kafkaNamespace", "default", str, "Pulsar namespace of Kafka topics given by short name"),
-    Setting("kafkaMetadataTenant", "public", str, "Tenant of the offsets topic"),
-    Setting("kafkaMetadataNamespace", "__kafka", str, "Namespace of the offsets topic"),
-    Setting("defaultNumPartitions", 1, _int_at_least(1), "Partitions of a topic created without a count"),
-    Setting(
-        "managedLedgerMaxEntriesPerLedger",
-        50000,
-        _int_at_least(1),
-        "Seal a ledger and start a new one after this many entries",
-    ),
-    Setting(
-        "managedLedgerMaxSizePerLedgerMbytes", 2048, _int_at_least(1), "... or once the ledger holds this many MiB"
-    ),
-    Setting("managedLedgerMaxLedgerRolloverTimeMinutes", 240, _int_at_least(1), "... or once the ledger is this old"),
-    Setting(
-        "managedLedgerMergeInPassing",
-        16,
-        _int_at_least(0),
-        "Merge a run of this many small ledgers as part of writing, so writers taking turns do not pile up ledgers (0: only kop maintenance merges)",
-    ),
-    Setting(
-        "journalSyncData",
-        True,
-        _bool,
-        "fsync ledger and metadata writes before confirming them (false survives process crashes only)",
-    ),
-    Setting(
-        "producer.id.expiration.ms",
-        86400000,
-        _int_at_least(1),
-        "Forget an idempotent writer's last sequence after this long unused",
-    ),
-    Setting(
-        "transactional.id.expiration.ms",
-        604800000,
-        _int_at_least(1),
-        "Forget an exactly-once writer (a streaming query, a Kafka transactional id) this long after its last batch",
-    ),
-    Setting(
-        "transaction.max.timeout.ms",
-        900000,
-        _int_at_least(1),
-        "The longest transaction.timeout.ms a transactional producer may ask for",
-    ),
-    Setting("offsetsTopicNumPartitions", 50, _int_at_least(1), "Partitions of the offsets topic __consumer_offsets"),
-    Setting(
-        "offsetsRetentionMinutes",
-        4320,
-        _int_at_least(1),
-        "Expire a group's committed offsets this long after it became empty",
-    ),
-    Setting("offsetsRetentionCheckIntervalMs", 600000, _int_at_least(1), "How often expired offsets are looked for"),
-    Setting(
-        "offsetMetadataMaxSize", 4096, _int_at_least(0), "Largest metadata string accepted with a committed offset"
-    ),
-    Setting(
-        "kafkaListeners",
-        "PLAINTEXT://127.0.0.1:9092",
-        str,
-        "Where kop serve listens for Kafka clients: PROTOCOL://host:port[,...], PROTOCOL one of PLAINTEXT, SSL, "
-        "SASL_PLAINTEXT, SASL_SSL (loopback unless told otherwise)",
-    ),
-    Setting(
-        "connections.max.reauth.ms",
-        0,
-        _int_at_least(0),
-        "How long a SASL login lasts before the client must log in again on its connection (KIP-368; an OAuth "
-        "token's expiry shortens it); 0: for ever",
-    ),
-    Setting(
-        "webServicePort",
-        None,
-        _optional_port,
-        "Port of the HTTP endpoint serving kop serve's metrics at /metrics, in Prometheus's format, with KoP's "
-        "names (empty: none; 0: any free port)",
-    ),
-    Setting("bindAddress", "127.0.0.1", str, "Address the metrics endpoint (webServicePort) listens on"),
-    Setting(
-        "kafkaAdvertisedListeners",
-        "",
-        str,
-        "The addresses clients are told to connect to, in the same form (empty: kafkaListeners)",
-    ),
-    Setting(
-        "sasl.enabled.mechanisms",
-        "SCRAM-SHA-256,SCRAM-SHA-512",
-        _mechanisms,
-        "SASL mechanisms SASL listeners accept: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN (PLAIN sends the password: "
-        "only over SASL_SSL), OAUTHBEARER (tokens an identity provider signed: sasl.oauthbearer.*)",
-    ),
-    Setting(
-        "sasl.oauthbearer.jwks.endpoint.url",
-        "",
-        str,
-        "Where the identity provider publishes the keys OAUTHBEARER tokens are signed with (a JWKS; https:// or "
-        "file://)",
-    ),
-    Setting(
-        "sasl.oauthbearer.jwks.endpoint.refresh.ms",
-        3600000,
-        _int_at_least(1),
-        "How often the JWKS is read again (also whenever a token names a key not yet seen)",
-    ),
-    Setting("sasl.oauthbearer.expected.audience", "", str, "Audiences a token must name one of, comma-separated"),
-    Setting("sasl.oauthbearer.expected.issuer", "", str, "The issuer (iss) a token must name"),
-    Setting("sasl.oauthbearer.sub.claim.name", "sub", str, "The token claim naming its user (principal User:<it>)"),
-    Setting("sasl.oauthbearer.clock.skew.seconds", 30, _int_at_least(0), "Leeway for OAUTHBEARER tokens' times"),
-    Setting("ssl.keystore.type", "PEM", _choice("PEM"), "Format of the TLS keystore (KIP-651 PEM)"),
-    Setting(
-        "ssl.keystore.location",
-        "",
-        str,
-        "PEM file with the private key and certificate chain of SSL/SASL_SSL listeners",
-    ),
-    Setting("ssl.keystore.key", "", str, "The private key as PEM text (instead of ssl.keystore.location)"),
-    Setting("ssl.keystore.certificate.chain", "", str, "The certificate chain as PEM text, with ssl.keystore.key"),
-    Setting("ssl.key.password", "", str, "Password of an encrypted private key"),
-    Setting(
-        "ssl.client.auth",
-        "none",
-        _choice("none", "requested", "required"),
-        "Ask TLS clients for a certificate; its subject becomes the principal (User:CN=...)",
-    ),
-    Setting("ssl.truststore.location", "", str, "PEM CA certificates client certificates are checked against"),
-    Setting(
-        "authorizationEnabled",
-        False,
-        _bool,
-        "Check every Kafka request against the ACLs (`kop acls`): allowed only if one allows it and none denies it",
-    ),
-    Setting("superUserRoles", "", str, "Principals ACLs do not apply to, comma-separated (User:admin,User:CN=ops)"),
-    Setting(
-        "allowAutoTopicCreation",
-        True,
-        _bool,
-        "Create a topic with defaultNumPartitions when a Kafka client asks for one that does not exist",
-    ),
-    Setting(
-        "socket.request.max.bytes",
-        104857600,
-        _int_at_least(1024),
-        "Largest request kop serve reads; a larger one closes that connection",
-    ),
-    Setting(
-        "group.initial.rebalance.delay.ms",
-        3000,
-        _int_at_least(0),
-        "How long an empty group waits for more members before its first rebalance (kop serve)",
-    ),
-    Setting(
-        "group.consumer.session.timeout.ms",
-        45000,
-        _int_at_least(1),
-        "How long a member of a consumer-protocol group (KIP-848) may go without a heartbeat",
-    ),
-    Setting(
-        "group.consumer.heartbeat.interval.ms",
-        5000,
-        _int_at_least(1),
-        "How often members of a consumer-protocol group (KIP-848) are told to heartbeat",
-    ),
-    Setting(
-        "group.consumer.assignors",
-        "uniform,range",
-        _assignors,
-        "Server-side assignors of consumer-protocol groups (KIP-848); the first is the default",
-    ),
-    Setting(
-        "group.consumer.migration.policy",
-        "bidirectional",
-        _choice(*MIGRATION_POLICIES),
-        "Whether a group moves between the classic and the consumer protocol as its members do "
-        "(KIP-848): upgrade, downgrade, both (bidirectional) or neither (disabled)",
-    ),
-    Setting("group.share.session.timeout.ms", 45000, _int_at_least(1), "How long a share group member may be silent"),
-    Setting("group.share.heartbeat.interval.ms", 5000, _int_at_least(1), "How often share group members heartbeat"),
-    Setting(
-        "group.share.record.lock.duration.ms",
-        30000,
-        _int_at_least(1),
-        "How long a share consumer holds the records it fetched before they go to another",
-    ),
-    Setting("group.share.delivery.count.limit", 5, _int_at_least(1), "Most deliveries of a record to share consumers"),
-    Setting(
-        "group.share.partition.max.record.locks",
-        2000,
-        _int_at_least(1),
-        "Most records of a partition a share group has in flight (delivered and not yet acknowledged)",
-    ),
-    Setting(
-        "share.auto.offset.reset",
-        "latest",
-        _choice("latest", "earliest"),
-        "Where a share group starts in a partition it has not read before, unless the group has its own "
-        "(kafka-configs --entity-type groups)",
-    ),
-    Setting("group.min.session.timeout.ms", 6000, _int_at_least(1), "Shortest session timeout a consumer may ask for"),
-    Setting(
-        "group.max.session.timeout.ms", 1800000, _int_at_least(1), "Longest session timeout a consumer may ask for"
-    ),
-    Setting(
-        "retention.ms",
-        604800000,
-        _int_at_least(-1),
-        "Drop ledgers whose newest record is older than this (-1: keep forever)",
-        True,
-    ),
-    Setting(
-        "retention.bytes",
-        -1,
-        _int_at_least(-1),
-        "Drop the oldest ledgers while a partition is larger than this (-1: no limit)",
-        True,
-    ),
-    Setting(
-        "cleanup.policy",
-        "delete",
-        _cleanup_policy,
-        "delete (retention), compact (latest value per key), or both",
-        True,
-    ),
-    Setting("delete.retention.ms", 86400000, _int_at_least(0), "How long compaction keeps tombstones", True),
-    Setting(
-        "message.timestamp.type",
-        "CreateTime",
-        _choice("CreateTime", "LogAppendTime"),
-        "Keep the producer's timestamps, or stamp the broker's append time",
-        True,
-    ),
-    # 61 bytes of batch header and a few of record: no record fits a smaller batch.
-    Setting("max.message.bytes", 1048588, _int_at_least(_SMALLEST_BATCH), "Largest record batch accepted", True),
-    Setting(
-        "file.delete.delay.ms",
-        60000,
-        _int_at_least(0),
-        "Grace period before an unreferenced ledger file is deleted",
-        True,
-    ),
-]
-
-SETTINGS: Mapping[str, Setting] = {s.name: s for s in _SETTINGS}
-TOPIC_SETTINGS = tuple(s.name for s in _SETTINGS if s.topic_level)
-
+from .settings import SETTINGS, TOPIC_SETTINGS, parse_bool
 
 # Object-store settings go to obstore as they are: the clouds' environment variables in lower
 # case (aws_endpoint_url, aws_access_key_id, azure_storage_account_key, google_service_account...).
@@ -397,7 +27,7 @@ def parse_value(name: str, value: Any, where: str = "") -> Any:
     setting = SETTINGS.get(name)
     if setting is None:
         raise ConfigError(f"unknown setting {name!r}{where}; see conf/kop.conf for the settings there are")
-    if isinstance(value, bool) and setting.parse is not _bool:
+    if isinstance(value, bool) and setting.parse is not parse_bool:
         value = str(value).lower()
     try:
         return setting.parse(value if isinstance(value, str) else str(value))
@@ -434,7 +64,7 @@ class Config(Mapping[str, Any]):
     """Effective settings of a broker."""
 
     def __init__(self, overrides: Mapping[str, Any] | None = None, conf_file: str | None = None):
-        values = {s.name: s.default for s in _SETTINGS}
+        values = {s.name: s.default for s in SETTINGS.values()}
         path = conf_file or os.environ.get("KOP_CONF") or ("conf/kop.conf" if Path("conf/kop.conf").is_file() else None)
         if path:
             if not Path(path).is_file():
@@ -472,7 +102,7 @@ def render_conf_file() -> str:
         "# Any of them can also be given in code: Broker(root, conf={...}).",
         "",
     ]
-    for s in _SETTINGS:
+    for s in SETTINGS.values():
         if s.name == "retention.ms":
             lines += [
                 "# Per-topic settings (Kafka's names): defaults for every topic; create_topic(config=...) overrides.",

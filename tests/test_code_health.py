@@ -14,7 +14,7 @@ MAX_CLASS, MAX_MODULE, MAX_FUNCTION = 300, 500, 80
 # What each part of the package may import from kop_spark (besides itself). The shared modules
 # at the top (errors, clock, config and its changes, layout, retry, topic_name, partitioner) are
 # below every layer.
-SHARED = {"errors", "clock", "config", "config_changes", "layout", "retry", "topic_name", "partitioner"}
+SHARED = {"errors", "clock", "config", "config_changes", "layout", "retry", "settings", "topic_name", "partitioner"}
 ALLOWED = {
     "record": SHARED,
     "storage": SHARED | {"record"},

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import SETTINGS, Config
+from ..config import Config
 from ..errors import ConfigError
+from ..settings import SETTINGS
 from .common import key_values
 
 

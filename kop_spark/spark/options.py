@@ -13,9 +13,10 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from ..config import CLOUD_OPTION_PREFIXES, SETTINGS, Config
+from ..config import CLOUD_OPTION_PREFIXES, Config
 from ..errors import ConfigError
 from ..record import CompressionType
+from ..settings import SETTINGS
 from ..topic_name import TopicPartition
 
 PartitionOffsets = dict[TopicPartition, int]

@@ -14,9 +14,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...config import CLOUD_OPTION_PREFIXES, SENSITIVE
+from ...config import CLOUD_OPTION_PREFIXES
 from ...config_changes import ALTER_OPS, AlterConfigOp
 from ...errors import ConfigError
+from ...settings import SENSITIVE
 from ..context import NODE_ID, ServerContext
 from ..error_codes import error_code
 from ..messages import RequestHeader, make, response_module
