@@ -89,6 +89,13 @@ def _int_at_least(low: int) -> Callable[[str], int]:
     return parse
 
 
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise ValueError("expected a number from 0 to 1")
+    return value
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
@@ -186,6 +193,24 @@ _SETTINGS = [
         "Expire a group's committed offsets this long after it became empty",
     ),
     Setting("offsetsRetentionCheckIntervalMs", 600000, _int_at_least(1), "How often expired offsets are looked for"),
+    Setting(
+        "log.retention.check.interval.ms",
+        300000,
+        _int_at_least(1),
+        "How often kop serve applies retention to every partition, those nobody writes to included",
+    ),
+    Setting(
+        "log.cleaner.enable",
+        True,
+        parse_bool,
+        "Whether kop serve compacts the topics whose cleanup.policy has compact, in the background",
+    ),
+    Setting(
+        "log.cleaner.backoff.ms",
+        15000,
+        _int_at_least(1),
+        "How long kop serve's log cleaner waits between its passes over the compacted topics",
+    ),
     Setting(
         "offsetMetadataMaxSize", 4096, _int_at_least(0), "Largest metadata string accepted with a committed offset"
     ),
@@ -356,6 +381,14 @@ _SETTINGS = [
         True,
     ),
     Setting("delete.retention.ms", 86400000, _int_at_least(0), "How long compaction keeps tombstones", True),
+    Setting(
+        "min.cleanable.dirty.ratio",
+        0.5,
+        _fraction,
+        "Compact a partition once this share of its bytes (those of ledgers no writer holds open) came after "
+        "its last compaction",
+        True,
+    ),
     Setting(
         "message.timestamp.type",
         "CreateTime",

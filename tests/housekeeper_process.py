@@ -23,6 +23,8 @@ while not stop.is_set():
             pass
     elif operation == "compaction":
         b.compact("t")
+    elif operation == "cleaning":
+        b.clean_logs("t")
     elif operation == "expiry":
         b.expire_offsets()
     elif operation == "deletion":

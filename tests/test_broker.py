@@ -577,6 +577,34 @@ def test_compaction_keeps_offsets_latest_values_and_young_tombstones(root):
         b.create_topic("d", 1) or b.compact("d")
 
 
+def test_the_log_cleaner_compacts_what_no_writer_holds_open_once_enough_of_it_is_new(root):
+    """Kafka's log cleaner: the ledgers no writer holds open (its active segment) are compacted
+    once ``min.cleanable.dirty.ratio`` of their bytes came after the last compaction; the open
+    ledger's records stay, and shadow nothing before them until they are sealed."""
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 2})
+    b.create_topic("c", 1, config={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.6})
+    b.create_topic("d", 1, config={"cleanup.policy": "delete"})
+
+    def produce(topic: str, rounds: range) -> None:
+        for i in rounds:
+            b.produce(topic, [Record(f"v{i}".encode(), key=f"k{i % 2}".encode())], partition=0)
+
+    produce("c", range(5))  # ledgers [0, 2) and [2, 4) sealed, 4 in the open one
+    produce("d", range(5))
+    assert b.clean_logs().partitions_compacted == ["c-0"]  # d is not compacted
+    assert [(r.offset, r.value) for r in b.fetch("c", 0, 0)] == [(2, b"v2"), (3, b"v3"), (4, b"v4")]
+    assert len(b.fetch("d", 0, 0)) == 5
+    assert b.clean_logs().partitions_compacted == []  # nothing new since
+    produce("c", range(5, 7))  # seals 4-5: 2 records new beside the 2 compacted ones, short of 0.6
+    assert b.clean_logs().partitions_compacted == []
+    produce("c", range(7, 11))  # 6 records new beside 2
+    assert b.clean_logs().partitions_compacted == ["c-0"]
+    assert [(r.offset, r.value) for r in b.fetch("c", 0, 0)][:2] == [(8, b"v8"), (9, b"v9")]
+    assert b.list_offsets("c", 0, "latest") == 11 and b.fetch("c", 0, 10)[0].value == b"v10"
+    assert b.produce("c", [Record(b"more", key=b"k0")], partition=0) == [(0, 11, 1)]
+    b.close()
+
+
 def test_wrong_types_at_the_api_name_the_argument(broker):
     with pytest.raises(TypeError, match="Record value must be bytes or None, not str"):
         Record(value="x")

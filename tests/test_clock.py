@@ -24,17 +24,38 @@ def test_retention_and_the_grace_period_follow_the_clock(root):
     with Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1}, clock=clock) as b:
         b.create_topic("t", 1, config={"retention.ms": MINUTE, "file.delete.delay.ms": MINUTE})
         b.produce("t", _records(clock, 2), partition=0)
+        clock.advance(MINUTE // 2)
         b.produce("t", _records(clock, 2), partition=0)  # rolls the first ledger over, sealed
         files = os.path.join(root, layout.data_dir(b.topic_name("t"), 0))
         b.enforce_retention("t")
         assert b.list_offsets("t", 0, "earliest") == 0  # the records are a moment old
-        clock.advance(MINUTE + 1)
+        clock.advance(MINUTE // 2 + 1)
         b.enforce_retention("t")
-        assert b.list_offsets("t", 0, "earliest") == 2  # past retention.ms
+        assert b.list_offsets("t", 0, "earliest") == 2  # the first ledger is past retention.ms
         assert len(os.listdir(files)) == 2  # but readers keep the file for file.delete.delay.ms
         clock.advance(MINUTE)
         b.enforce_retention("t")
-        assert len(os.listdir(files)) == 1
+        assert b.list_offsets("t", 0, "earliest") == 4  # the second too, though open
+        assert len(os.listdir(files)) == 1  # the first's file gone, the second's in its grace
+
+
+def test_a_log_nobody_writes_to_loses_its_open_ledger_once_past_retention(root):
+    """As Kafka rolls an active segment whose records are all past retention.ms, so it can go."""
+    clock = ManualClock()
+    with Broker(root, clock=clock) as b:
+        b.create_topic("t", 1, config={"retention.ms": MINUTE})
+        b.create_topic("kept", 1, config={"retention.ms": MINUTE, "cleanup.policy": "compact"})
+        for topic in ("t", "kept"):
+            b.produce(topic, [Record(b"v", key=b"k", timestamp_ms=clock.now_ms())] * 3, partition=0)
+        b.enforce_retention()
+        assert b.list_offsets("t", 0, "earliest") == 0  # one ledger, open, and young
+        clock.advance(MINUTE + 1)
+        b.enforce_retention()
+        assert (b.list_offsets("t", 0, "earliest"), b.list_offsets("t", 0, "latest")) == (3, 3)
+        assert b.list_offsets("kept", 0, "earliest") == 0  # compact only: retention.ms does not delete,
+        assert b.managed_ledger("kept", 0).view().ledgers[-1].state == "open"  # nor close its writer's ledger
+        assert b.produce("t", _records(clock, 1), partition=0) == [(0, 3, 1)]  # the writer goes on
+        assert [r.offset for r in b.fetch("t", 0, 3)] == [3]
 
 
 def test_an_idempotent_producer_is_forgotten_after_its_expiration(root):

@@ -1,6 +1,6 @@
 """Invariants 1 and 2 of DESIGN.md §2 when threads share a Broker, and when each housekeeping
-operation (maintenance's merging and orphan removal, retention, compaction, offset expiry, topic
-deletion) runs in one process while others write."""
+operation (maintenance's merging and orphan removal, retention, compaction, the background
+cleaner's compaction, offset expiry, topic deletion) runs in one process while others write."""
 
 import subprocess
 import threading
@@ -72,12 +72,14 @@ def test_threads_sharing_a_broker(root):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("operation", ["maintenance", "retention", "compaction", "deletion"])
+@pytest.mark.parametrize("operation", ["maintenance", "retention", "compaction", "cleaning", "deletion"])
 def test_housekeeping_racing_writer_processes(tmp_path, operation):
     root = str(tmp_path / "store")
     config = {
         "retention": {"retention.bytes": 3000, "file.delete.delay.ms": 0},
         "compaction": {"cleanup.policy": "compact,delete", "file.delete.delay.ms": 0},
+        # the background cleaner's compaction, as often as there is anything new
+        "cleaning": {"cleanup.policy": "compact,delete", "min.cleanable.dirty.ratio": 0, "file.delete.delay.ms": 0},
     }.get(operation, {"file.delete.delay.ms": 0})
     Broker(root).create_topic("t", 1, config=config)
     writers = {n: start_writer(root, n, 120, max_entries=2) for n in ("a", "b")}
@@ -96,13 +98,15 @@ def test_housekeeping_racing_writer_processes(tmp_path, operation):
     by_offset = {r.offset: r.value.decode() for r in records}
     if operation == "retention":
         assert sorted(by_offset) == list(range(start, end))
+    else:
+        assert len(by_offset) < end - start, "nothing was compacted"
     for name, appends in confirmed.items():
         last = max((base + count - 1, f"{name}/{i}/{count - 1}") for i, (base, count) in appends.items())
         for i, (base, count) in appends.items():
             for j in range(count):
                 if operation == "retention" and base + j >= start:
                     assert by_offset.get(base + j) == f"{name}/{i}/{j}", f"acknowledged {name}/{i}/{j} lost"
-        if operation == "compaction":  # every writer keys its records by its name: the last one stays
+        if operation in ("compaction", "cleaning"):  # every writer keys its records by its name: the last stays
             assert by_offset.get(last[0]) == last[1]
 
 

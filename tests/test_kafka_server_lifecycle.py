@@ -7,10 +7,11 @@ import asyncio
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka.protocol.consumer import FetchRequest
 
 from kop_spark import Broker
@@ -136,3 +137,35 @@ def test_kill_9_under_an_idempotent_producer_loses_and_duplicates_nothing(tmp_pa
     assert stored == sent, "every record once, in the order sent"
     assert all(stored[offset] == value for value, offset in acked.items())
     assert len(acked) == len(sent)
+
+
+def test_kop_serve_applies_retention_and_compacts_in_the_background(tmp_path) -> None:
+    """As a Kafka broker's log manager and log cleaner, with nobody running kop maintenance: an
+    idle topic's records past retention.ms go, and a compacted topic keeps each key's latest value
+    (of the ledgers no writer holds open), which a consumer reads across the emptied offsets."""
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        b.create_topic("old", 1, config={"retention.ms": 500})
+        b.create_topic("table", 1, config={"cleanup.policy": "compact"})
+    conf = ["log.retention.check.interval.ms=100", "log.cleaner.backoff.ms=100", "managedLedgerMaxEntriesPerLedger=1"]
+    with KopServer(root, conf) as server:
+        p = Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 0})
+        for _ in range(3):
+            p.produce("old", value=b"x", partition=0)
+        for i in range(10):  # one entry, so one ledger, each
+            p.produce("table", key=f"k{i % 2}".encode(), value=f"v{i}".encode(), partition=0)
+            assert p.flush(30) == 0
+        with Broker(root) as b:
+            deadline = time.monotonic() + 30
+            while b.list_offsets("old", 0, "earliest") != 3 or len(b.fetch("table", 0, 0, max_records=100)) != 3:
+                assert time.monotonic() < deadline, "retention or compaction never happened"
+                time.sleep(0.05)
+        c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "g", "auto.offset.reset": "earliest"})
+        c.assign([TopicPartition("table", 0, 0)])
+        got: list[tuple[int, bytes]] = []
+        while len(got) < 3:
+            m = c.poll(30)
+            assert m is not None and m.error() is None, m and m.error()
+            got.append((m.offset(), m.value()))
+        c.close()
+        assert got == [(7, b"v7"), (8, b"v8"), (9, b"v9")]  # 9 in the open ledger: k1's 7 stays till it is sealed

@@ -324,31 +324,31 @@ class Broker:
         return self._housekeeper.compact_partition(topic, partition)
 
     def enforce_retention(self, topic: str | None = None) -> None:
-        """Apply retention.ms / retention.bytes now and delete files past their grace period; a
-        damaged partition does not stop the others (the first error is raised at the end)."""
+        """Apply retention now: a damaged partition does not stop the others (its error comes after)."""
         self._housekeeper.enforce_retention(topic)
+
+    def clean_logs(self, topic: str | None = None) -> MaintenanceReport:
+        """Compact now what Kafka's log cleaner would (``cleanup.policy`` compact, dirty enough)."""
+        return self._housekeeper.clean_logs(topic)
 
     def maintenance(
         self, topic: str | None = None, *, target_ledger_bytes: int = 64 << 20, orphan_grace_ms: int = 3_600_000
     ) -> MaintenanceReport:
         """Keep a long-running store tidy: merge runs of small ledgers (no offset changes), apply
-        retention, delete files nothing refers to once older than ``orphan_grace_ms`` (crashed tasks'
-        output, appends never committed). A damaged partition goes in ``errors``; the others are done."""
+        retention, compact as ``clean_logs``, delete files nothing refers to once older than
+        ``orphan_grace_ms``. A damaged partition goes in ``errors``; the others are done."""
         return self._housekeeper.maintenance(topic, target_ledger_bytes, orphan_grace_ms)
 
     def verify(self, topic: str | None = None) -> dict[str, list[str]]:
-        """Check every partition (of ``topic``, or of the store with internal topics): ledgers
-        against their metadata and every entry's checksums. Problems by partition; empty if none."""
+        """Check every partition's ledgers against their metadata and every entry's checksums."""
         return self._housekeeper.verify(topic)
 
     def repair(self, topic: str | None = None, dry_run: bool = False) -> RepairReport:
-        """Repair a damaged store: unreadable metadata versions give way to the last whole one, each damaged
-        partition is cut at its first damaged entry; the report names offsets dropped and groups past the end."""
+        """Repair a damaged store: unreadable metadata versions go, damaged partitions are cut (``RepairReport``)."""
         return self._housekeeper.repair(topic, dry_run)
 
     def locate_ledger(self, file: str) -> tuple[str, LedgerRecord] | None:
-        """The managed ledger (its metadata key) that refers to ``file`` (relative to the root),
-        and its record of it: what ``kop dump-ledger`` shows beside a file's entries."""
+        """The managed ledger (its key) referring to ``file``, and its record of it (``kop dump-ledger``)."""
         return self._housekeeper.locate_ledger(file)
 
     def managed_ledger(self, topic: str, partition: int) -> ManagedLedger:

@@ -80,6 +80,8 @@ class LogManager:
             file_delete_delay_ms=topic["file.delete.delay.ms"],
             delete_policy="delete" in topic["cleanup.policy"],
             delete_retention_ms=topic["delete.retention.ms"],
+            compact_policy="compact" in topic["cleanup.policy"],
+            min_cleanable_dirty_ratio=topic["min.cleanable.dirty.ratio"],
             merge_in_passing=c["managedLedgerMergeInPassing"],
             sink_expiration_ms=c["transactional.id.expiration.ms"],
         )

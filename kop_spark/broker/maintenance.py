@@ -1,5 +1,5 @@
-"""Housekeeping of a store: retention, merging small ledgers, orphaned files, verification and
-repair. Every partition is tried; a damaged one is reported and does not stop the others."""
+"""Housekeeping of a store: retention, compaction, merging small ledgers, orphaned files,
+verification and repair. Every partition is tried; a damaged one is reported and does not stop the others."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from ..storage.read_plan import LedgerRecord
 from .sink_commits import SINK_LEASE_MS
 
 if TYPE_CHECKING:
+    from ..storage.managed_ledger import ManagedLedger
     from .broker import Broker
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class MaintenanceReport:
     ledgers_merged: int = 0
+    partitions_compacted: list[str] = field(default_factory=list)
     files_removed: list[str] = field(default_factory=list)
     errors: list[tuple[str, KopError]] = field(default_factory=list)  # (topic-partition or sink batch, what went wrong)
 
@@ -61,6 +63,14 @@ class _StagedBatch(NamedTuple):
     expired: list[str]
 
 
+def _clean(ml: ManagedLedger, partition: str, report: MaintenanceReport) -> None:
+    if ml.config.compact_policy:
+        kept = ml.cleaner.clean()
+        if kept is not None:
+            log.info("%s: compacted, %d records kept", partition, kept)
+            report.partitions_compacted.append(partition)
+
+
 def _ledger_ids(paths: Iterable[str]) -> set[int]:
     """The ledgers staged files are, or name (markers of ledgers staged in partitions' directories)."""
     return {i for i in map(layout.staged_ledger_id, paths) if i is not None}
@@ -85,6 +95,13 @@ class Housekeeper:
                 ml.enforce_retention()
         report.raise_first()
 
+    def clean_logs(self, topic: str | None) -> MaintenanceReport:
+        report = MaintenanceReport()
+        for t, _, p, ml in self._broker.admin.partition_logs(topic):
+            with report.item(f"{t}-{p}"):
+                _clean(ml, f"{t}-{p}", report)
+        return report
+
     def maintenance(self, topic: str | None, target_ledger_bytes: int, orphan_grace_ms: int) -> MaintenanceReport:
         if orphan_grace_ms < 0:
             raise ConfigError(f"orphan grace must be 0 or more, got {orphan_grace_ms} ms")
@@ -102,6 +119,7 @@ class Housekeeper:
         listed = []
         for t, name, p, ml in b.admin.partition_logs(topic):
             with report.item(f"{t}-{p}"):
+                _clean(ml, f"{t}-{p}", report)
                 report.ledgers_merged += ml.cleaner.merge_ledgers(target_ledger_bytes)
                 ml.enforce_retention()
                 listed.append((t, p, ml, b.fileio.walk_files(layout.data_dir(name, p))))

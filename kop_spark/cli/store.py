@@ -15,7 +15,10 @@ def _maintenance(args: argparse.Namespace) -> int:
             target_ledger_bytes=args.target_ledger_mb << 20,
             orphan_grace_ms=args.orphan_grace_minutes * 60_000,
         )
-    print(f"Merged away {report.ledgers_merged} small ledgers; removed {len(report.files_removed)} orphaned files.")
+    print(
+        f"Merged away {report.ledgers_merged} small ledgers; compacted {len(report.partitions_compacted)} "
+        f"partitions; removed {len(report.files_removed)} orphaned files."
+    )
     for path in report.files_removed:
         print(f"  removed {path}")
     for partition, error in report.errors:

@@ -13,6 +13,7 @@ import contextlib
 import functools
 import logging
 import signal
+from collections.abc import Awaitable, Callable
 
 from ..broker import Broker
 from .connection import Connection
@@ -41,6 +42,7 @@ class KafkaServer:
         self._servers: list[asyncio.Server] = []
         self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._background: list[asyncio.Future[None]] = []
         self.bound: list[Listener] = []
         self.ctx: ServerContext | None = None
         self._metrics: MetricsEndpoint | None = None
@@ -73,8 +75,13 @@ class KafkaServer:
         self._background = [
             asyncio.ensure_future(ctx.publisher.run()),
             asyncio.ensure_future(authorization.run(lambda: ctx.call(self.broker.acls.bindings))),
-            asyncio.ensure_future(_abort_timed_out_transactions(ctx)),
+            # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms
+            _every(TRANSACTION_CHECK_S, lambda: ctx.call(ctx.transactions.expire), "abort timed-out transactions"),
+            # Kafka's log manager and log cleaner, on threads of their own: requests are not held up
+            _every(config["log.retention.check.interval.ms"] / 1000, self._retention, "apply retention"),
         ]
+        if config["log.cleaner.enable"]:
+            self._background.append(_every(config["log.cleaner.backoff.ms"] / 1000, self._clean, "compact logs"))
         for listener in self.bound:
             log.info("kop serve: listening on %s (root %s)", listener, self.broker.root)
 
@@ -85,6 +92,12 @@ class KafkaServer:
         self._metrics = MetricsEndpoint(ctx.metrics, self._gauges)
         host, bound = await self._metrics.start(self.broker.config["bindAddress"], port)
         log.info("kop serve: metrics at http://%s:%d/metrics", host, bound)
+
+    async def _retention(self) -> None:
+        await asyncio.to_thread(self.broker.enforce_retention)
+
+    async def _clean(self) -> None:
+        await asyncio.to_thread(self.broker.clean_logs)
 
     def _gauges(self) -> dict[str, float]:
         return {
@@ -129,23 +142,26 @@ class KafkaServer:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
         if self.ctx is not None:
-            for task in self._background:
-                task.cancel()
+            for job in self._background:
+                job.cancel()
             await asyncio.gather(*self._background, return_exceptions=True)
             await self.ctx.publisher.withdraw()
             self.ctx.close()
         log.info("kop serve: stopped")
 
 
-async def _abort_timed_out_transactions(ctx: ServerContext) -> None:
-    """Abort transactions past their timeout every ``TRANSACTION_CHECK_S``, until cancelled
-    (Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms)."""
-    while True:
-        await asyncio.sleep(TRANSACTION_CHECK_S)
-        try:
-            await ctx.call(ctx.transactions.expire)
-        except Exception as e:
-            log.warning("cannot abort timed-out transactions (trying again): %s", e)
+def _every(interval_s: float, work: Callable[[], Awaitable[object]], what: str) -> asyncio.Future[None]:
+    """Do ``work`` every ``interval_s``, until cancelled; a failure is logged, and tried again."""
+
+    async def run() -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await work()
+            except Exception as e:
+                log.warning("cannot %s (trying again): %s", what, e)
+
+    return asyncio.ensure_future(run())
 
 
 async def serve(broker: Broker, listeners: str | None = None, advertised: str | None = None) -> None:

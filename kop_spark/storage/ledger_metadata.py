@@ -158,6 +158,7 @@ class LogMetadata:
     condemned: list[str] = field(default_factory=list)
     deleted: bool = False
     kafka_producers: dict[int, ProducerEntry] = field(default_factory=dict)  # see ``producer_state``
+    cleaned_offset: int = 0  # where the last compaction reached (Kafka's cleaner checkpoint)
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> LogMetadata:
@@ -174,6 +175,7 @@ class LogMetadata:
             trash,
             condemned,
             kafka_producers={int(p): ProducerEntry.from_json(e) for p, e in value.get("kafka_producers", {}).items()},
+            cleaned_offset=value.get("cleaned_offset", 0),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -191,6 +193,8 @@ class LogMetadata:
                 out["sinks"] = _writers_json(self.sinks, "batch")
             if self.kafka_producers:
                 out["kafka_producers"] = {str(p): e.to_json() for p, e in self.kafka_producers.items()}
+            if self.cleaned_offset:
+                out["cleaned_offset"] = self.cleaned_offset
         out["trash"] = self.trash
         if self.condemned:
             out["condemned"] = self.condemned
@@ -208,6 +212,7 @@ class LogMetadata:
             list(self.condemned),
             self.deleted,
             dict(self.kafka_producers),
+            self.cleaned_offset,
         )
 
     # -- what it says ------------------------------------------------------------------------

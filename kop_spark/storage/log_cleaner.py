@@ -12,10 +12,10 @@ import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from ..errors import KopError, OrphanRemovedError
-from ..record import Record, build_record_batch
+from ..errors import KopError, ManagedLedgerDeletedError, OrphanRemovedError
+from ..record import BatchRecord, Record, RecordBatch, build_record_batch
 from .ledger import delete_quietly
-from .ledger_entry import EntryInfo
+from .ledger_entry import Entry, EntryInfo
 from .ledger_metadata import OPEN, LedgerRecord, LogMetadata
 from .read_plan import PartitionView, ReadEntry, ledger_reader
 
@@ -62,30 +62,37 @@ class LogCleaner:
         with ml.lock:
             ml.apply(ml.close_tail)
             view = ml.view()
-            if not view.ledgers:
-                return 0
-            base, end = view.ledgers[0].base_offset, view.ledgers[-1].end_offset
-            new, kept = self.write_ledger(base, end, self._compacted_entries(view), ml.clock.now_ms())
-            if not self.swap(list(view.ledgers), new):
-                return None
-            return kept
+            return self._compact(list(view.ledgers)) if view.ledgers else 0
 
-    def _compacted_entries(self, view: PartitionView) -> Iterator[NewEntry]:
-        contents = []
+    def clean(self) -> int | None:
+        """What Kafka's log cleaner does in the background: compact the ledgers no writer holds
+        open once ``min_cleanable_dirty_ratio`` of their bytes came after the last compaction.
+        A writer is not held up: the rewrite takes no lock, and its swap checks the ledgers are
+        still those it read. Returns the records kept, or None when none was due (or a race lost)."""
+        view = self._log.view()
+        run = _cleanable(view)
+        dirty = sum(l.length for l in run if l.end_offset > view.cleaned_offset)
+        if not dirty or dirty < self._log.config.min_cleanable_dirty_ratio * sum(l.length for l in run):
+            return None
+        return self._compact(run)
+
+    def _compact(self, run: list[LedgerRecord]) -> int | None:
+        ml = self._log
+        end = run[-1].end_offset
+        new, kept = self.write_ledger(run[0].base_offset, end, self._compacted_entries(run), ml.clock.now_ms())
+        with ml.lock:
+            return kept if self.swap(run, new, cleaned_to=end) else None
+
+    def _compacted_entries(self, run: list[LedgerRecord]) -> Iterator[NewEntry]:
+        """Two passes, as Kafka's cleaner: the latest offset of each key, then the survivors (so
+        memory holds the keys, not the log)."""
         latest: dict[bytes, int] = {}
-        for ledger in view.ledgers:
-            reader = ledger_reader(self._log.fileio, ledger, self._log.stats)
-            entries = reader.read(0, 1 << 62) if len(reader.table()) else []
-            for e in entries:
-                batch = ReadEntry(ledger.base_offset + e.relative_index, e).record_batch()
-                records = [] if batch.is_control else batch.records()
-                contents.append((e, batch, records))
-                for r in records:
-                    if r.key is not None:
-                        latest[r.key] = r.offset
+        for _, _, records in self._batches(run):
+            for r in records:
+                if r.key is not None:
+                    latest[r.key] = r.offset
         horizon = self._log.clock.now_ms() - self._log.config.delete_retention_ms
-        base = view.ledgers[0].base_offset
-        for e, batch, records in contents:
+        for e, batch, records in self._batches(run):
             survivors = [
                 r
                 for r in records
@@ -102,7 +109,19 @@ class LogCleaner:
                     offset_deltas=[r.offset - batch.base_offset for r in survivors],
                     last_offset_delta=batch.last_offset_delta,
                 )
-                yield rebuilt, batch.base_offset - base, e.broker_timestamp, len(survivors)
+                yield rebuilt, batch.base_offset - run[0].base_offset, e.broker_timestamp, len(survivors)
+
+    def _batches(self, run: list[LedgerRecord]) -> Iterator[tuple[Entry, RecordBatch, list[BatchRecord]]]:
+        """Each entry of the run, its batch and its records (none for a control batch)."""
+        for ledger in run:
+            reader = ledger_reader(self._log.fileio, ledger, self._log.stats)
+            k, n = 0, len(reader.table())
+            while k < n:
+                read = reader.read(k, 8 << 20)
+                for e in read:
+                    batch = ReadEntry(ledger.base_offset + e.relative_index, e).record_batch()
+                    yield e, batch, [] if batch.is_control else batch.records()
+                k += len(read)
 
     def merge_ledgers(self, target_bytes: int) -> int:
         """Rewrite runs of adjacent small ledgers as one ledger per run of up to ``target_bytes``,
@@ -183,11 +202,12 @@ class LogCleaner:
         )  # fmt: skip
         return new, records
 
-    def swap(self, run: list[LedgerRecord], new: LedgerRecord | None) -> bool:
+    def swap(self, run: list[LedgerRecord], new: LedgerRecord | None, cleaned_to: int = 0) -> bool:
         """Replace ``run`` (adjacent ledgers, as a view saw them) by ``new`` in one CAS, if they
         are still there unchanged; ``new`` None drops their offsets altogether. The old files go
         to the trash. False (and ``new`` deleted) when retention, another cleaner or a fenced
-        writer's seal got there first, or ``new`` was condemned as an orphan."""
+        writer's seal got there first, or ``new`` was condemned as an orphan. ``cleaned_to``: where
+        the compaction that made ``new`` reached."""
         replaced = [l.key() for l in run]
         delay = self._log.config.file_delete_delay_ms
 
@@ -197,6 +217,7 @@ class LogCleaner:
             if [l.key() for l in current] != replaced:
                 raise _Stale()
             meta.replace_run(at, len(run), new, now + delay)
+            meta.cleaned_offset = max(meta.cleaned_offset, cleaned_to)
             return meta
 
         try:
@@ -205,7 +226,21 @@ class LogCleaner:
             if new is not None:
                 delete_quietly(self._log.fileio, new.file)
             return False
+        except ManagedLedgerDeletedError:  # the topic went meanwhile: nothing will refer to it
+            if new is not None:
+                delete_quietly(self._log.fileio, new.file)
+            raise
         return True
+
+
+def _cleanable(view: PartitionView) -> list[LedgerRecord]:
+    """The ledgers before the first one a writer holds open (Kafka's cleaner leaves the active segment)."""
+    run = []
+    for ledger in view.ledgers:
+        if ledger.state == OPEN:
+            break
+        run.append(ledger)
+    return run
 
 
 def _small_run(meta: LogMetadata, wanted: int) -> list[LedgerRecord] | None:

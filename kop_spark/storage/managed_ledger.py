@@ -48,7 +48,7 @@ from .log_cleaner import LogCleaner
 from .metadata_store import MetadataStore
 from .own_ledger import OwnLedger
 from .read_plan import PartitionView
-from .retention import RetentionPolicy, apply_retention, expire_writers, purge_trash
+from .retention import RetentionPolicy, apply_retention, expire_writers, purge_trash, tail_expired
 from .staging import StagedLedger, sealed_ledger
 
 
@@ -63,6 +63,8 @@ class ManagedLedgerConfig:
     file_delete_delay_ms: int = 60_000
     delete_policy: bool = True  # cleanup.policy has "delete": retention applies
     delete_retention_ms: int = 86_400_000  # compaction keeps tombstones this long
+    compact_policy: bool = False  # cleanup.policy has "compact": the log cleaner compacts it
+    min_cleanable_dirty_ratio: float = 0.5  # compacted once this share of its sealed bytes is new
     merge_in_passing: int = 16  # merge a run of this many small ledgers as part of writing; 0: never
     sink_expiration_ms: int = 604_800_000  # forget an exactly-once writer's last batch this long after it
 
@@ -188,7 +190,7 @@ class ManagedLedger:
         """Apply retention and delete trashed files past their grace, now; a second pass for what the first trashed."""
         with self.lock:
             self._state = None  # on the log as it stands, with what other writers did since our last CAS
-            self.apply(lambda meta, now: meta)
+            self.apply(lambda m, now: self.close_tail(m, now) if tail_expired(m, self.config.retention, now) else m)
             self.apply(lambda meta, now: meta)
 
     # -- the CAS that applies every change -------------------------------------------------

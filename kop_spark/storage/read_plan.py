@@ -94,6 +94,7 @@ class PartitionView:
     _bases: tuple[int, ...] = field(repr=False, default=())
     _running_max_ts: tuple[int, ...] = field(repr=False, default=())
     producers: Mapping[int, ProducerEntry] = field(repr=False, compare=False, default_factory=dict)  # idempotent ones
+    cleaned_offset: int = 0  # where the last compaction reached
 
     @classmethod
     def of(cls, meta: LogMetadata, version: int) -> PartitionView:
@@ -101,7 +102,10 @@ class PartitionView:
         # built by C loops: a cold reader pays this for every ledger of the partition
         running = tuple(accumulate(map(attrgetter("max_timestamp"), ledgers), max, initial=-(1 << 63)))[1:]
         bases = tuple(map(attrgetter("base_offset"), ledgers))
-        return cls(version, meta.log_start_offset, meta.next_offset, ledgers, bases, running, meta.kafka_producers)
+        return cls(
+            version, meta.log_start_offset, meta.next_offset, ledgers, bases, running, meta.kafka_producers,
+            meta.cleaned_offset,
+        )  # fmt: skip
 
     def ledger_for_offset(self, offset: int) -> int:
         return bisect.bisect_right(self._bases, offset) - 1

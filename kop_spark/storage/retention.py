@@ -40,6 +40,16 @@ def apply_retention(meta: LogMetadata, policy: RetentionPolicy, now: int) -> Non
         meta.drop_head(dropped, now + policy.file_delete_delay_ms)
 
 
+def tail_expired(meta: LogMetadata, policy: RetentionPolicy, now: int) -> bool:
+    """Whether the open ledger's records are all past ``retention.ms``: then it is closed, and
+    dropped in the same CAS, as Kafka rolls such an active segment (or a log nobody writes to
+    would keep it for ever)."""
+    tail = meta.tail
+    if tail is None or tail.state != OPEN or not policy.delete_policy:
+        return False
+    return policy.retention_ms >= 0 and tail.retention_time < now - policy.retention_ms
+
+
 def expire_writers(meta: LogMetadata, policy: RetentionPolicy, now: int) -> None:
     """Forget idempotent producers and exactly-once writers by time, never by count (as Kafka's
     producer.id.expiration.ms and transactional.id.expiration.ms)."""
