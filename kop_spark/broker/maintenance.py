@@ -1,5 +1,6 @@
 """Housekeeping of a store: retention, compaction, merging small ledgers, orphaned files,
-verification and repair. Every partition is tried; a damaged one is reported and does not stop the others."""
+verification and repair. Every partition is tried; a damaged one is reported and does not stop
+the others."""
 
 from __future__ import annotations
 

@@ -78,10 +78,20 @@ class KafkaServer:
             # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms
             _every(TRANSACTION_CHECK_S, lambda: ctx.call(ctx.transactions.expire), "abort timed-out transactions"),
             # Kafka's log manager and log cleaner, on threads of their own: requests are not held up
-            _every(config["log.retention.check.interval.ms"] / 1000, self._retention, "apply retention"),
+            _every(
+                config["log.retention.check.interval.ms"] / 1000,
+                lambda: asyncio.to_thread(self.broker.enforce_retention),
+                "apply retention",
+            ),
         ]
         if config["log.cleaner.enable"]:
-            self._background.append(_every(config["log.cleaner.backoff.ms"] / 1000, self._clean, "compact logs"))
+            self._background.append(
+                _every(
+                    config["log.cleaner.backoff.ms"] / 1000,
+                    lambda: asyncio.to_thread(self.broker.clean_logs),
+                    "compact logs",
+                )
+            )
         for listener in self.bound:
             log.info("kop serve: listening on %s (root %s)", listener, self.broker.root)
 
@@ -92,12 +102,6 @@ class KafkaServer:
         self._metrics = MetricsEndpoint(ctx.metrics, self._gauges)
         host, bound = await self._metrics.start(self.broker.config["bindAddress"], port)
         log.info("kop serve: metrics at http://%s:%d/metrics", host, bound)
-
-    async def _retention(self) -> None:
-        await asyncio.to_thread(self.broker.enforce_retention)
-
-    async def _clean(self) -> None:
-        await asyncio.to_thread(self.broker.clean_logs)
 
     def _gauges(self) -> dict[str, float]:
         return {

@@ -222,14 +222,12 @@ class LogCleaner:
 
         try:
             self._log.apply(change)
-        except (_Stale, OrphanRemovedError):
-            if new is not None:
+        except (_Stale, OrphanRemovedError, ManagedLedgerDeletedError) as e:
+            if new is not None:  # known not to be referred to, nor ever to be
                 delete_quietly(self._log.fileio, new.file)
+            if isinstance(e, ManagedLedgerDeletedError):  # the topic went meanwhile
+                raise
             return False
-        except ManagedLedgerDeletedError:  # the topic went meanwhile: nothing will refer to it
-            if new is not None:
-                delete_quietly(self._log.fileio, new.file)
-            raise
         return True
 
 
