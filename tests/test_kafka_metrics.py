@@ -4,6 +4,7 @@ and read back with Prometheus's own parser."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 import time
@@ -18,7 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kop_spark import Broker
 from kop_spark.config import Config
-from kop_spark.errors import ConfigError
+from kop_spark.errors import ConfigError, MetadataStoreUnavailableError
+from kop_spark.kafka.metrics import MetricsEndpoint, ServerMetrics
 
 from .kop_server import KopServer
 
@@ -89,6 +91,61 @@ def test_what_clients_produce_and_consume_is_counted_per_partition(server: KopSe
     while _scrape(server)["kop_server_ALIVE_CHANNEL_COUNT"][()] != 0:  # the clients' connections close
         assert time.monotonic() < deadline, "connections still counted after the clients closed"
         time.sleep(0.1)
+
+
+def test_offsets_and_consumer_lag_under_kafka_exporters_names(server: KopServer) -> None:
+    """What kafka_exporter reports, for dashboards built on it: each partition's end and start,
+    and each group's committed offsets, lag and members, a Spark query's commits included."""
+    producer = Producer({"bootstrap.servers": server.bootstrap})
+    for p, n in ((0, 10), (1, 4)):
+        for _ in range(n):
+            producer.produce("t", value=b"v", partition=p)
+    assert producer.flush(30) == 0
+    with Broker(server.root) as b:
+        b.commit_offsets("spark-query", {("t", 0): 4})  # as a query's group.id commits
+        b.delete_records("t", 1, 1)
+    consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "g", "enable.auto.commit": False})
+    consumer.subscribe(["t"])
+    deadline = time.monotonic() + 30
+    while not consumer.assignment():
+        assert time.monotonic() < deadline, "the consumer never joined"
+        consumer.poll(0.2)
+    consumer.commit(offsets=[TopicPartition("t", 0, 7), TopicPartition("t", 1, 2)], asynchronous=False)
+    samples = _scrape(server)
+    consumer.close()
+    assert _per_partition(samples, "kafka_topic_partition_current_offset") == {0: 10, 1: 4}
+    assert _per_partition(samples, "kafka_topic_partition_oldest_offset") == {0: 0, 1: 1}
+
+    def by_group(name: str) -> dict[tuple[str, ...], float]:
+        return {tuple(v for k, v in labels if k != "consumergroup") + (dict(labels)["consumergroup"],): value
+                for labels, value in samples[name].items()}  # fmt: skip
+
+    committed = {("0", "t", "g"): 7, ("1", "t", "g"): 2, ("0", "t", "spark-query"): 4}
+    assert by_group("kafka_consumergroup_current_offset") == committed
+    assert by_group("kafka_consumergroup_lag") == {("0", "t", "g"): 3, ("1", "t", "g"): 2, ("0", "t", "spark-query"): 6}
+    assert by_group("kafka_consumergroup_lag_sum") == {("t", "g"): 5, ("t", "spark-query"): 6}
+    assert by_group("kafka_consumergroup_members") == {("g",): 1, ("spark-query",): 0}
+
+
+def test_a_store_that_cannot_be_read_leaves_the_servers_own_metrics_answered() -> None:
+    async def unreadable() -> str:
+        raise MetadataStoreUnavailableError("etcd at 127.0.0.1:1 did not answer")
+
+    async def scrape() -> str:
+        metrics = ServerMetrics()
+        metrics.request("Produce", 1.5, True)
+        endpoint = MetricsEndpoint(metrics, lambda: {"kop_server_ALIVE_CHANNEL_COUNT": 1}, unreadable)
+        host, port = await endpoint.start("127.0.0.1", 0)
+        try:
+            return await asyncio.to_thread(
+                lambda: urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=30).read().decode()
+            )
+        finally:
+            await endpoint.stop()
+
+    text = asyncio.run(scrape())
+    assert "kop_server_ALIVE_CHANNEL_COUNT 1" in text and 'request="Produce"' in text
+    assert "kafka_consumergroup_lag" not in text
 
 
 def test_a_fetch_waiting_for_records_shows_as_a_request_under_way(server: KopServer) -> None:

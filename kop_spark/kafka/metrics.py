@@ -8,7 +8,8 @@
   arrival to its answer, ``success`` false when the answer carries an error code anywhere (Kafka
   counts those in ErrorsPerSec), or the request failed;
 - ``kop_server_BYTES_IN``, ``kop_server_MESSAGE_IN`` (counters; ``topic``, ``partition``): what
-  produces appended; ``kop_server_BYTES_OUT``, ``kop_server_MESSAGE_OUT``: what fetches returned.
+  produces appended; ``kop_server_BYTES_OUT``, ``kop_server_MESSAGE_OUT``: what fetches returned;
+- offsets and consumer lag under kafka_exporter's names (``store_metrics``).
 
 Everything is counted on the server's event loop, so nothing is locked; a scrape is answered there
 too, from the counts as they stand. The endpoint serves GET /metrics and nothing else, on loopback
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -27,6 +28,7 @@ from kio.schema.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 Gauges = Callable[[], dict[str, float]]  # a gauge's name -> its value now
+Scraped = Callable[[], Awaitable[str]]  # more families, read at each scrape
 
 _HELP = {
     "kop_server_ALIVE_CHANNEL_COUNT": ("gauge", "Client connections open"),
@@ -80,6 +82,17 @@ class ServerMetrics:
         return "".join(_family(name, samples.get(name, ())) for name in _HELP)
 
 
+def render_gauges(families: Mapping[str, str], samples: Mapping[str, Sequence[tuple[dict[str, str], int]]]) -> str:
+    """Gauge families (name -> help) and their samples (labels, value) in the text format."""
+    out = []
+    for name, text in families.items():
+        out.append(f"# HELP {name} {text}\n# TYPE {name} gauge\n")
+        for labels, value in samples.get(name, ()):
+            pairs = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+            out.append(f"{name}{{{pairs}}} {value}\n")
+    return "".join(out)
+
+
 def answered_well(response: Any) -> bool:
     """Whether an answer (a kio entity) carries no error code, at its top or in any part."""
     parts = [response]
@@ -108,9 +121,10 @@ def _escape(value: str) -> str:
 class MetricsEndpoint:
     """GET /metrics over HTTP/1.1, one request a connection (as Prometheus scrapes)."""
 
-    def __init__(self, metrics: ServerMetrics, gauges: Gauges):
+    def __init__(self, metrics: ServerMetrics, gauges: Gauges, scraped: Scraped):
         self._metrics = metrics
         self._gauges = gauges
+        self._scraped = scraped
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
@@ -133,7 +147,7 @@ class MetricsEndpoint:
             elif path.split("?", 1)[0].rstrip("/") != "/metrics":
                 status, body = "404 Not Found", f"{path} is not served: GET /metrics\n"
             else:
-                status, body = "200 OK", self._metrics.render(self._gauges())
+                status, body = "200 OK", self._metrics.render(self._gauges()) + await self._read_store()
             data = body.encode()
             writer.write(
                 f"HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
@@ -145,3 +159,12 @@ class MetricsEndpoint:
             log.warning("metrics endpoint: dropped a malformed or unfinished request: %s", type(e).__name__)
         finally:
             writer.close()
+
+    async def _read_store(self) -> str:
+        """The families read from the store; none (and a warning) when it cannot be read, so the
+        server's own metrics are still answered."""
+        try:
+            return await self._scraped()
+        except Exception as e:
+            log.warning("metrics endpoint: cannot read offsets and lag from the store: %s", e)
+            return ""

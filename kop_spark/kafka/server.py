@@ -20,9 +20,10 @@ from .connection import Connection
 from .context import ServerContext
 from .listeners import Listener, parse_listeners
 from .memory import keep_large_buffers
-from .metrics import MetricsEndpoint
+from .metrics import MetricsEndpoint, render_gauges
 from .oauth_tokens import TokenValidator
 from .session import Session
+from .store_metrics import FAMILIES, store_samples
 from .tls import certificate_principal, server_context
 
 log = logging.getLogger(__name__)
@@ -99,9 +100,13 @@ class KafkaServer:
         port = self.broker.config["webServicePort"]
         if port is None:
             return
-        self._metrics = MetricsEndpoint(ctx.metrics, self._gauges)
+        self._metrics = MetricsEndpoint(ctx.metrics, self._gauges, functools.partial(self._offsets_and_lag, ctx))
         host, bound = await self._metrics.start(self.broker.config["bindAddress"], port)
         log.info("kop serve: metrics at http://%s:%d/metrics", host, bound)
+
+    async def _offsets_and_lag(self, ctx: ServerContext) -> str:
+        members = {g: len(live.members) for g in ctx.active_groups() if (live := ctx.live_group(g)) is not None}
+        return render_gauges(FAMILIES, await ctx.call(store_samples, self.broker, members))
 
     def _gauges(self) -> dict[str, float]:
         return {

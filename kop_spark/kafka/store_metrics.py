@@ -1,0 +1,62 @@
+"""Offsets and consumer lag under kafka_exporter's names, read from the store at each scrape, so
+the dashboards and alerts users built for kafka_exporter work against ``kop serve`` unchanged:
+
+- ``kafka_topic_partition_current_offset``, ``kafka_topic_partition_oldest_offset`` (``topic``,
+  ``partition``): each partition's log end and log start offsets;
+- ``kafka_consumergroup_current_offset``, ``kafka_consumergroup_lag`` (``consumergroup``,
+  ``topic``, ``partition``): what a group committed, and the records from there to the log end,
+  of Kafka consumers and Spark queries (their ``group.id`` commits) alike;
+- ``kafka_consumergroup_lag_sum`` (``consumergroup``, ``topic``): the lag over a topic's partitions;
+- ``kafka_consumergroup_members`` (``consumergroup``): the members a group has now.
+
+What a scrape reads (one metadata read a partition, the groups' offsets from the coordinator's
+cache) runs on a worker thread; the members are counted on the event loop, where groups live."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+
+from ..broker import Broker
+from ..errors import KopError
+
+FAMILIES = {
+    "kafka_topic_partition_current_offset": "Log end offset of a partition",
+    "kafka_topic_partition_oldest_offset": "Log start offset of a partition",
+    "kafka_consumergroup_current_offset": "Offset a consumer group committed in a partition",
+    "kafka_consumergroup_lag": "Records from a group's committed offset to the partition's log end",
+    "kafka_consumergroup_lag_sum": "A group's lag summed over a topic's partitions",
+    "kafka_consumergroup_members": "Members a consumer group has now",
+}
+
+Samples = dict[str, list[tuple[dict[str, str], int]]]  # family -> (labels, value) each
+
+
+def store_samples(broker: Broker, members: Mapping[str, int]) -> Samples:
+    """Every family's samples as the store stands; ``members``: each active group's count."""
+    out: Samples = defaultdict(list)
+    ends: dict[tuple[str, int], int] = {}
+    for topic in broker.list_topics():
+        try:
+            for p in range(broker.partitions_for(topic)):
+                view = broker.view(topic, p)
+                ends[(topic, p)] = view.log_end_offset
+                labels = {"topic": topic, "partition": str(p)}
+                out["kafka_topic_partition_current_offset"].append((labels, view.log_end_offset))
+                out["kafka_topic_partition_oldest_offset"].append((labels, view.log_start_offset))
+        except KopError:
+            continue  # deleted while the scrape went round
+    for group in sorted(set(broker.list_groups()) | set(members)):
+        lag_sum: dict[str, int] = defaultdict(int)
+        for (topic, p), committed in sorted(broker.fetch_offsets(group).items()):
+            end = ends.get((topic, p))
+            if end is None or committed.offset < 0:
+                continue
+            labels = {"consumergroup": group, "topic": topic, "partition": str(p)}
+            out["kafka_consumergroup_current_offset"].append((labels, committed.offset))
+            out["kafka_consumergroup_lag"].append((labels, max(end - committed.offset, 0)))
+            lag_sum[topic] += max(end - committed.offset, 0)
+        for topic, total in sorted(lag_sum.items()):
+            out["kafka_consumergroup_lag_sum"].append(({"consumergroup": group, "topic": topic}, total))
+        out["kafka_consumergroup_members"].append(({"consumergroup": group}, members.get(group, 0)))
+    return out
