@@ -116,14 +116,13 @@ def test_offsets_and_consumer_lag_under_kafka_exporters_names(server: KopServer)
     assert _per_partition(samples, "kafka_topic_partition_current_offset") == {0: 10, 1: 4}
     assert _per_partition(samples, "kafka_topic_partition_oldest_offset") == {0: 0, 1: 1}
 
-    def by_group(name: str) -> dict[tuple[str, ...], float]:
-        return {tuple(v for k, v in labels if k != "consumergroup") + (dict(labels)["consumergroup"],): value
-                for labels, value in samples[name].items()}  # fmt: skip
+    def by_group(name: str) -> dict[tuple[str, ...], float]:  # (group, partition, topic) by their labels' names
+        return {tuple(v for _, v in labels): value for labels, value in samples[name].items()}
 
-    committed = {("0", "t", "g"): 7, ("1", "t", "g"): 2, ("0", "t", "spark-query"): 4}
+    committed = {("g", "0", "t"): 7, ("g", "1", "t"): 2, ("spark-query", "0", "t"): 4}
     assert by_group("kafka_consumergroup_current_offset") == committed
-    assert by_group("kafka_consumergroup_lag") == {("0", "t", "g"): 3, ("1", "t", "g"): 2, ("0", "t", "spark-query"): 6}
-    assert by_group("kafka_consumergroup_lag_sum") == {("t", "g"): 5, ("t", "spark-query"): 6}
+    assert by_group("kafka_consumergroup_lag") == {("g", "0", "t"): 3, ("g", "1", "t"): 2, ("spark-query", "0", "t"): 6}
+    assert by_group("kafka_consumergroup_lag_sum") == {("g", "t"): 5, ("spark-query", "t"): 6}
     assert by_group("kafka_consumergroup_members") == {("g",): 1, ("spark-query",): 0}
 
 
