@@ -1,9 +1,9 @@
 """Invariants 1-3 of DESIGN.md §2 when a write is interrupted by an exception rather than killed:
 KeyboardInterrupt, a full disk, an I/O error, a short write or an exception of the caller's own,
-landing at every step of append, seal, roll-over, fence, staging, compaction, retention, merging,
-orphan removal, group commits, expiry and topic deletion. Clean-up code runs then (kill -9 never
-exercises it), and then the same Broker is used again, as the CLI's ``with`` block and a retrying
-caller would.
+landing at every step of append, seal, roll-over, fence, staging, compaction (explicit and the
+background cleaner's), retention (an open ledger's too), merging, orphan removal, group commits,
+expiry and topic deletion. Clean-up code runs then (kill -9 never exercises it), and then the same
+Broker is used again, as the CLI's ``with`` block and a retrying caller would.
 
 After each fault: nothing the metadata confirms is damaged (``Broker.verify``), every acknowledged
 record is read back by a fresh reader at the offset it was given, offsets run without a gap,
@@ -40,12 +40,15 @@ class Ledger:
     commit_in_flight: tuple[str, Offsets] | None = None
     counter: itertools.count = field(default_factory=itertools.count)
 
-    def produce(self, b: Broker, topic: str, partition: int, n: int, key: bytes | None = None) -> None:
+    def produce(
+        self, b: Broker, topic: str, partition: int, n: int, key: bytes | None = None, timestamp_ms: int | None = None
+    ) -> None:
         values = [f"v{next(self.counter)}".encode() for _ in range(n)]
         self.in_flight = values
         for v in values:
             self.attempted[v] = (topic, partition)
-        ((_, base, _count),) = b.produce(topic, [Record(v, key if key is not None else v) for v in values], partition)
+        records = [Record(v, key if key is not None else v, timestamp_ms) for v in values]
+        ((_, base, _count),) = b.produce(topic, records, partition)
         for i, v in enumerate(values):
             self.acked[(topic, partition, base + i)] = v
         self.in_flight = []
@@ -148,6 +151,13 @@ def _setup_retention(b: Broker, ledger: Ledger) -> None:
         ledger.produce(b, "r", 0, 2)
 
 
+def _setup_expired_tail(b: Broker, ledger: Ledger) -> None:
+    """A partition nobody writes to, its one ledger open and its records past retention.ms."""
+    _setup_topic(b, ledger)
+    b.create_topic("x", 1, config={"retention.ms": 60_000, "file.delete.delay.ms": 0})
+    ledger.produce(b, "x", 0, 1, timestamp_ms=1)
+
+
 def _setup_groups(b: Broker, ledger: Ledger) -> None:
     _setup_topic(b, ledger)
     ledger.commit(b, "g", {("t", 0): 1, ("t", 1): 1})
@@ -183,8 +193,11 @@ SCENARIOS = [
     Scenario("fence", _setup_topic, _fence),
     Scenario("staging", _setup_topic, lambda b, l, root: l.stage(b, "t", 1, 3, batch_id=1)),
     Scenario("compaction", _setup_compacted, lambda b, l, root: b.compact("c"), compacted={"c"}),
+    # The background cleaner's: the ledgers no writer holds open, rewritten with no lock held.
+    Scenario("cleaning", _setup_compacted, lambda b, l, root: b.clean_logs("c"), compacted={"c"}),
     # Retention is applied by every CAS of a partition; a produce rolls a ledger over and trims the head.
     Scenario("retention", _setup_retention, lambda b, l, root: [l.produce(b, "r", 0, 2), b.enforce_retention("r")]),
+    Scenario("retention of an open ledger", _setup_expired_tail, lambda b, l, root: b.enforce_retention("x")),
     Scenario(
         "merge and orphan removal",
         _setup_merge,
