@@ -113,14 +113,19 @@ class LogCleaner:
 
     def _batches(self, run: list[LedgerRecord]) -> Iterator[tuple[Entry, RecordBatch, list[BatchRecord]]]:
         """Each entry of the run, its batch and its records (none for a control batch)."""
+        for ledger, e in self._entries(run):
+            batch = ReadEntry(ledger.base_offset + e.relative_index, e).record_batch()
+            yield e, batch, [] if batch.is_control else batch.records()
+
+    def _entries(self, run: list[LedgerRecord]) -> Iterator[tuple[LedgerRecord, Entry]]:
+        """Each entry of the run with its ledger, read 8 MiB at a time."""
         for ledger in run:
             reader = ledger_reader(self._log.fileio, ledger, self._log.stats)
             k, n = 0, len(reader.table())
             while k < n:
                 read = reader.read(k, 8 << 20)
                 for e in read:
-                    batch = ReadEntry(ledger.base_offset + e.relative_index, e).record_batch()
-                    yield e, batch, [] if batch.is_control else batch.records()
+                    yield ledger, e
                 k += len(read)
 
     def merge_ledgers(self, target_bytes: int) -> int:
@@ -160,17 +165,11 @@ class LogCleaner:
     def _merge(self, run: list[LedgerRecord]) -> bool:
         base = run[0].base_offset
 
-        def entries() -> Iterator[NewEntry]:
-            for ledger in run:
-                reader = ledger_reader(self._log.fileio, ledger, self._log.stats)
-                k, n = 0, len(reader.table())
-                while k < n:
-                    read = reader.read(k, 8 << 20)
-                    for e in read:
-                        yield e.batch, ledger.base_offset - base + e.relative_index, e.broker_timestamp, e.record_count
-                    k += len(read)
-
-        new, _ = self.write_ledger(base, run[-1].end_offset, entries(), max(l.modified_ms for l in run))
+        entries = (
+            (e.batch, ledger.base_offset - base + e.relative_index, e.broker_timestamp, e.record_count)
+            for ledger, e in self._entries(run)
+        )
+        new, _ = self.write_ledger(base, run[-1].end_offset, entries, max(l.modified_ms for l in run))
         return self.swap(run, new)
 
     def write_ledger(
