@@ -84,6 +84,38 @@ setup_pyspark_versions() {
     done
 }
 
+# Databricks runtimes run Python 3.12 (17.3 LTS, 18, 19 and serverless), whatever this machine's
+# python3 is: tests/test_spark_versions.py runs the Spark suite on it too, from .tools/py312, made
+# from a python3.12 on PATH or one pyenv holds.
+DATABRICKS_PYTHON=3.12
+
+setup_databricks_python() {
+    local venv=.tools/py$DATABRICKS_PYTHON stamp want found c
+    if [ ! -x "$venv/bin/python" ]; then
+        found=
+        for c in "python$DATABRICKS_PYTHON" "$(pyenv root 2>/dev/null)"/versions/"$DATABRICKS_PYTHON".*/bin/python"$DATABRICKS_PYTHON"; do
+            if "$c" -c "import sys; sys.exit('%d.%d' % sys.version_info[:2] != '$DATABRICKS_PYTHON')" >/dev/null 2>&1; then
+                found=$c
+                break
+            fi
+        done
+        if [ -z "$found" ]; then
+            echo "note: no Python $DATABRICKS_PYTHON here, so the Spark tests on Databricks' Python are skipped:" >&2
+            echo "      install it (pyenv install $DATABRICKS_PYTHON, or your system's package) and rerun" >&2
+            return
+        fi
+        "$found" -m venv "$venv"
+    fi
+    stamp="$venv/.kop-installed"
+    want=$( (cat pyproject.toml setup.py kop_spark/*/*.[ch]) | cksum)
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        echo "Installing kop-spark and PySpark on Python $DATABRICKS_PYTHON for the tests (into $venv)..." >&2
+        "$venv/bin/python" -m pip install --quiet --upgrade pip
+        "$venv/bin/python" -m pip install --quiet -e ".[spark,test]"
+        echo "$want" > "$stamp"
+    fi
+}
+
 check() {
     # The gates CI keeps: ruff's lint and format, and mypy (settings in pyproject.toml).
     "$VENV/bin/ruff" check kop_spark pyspark_kop tests bench setup.py
@@ -99,13 +131,13 @@ case "${1:-}" in
         setup_python; setup_java; shift
         exec "$VENV/bin/python" -m kop_spark.demo "$@" ;;
     test)
-        setup_python; setup_java; setup_servers; setup_pyspark_versions; shift
+        setup_python; setup_java; setup_servers; setup_pyspark_versions; setup_databricks_python; shift
         check
         exec "$VENV/bin/python" -m pytest -q "$@" ;;
     check)
         setup_python; check ;;
     setup)
-        setup_python; setup_java; setup_servers; setup_pyspark_versions ;;
+        setup_python; setup_java; setup_servers; setup_pyspark_versions; setup_databricks_python ;;
     *)
         echo "usage: ./dev.sh demo|test|check|setup" >&2; exit 2 ;;
 esac

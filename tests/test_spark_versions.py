@@ -1,10 +1,10 @@
 """The Spark tests that matter, on the older PySpark versions Databricks runs (4.0 on 17.3 LTS, 4.1
-on 18 LTS, 4.2 on 19): batch reads and writes, streaming reads with each rate option (Spark's
+on 18 LTS, 4.2 on 19), and on the Python those runtimes run (3.12): batch reads and writes, streaming reads with each rate option (Spark's
 admission control from 4.2; the source's own bound before), exactly-once streaming writes through a
 rerun batch, group commits, the notebooks and Spark Connect. The option checks and data-loss cases
 of the source are kop's own code, the same on every runtime, and run on the newest only.
 ``./dev.sh setup`` installs each version into ``.tools/``; the suite then runs in a child pytest
-with that PySpark ahead of the environment's."""
+with that PySpark ahead of the environment's, or with Python 3.12's environment."""
 
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ SUITE = [
 
 
 CI_VERSIONS = {"4.0", "4.1", "4.2"}
+DATABRICKS_PYTHON = PROJECT / ".tools" / "py3.12" / "bin" / "python"
 
 
 def test_the_suite_names_tests_that_exist() -> None:
@@ -75,3 +76,22 @@ def test_the_spark_suite_passes_on(version: str) -> None:
         timeout=1800,
     )
     assert done.returncode == 0, f"PySpark {version}:\n{done.stdout[-6000:]}"
+
+
+@pytest.mark.slow
+def test_the_spark_suite_passes_on_databricks_python() -> None:
+    """Databricks 17.3 LTS, 18, 19 and serverless run Python 3.12, whatever this environment's is:
+    the suite there, Spark's Python workers and the compiled codec (built for it) included."""
+    if not DATABRICKS_PYTHON.exists():
+        pytest.skip("no Python 3.12 on this machine: ./dev.sh setup makes .tools/py3.12 from one")
+    env = python_subprocess_env()
+    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = str(DATABRICKS_PYTHON)
+    done = subprocess.run(
+        [str(DATABRICKS_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", *SUITE, "tests/test_codec_twins.py"],
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert done.returncode == 0, f"Python 3.12:\n{done.stdout[-6000:]}"
