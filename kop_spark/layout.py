@@ -126,9 +126,6 @@ def user_key(name: str) -> str:
     return f"{USERS}/{name_segment(name)}"
 
 
-_MAX_FILE_NAME = 255
-
-
 def topic_key(name: TopicName) -> str:
     return f"{TOPICS}/{name.tenant}/{name.namespace}/{name.local_name}"
 

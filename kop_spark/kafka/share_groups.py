@@ -4,11 +4,10 @@ to one of them, which acknowledges it record by record.
 Members join and heartbeat (ShareGroupHeartbeat) as consumer-protocol members do, and are assigned
 partitions by ``share_assignor`` (Kafka's ``simple``): members share a partition only when they
 outnumber the partitions, and who gets which record of a shared one is decided as records are
-fetched. A member fetches (ShareFetch) through a share session, a
-set of partitions it names once and an epoch each request moves on; a fetch acquires records for
-it in each partition of its session (``SharePartition``) and acknowledgements ride on fetches or
-come alone (ShareAcknowledge). A member that leaves, or whose session closes or times out, gives
-back what it holds.
+fetched. A member fetches (ShareFetch) through a share session, a set of partitions it names once
+and an epoch each request moves on; a fetch acquires records for it in each partition of its
+session (``SharePartition``) and acknowledgements ride on fetches or come alone (ShareAcknowledge).
+A member that leaves, or whose session closes or times out, gives back what it holds.
 
 Membership and sessions live in this server's memory, on its event loop; each partition's state
 is kept in the store before an acknowledgement is answered (``broker.share_states``), so records

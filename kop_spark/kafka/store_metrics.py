@@ -53,9 +53,10 @@ def store_samples(broker: Broker, members: Mapping[str, int]) -> Samples:
             if end is None or committed.offset < 0:
                 continue
             labels = {"consumergroup": group, "topic": topic, "partition": str(p)}
+            lag = max(end - committed.offset, 0)
             out["kafka_consumergroup_current_offset"].append((labels, committed.offset))
-            out["kafka_consumergroup_lag"].append((labels, max(end - committed.offset, 0)))
-            lag_sum[topic] += max(end - committed.offset, 0)
+            out["kafka_consumergroup_lag"].append((labels, lag))
+            lag_sum[topic] += lag
         for topic, total in sorted(lag_sum.items()):
             out["kafka_consumergroup_lag_sum"].append(({"consumergroup": group, "topic": topic}, total))
         out["kafka_consumergroup_members"].append(({"consumergroup": group}, members.get(group, 0)))
