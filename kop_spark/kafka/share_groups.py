@@ -16,7 +16,7 @@ accepted stay accepted through a restart, and records held then are delivered ag
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,15 +130,16 @@ class ShareGroupCoordinator:
         return member
 
     def assignment(
-        self, group_id: str, member: ShareMember, partitions: Mapping[str, int]
+        self, group_id: str, member: ShareMember, partitions: Callable[[str], int]
     ) -> frozenset[TopicPartition]:
         """The member's partitions, of the group's target assignment: made again when the group's
-        members or subscriptions (its epoch) or the partition counts of its topics change."""
+        members or subscriptions (its epoch) or the partition counts of its topics change
+        (``partitions``: a topic's count, 0 for one that does not exist)."""
         g = self.groups.get(group_id)
         if g is None or g.members.get(member.member_id) is not member:  # gone while topics were read
             return frozenset()
         subscribed = sorted(set().union(*(m.topics for m in g.members.values())))
-        of = (g.epoch, tuple((t, partitions.get(t, 0)) for t in subscribed))
+        of = (g.epoch, tuple((t, partitions(t)) for t in subscribed))
         if g.target_of != of:
             current = {m.member_id: m.sent or frozenset() for m in g.members.values()}
             g.target = assign({m.member_id: m.topics for m in g.members.values()}, current, dict(of[1]))

@@ -62,8 +62,12 @@ async def share_group_heartbeat(ctx: ServerContext, header: RequestHeader, reque
     if request.member_epoch == LEAVE:
         return answer(ErrorCode.none, epoch=LEAVE)
     topics = await ctx.consumer_groups.topics()
-    counts = {t: info.partitions for t, info in topics.by_name.items()}
-    assigned = ctx.share_groups.assignment(request.group_id, member, counts)
+
+    def partitions(topic: str) -> int:
+        info = topics.by_name.get(topic)
+        return 0 if info is None else info.partitions
+
+    assigned = ctx.share_groups.assignment(request.group_id, member, partitions)
     if assigned == member.sent and request.member_epoch != JOIN:  # a member joining (again) is always told
         return answer(ErrorCode.none, epoch=member.epoch)
     member.sent = assigned
