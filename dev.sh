@@ -9,24 +9,30 @@ cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 VENV=.venv
 
+# Install this checkout into the venv $1, only when the declared dependencies or the compiled
+# twins' sources changed since it was last installed there; returns 1 when nothing was done.
+install_project() {
+    local stamp="$1/.kop-installed" want
+    want=$( (cat pyproject.toml setup.py kop_spark/*/*.[ch]) | cksum)
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+        return 1
+    fi
+    "$1/bin/python" -m pip install --quiet --upgrade pip
+    # The editable install of this flat layout puts the checkout on sys.path (a .pth file), where
+    # Spark looks for pyspark_* data sources, and builds the optional compiled codec in place
+    # (skipped, with a warning, without a C compiler). [spark] brings PySpark to this machine.
+    "$1/bin/python" -m pip install --quiet -e ".[spark,test]"
+    echo "$want" > "$stamp"
+}
+
 setup_python() {
     if [ ! -x "$VENV/bin/python" ]; then
         "$PY" -m venv "$VENV"
     fi
-    # Reinstall only when the declared dependencies or the compiled twins' sources change.
-    local stamp="$VENV/.kop-installed" want
-    want=$( (cat pyproject.toml setup.py kop_spark/*/*.[ch]) | cksum)
-    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-        "$VENV/bin/python" -m pip install --quiet --upgrade pip
-        # The editable install of this flat layout puts the checkout on sys.path (a .pth file), where
-        # Spark looks for pyspark_* data sources, and builds the optional compiled codec in place
-        # (skipped, with a warning, without a C compiler). [spark] brings PySpark to this machine.
-        "$VENV/bin/python" -m pip install --quiet -e ".[spark,test]"
-        echo "$want" > "$stamp"
-        if ! "$VENV/bin/python" -c "import sys; from kop_spark.record._speedups import compiled; sys.exit(compiled is None)"; then
-            echo "note: the compiled codec was not built (no C compiler or Python headers?); running the" >&2
-            echo "      pure-Python codec, which is several times slower (see README, Speed)" >&2
-        fi
+    if install_project "$VENV" &&
+        ! "$VENV/bin/python" -c "import sys; from kop_spark.record._speedups import compiled; sys.exit(compiled is None)"; then
+        echo "note: the compiled codec was not built (no C compiler or Python headers?); running the" >&2
+        echo "      pure-Python codec, which is several times slower (see README, Speed)" >&2
     fi
 }
 
@@ -90,7 +96,7 @@ setup_pyspark_versions() {
 DATABRICKS_PYTHON=3.12
 
 setup_databricks_python() {
-    local venv=.tools/py$DATABRICKS_PYTHON stamp want found c
+    local venv=.tools/py$DATABRICKS_PYTHON found c
     if [ ! -x "$venv/bin/python" ]; then
         found=
         for c in "python$DATABRICKS_PYTHON" "$(pyenv root 2>/dev/null)"/versions/"$DATABRICKS_PYTHON".*/bin/python"$DATABRICKS_PYTHON"; do
@@ -105,15 +111,9 @@ setup_databricks_python() {
             return
         fi
         "$found" -m venv "$venv"
-    fi
-    stamp="$venv/.kop-installed"
-    want=$( (cat pyproject.toml setup.py kop_spark/*/*.[ch]) | cksum)
-    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         echo "Installing kop-spark and PySpark on Python $DATABRICKS_PYTHON for the tests (into $venv)..." >&2
-        "$venv/bin/python" -m pip install --quiet --upgrade pip
-        "$venv/bin/python" -m pip install --quiet -e ".[spark,test]"
-        echo "$want" > "$stamp"
     fi
+    install_project "$venv" || true
 }
 
 check() {

@@ -67,15 +67,7 @@ def test_the_spark_suite_passes_on(version: str) -> None:
     env = python_subprocess_env()
     env["PYTHONPATH"] = os.pathsep.join([str(PROJECT / ".tools" / f"pyspark-{version}"), env["PYTHONPATH"]])
     env["KOP_EXPECTED_PYSPARK"] = version
-    done = subprocess.run(
-        [PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SUITE],
-        cwd=PROJECT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    assert done.returncode == 0, f"PySpark {version}:\n{done.stdout[-6000:]}"
+    _suite_passes(f"PySpark {version}", PYTHON, env, SUITE)
 
 
 @pytest.mark.slow
@@ -86,12 +78,17 @@ def test_the_spark_suite_passes_on_databricks_python() -> None:
         pytest.skip("no Python 3.12 on this machine: ./dev.sh setup makes .tools/py3.12 from one")
     env = python_subprocess_env()
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = str(DATABRICKS_PYTHON)
+    _suite_passes("Python 3.12", str(DATABRICKS_PYTHON), env, [*SUITE, "tests/test_codec_twins.py"])
+
+
+def _suite_passes(what: str, python: str, env: dict[str, str], tests: list[str]) -> None:
+    """Run ``tests`` in a child pytest of ``python`` with ``env``; its output's end if it fails."""
     done = subprocess.run(
-        [str(DATABRICKS_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", *SUITE, "tests/test_codec_twins.py"],
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
         cwd=PROJECT,
         env=env,
         capture_output=True,
         text=True,
         timeout=1800,
     )
-    assert done.returncode == 0, f"Python 3.12:\n{done.stdout[-6000:]}"
+    assert done.returncode == 0, f"{what}:\n{done.stdout[-6000:]}"
