@@ -176,3 +176,10 @@ class WriteAbortedError(KopError):
 class ManagedLedgerDeletedError(Exception):
     """The managed ledger does not exist (never created, or deleted). Internal to the store: the
     Broker turns it into ``TopicNotFoundError`` or ``PartitionNotFoundError``."""
+
+
+class HousekeepingStoppedError(Exception):
+    """Housekeeping (compaction, merging, a maintenance pass) was asked to stop, as a Kafka broker's
+    log cleaner is at shutdown: what it was rewriting was abandoned, and nothing it left is referred
+    to. Not a ``KopError``, so that a pass over many partitions ends at once rather than record it
+    against each."""

@@ -212,6 +212,26 @@ _SETTINGS = [
         "How long kop serve's log cleaner waits between its passes over the compacted topics",
     ),
     Setting(
+        "maintenanceIntervalSeconds",
+        3600,
+        _int_at_least(0),
+        "How often kop serve does what kop maintenance does besides retention and compaction: merge small "
+        "ledgers, complete sink batches a dead driver left half done, remove orphaned files, forget expired "
+        "writers (0: never; run kop maintenance instead)",
+    ),
+    Setting(
+        "maintenanceTargetLedgerMbytes",
+        64,
+        _int_at_least(1),
+        "Maintenance merges runs of small ledgers into ledgers of up to this many MiB",
+    ),
+    Setting(
+        "maintenanceOrphanGraceMinutes",
+        60,
+        _int_at_least(0),
+        "Maintenance removes a file nothing refers to once it is this old (a writer may still be about to refer to a younger one)",
+    ),
+    Setting(
         "offsetMetadataMaxSize", 4096, _int_at_least(0), "Largest metadata string accepted with a committed offset"
     ),
     Setting(

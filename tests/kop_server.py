@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Sequence
 
 from .conftest import PYTHON, python_subprocess_env
@@ -25,6 +26,7 @@ class KopServer:
         self.bootstrap = ""  # the first listener's host:port
         self.bootstraps: dict[str, str] = {}  # each listener's, by protocol
         self.log: list[str] = []
+        self._lines: queue.Queue[str | None] = queue.Queue()  # the log line by line, then None at exit
 
     def start(self, timeout: float = 60) -> KopServer:
         args = [PYTHON, "-m", "kop_spark.cli", "--root", self.root, *(f"--conf={c}" for c in self.conf)]
@@ -35,17 +37,14 @@ class KopServer:
             text=True,
             env=python_subprocess_env(),
         )
-        lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._drain, args=(self.proc, lines), daemon=True).start()
+        self._lines = queue.Queue()
+        threading.Thread(target=self._drain, args=(self.proc, self._lines), daemon=True).start()
         while True:
             try:
-                line = lines.get(timeout=timeout)
-            except queue.Empty:
+                found = _LISTENING.search(self.wait_for("", timeout))
+            except TimeoutError:
                 self.kill()
-                raise TimeoutError(f"kop serve did not say where it listens within {timeout} s") from None
-            if line is None:
-                raise RuntimeError("kop serve exited at start:\n" + "".join(self.log))
-            found = _LISTENING.search(line)
+                raise
             if found:
                 self.bootstraps[found[1]] = f"{found[2]}:{found[3]}"
                 if len(self.bootstraps) == len(self.protocols):
@@ -59,6 +58,19 @@ class KopServer:
             self.log.append(line)
             lines.put(line)
         lines.put(None)
+
+    def wait_for(self, text: str, timeout: float = 60) -> str:
+        """The next line of the log holding ``text``; the lines before it are passed over."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError(f"kop serve did not log {text!r} within {timeout} s") from None
+            if line is None:
+                raise RuntimeError(f"kop serve exited before logging {text!r}:\n" + "".join(self.log))
+            if text in line:
+                return line
 
     def stop(self, timeout: float = 60) -> int:
         """SIGTERM, as a service manager stops it; returns its exit code."""

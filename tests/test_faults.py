@@ -3,7 +3,8 @@ KeyboardInterrupt, a full disk, an I/O error, a short write or an exception of t
 landing at every step of append, seal, roll-over, fence, staging, compaction (explicit and the
 background cleaner's), retention (an open ledger's too), merging, orphan removal, group commits,
 expiry and topic deletion. Clean-up code runs then (kill -9 never exercises it), and then the same
-Broker is used again, as the CLI's ``with`` block and a retrying caller would.
+Broker is used again, as the CLI's ``with`` block and a retrying caller would. A shutdown's stop at
+each point housekeeping looks at it abandons a rewrite and leaves the store as it was.
 
 After each fault: nothing the metadata confirms is damaged (``Broker.verify``), every acknowledged
 record is read back by a fresh reader at the offset it was given, offsets run without a gap,
@@ -14,12 +15,15 @@ and both the interrupted Broker and a new one go on writing.
 from __future__ import annotations
 
 import itertools
+import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
 
 from kop_spark import Broker, Record, layout
+from kop_spark.errors import HousekeepingStoppedError
 from kop_spark.record import build_record_batch
 
 from .conftest import read_partition
@@ -248,3 +252,63 @@ def test_a_fault_at_every_step_loses_nothing(scenario, tmp_path, monkeypatch):
             root = str(tmp_path / f"{at}-{FAULTS.index(fault)}")
             injector, _ = _run(root, scenario, monkeypatch, at, fault)
             assert injector.fired or injector.steps < at
+
+
+class _StopAfter(threading.Event):
+    """A shutdown's stop that is set once housekeeping has looked at it ``looks`` times: so a stop
+    lands at each point housekeeping looks, in turn."""
+
+    def __init__(self, looks: int):
+        super().__init__()
+        self.looks = looks
+
+    def is_set(self) -> bool:
+        self.looks -= 1
+        return self.looks < 0
+
+
+def _rewritten_store(root: str, operation: str) -> Broker:
+    """Six one-entry ledgers for the operation to rewrite: keyed ones to compact, or small ones to merge."""
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 0})
+    b.create_topic("t", 1, config={"cleanup.policy": "compact"} if operation == "compaction" else {})
+    for i in range(6):
+        b.produce("t", [Record(b"v%d" % i, key=b"k%d" % (i % 2))], 0)
+    return b
+
+
+def _store_state(b: Broker, root: str) -> tuple[object, ...]:
+    ledgers = tuple(l.key() for l in b.admin.view("t", 0)[1].ledgers)
+    records = [(r.offset, r.key, r.value) for r in read_partition(b, "t", 0)[2]]
+    files = sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
+    return ledgers, records, files
+
+
+@pytest.mark.parametrize("operation", ["compaction", "merging"])
+def test_a_stop_at_every_point_of_a_rewrite_leaves_the_log_as_it_was(operation, tmp_path):
+    """kop serve's stop (SIGTERM) at each point the background cleaner or maintenance looks at it:
+    the rewrite is abandoned with HousekeepingStoppedError, and the log, its records and the files
+    under the root are as before (the new ledger deleted). Without a stop the rewrite is done."""
+    stopped_at = 0
+    while True:
+        root = str(tmp_path / str(stopped_at))
+        b = _rewritten_store(root, operation)
+        before = _store_state(b, root)
+        stop = _StopAfter(stopped_at)
+        try:
+            if operation == "compaction":
+                b.housekeeping.clean_logs(None, stop)
+            else:
+                b.housekeeping.maintenance(None, orphan_grace_ms=0, stop=stop)
+        except HousekeepingStoppedError:
+            assert _store_state(b, root) == before, f"a stop at look {stopped_at} changed the store"
+            stopped_at += 1
+            continue
+        finally:
+            b.close()
+        break
+    after = _store_state(Broker(root), root)
+    # compacted: k1's 3 stays beside k1's 5, which is in the open ledger
+    assert after[0] != before[0] and after[1] == (before[1] if operation == "merging" else before[1][3:])
+    entries = 6 - 1  # the last ledger is open: neither compaction nor merging takes it
+    passes = 2 if operation == "compaction" else 1  # compaction reads the log twice: keys, then survivors
+    assert stopped_at > passes * entries, "housekeeping does not look at the stop before each entry"

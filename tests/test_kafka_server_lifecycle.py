@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import threading
 import time
@@ -14,7 +15,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka.protocol.consumer import FetchRequest
 
-from kop_spark import Broker
+from kop_spark import Broker, Record, layout
 from kop_spark.kafka.server import KafkaServer
 
 from .kafka_wire import call, connect, wire_request
@@ -169,3 +170,63 @@ def test_kop_serve_applies_retention_and_compacts_in_the_background(tmp_path) ->
             got.append((m.offset(), m.value()))
         c.close()
         assert got == [(7, b"v7"), (8, b"v8"), (9, b"v9")]  # 9 in the open ledger: k1's 7 stays till it is sealed
+
+
+def _files(root: str) -> set[str]:
+    return {os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs}
+
+
+def test_kop_serve_merges_small_ledgers_and_removes_orphans_in_the_background(tmp_path) -> None:
+    """What kop maintenance does, with nobody running it: the small ledgers of writers taking turns
+    are merged (offsets unchanged, as a consumer reads them), and a file nothing refers to goes."""
+    root = str(tmp_path / "store")
+    turns = {"managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 0}
+    with Broker(root, conf=turns) as b:
+        b.create_topic("t", 1)
+        for i in range(12):
+            b.produce("t", [Record(b"v%d" % i)], 0)
+        data_dir = layout.data_dir(b.topic_name("t"), 0)
+        orphan = layout.ledger_file(data_dir, 0xDEADBEEF)
+        b.fileio.create(orphan).close()  # as a writer that died before referring to it leaves one
+        before = len(b.admin.view("t", 0)[1].ledgers)
+    conf = ["maintenanceIntervalSeconds=1", "maintenanceOrphanGraceMinutes=0", "managedLedgerMergeInPassing=0"]
+    with KopServer(root, conf) as server:
+        line = server.wait_for("maintenance: merged away")
+        with Broker(root) as b:
+            after = len(b.admin.view("t", 0)[1].ledgers)
+        assert after < before and "removed 1 orphaned" in line, line
+        c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "g", "auto.offset.reset": "earliest"})
+        c.assign([TopicPartition("t", 0, 0)])
+        got = []
+        while len(got) < 12:
+            m = c.poll(30)
+            assert m is not None and m.error() is None, m and m.error()
+            got.append((m.offset(), m.value()))
+        c.close()
+    assert got == [(i, b"v%d" % i) for i in range(12)]
+    assert orphan not in _files(root)
+
+
+def test_a_stop_abandons_a_running_compaction_and_loses_nothing(tmp_path) -> None:
+    """As a Kafka broker's log cleaner at shutdown: SIGTERM during a long compaction stops it rather
+    than waits for it (a service manager would kill -9 a stop that takes too long); the log is as it
+    was, with no file left behind, and the next server compacts it."""
+    root = str(tmp_path / "store")
+    n = 300_000
+    with Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 20}) as b:
+        b.create_topic("table", 1, config={"cleanup.policy": "compact"})
+        for base in range(0, n, 20_000):
+            b.produce("table", [Record(b"v%d" % i, key=b"k%d" % (i % 1000)) for i in range(base, base + 20_000)], 0)
+        files = _files(os.path.join(root, layout.data_dir(b.topic_name("table"), 0)))
+    with KopServer(root, ["log.cleaner.backoff.ms=100"]) as server:
+        server.wait_for("compacting offsets")
+        assert server.stop() == 0
+        assert any("rewrite stopped" in line for line in server.log), "the compaction ran to its end"
+        assert not any("compacted," in line for line in server.log)
+    with Broker(root) as b:
+        assert b.verify() == {}
+        assert _files(os.path.join(root, layout.data_dir(b.topic_name("table"), 0))) == files
+        assert b.list_offsets("table", 0, "latest") == n
+        assert len(b.fetch("table", 0, 0, max_records=n)) == n
+        b.clean_logs("table")
+        assert [r.value for r in b.fetch("table", 0, 0, max_records=n)] == [b"v%d" % i for i in range(n - 1000, n)]

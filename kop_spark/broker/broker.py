@@ -71,7 +71,7 @@ class Broker:
         logs = LogManager(self.store, self.fileio, self.config, self.writer_id, self.stats, clock)
         self.admin = TopicAdmin(self.store, self.fileio, self.config, logs, clock)
         self._fetcher = Fetcher(self.admin, self.fileio, self.stats)
-        self._housekeeper = Housekeeper(self)
+        self.housekeeping = Housekeeper(self)  # what kop serve runs in the background, stoppable
         self._groups = GroupOffsets(self)
         self.live_groups = LiveGroups(self.store, clock)  # consumer groups' members, as kop serve sees them
         self.users, self.acls = Users(self.store), Acls(self.store)  # whom kop serve lets in, and to what
@@ -321,35 +321,34 @@ class Broker:
             self.compact_partition(topic, p)
 
     def compact_partition(self, topic: str, partition: int) -> int | None:
-        return self._housekeeper.compact_partition(topic, partition)
+        return self.housekeeping.compact_partition(topic, partition)
 
     def enforce_retention(self, topic: str | None = None) -> None:
         """Apply retention now: a damaged partition does not stop the others (its error comes after)."""
-        self._housekeeper.enforce_retention(topic)
+        self.housekeeping.enforce_retention(topic)
 
     def clean_logs(self, topic: str | None = None) -> MaintenanceReport:
         """Compact now what Kafka's log cleaner would (``cleanup.policy`` compact, dirty enough)."""
-        return self._housekeeper.clean_logs(topic)
+        return self.housekeeping.clean_logs(topic)
 
     def maintenance(
-        self, topic: str | None = None, *, target_ledger_bytes: int = 64 << 20, orphan_grace_ms: int = 3_600_000
+        self, topic: str | None = None, *, target_ledger_bytes: int | None = None, orphan_grace_ms: int | None = None
     ) -> MaintenanceReport:
-        """Keep a long-running store tidy: merge runs of small ledgers (no offset changes), apply
-        retention, compact as ``clean_logs``, delete files nothing refers to once older than
-        ``orphan_grace_ms``. A damaged partition goes in ``errors``; the others are done."""
-        return self._housekeeper.maintenance(topic, target_ledger_bytes, orphan_grace_ms)
+        """Keep a store tidy: merge small ledgers (offsets stay), retention, ``clean_logs``, delete files
+        nothing refers to (defaults: the ``maintenance*`` settings). A damaged partition goes in ``errors``."""
+        return self.housekeeping.maintenance(topic, target_ledger_bytes, orphan_grace_ms)
 
     def verify(self, topic: str | None = None) -> dict[str, list[str]]:
         """Check every partition's ledgers against their metadata and every entry's checksums."""
-        return self._housekeeper.verify(topic)
+        return self.housekeeping.verify(topic)
 
     def repair(self, topic: str | None = None, dry_run: bool = False) -> RepairReport:
         """Repair a damaged store: unreadable metadata versions go, damaged partitions are cut (``RepairReport``)."""
-        return self._housekeeper.repair(topic, dry_run)
+        return self.housekeeping.repair(topic, dry_run)
 
     def locate_ledger(self, file: str) -> tuple[str, LedgerRecord] | None:
         """The managed ledger (its key) referring to ``file``, and its record of it (``kop dump-ledger``)."""
-        return self._housekeeper.locate_ledger(file)
+        return self.housekeeping.locate_ledger(file)
 
     def managed_ledger(self, topic: str, partition: int) -> ManagedLedger:
         """The partition's log itself (for tests and tools that work below the Broker)."""

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from .. import layout
-from ..errors import ConfigError, KopError, ManagedLedgerDeletedError, TopicNotFoundError
+from ..errors import ConfigError, HousekeepingStoppedError, KopError, ManagedLedgerDeletedError, TopicNotFoundError
 from ..storage import log_recovery
 from ..storage.orphans import remove_orphans
 from ..storage.read_plan import LedgerRecord
@@ -19,6 +20,7 @@ from .sink_commits import SINK_LEASE_MS
 
 if TYPE_CHECKING:
     from ..storage.managed_ledger import ManagedLedger
+    from ..topic_name import TopicName
     from .broker import Broker
 
 log = logging.getLogger(__name__)
@@ -64,12 +66,22 @@ class _StagedBatch(NamedTuple):
     expired: list[str]
 
 
-def _clean(ml: ManagedLedger, partition: str, report: MaintenanceReport) -> None:
+def _clean(ml: ManagedLedger, partition: str, report: MaintenanceReport, stop: threading.Event | None) -> None:
     if ml.config.compact_policy:
-        kept = ml.cleaner.clean()
+        kept = ml.cleaner.clean(stop)
         if kept is not None:
             log.info("%s: compacted, %d records kept", partition, kept)
             report.partitions_compacted.append(partition)
+
+
+def _partition_logs(
+    broker: Broker, topic: str | None, stop: threading.Event | None
+) -> Iterator[tuple[str, TopicName, int, ManagedLedger]]:
+    """Every partition's log, until ``stop`` is set (then ``HousekeepingStoppedError``)."""
+    for item in broker.admin.partition_logs(topic):
+        if stop is not None and stop.is_set():
+            raise HousekeepingStoppedError(f"housekeeping stopped before {item[0]}-{item[2]}")
+        yield item
 
 
 def _ledger_ids(paths: Iterable[str]) -> set[int]:
@@ -78,6 +90,9 @@ def _ledger_ids(paths: Iterable[str]) -> set[int]:
 
 
 class Housekeeper:
+    """A store's housekeeping. Each pass stops soon after its ``stop`` is set (a server's shutdown),
+    with ``HousekeepingStoppedError``: what it was rewriting is abandoned, nothing left half done."""
+
     def __init__(self, broker: Broker):
         self._broker = broker
 
@@ -89,21 +104,32 @@ class Housekeeper:
             raise ConfigError(f"topic {topic!r} has cleanup.policy={policy}; compaction needs compact")
         return admin.log(topic, partition, meta).cleaner.compact()
 
-    def enforce_retention(self, topic: str | None) -> None:
+    def enforce_retention(self, topic: str | None, stop: threading.Event | None = None) -> None:
         report = MaintenanceReport()
-        for t, _, p, ml in self._broker.admin.partition_logs(topic):
+        for t, _, p, ml in _partition_logs(self._broker, topic, stop):
             with report.item(f"{t}-{p}"):
                 ml.enforce_retention()
         report.raise_first()
 
-    def clean_logs(self, topic: str | None) -> MaintenanceReport:
+    def clean_logs(self, topic: str | None, stop: threading.Event | None = None) -> MaintenanceReport:
         report = MaintenanceReport()
-        for t, _, p, ml in self._broker.admin.partition_logs(topic):
+        for t, _, p, ml in _partition_logs(self._broker, topic, stop):
             with report.item(f"{t}-{p}"):
-                _clean(ml, f"{t}-{p}", report)
+                _clean(ml, f"{t}-{p}", report, stop)
         return report
 
-    def maintenance(self, topic: str | None, target_ledger_bytes: int, orphan_grace_ms: int) -> MaintenanceReport:
+    def maintenance(
+        self,
+        topic: str | None,
+        target_ledger_bytes: int | None = None,
+        orphan_grace_ms: int | None = None,
+        stop: threading.Event | None = None,
+    ) -> MaintenanceReport:
+        c = self._broker.config
+        if target_ledger_bytes is None:
+            target_ledger_bytes = c["maintenanceTargetLedgerMbytes"] << 20
+        if orphan_grace_ms is None:
+            orphan_grace_ms = c["maintenanceOrphanGraceMinutes"] * 60_000
         if orphan_grace_ms < 0:
             raise ConfigError(f"orphan grace must be 0 or more, got {orphan_grace_ms} ms")
         if target_ledger_bytes < 1:
@@ -118,10 +144,10 @@ class Housekeeper:
                     sinks.complete(record)
         pending = sinks.pending()
         listed = []
-        for t, name, p, ml in b.admin.partition_logs(topic):
+        for t, name, p, ml in _partition_logs(b, topic, stop):
             with report.item(f"{t}-{p}"):
-                _clean(ml, f"{t}-{p}", report)
-                report.ledgers_merged += ml.cleaner.merge_ledgers(target_ledger_bytes)
+                _clean(ml, f"{t}-{p}", report, stop)
+                report.ledgers_merged += ml.cleaner.merge_ledgers(target_ledger_bytes, stop)
                 ml.enforce_retention()
                 listed.append((t, p, ml, b.fileio.walk_files(layout.data_dir(name, p))))
         # Listed after the partitions: a task names a ledger it stages there before it creates it.

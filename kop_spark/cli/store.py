@@ -12,8 +12,8 @@ def _maintenance(args: argparse.Namespace) -> int:
     with open_broker(args) as b:
         report = b.maintenance(
             args.topic,
-            target_ledger_bytes=args.target_ledger_mb << 20,
-            orphan_grace_ms=args.orphan_grace_minutes * 60_000,
+            target_ledger_bytes=None if args.target_ledger_mb is None else args.target_ledger_mb << 20,
+            orphan_grace_ms=None if args.orphan_grace_minutes is None else args.orphan_grace_minutes * 60_000,
         )
     print(
         f"Merged away {report.ledgers_merged} small ledgers; compacted {len(report.partitions_compacted)} "
@@ -82,13 +82,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     m = sub.add_parser("maintenance", help="merge small ledgers and remove orphaned files (offsets never change)")
     m.add_argument("--topic", help="only this topic (default: every topic, and staged files of crashed jobs)")
     m.add_argument(
-        "--target-ledger-mb", type=at_least(1), default=64, help="merge small ledgers into ledgers up to this size"
+        "--target-ledger-mb",
+        type=at_least(1),
+        help="merge small ledgers into ledgers up to this size (default: maintenanceTargetLedgerMbytes, 64)",
     )
     m.add_argument(
         "--orphan-grace-minutes",
         type=at_least(0),
-        default=60,
-        help="remove unreferenced files only once they are this old",
+        help="remove unreferenced files only once they are this old (default: maintenanceOrphanGraceMinutes, 60)",
     )
     m.set_defaults(run=_maintenance)
 

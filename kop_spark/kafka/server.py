@@ -13,9 +13,10 @@ import contextlib
 import functools
 import logging
 import signal
+import threading
 from collections.abc import Awaitable, Callable
 
-from ..broker import Broker
+from ..broker import Broker, MaintenanceReport
 from .connection import Connection
 from .context import ServerContext
 from .listeners import Listener, parse_listeners
@@ -44,6 +45,7 @@ class KafkaServer:
         self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._background: list[asyncio.Future[None]] = []
+        self._stopping = threading.Event()  # housekeeping on worker threads stops at it
         self.bound: list[Listener] = []
         self.ctx: ServerContext | None = None
         self._metrics: MetricsEndpoint | None = None
@@ -78,23 +80,31 @@ class KafkaServer:
             asyncio.ensure_future(authorization.run(lambda: ctx.call(self.broker.acls.bindings))),
             # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms
             _every(TRANSACTION_CHECK_S, lambda: ctx.call(ctx.transactions.expire), "abort timed-out transactions"),
-            # Kafka's log manager and log cleaner, on threads of their own: requests are not held up
-            _every(
-                config["log.retention.check.interval.ms"] / 1000,
-                lambda: asyncio.to_thread(self.broker.enforce_retention),
-                "apply retention",
-            ),
+            *self._housekeeping(),
         ]
-        if config["log.cleaner.enable"]:
-            self._background.append(
-                _every(
-                    config["log.cleaner.backoff.ms"] / 1000,
-                    lambda: asyncio.to_thread(self.broker.clean_logs),
-                    "compact logs",
-                )
-            )
         for listener in self.bound:
             log.info("kop serve: listening on %s (root %s)", listener, self.broker.root)
+
+    def _housekeeping(self) -> list[asyncio.Future[None]]:
+        """Kafka's log manager and log cleaner, and the rest of kop maintenance, each on a thread
+        of its own (requests are not held up), each stopped by a stop mid-way."""
+        config, b, stop = self.broker.config, self.broker.housekeeping, self._stopping
+        jobs = [
+            _every(
+                config["log.retention.check.interval.ms"] / 1000,
+                lambda: asyncio.to_thread(b.enforce_retention, None, stop),
+                "apply retention",
+            )
+        ]
+        if config["log.cleaner.enable"]:
+            clean = functools.partial(b.clean_logs, None, stop)
+            jobs.append(
+                _every(config["log.cleaner.backoff.ms"] / 1000, lambda: asyncio.to_thread(clean), "compact logs")
+            )
+        if config["maintenanceIntervalSeconds"]:
+            maintain = functools.partial(b.maintenance, None, stop=stop)
+            jobs.append(_every(config["maintenanceIntervalSeconds"], lambda: _maintain(maintain), "do maintenance"))
+        return jobs
 
     async def _serve_metrics(self, ctx: ServerContext) -> None:
         port = self.broker.config["webServicePort"]
@@ -135,6 +145,7 @@ class KafkaServer:
 
     async def stop(self) -> None:
         """Stop listening, answer what is in flight, close every connection."""
+        self._stopping.set()
         for server in self._servers:
             server.close()
         if self._metrics is not None:
@@ -171,6 +182,16 @@ def _every(interval_s: float, work: Callable[[], Awaitable[object]], what: str) 
                 log.warning("cannot %s (trying again): %s", what, e)
 
     return asyncio.ensure_future(run())
+
+
+async def _maintain(maintenance: Callable[[], MaintenanceReport]) -> None:
+    report = await asyncio.to_thread(maintenance)  # a damaged partition's error is logged by it
+    if report.ledgers_merged or report.files_removed:
+        log.info(
+            "maintenance: merged away %d small ledgers, removed %d orphaned files",
+            report.ledgers_merged,
+            len(report.files_removed),
+        )
 
 
 async def serve(broker: Broker, listeners: str | None = None, advertised: str | None = None) -> None:

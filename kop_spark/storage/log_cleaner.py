@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from ..errors import KopError, ManagedLedgerDeletedError, OrphanRemovedError
+from ..errors import HousekeepingStoppedError, KopError, ManagedLedgerDeletedError, OrphanRemovedError
 from ..record import BatchRecord, Record, RecordBatch, build_record_batch
 from .ledger import delete_quietly
 from .ledger_entry import Entry, EntryInfo
@@ -49,7 +50,7 @@ class LogCleaner:
     def __init__(self, log: ManagedLedger):
         self._log = log
 
-    def compact(self) -> int | None:
+    def compact(self, stop: threading.Event | None = None) -> int | None:
         """Keep only the latest record of each key (and tombstones younger than
         ``delete_retention_ms``), as Kafka's log cleaner does, without changing any offset.
 
@@ -57,14 +58,15 @@ class LogCleaner:
         keeps; the offsets in between simply hold nothing any more. The open tail is sealed (or
         fenced) first so that it is compacted too. Returns the records kept, or None when the log
         changed under the compaction (another compaction or retention won; nothing is lost).
+        ``stop`` set meanwhile raises ``HousekeepingStoppedError``, the log left as it was.
         """
         ml = self._log
         with ml.lock:
             ml.apply(ml.close_tail)
             view = ml.view()
-            return self._compact(list(view.ledgers)) if view.ledgers else 0
+            return self._compact(list(view.ledgers), stop) if view.ledgers else 0
 
-    def clean(self) -> int | None:
+    def clean(self, stop: threading.Event | None = None) -> int | None:
         """What Kafka's log cleaner does in the background: compact the ledgers no writer holds
         open once ``min_cleanable_dirty_ratio`` of their bytes came after the last compaction.
         A writer is not held up: the rewrite takes no lock, and its swap checks the ledgers are
@@ -74,25 +76,28 @@ class LogCleaner:
         dirty = sum(l.length for l in run if l.end_offset > view.cleaned_offset)
         if not dirty or dirty < self._log.config.min_cleanable_dirty_ratio * sum(l.length for l in run):
             return None
-        return self._compact(run)
+        return self._compact(run, stop)
 
-    def _compact(self, run: list[LedgerRecord]) -> int | None:
+    def _compact(self, run: list[LedgerRecord], stop: threading.Event | None) -> int | None:
         ml = self._log
         end = run[-1].end_offset
-        new, kept = self.write_ledger(run[0].base_offset, end, self._compacted_entries(run), ml.clock.now_ms())
+        log.info(
+            "%s: compacting offsets %d to %d (%d bytes)", ml.name, run[0].base_offset, end, sum(l.length for l in run)
+        )
+        new, kept = self.write_ledger(run[0].base_offset, end, self._compacted_entries(run, stop), ml.clock.now_ms())
         with ml.lock:
             return kept if self.swap(run, new, cleaned_to=end) else None
 
-    def _compacted_entries(self, run: list[LedgerRecord]) -> Iterator[NewEntry]:
+    def _compacted_entries(self, run: list[LedgerRecord], stop: threading.Event | None) -> Iterator[NewEntry]:
         """Two passes, as Kafka's cleaner: the latest offset of each key, then the survivors (so
         memory holds the keys, not the log)."""
         latest: dict[bytes, int] = {}
-        for _, _, records in self._batches(run):
+        for _, _, records in self._batches(run, stop):
             for r in records:
                 if r.key is not None:
                     latest[r.key] = r.offset
         horizon = self._log.clock.now_ms() - self._log.config.delete_retention_ms
-        for e, batch, records in self._batches(run):
+        for e, batch, records in self._batches(run, stop):
             survivors = [
                 r
                 for r in records
@@ -111,24 +116,30 @@ class LogCleaner:
                 )
                 yield rebuilt, batch.base_offset - run[0].base_offset, e.broker_timestamp, len(survivors)
 
-    def _batches(self, run: list[LedgerRecord]) -> Iterator[tuple[Entry, RecordBatch, list[BatchRecord]]]:
+    def _batches(
+        self, run: list[LedgerRecord], stop: threading.Event | None
+    ) -> Iterator[tuple[Entry, RecordBatch, list[BatchRecord]]]:
         """Each entry of the run, its batch and its records (none for a control batch)."""
-        for ledger, e in self._entries(run):
+        for ledger, e in self._entries(run, stop):
             batch = ReadEntry(ledger.base_offset + e.relative_index, e).record_batch()
             yield e, batch, [] if batch.is_control else batch.records()
 
-    def _entries(self, run: list[LedgerRecord]) -> Iterator[tuple[LedgerRecord, Entry]]:
-        """Each entry of the run with its ledger, read 8 MiB at a time."""
+    def _entries(self, run: list[LedgerRecord], stop: threading.Event | None) -> Iterator[tuple[LedgerRecord, Entry]]:
+        """Each entry of the run with its ledger, read 8 MiB at a time. ``stop`` is looked at before
+        each entry, so that a shutdown waits for one entry's work at most."""
         for ledger in run:
             reader = ledger_reader(self._log.fileio, ledger, self._log.stats)
             k, n = 0, len(reader.table())
             while k < n:
                 read = reader.read(k, 8 << 20)
                 for e in read:
+                    if stop is not None and stop.is_set():
+                        log.info("%s: rewrite stopped, the log left as it was", self._log.name)
+                        raise HousekeepingStoppedError(f"{self._log.name}: rewrite stopped")
                     yield ledger, e
                 k += len(read)
 
-    def merge_ledgers(self, target_bytes: int) -> int:
+    def merge_ledgers(self, target_bytes: int, stop: threading.Event | None = None) -> int:
         """Rewrite runs of adjacent small ledgers as one ledger per run of up to ``target_bytes``,
         without changing any offset: entries keep their batches byte for byte, only their relative
         indexes move to the new ledger's base. Ledgers of ``target_bytes / 2`` or more are left as
@@ -141,8 +152,7 @@ class LogCleaner:
                 runs.append([])
             if small:
                 runs[-1].append(ledger)
-        with self._log.lock:
-            return sum(len(run) - 1 for run in runs if len(run) > 1 and self._merge(run))
+        return sum(len(run) - 1 for run in runs if len(run) > 1 and self._merge(run, stop))
 
     def merge_in_passing(self) -> None:
         """Keep the ledger list short when many writers take turns (each turn fences the last
@@ -162,15 +172,16 @@ class LogCleaner:
                 "%s: merging %d small ledgers in passing failed (the append stands): %s", self._log.name, len(run), e
             )
 
-    def _merge(self, run: list[LedgerRecord]) -> bool:
+    def _merge(self, run: list[LedgerRecord], stop: threading.Event | None = None) -> bool:
         base = run[0].base_offset
 
         entries = (
             (e.batch, ledger.base_offset - base + e.relative_index, e.broker_timestamp, e.record_count)
-            for ledger, e in self._entries(run)
+            for ledger, e in self._entries(run, stop)
         )
         new, _ = self.write_ledger(base, run[-1].end_offset, entries, max(l.modified_ms for l in run))
-        return self.swap(run, new)
+        with self._log.lock:  # for the swap only, as a compaction's: writers are not held up meanwhile
+            return self.swap(run, new)
 
     def write_ledger(
         self, base: int, end: int, entries: Iterator[NewEntry], modified_ms: int
