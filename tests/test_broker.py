@@ -605,6 +605,38 @@ def test_the_log_cleaner_compacts_what_no_writer_holds_open_once_enough_of_it_is
     b.close()
 
 
+@pytest.mark.parametrize("operation", ["merging", "cleaning"])
+def test_background_rewrites_do_not_hold_up_a_writer_of_the_partition(root, operation):
+    """kop serve merges and compacts on threads of its own, beside the threads serving produces to
+    the same partition: a produce made while a rewrite is under way is confirmed at once, not after
+    the rewrite, and the rewrite (of ledgers the produce did not touch) still lands."""
+    import threading
+
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 0})
+    b.create_topic("t", 1, config={"cleanup.policy": "compact"} if operation == "cleaning" else {})
+    for i in range(4):
+        b.produce("t", [Record(b"v%d" % i, key=b"k")], partition=0)
+    produced, looks = [], []
+
+    class ProduceMidway(threading.Event):
+        def is_set(self) -> bool:  # looked at before the partition, then before each entry rewritten
+            looks.append(1)
+            if len(looks) == 2:
+                writer = threading.Thread(target=lambda: produced.append(b.produce("t", [Record(b"new", key=b"k2")], 0)))
+                writer.start()
+                writer.join(30)
+                assert produced, "the produce waited for the rewrite"
+            return False
+
+    if operation == "merging":
+        assert b.housekeeping.maintenance("t", stop=ProduceMidway()).ledgers_merged > 0
+    else:
+        assert b.housekeeping.clean_logs("t", ProduceMidway()).partitions_compacted == ["t-0"]
+    assert produced == [[(0, 4, 1)]]
+    assert [r.value for r in b.fetch("t", 0, 0)][-1] == b"new"
+    b.close()
+
+
 def test_wrong_types_at_the_api_name_the_argument(broker):
     with pytest.raises(TypeError, match="Record value must be bytes or None, not str"):
         Record(value="x")
