@@ -622,7 +622,9 @@ def test_background_rewrites_do_not_hold_up_a_writer_of_the_partition(root, oper
         def is_set(self) -> bool:  # looked at before the partition, then before each entry rewritten
             looks.append(1)
             if len(looks) == 2:
-                writer = threading.Thread(target=lambda: produced.append(b.produce("t", [Record(b"new", key=b"k2")], 0)))
+                writer = threading.Thread(
+                    target=lambda: produced.append(b.produce("t", [Record(b"new", key=b"k2")], 0))
+                )
                 writer.start()
                 writer.join(30)
                 assert produced, "the produce waited for the rewrite"
