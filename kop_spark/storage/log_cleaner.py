@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ..errors import HousekeepingStoppedError, KopError, ManagedLedgerDeletedError, OrphanRemovedError
-from ..record import BatchRecord, Record, RecordBatch, build_record_batch
+from ..record import Record, RecordBatch, build_record_batch
 from .ledger import delete_quietly
 from .ledger_entry import Entry, EntryInfo
 from .ledger_metadata import OPEN, LedgerRecord, LogMetadata
+from .offset_map import OffsetMap
 from .read_plan import PartitionView, ReadEntry, ledger_reader
 
 if TYPE_CHECKING:
@@ -89,40 +90,27 @@ class LogCleaner:
             return kept if self.swap(run, new, cleaned_to=end) else None
 
     def _compacted_entries(self, run: list[LedgerRecord], stop: threading.Event | None) -> Iterator[NewEntry]:
-        """Two passes, as Kafka's cleaner: the latest offset of each key, then the survivors (so
-        memory holds the keys, not the log)."""
-        latest: dict[bytes, int] = {}
-        for _, _, records in self._batches(run, stop):
-            for r in records:
-                if r.key is not None:
-                    latest[r.key] = r.offset
-        horizon = self._log.clock.now_ms() - self._log.config.delete_retention_ms
-        for e, batch, records in self._batches(run, stop):
-            survivors = [
-                r
-                for r in records
-                if r.key is not None
-                and latest[r.key] == r.offset
-                and (r.value is not None or r.timestamp_ms >= horizon)
-            ]
-            if survivors:
-                rebuilt = build_record_batch(
-                    [Record(r.value, r.key, r.timestamp_ms, r.headers) for r in survivors],
-                    compression=batch.compression,
-                    timestamp_type=batch.timestamp_type,
-                    log_append_time_ms=batch.max_timestamp,
-                    offset_deltas=[r.offset - batch.base_offset for r in survivors],
-                    last_offset_delta=batch.last_offset_delta,
-                )
-                yield rebuilt, batch.base_offset - run[0].base_offset, e.broker_timestamp, len(survivors)
-
-    def _batches(
-        self, run: list[LedgerRecord], stop: threading.Event | None
-    ) -> Iterator[tuple[Entry, RecordBatch, list[BatchRecord]]]:
-        """Each entry of the run, its batch and its records (none for a control batch)."""
+        """Two passes, as Kafka's cleaner: the offset map of the run, then the records it keeps (so
+        memory holds the keys, not the log). A batch keeping none is skipped and one keeping all is
+        copied as it is: only batches keeping some are decoded and rebuilt."""
+        base = run[0].base_offset
+        offsets = OffsetMap(self._log.clock.now_ms() - self._log.config.delete_retention_ms)
         for ledger, e in self._entries(run, stop):
-            batch = ReadEntry(ledger.base_offset + e.relative_index, e).record_batch()
-            yield e, batch, [] if batch.is_control else batch.records()
+            offsets.add(RecordBatch(e.batch), ledger.base_offset + e.relative_index)
+        offsets.seal()
+        for ledger, e in self._entries(run, stop):
+            first = ledger.base_offset + e.relative_index
+            header = RecordBatch(e.batch)
+            kept = offsets.kept(first, first + header.last_offset_delta)
+            if len(kept) == header.record_count:
+                yield e.batch, first - base, e.broker_timestamp, len(kept)
+            elif kept:
+                yield (
+                    _rebuilt(ReadEntry(first, e).record_batch(), set(kept)),
+                    first - base,
+                    e.broker_timestamp,
+                    len(kept),
+                )
 
     def _entries(self, run: list[LedgerRecord], stop: threading.Event | None) -> Iterator[tuple[LedgerRecord, Entry]]:
         """Each entry of the run with its ledger, read 8 MiB at a time. ``stop`` is looked at before
@@ -239,6 +227,19 @@ class LogCleaner:
                 raise
             return False
         return True
+
+
+def _rebuilt(batch: RecordBatch, kept: set[int]) -> bytes:
+    """``batch`` with only the records at offsets ``kept``, each at its offset."""
+    survivors = [r for r in batch.records() if r.offset in kept]
+    return build_record_batch(
+        [Record(r.value, r.key, r.timestamp_ms, r.headers) for r in survivors],
+        compression=batch.compression,
+        timestamp_type=batch.timestamp_type,
+        log_append_time_ms=batch.max_timestamp,
+        offset_deltas=[r.offset - batch.base_offset for r in survivors],
+        last_offset_delta=batch.last_offset_delta,
+    )
 
 
 def _cleanable(view: PartitionView) -> list[LedgerRecord]:
