@@ -248,3 +248,33 @@ def test_record_count_is_what_kafka_python_reads_from_concatenated_batches(batch
     for view in split_batches(data):
         read += sum(1 for _ in KBatch(bytes(view)))
     assert record_count(data) == read == sum(len(recs) for recs, _ in batches)
+
+
+@settings(max_examples=60, deadline=None)
+@given(records, codecs, st.data())
+def test_a_batch_keeping_some_records_reads_the_same_in_kafka_python(recs, codec, data):
+    """Kafka's cleaner leaves a thinned batch: the records kept, each at its offset with its
+    timestamp, key, value and headers, and the batch's span and producer as they were."""
+    base = data.draw(st.integers(0, 2**40))
+    batch = RecordBatch(
+        with_base_offset(
+            build_record_batch(recs, compression=codec, producer_id=7, producer_epoch=1, base_sequence=3), base
+        )
+    )
+    kept = data.draw(st.sets(st.sampled_from(range(base, base + len(recs))), min_size=1))
+    thinned = batch.keeping(kept)
+    expected = [r for r in batch.records() if r.offset in kept]
+    again = RecordBatch(thinned)
+    assert again.is_valid() and again.records() == expected
+    assert (again.base_offset, again.last_offset, again.producer_id, again.base_sequence) == (
+        base,
+        batch.last_offset,
+        7,
+        3,
+    )
+    assert again.max_timestamp == max(r.timestamp_ms for r in expected)
+    kb = KBatch(thinned)
+    assert kb.validate_crc()
+    assert [(m.offset, m.timestamp, m.key, m.value, list(m.headers)) for m in kb] == [
+        (r.offset, r.timestamp_ms, r.key, r.value, list(r.headers)) for r in expected
+    ]

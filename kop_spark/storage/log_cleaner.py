@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ..errors import HousekeepingStoppedError, KopError, ManagedLedgerDeletedError, OrphanRemovedError
-from ..record import Record, RecordBatch, build_record_batch
+from ..record import RecordBatch
 from .ledger import delete_quietly
 from .ledger_entry import Entry, EntryInfo
 from .ledger_metadata import OPEN, LedgerRecord, LogMetadata
@@ -105,12 +105,8 @@ class LogCleaner:
             if len(kept) == header.record_count:
                 yield e.batch, first - base, e.broker_timestamp, len(kept)
             elif kept:
-                yield (
-                    _rebuilt(ReadEntry(first, e).record_batch(), set(kept)),
-                    first - base,
-                    e.broker_timestamp,
-                    len(kept),
-                )
+                thinned = ReadEntry(first, e).record_batch().keeping(set(kept))
+                yield thinned, first - base, e.broker_timestamp, len(kept)
 
     def _entries(self, run: list[LedgerRecord], stop: threading.Event | None) -> Iterator[tuple[LedgerRecord, Entry]]:
         """Each entry of the run with its ledger, read 8 MiB at a time. ``stop`` is looked at before
@@ -227,19 +223,6 @@ class LogCleaner:
                 raise
             return False
         return True
-
-
-def _rebuilt(batch: RecordBatch, kept: set[int]) -> bytes:
-    """``batch`` with only the records at offsets ``kept``, each at its offset."""
-    survivors = [r for r in batch.records() if r.offset in kept]
-    return build_record_batch(
-        [Record(r.value, r.key, r.timestamp_ms, r.headers) for r in survivors],
-        compression=batch.compression,
-        timestamp_type=batch.timestamp_type,
-        log_append_time_ms=batch.max_timestamp,
-        offset_deltas=[r.offset - batch.base_offset for r in survivors],
-        last_offset_delta=batch.last_offset_delta,
-    )
 
 
 def _cleanable(view: PartitionView) -> list[LedgerRecord]:
