@@ -45,6 +45,7 @@ class KafkaServer:
         self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._background: list[asyncio.Future[None]] = []
+        self._housekeepers: list[asyncio.Future[None]] = []
         self._stopping = threading.Event()  # housekeeping on worker threads stops at it
         self.bound: list[Listener] = []
         self.ctx: ServerContext | None = None
@@ -80,8 +81,8 @@ class KafkaServer:
             asyncio.ensure_future(authorization.run(lambda: ctx.call(self.broker.acls.bindings))),
             # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms
             _every(TRANSACTION_CHECK_S, lambda: ctx.call(ctx.transactions.expire), "abort timed-out transactions"),
-            *self._housekeeping(),
         ]
+        self._housekeepers = self._housekeeping()
         for listener in self.bound:
             log.info("kop serve: listening on %s (root %s)", listener, self.broker.root)
 
@@ -145,7 +146,9 @@ class KafkaServer:
 
     async def stop(self) -> None:
         """Stop listening, answer what is in flight, close every connection."""
-        self._stopping.set()
+        self._stopping.set()  # housekeeping under way gives up (its futures, cancelled, drop the news)
+        for job in self._housekeepers:
+            job.cancel()
         for server in self._servers:
             server.close()
         if self._metrics is not None:
@@ -164,7 +167,7 @@ class KafkaServer:
         if self.ctx is not None:
             for job in self._background:
                 job.cancel()
-            await asyncio.gather(*self._background, return_exceptions=True)
+            await asyncio.gather(*self._background, *self._housekeepers, return_exceptions=True)
             await self.ctx.publisher.withdraw()
             self.ctx.close()
         log.info("kop serve: stopped")

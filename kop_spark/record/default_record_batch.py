@@ -239,6 +239,8 @@ class RecordBatch:
             pos = body + length
         if pos != len(payload):
             raise CorruptRecordError(f"record batch at base offset {self.base_offset} does not end with its records")
+        if not count:
+            raise ValueError(f"none of the offsets to keep is in the batch at base offset {self.base_offset}")
         log_append = self.attributes & TIMESTAMP_TYPE_MASK
         return seal_record_batch(
             kept,
