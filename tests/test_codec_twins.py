@@ -24,6 +24,7 @@ from kop_spark.record.arrow import (
     first_at_or_after,
     key_partitions,
 )
+from kop_spark.record.default_record_batch import seal_record_batch, with_base_offset
 from kop_spark.storage import ledger_entry
 
 from .conftest import PYTHON, python_subprocess_env
@@ -579,3 +580,54 @@ def test_no_extensions_switch_selects_the_reference():
         check=True,
     ).stdout
     assert out.split() == ["kop_spark.record._pyrecords", "verify_entries_reference"]
+
+
+def keep_both(batch: bytes, kept: list[int]):
+    """What each twin's keep_records makes of a batch's records section: its result, or the name of
+    the error it raised."""
+    b = RecordBatch(batch)
+    out = []
+    for codec in (reference, compiled):
+        try:
+            out.append(
+                codec.keep_records(memoryview(batch)[61:], b.record_count, 7, b.base_timestamp, array("q", kept))
+            )
+        except CorruptRecordError as e:
+            out.append(type(e).__name__)
+    return out
+
+
+@needs_compiled
+@settings(max_examples=200, deadline=None)
+@given(recs=records, data=st.data())
+def test_compactions_keep_the_same_records(recs, data):
+    """Both twins keep the same records' bytes, count and largest timestamp, for any offsets kept
+    (sorted, some outside the batch), and what they keep is each kept record's bytes as they were."""
+    kept = sorted(data.draw(st.sets(st.integers(0, 40))))
+    batch = build_record_batch(recs)
+    ours, theirs = keep_both(batch, kept)
+    assert ours == theirs
+    section, count, max_ts = ours
+    original = RecordBatch(with_base_offset(batch, 7))
+    expected = [r for r in original.records() if r.offset in kept]
+    assert (count, max_ts) == (len(expected), max((r.timestamp_ms for r in expected), default=-1))
+    resealed = seal_record_batch(section, count, original.base_timestamp, max_ts, base_offset=7)
+    assert (RecordBatch(resealed).records() if count else []) == expected
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    recs=records,
+    flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1, max_size=3),
+    cut=st.integers(-8, 8),
+    kept=st.sets(st.integers(0, 40)),
+)
+def test_compactions_agree_on_corrupt_bytes(recs, flips, cut, kept):
+    batch = bytearray(build_record_batch(recs))
+    for at, xor in flips:
+        batch[61 + at % (len(batch) - 61)] ^= xor
+    batch = batch[: max(61, len(batch) - cut)] if cut > 0 else batch + bytes(-cut)
+    batch[8:12] = (len(batch) - 12).to_bytes(4, "big")
+    ours, theirs = keep_both(bytes(batch), sorted(kept))
+    assert ours == theirs

@@ -1,6 +1,7 @@
 /*
  * The compiled twin of kop_spark.record's hot loops: records of a v2 batch checked, or to Arrow column buffers,
- * Arrow column buffers to records, and Kafka's murmur2 partitioner over a column of keys.
+ * or thinned to those compaction keeps, Arrow column buffers to records, and Kafka's murmur2 partitioner over a
+ * column of keys.
  *
  * Optional: kop_spark/record/_codec.py falls back to the pure-Python reference implementations
  * when this module is not built, and the tests check both give identical results. Nothing here
@@ -561,6 +562,76 @@ check_records(PyObject *self, PyObject *args)
         return NULL;
     long long top = max_ts_delta == INT64_MIN ? -1 : base_ts + max_ts_delta;
     return Py_BuildValue("(NLn)", PyBool_FromLong(in_order), top, keyless);
+}
+
+/* ---- thin (what compaction keeps of a batch) ---- */
+
+static int
+offset_in(const int64_t *sorted, Py_ssize_t n, int64_t offset)
+{
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (sorted[mid] < offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && sorted[lo] == offset;
+}
+
+PyDoc_STRVAR(keep_records_doc,
+"keep_records(payload, count, base_offset, base_ts, kept) -> (records, kept_count, max_timestamp)\n\n"
+"The records of an uncompressed records section whose offsets are in kept (sorted int64s), their\n"
+"bytes as they are; the largest of their timestamps (-1 if none). Each record's length, timestamp\n"
+"and offset deltas are checked to lie inside the section and the record.");
+
+static PyObject *
+keep_records(PyObject *self, PyObject *args)
+{
+    Py_buffer payload, kept;
+    Py_ssize_t count;
+    long long base_offset, base_ts;
+    if (!PyArg_ParseTuple(args, "y*nLLy*", &payload, &count, &base_offset, &base_ts, &kept))
+        return NULL;
+    const uint8_t *buf = payload.buf;
+    const int64_t *wanted = kept.buf;
+    Py_ssize_t size = payload.len, n_wanted = kept.len / 8, pos = 0, written = 0, n = 0;
+    int64_t max_ts = -1;
+    int failed = 0;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size); /* what is kept is at most all of it */
+    uint8_t *o = out == NULL ? NULL : (uint8_t *)PyBytes_AS_STRING(out);
+    failed = out == NULL;
+    for (Py_ssize_t i = 0; i < count && !failed; i++) {
+        Py_ssize_t start = pos, record_end = 0;
+        int64_t ts_delta = 0, offset_delta = 0;
+        failed = -1;
+        if (read_record_start(buf, size, &pos, &record_end, base_offset) < 0 ||
+            varint_or_raise(buf, record_end, &pos, &ts_delta, base_offset) < 0 ||
+            varint_or_raise(buf, record_end, &pos, &offset_delta, base_offset) < 0)
+            break;
+        if (offset_in(wanted, n_wanted, base_offset + offset_delta)) {
+            memcpy(o + written, buf + start, record_end - start);
+            written += record_end - start;
+            n++;
+            if (base_ts + ts_delta > max_ts)
+                max_ts = base_ts + ts_delta;
+        }
+        pos = record_end;
+        failed = 0;
+    }
+    if (!failed && pos != size)
+        failed = corrupt("record batch at offset %lld has %lld bytes after its %lld records", base_offset,
+                         (long long)(size - pos), (long long)count);
+    PyBuffer_Release(&payload);
+    PyBuffer_Release(&kept);
+    if (failed) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    if (_PyBytes_Resize(&out, written) < 0)
+        return NULL;
+    return Py_BuildValue("(NnL)", out, n, (long long)max_ts);
 }
 
 /* ---- Arrow columns in ---- */
@@ -1165,6 +1236,7 @@ static PyMethodDef methods[] = {
     {"decode_batches", decode_batches, METH_VARARGS, decode_batches_doc},
     {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
     {"encode_records", encode_records, METH_VARARGS, encode_records_doc},
+    {"keep_records", keep_records, METH_VARARGS, keep_records_doc},
     {"key_partitions", key_partitions, METH_VARARGS, key_partitions_doc},
     {"reserve_columns", reserve_columns, METH_VARARGS, reserve_columns_doc},
     {NULL, NULL, 0, NULL},

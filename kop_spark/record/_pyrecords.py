@@ -7,6 +7,7 @@ so a change to one is a change to both.
 
 from __future__ import annotations
 
+import bisect
 import struct
 from collections.abc import Iterator
 
@@ -190,6 +191,37 @@ def check_records(payload: Buffer, count: int, base_offset: int, base_ts: int) -
             f"record batch at offset {base_offset} has {len(buf) - pos} bytes after its {count} records"
         )
     return in_order, -1 if max_delta is None else base_ts + max_delta, keyless
+
+
+def keep_records(payload: Buffer, count: int, base_offset: int, base_ts: int, kept: Buffer) -> tuple[bytes, int, int]:
+    """The records of an uncompressed records section whose offsets are in ``kept`` (sorted int64s),
+    their bytes as they are: ``(their records section, how many, their max timestamp or -1)``. Each
+    record's length, timestamp and offset deltas are checked to lie inside the section and the record."""
+    buf, wanted = memoryview(payload), memoryview(kept).cast("B").cast("q")
+    out, n, max_ts, pos = bytearray(), 0, -1, 0
+    try:
+        for _ in range(count):
+            start = pos
+            length, pos = read_varint(buf, pos)
+            record_end = pos + length
+            if length < 0 or record_end > len(buf):
+                raise CorruptRecordError(f"record of {length} bytes overruns its batch at offset {base_offset}")
+            record = buf[:record_end]
+            ts_delta, pos = read_varint(record, pos + 1)  # after the attributes byte
+            offset_delta, pos = read_varint(record, pos)
+            at = bisect.bisect_left(wanted, base_offset + offset_delta)
+            if at < len(wanted) and wanted[at] == base_offset + offset_delta:
+                out += buf[start:record_end]
+                n += 1
+                max_ts = max(max_ts, base_ts + ts_delta)
+            pos = record_end
+    except IndexError:
+        raise CorruptRecordError(f"record batch at offset {base_offset} ends inside a record") from None
+    if pos != len(buf):
+        raise CorruptRecordError(
+            f"record batch at offset {base_offset} has {len(buf) - pos} bytes after its {count} records"
+        )
+    return bytes(out), n, max_ts
 
 
 def _headers(record: memoryview, pos: int, offset: int) -> Iterator[tuple[int, int, int, int]]:
@@ -396,4 +428,12 @@ def reserve_columns(columns: tuple[bytearray, ...], sizes: tuple[int, ...]) -> N
         raise ValueError("a size for each column")
 
 
-__all__ = ["check_records", "decode_batches", "decode_records", "encode_records", "key_partitions", "reserve_columns"]
+__all__ = [
+    "check_records",
+    "decode_batches",
+    "decode_records",
+    "encode_records",
+    "keep_records",
+    "key_partitions",
+    "reserve_columns",
+]

@@ -17,7 +17,7 @@ Compression (attribute bits 0-2) applies to the records section only.
 from __future__ import annotations
 
 import struct
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import crc32c
 
@@ -219,44 +219,6 @@ class RecordBatch:
                 f"record batch at base offset {base_offset} has {len(payload) - pos} bytes after its {self.record_count} records"
             )
         return out
-
-    def keeping(self, offsets: Container[int]) -> bytes:
-        """The batch with only its records at ``offsets`` (absolute), as Kafka's cleaner leaves a
-        batch: they keep their offsets and their bytes, and the batch its span, producer and
-        timestamps (the maximum of those kept, unless the log appended it)."""
-        payload: Buffer = memoryview(self.buffer)[HEADER_SIZE:]
-        if self.attributes & COMPRESSION_MASK:
-            payload = decompress(self.attributes & COMPRESSION_MASK, bytes(payload))
-        kept, count, max_ts, pos = bytearray(), 0, NO_TIMESTAMP, 0
-        for _ in range(self.record_count):
-            length, body = read_varint(payload, pos)
-            ts_delta, at = read_varint(payload, body + 1)  # after the record's attributes
-            offset_delta, _ = read_varint(payload, at)
-            if self.base_offset + offset_delta in offsets:
-                kept += payload[pos : body + length]
-                count += 1
-                max_ts = max(max_ts, self.base_timestamp + ts_delta)
-            pos = body + length
-        if pos != len(payload):
-            raise CorruptRecordError(f"record batch at base offset {self.base_offset} does not end with its records")
-        if not count:
-            raise ValueError(f"none of the offsets to keep is in the batch at base offset {self.base_offset}")
-        log_append = self.attributes & TIMESTAMP_TYPE_MASK
-        return seal_record_batch(
-            kept,
-            count,
-            self.base_timestamp,
-            self.max_timestamp if log_append else max_ts,
-            compression=self.compression,
-            base_offset=self.base_offset,
-            partition_leader_epoch=self.partition_leader_epoch,
-            producer_id=self.producer_id,
-            producer_epoch=self.producer_epoch,
-            base_sequence=self.base_sequence,
-            is_transactional=self.is_transactional,
-            timestamp_type=self.timestamp_type,
-            last_offset_delta=self.last_offset_delta,
-        )
 
     def __repr__(self) -> str:
         return (

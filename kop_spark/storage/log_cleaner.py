@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import HousekeepingStoppedError, KopError, ManagedLedgerDeletedError, OrphanRemovedError
 from ..record import RecordBatch
+from ..record.compacted_batch import thinned
 from .ledger import delete_quietly
 from .ledger_entry import Entry, EntryInfo
 from .ledger_metadata import OPEN, LedgerRecord, LogMetadata
@@ -105,8 +106,7 @@ class LogCleaner:
             if len(kept) == header.record_count:
                 yield e.batch, first - base, e.broker_timestamp, len(kept)
             elif kept:
-                thinned = ReadEntry(first, e).record_batch().keeping(set(kept))
-                yield thinned, first - base, e.broker_timestamp, len(kept)
+                yield thinned(ReadEntry(first, e).record_batch(), kept), first - base, e.broker_timestamp, len(kept)
 
     def _entries(self, run: list[LedgerRecord], stop: threading.Event | None) -> Iterator[tuple[LedgerRecord, Entry]]:
         """Each entry of the run with its ledger, read 8 MiB at a time. ``stop`` is looked at before

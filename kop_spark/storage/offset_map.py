@@ -11,7 +11,6 @@ and each key is grouped a couple of times at most.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,7 +34,7 @@ class OffsetMap:
         self._latest: pa.Table | None = None  # key, offset, expired: each key's latest record
         self._pending: list[pa.Table] = []  # keys not yet folded in, in offset order
         self._pending_rows = 0
-        self._kept: Sequence[int] = ()
+        self._kept = memoryview(b"").cast("q")
 
     def add(self, batch: RecordBatch, base_offset: int) -> None:
         """Add a batch's records (its first at ``base_offset``); each batch after those before it."""
@@ -79,7 +78,7 @@ class OffsetMap:
             self._kept = memoryview(data).cast("q")[: len(kept)]
         return len(self._kept)
 
-    def kept(self, first: int, last: int) -> Sequence[int]:
-        """The offsets in ``[first, last]`` kept, in order."""
+    def kept(self, first: int, last: int) -> memoryview:
+        """The offsets in ``[first, last]`` kept, in order (int64s)."""
         lo = bisect.bisect_left(self._kept, first)
         return self._kept[lo : bisect.bisect_right(self._kept, last, lo)]
