@@ -72,6 +72,13 @@ class KopServer:
             if text in line:
                 return line
 
+    def whole_log(self, timeout: float = 60) -> str:
+        """The log, once the server has exited and the last of it is read."""
+        deadline = time.monotonic() + timeout
+        while self._lines.get(timeout=max(0.0, deadline - time.monotonic())) is not None:
+            pass
+        return "".join(self.log)
+
     def stop(self, timeout: float = 60) -> int:
         """SIGTERM, as a service manager stops it; returns its exit code."""
         assert self.proc is not None

@@ -13,6 +13,7 @@ from kop_spark.clock import ManualClock
 from kop_spark.errors import (
     ConfigError,
     CorruptRecordError,
+    FileMissingError,
     InvalidPartitionsError,
     InvalidRecordError,
     InvalidTopicError,
@@ -637,6 +638,61 @@ def test_background_rewrites_do_not_hold_up_a_writer_of_the_partition(root, oper
     assert produced == [[(0, 4, 1)]]
     assert [r.value for r in b.fetch("t", 0, 0)][-1] == b"new"
     b.close()
+
+
+@pytest.mark.parametrize("operation", ["merging", "cleaning"])
+def test_a_rewrite_whose_ledgers_another_process_replaced_and_deleted_gives_way(root, operation):
+    """Another process merges the ledgers a rewrite is reading, and deletes their files (no
+    file.delete.delay.ms): the rewrite finds a file gone, sees the log no longer holds what it read,
+    and gives way, as when its swap finds the ledgers changed; nothing is lost or reported."""
+    import threading
+
+    conf = {"managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 0}
+    b = Broker(root, conf=conf)
+    config = {"file.delete.delay.ms": 0, **({"cleanup.policy": "compact"} if operation == "cleaning" else {})}
+    b.create_topic("t", 1, config=config)
+    for i in range(6):
+        b.produce("t", [Record(b"v%d" % i, key=b"k%d" % i)], partition=0)
+    b.close()  # every ledger sealed
+    other, looks = Broker(root, conf=conf), []
+
+    class OtherMergesMidway(threading.Event):
+        def is_set(self) -> bool:  # looked at before the partition, then before each entry rewritten
+            looks.append(1)
+            if len(looks) == 3:
+                assert other.managed_ledger("t", 0).cleaner.merge_ledgers(1 << 20) == 5
+                other.enforce_retention("t")  # which deletes the trashed files past their delay
+            return False
+
+    keeper = Broker(root, conf=conf).housekeeping
+    if operation == "merging":
+        report = keeper.maintenance("t", target_ledger_bytes=1 << 20, orphan_grace_ms=0, stop=OtherMergesMidway())
+        assert report.ledgers_merged == 0
+    else:
+        report = keeper.clean_logs("t", OtherMergesMidway())
+        assert report.partitions_compacted == []
+    assert report.errors == [] and len(looks) >= 3  # the merge came mid-rewrite
+    fresh = Broker(root)
+    assert fresh.verify() == {}
+    assert [(r.offset, r.value) for r in fresh.fetch("t", 0, 0)] == [(i, b"v%d" % i) for i in range(6)]
+    assert len(fresh.view("t", 0).ledgers) == 1
+
+
+@pytest.mark.parametrize("operation", ["merging", "cleaning"])
+def test_a_rewrite_that_finds_a_ledger_of_the_log_missing_reports_the_damage(root, operation):
+    """Not a race this time: the log still holds the ledger whose file is gone, so the rewrite says
+    so, naming the file, rather than give way and try again at every pass."""
+    conf = {"managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 0}
+    with Broker(root, conf=conf) as b:
+        b.create_topic("t", 1, config={"cleanup.policy": "compact"} if operation == "cleaning" else {})
+        for i in range(4):
+            b.produce("t", [Record(b"v%d" % i, key=b"k%d" % i)], partition=0)
+    b = Broker(root, conf=conf)
+    lost = b.view("t", 0).ledgers[1].file
+    os.remove(b.fileio.full_path(lost))
+    report = b.maintenance("t", target_ledger_bytes=1 << 20) if operation == "merging" else b.clean_logs("t")
+    ((where, error),) = report.errors
+    assert where == "t-0" and isinstance(error, FileMissingError) and lost in str(error)
 
 
 def test_wrong_types_at_the_api_name_the_argument(broker):

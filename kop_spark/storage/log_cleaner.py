@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from ..errors import HousekeepingStoppedError, KopError, ManagedLedgerDeletedError, OrphanRemovedError
+from ..errors import FileMissingError, HousekeepingStoppedError, KopError, ManagedLedgerDeletedError, OrphanRemovedError
 from ..record import RecordBatch
 from ..record.compacted_batch import thinned
 from .ledger import delete_quietly
@@ -86,14 +86,21 @@ class LogCleaner:
         log.info(
             "%s: compacting offsets %d to %d (%d bytes)", ml.name, run[0].base_offset, end, sum(l.length for l in run)
         )
-        new, kept = self.write_ledger(run[0].base_offset, end, self._compacted_entries(run, stop), ml.clock.now_ms())
+        try:
+            new, kept = self.write_ledger(
+                run[0].base_offset, end, self._compacted_entries(run, stop), ml.clock.now_ms()
+            )
+        except FileMissingError:
+            if _holds(self._log.view().ledgers, run):
+                raise  # damage, not a race
+            return None  # retention or another cleaner replaced the run, and its files went
         with ml.lock:
             return kept if self.swap(run, new, cleaned_to=end) else None
 
     def _compacted_entries(self, run: list[LedgerRecord], stop: threading.Event | None) -> Iterator[NewEntry]:
         """Two passes, as Kafka's cleaner: the offset map of the run, then the records it keeps (so
-        memory holds the keys, not the log). A batch keeping none is skipped and one keeping all is
-        copied as it is: only batches keeping some are decoded and rebuilt."""
+        memory holds the keys, not the log). A batch keeping none is skipped, one keeping all is
+        copied as it is, and one keeping some is thinned to those, their bytes as they were."""
         base = run[0].base_offset
         offsets = OffsetMap(self._log.clock.now_ms() - self._log.config.delete_retention_ms)
         for ledger, e in self._entries(run, stop):
@@ -163,7 +170,12 @@ class LogCleaner:
             (e.batch, ledger.base_offset - base + e.relative_index, e.broker_timestamp, e.record_count)
             for ledger, e in self._entries(run, stop)
         )
-        new, _ = self.write_ledger(base, run[-1].end_offset, entries, max(l.modified_ms for l in run))
+        try:
+            new, _ = self.write_ledger(base, run[-1].end_offset, entries, max(l.modified_ms for l in run))
+        except FileMissingError:
+            if _holds(self._log.view().ledgers, run):
+                raise
+            return False  # as a compaction's: the run was replaced meanwhile
         with self._log.lock:  # for the swap only, as a compaction's: writers are not held up meanwhile
             return self.swap(run, new)
 
@@ -202,14 +214,12 @@ class LogCleaner:
         to the trash. False (and ``new`` deleted) when retention, another cleaner or a fenced
         writer's seal got there first, or ``new`` was condemned as an orphan. ``cleaned_to``: where
         the compaction that made ``new`` reached."""
-        replaced = [l.key() for l in run]
         delay = self._log.config.file_delete_delay_ms
 
         def change(meta: LogMetadata, now: int) -> LogMetadata:
-            at = meta.find(run[0].id)
-            current = meta.ledgers[at : at + len(run)] if at >= 0 else []
-            if [l.key() for l in current] != replaced:
+            if not _holds(meta.ledgers, run):
                 raise _Stale()
+            at = meta.find(run[0].id)
             meta.replace_run(at, len(run), new, now + delay)
             meta.cleaned_offset = max(meta.cleaned_offset, cleaned_to)
             return meta
@@ -223,6 +233,12 @@ class LogCleaner:
                 raise
             return False
         return True
+
+
+def _holds(ledgers: Sequence[LedgerRecord], run: list[LedgerRecord]) -> bool:
+    """Whether ``ledgers`` still hold ``run`` as it was read, in a row."""
+    at = next((i for i, l in enumerate(ledgers) if l.id == run[0].id), -1)
+    return at >= 0 and [l.key() for l in ledgers[at : at + len(run)]] == [l.key() for l in run]
 
 
 def _cleanable(view: PartitionView) -> list[LedgerRecord]:

@@ -2,10 +2,9 @@
 compaction keeps, the latest of each key, less tombstones past ``delete.retention.ms``.
 
 The compiled codec decodes the batches into Arrow columns and Arrow groups them by key, so no
-Python object is made per record: a first pass over a log costs about what a Spark read of it
-does. Decoded records are cut to their keys every 32 MiB; the keys are folded into the map once
-there are as many as the map holds, so memory holds about twice the distinct keys (never values),
-and each key is grouped a couple of times at most.
+Python object is made per record. Decoded records are cut to their keys every 32 MiB; the keys are
+folded into the map once there are as many as the map holds, so memory holds about twice the
+distinct keys (never values), and each key is grouped a couple of times at most.
 """
 
 from __future__ import annotations
