@@ -164,13 +164,8 @@ def check_records(payload: Buffer, count: int, base_offset: int, base_ts: int) -
     pos, in_order, keyless, max_delta = 0, True, 0, None
     try:
         for i in range(count):
-            length, pos = read_varint(buf, pos)
-            record_end = pos + length
-            if length < 0 or record_end > len(buf):
-                raise CorruptRecordError(f"record of {length} bytes overruns its batch at offset {base_offset}")
+            record_end, ts_delta, offset_delta, pos = _record_head(buf, pos, base_offset)
             record = buf[:record_end]
-            ts_delta, pos = read_varint(record, pos + 1)  # after the attributes byte
-            offset_delta, pos = read_varint(record, pos)
             offset = base_offset + offset_delta
             key_length, pos = read_varint(record, pos)
             pos += max(key_length, 0)
@@ -201,17 +196,10 @@ def keep_records(payload: Buffer, count: int, base_offset: int, base_ts: int, ke
     out, n, max_ts, pos = bytearray(), 0, -1, 0
     try:
         for _ in range(count):
-            start = pos
-            length, pos = read_varint(buf, pos)
-            record_end = pos + length
-            if length < 0 or record_end > len(buf):
-                raise CorruptRecordError(f"record of {length} bytes overruns its batch at offset {base_offset}")
-            record = buf[:record_end]
-            ts_delta, pos = read_varint(record, pos + 1)  # after the attributes byte
-            offset_delta, pos = read_varint(record, pos)
+            record_end, ts_delta, offset_delta, _ = _record_head(buf, pos, base_offset)
             at = bisect.bisect_left(wanted, base_offset + offset_delta)
             if at < len(wanted) and wanted[at] == base_offset + offset_delta:
-                out += buf[start:record_end]
+                out += buf[pos:record_end]
                 n += 1
                 max_ts = max(max_ts, base_ts + ts_delta)
             pos = record_end
@@ -222,6 +210,18 @@ def keep_records(payload: Buffer, count: int, base_offset: int, base_ts: int, ke
             f"record batch at offset {base_offset} has {len(buf) - pos} bytes after its {count} records"
         )
     return bytes(out), n, max_ts
+
+
+def _record_head(buf: memoryview, pos: int, base_offset: int) -> tuple[int, int, int, int]:
+    """The record at ``pos``: where it ends, its timestamp and offset deltas, and where its key is."""
+    length, pos = read_varint(buf, pos)
+    record_end = pos + length
+    if length < 0 or record_end > len(buf):
+        raise CorruptRecordError(f"record of {length} bytes overruns its batch at offset {base_offset}")
+    record = buf[:record_end]
+    ts_delta, pos = read_varint(record, pos + 1)  # after the attributes byte
+    offset_delta, pos = read_varint(record, pos)
+    return record_end, ts_delta, offset_delta, pos
 
 
 def _headers(record: memoryview, pos: int, offset: int) -> Iterator[tuple[int, int, int, int]]:
