@@ -80,3 +80,10 @@ def test_the_offset_map_folds_chunks_in_offset_order():
     assert offsets.seal() == len(expected)
     assert list(offsets.kept(0, n)) == expected
     assert list(offsets.kept(expected[5], expected[9])) == expected[5:10]
+
+
+def test_an_offset_map_given_no_records_keeps_none():
+    """A run whose entries hold no record (none added to the map) keeps nothing, and says so."""
+    offsets = OffsetMap(NOW)
+    assert offsets.seal() == 0
+    assert len(offsets.kept(0, 1 << 62)) == 0

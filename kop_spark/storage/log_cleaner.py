@@ -86,16 +86,7 @@ class LogCleaner:
         log.info(
             "%s: compacting offsets %d to %d (%d bytes)", ml.name, run[0].base_offset, end, sum(l.length for l in run)
         )
-        try:
-            new, kept = self.write_ledger(
-                run[0].base_offset, end, self._compacted_entries(run, stop), ml.clock.now_ms()
-            )
-        except FileMissingError:
-            if _holds(self._log.view().ledgers, run):
-                raise  # damage, not a race
-            return None  # retention or another cleaner replaced the run, and its files went
-        with ml.lock:
-            return kept if self.swap(run, new, cleaned_to=end) else None
+        return self._replace(run, self._compacted_entries(run, stop), ml.clock.now_ms(), cleaned_to=end)
 
     def _compacted_entries(self, run: list[LedgerRecord], stop: threading.Event | None) -> Iterator[NewEntry]:
         """Two passes, as Kafka's cleaner: the offset map of the run, then the records it keeps (so
@@ -170,14 +161,23 @@ class LogCleaner:
             (e.batch, ledger.base_offset - base + e.relative_index, e.broker_timestamp, e.record_count)
             for ledger, e in self._entries(run, stop)
         )
+        return self._replace(run, entries, max(l.modified_ms for l in run)) is not None
+
+    def _replace(
+        self, run: list[LedgerRecord], entries: Iterator[NewEntry], modified_ms: int, cleaned_to: int = 0
+    ) -> int | None:
+        """Write ``entries`` as the ledger that replaces ``run`` and swap it in: the records kept,
+        or None when retention or another cleaner replaced the run first (and the files it was
+        reading may have gone with it). The partition's lock is held for the swap only, so writers
+        are not held up meanwhile."""
         try:
-            new, _ = self.write_ledger(base, run[-1].end_offset, entries, max(l.modified_ms for l in run))
+            new, kept = self.write_ledger(run[0].base_offset, run[-1].end_offset, entries, modified_ms)
         except FileMissingError:
             if _holds(self._log.view().ledgers, run):
-                raise
-            return False  # as a compaction's: the run was replaced meanwhile
-        with self._log.lock:  # for the swap only, as a compaction's: writers are not held up meanwhile
-            return self.swap(run, new)
+                raise  # damage, not a race
+            return None
+        with self._log.lock:
+            return kept if self.swap(run, new, cleaned_to) else None
 
     def write_ledger(
         self, base: int, end: int, entries: Iterator[NewEntry], modified_ms: int

@@ -60,7 +60,10 @@ class OffsetMap:
     def _fold(self) -> None:
         if len(self._builder):
             self._cut()
-        both = pa.concat_tables(([self._latest] if self._latest is not None else []) + self._pending)
+        tables = ([self._latest] if self._latest is not None else []) + self._pending
+        if not tables:
+            return  # nothing added yet
+        both = pa.concat_tables(tables)
         # In input order (no threads), so "last" is the latest: the map's rows come before the new ones.
         latest = both.group_by("key", use_threads=False).aggregate([("offset", "last"), ("expired", "last")])
         self._latest = latest.rename_columns(["key", "offset", "expired"])
@@ -69,7 +72,8 @@ class OffsetMap:
     def seal(self) -> int:
         """Done adding: returns how many records are kept."""
         self._fold()
-        assert self._latest is not None
+        if self._latest is None:
+            return 0  # no record to keep
         kept = self._latest.filter(pc.invert(self._latest.column("expired"))).column("offset")
         self._latest = None
         if len(kept):  # sorted, as an int64 buffer that bisect searches with no Python object per offset
