@@ -212,6 +212,13 @@ _SETTINGS = [
         "How long kop serve's log cleaner waits between its passes over the compacted topics",
     ),
     Setting(
+        "log.cleaner.dedupe.buffer.size",
+        134217728,
+        _int_at_least(1),
+        "About the most memory, in bytes, a compaction's map of keys takes (for each partition compacted at a "
+        "time); a partition with more distinct new keys is compacted in several passes",
+    ),
+    Setting(
         "maintenanceIntervalSeconds",
         3600,
         _int_at_least(0),
@@ -223,7 +230,8 @@ _SETTINGS = [
         "maintenanceTargetLedgerMbytes",
         64,
         _int_at_least(1),
-        "Maintenance merges runs of small ledgers into ledgers of up to this many MiB",
+        "Maintenance merges runs of small ledgers into ledgers of up to this many MiB; compaction writes "
+        "ledgers of about this size",
     ),
     Setting(
         "maintenanceOrphanGraceMinutes",

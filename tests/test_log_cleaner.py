@@ -3,15 +3,23 @@ tombstones young and old, several compactions between appends), exactly the late
 key is left, less tombstones past ``delete.retention.ms``, each at its offset with its timestamp
 and headers, and every other offset reads as empty."""
 
+import logging
+import subprocess
+import sys
 import time
+import uuid
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kop_spark import Broker, Record
 from kop_spark.clock import ManualClock
 from kop_spark.record import CompressionType, RecordBatch, build_record_batch
+from kop_spark.storage.ledger_metadata import OPEN
 from kop_spark.storage.offset_map import OffsetMap
+
+from . import servers
 
 NOW = int(time.time() * 1000)
 DELETE_RETENTION_MS = 60_000
@@ -36,12 +44,16 @@ def _row(offset: int, r: Record) -> tuple[object, ...]:
     return offset, r.key, r.value, r.timestamp_ms, tuple(r.headers)
 
 
+@pytest.mark.parametrize("dedupe_buffer", [None, 1], ids=["map-holds-all", "a-pass-a-batch"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=_history)
-def test_compaction_keeps_what_kafkas_cleaner_keeps(tmp_path_factory, history):
-    b = Broker(
-        str(tmp_path_factory.mktemp("store")), conf={"managedLedgerMaxEntriesPerLedger": 3}, clock=ManualClock(NOW)
-    )
+def test_compaction_keeps_what_kafkas_cleaner_keeps(tmp_path_factory, dedupe_buffer, history):
+    """Also with an offset map that is full after one batch: a compaction then takes a pass per
+    batch, each mapping the next batch and looking up the records compacted by the passes before."""
+    conf: dict[str, object] = {"managedLedgerMaxEntriesPerLedger": 3}
+    if dedupe_buffer is not None:
+        conf["log.cleaner.dedupe.buffer.size"] = dedupe_buffer
+    b = Broker(str(tmp_path_factory.mktemp("store")), conf=conf, clock=ManualClock(NOW))
     b.create_topic("c", 1, config={"cleanup.policy": "compact", "delete.retention.ms": DELETE_RETENTION_MS})
     written: list[tuple[int, Record]] = []
     for appends in history:
@@ -87,3 +99,146 @@ def test_an_offset_map_given_no_records_keeps_none():
     offsets = OffsetMap(NOW)
     assert offsets.seal() == 0
     assert len(offsets.kept(0, 1 << 62)) == 0
+
+
+def _batch_of(keys: range, value: bytes = b"v") -> bytes:
+    return build_record_batch([Record(value, key=b"k%d" % k, timestamp_ms=NOW) for k in keys])
+
+
+_PEAK = """
+import os, sys
+import pyarrow as pa
+from kop_spark import Broker
+b = Broker(sys.argv[1], conf={"log.cleaner.dedupe.buffer.size": int(sys.argv[2])})
+before = pa.default_memory_pool().max_memory()
+b.compact("c")
+print(before, pa.default_memory_pool().max_memory(), flush=True)
+os._exit(0)
+"""
+
+
+def _compaction_peak(root: str, budget: int) -> int:
+    """The most Arrow memory compacting 150,000 distinct keys of 400 bytes (60 MB of keys) took,
+    with ``log.cleaner.dedupe.buffer.size`` = ``budget``, in a process of its own."""
+    with Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 50}) as b:
+        b.create_topic("c", 1, config={"cleanup.policy": "compact"})
+        for first in range(0, 150_000, 1000):
+            records = [Record(b"v", key=b"%0400d" % k, timestamp_ms=NOW) for k in range(first, first + 1000)]
+            b.produce_batches("c", 0, [build_record_batch(records)])
+    out = subprocess.run([sys.executable, "-c", _PEAK, root, str(budget)], capture_output=True, text=True, check=True)
+    before, peak = map(int, out.stdout.split())
+    assert before < budget // 8, "the process used Arrow memory before it compacted"
+    b, kept, at = Broker(root), 0, 0
+    while got := b.fetch("c", 0, at, max_records=1 << 20):
+        kept, at = kept + len(got), got[-1].offset + 1
+    assert kept == 150_000, "each key kept"
+    return peak
+
+
+def test_a_compaction_takes_about_the_memory_its_budget_allows(tmp_path):
+    """More keys than a budget of 16 MiB holds: the compaction takes passes rather than memory,
+    within about the budget; with a budget that holds every key it takes several times that."""
+    small = 16 << 20
+    assert _compaction_peak(str(tmp_path / "small"), small) <= small * 3 // 2
+    assert _compaction_peak(str(tmp_path / "large"), 1 << 30) > small * 3
+
+
+def test_records_before_the_map_are_kept_unless_the_map_supersedes_them():
+    """``ask`` and ``answer``: a record compacted by an earlier pass stays unless the map holds a
+    later one of its key; a tombstone past the horizon goes either way."""
+    offsets = OffsetMap(NOW - DELETE_RETENTION_MS)
+    offsets.add(RecordBatch(_batch_of(range(4))), 10)  # k0-k3 at 10-13
+    offsets.seal()
+    old_tombstone = Record(None, key=b"k9", timestamp_ms=NOW - 2 * DELETE_RETENTION_MS)
+    young_tombstone = Record(None, key=b"k8", timestamp_ms=NOW)
+    offsets.ask(RecordBatch(_batch_of(range(2, 6))), 0)  # k2-k5 at 0-3: k2, k3 superseded
+    offsets.ask(RecordBatch(build_record_batch([old_tombstone, young_tombstone])), 4)
+    assert list(offsets.answer().between(0, 9)) == [2, 3, 5]
+    assert len(offsets.answer()) == 0, "an answer is for the batches asked about since the last"
+
+
+def test_a_compaction_maps_only_what_came_since_the_last_in_passes_its_budget_allows(tmp_path, caplog):
+    """The background cleaner with a small ``log.cleaner.dedupe.buffer.size``: more distinct keys
+    than its map holds are compacted in several passes, each mapping on from where the last
+    reached; the next compaction maps only the records appended since. Either way exactly the
+    latest record of each key is left."""
+    conf = {"managedLedgerMaxEntriesPerLedger": 2, "log.cleaner.dedupe.buffer.size": 8 << 10}
+    b = Broker(str(tmp_path), conf=conf, clock=ManualClock(NOW))
+    config = {"cleanup.policy": "compact", "delete.retention.ms": DELETE_RETENTION_MS, "min.cleanable.dirty.ratio": 0.1}
+    b.create_topic("c", 1, config=config)
+    for round_, keys in enumerate([range(3000), range(0, 3000, 3)]):
+        for first in range(keys.start, keys.stop, 300):
+            b.produce_batches("c", 0, [_batch_of(range(first, min(first + 300, keys.stop), keys.step), b"%d" % round_)])
+        b.produce("c", [Record(b"x", key=b"tail")], partition=0)  # an open ledger: the cleaner leaves it
+        cleaned_before = b.view("c", 0).cleaned_offset
+        with caplog.at_level(logging.INFO, "kop_spark.storage.log_cleaner"):
+            caplog.clear()
+            assert b.clean_logs("c").partitions_compacted == ["c-0"]
+        passes = [r.getMessage() for r in caplog.records if "compacting offsets" in r.getMessage()]
+        assert len(passes) > 1, "the map held every key"
+        assert passes[0].endswith(f"by the keys of offsets {cleaned_before} to {passes[0].split()[-1]}")
+        open_tail = b.view("c", 0).ledgers[-1]
+        assert open_tail.state == OPEN and b.view("c", 0).cleaned_offset == open_tail.base_offset
+        assert passes[-1].endswith(f"to {open_tail.base_offset}"), "the passes went on to the open ledger"
+    records = b.fetch("c", 0, 0, max_records=10_000)
+    assert {r.key: r.value for r in records} == {b"k%d" % k: b"1" if k % 3 == 0 else b"0" for k in range(3000)} | {
+        b"tail": b"x"
+    }
+    compacted = [r.key for r in records if r.offset < open_tail.base_offset]
+    assert len(compacted) == len(set(compacted)), "one record a key where compacted"
+    assert b.verify() == {}
+
+
+def test_a_compaction_writes_ledgers_of_about_the_target_size(tmp_path):
+    """As Kafka's cleaner groups its output into segments: a compacted log of 3 MiB comes out as
+    ledgers of about ``maintenanceTargetLedgerMbytes`` (1 MiB), spanning the log's offsets between
+    them, every record read back where it was."""
+    conf = {"maintenanceTargetLedgerMbytes": 1, "managedLedgerMaxEntriesPerLedger": 10}
+    with Broker(str(tmp_path), conf=conf) as b:
+        b.create_topic("c", 1, config={"cleanup.policy": "compact"})
+        value = b"v" * 1000
+        for first in range(0, 3000, 100):
+            b.produce_batches("c", 0, [_batch_of(range(first, first + 100), value)])
+        before = [(r.offset, r.key) for r in b.fetch("c", 0, 0, max_records=10_000, max_bytes=1 << 30)]
+        assert b.compact_partition("c", 0) == 3000
+        ledgers = b.view("c", 0).ledgers
+        assert len(ledgers) == 3 and all(l.length < (1 << 20) + 200_000 for l in ledgers), ledgers
+        assert [l.base_offset for l in ledgers[1:]] == [l.end_offset for l in ledgers[:-1]]
+        assert (ledgers[0].base_offset, ledgers[-1].end_offset) == (0, 3000)
+        assert [(r.offset, r.key) for r in b.fetch("c", 0, 0, max_records=10_000, max_bytes=1 << 30)] == before
+        assert b.verify() == {}
+
+
+_HELD = """
+import os, sys, tracemalloc
+import pandas  # imported by pyarrow's group-by: not the compaction's memory
+from kop_spark import Broker
+b = Broker(sys.argv[1], conf={"log.cleaner.dedupe.buffer.size": 1 << 20, "maintenanceTargetLedgerMbytes": 1})
+tracemalloc.start()
+b.compact("c")
+print(tracemalloc.get_traced_memory()[1], flush=True)
+os._exit(0)
+"""
+
+
+def test_a_compaction_on_an_object_store_holds_a_few_reads_of_the_log_in_memory(running):
+    """On S3 (moto's server) a ledger is written whole from memory and read in 8 MiB ranges: a
+    compaction of 48 MB, after updates of every tenth key, holds a read or two and a ledger of
+    its output at a time, not the log it rewrites."""
+    root = f"s3://{servers.BUCKET}/compaction-{uuid.uuid4().hex[:8]}"
+    value = b"v" * 4000
+    with Broker(root) as b:
+        b.create_topic("c", 1, config={"cleanup.policy": "compact"})
+        for first in range(0, 12_000, 50):
+            b.produce_batches("c", 0, [_batch_of(range(first, first + 50), value)])
+        b.compact("c")
+        for first in range(0, 12_000, 500):
+            b.produce_batches("c", 0, [_batch_of(range(first, first + 500, 10), b"new")])
+    out = subprocess.run([sys.executable, "-c", _HELD, root], capture_output=True, text=True, check=True)
+    assert int(out.stdout) < 32 << 20, "the compaction held its log in memory"
+    b, got, at = Broker(root), {}, 0
+    while records := b.fetch("c", 0, at, max_records=1 << 20):
+        got.update((r.key, r.value) for r in records)
+        at = records[-1].offset + 1
+    assert got == {b"k%d" % k: b"new" if k % 10 == 0 else value for k in range(12_000)}
+    assert len(b.view("c", 0).ledgers) > 40, "the output was not cut into ledgers of about 1 MiB"

@@ -82,6 +82,8 @@ class LogManager:
             delete_retention_ms=topic["delete.retention.ms"],
             compact_policy="compact" in topic["cleanup.policy"],
             min_cleanable_dirty_ratio=topic["min.cleanable.dirty.ratio"],
+            dedupe_buffer_bytes=c["log.cleaner.dedupe.buffer.size"],
+            target_ledger_bytes=c["maintenanceTargetLedgerMbytes"] << 20,
             merge_in_passing=c["managedLedgerMergeInPassing"],
             sink_expiration_ms=c["transactional.id.expiration.ms"],
         )

@@ -17,7 +17,7 @@ compare-and-set on that version (``ManagedLedger.apply``); the methods here only
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, NamedTuple, TypedDict
@@ -262,13 +262,14 @@ class LogMetadata:
         """Files this version stops referring to, deleted once readers' grace has passed."""
         self.trash = self.trash + [TrashEntry(file=f, delete_after_ms=delete_after_ms) for f in files]
 
-    def replace_run(self, at: int, count: int, new: LedgerRecord | None, delete_after_ms: int) -> None:
-        """Replace ``count`` ledgers from ``at`` by ``new`` (None: their offsets hold nothing any
-        more), trashing their files. Offsets do not change; dropping the head moves the log start."""
+    def replace_run(self, at: int, count: int, new: Sequence[LedgerRecord], delete_after_ms: int) -> None:
+        """Replace ``count`` ledgers from ``at`` by ``new``, spanning the same offsets (none: their
+        offsets hold nothing any more), trashing their files. Offsets do not change; dropping the
+        head moves the log start."""
         run = self.ledgers[at : at + count]
         self.trash_files([l.file for l in run], delete_after_ms)
-        self.ledgers[at : at + count] = [new] if new is not None else []
-        if new is None and at == 0 and run:
+        self.ledgers[at : at + count] = list(new)
+        if not new and at == 0 and run:
             self.log_start_offset = max(self.log_start_offset, run[-1].end_offset)
 
     def drop_head(self, count: int, delete_after_ms: int) -> None:

@@ -17,10 +17,11 @@ from ..errors import FileMissingError, HousekeepingStoppedError, KopError, Manag
 from ..record import RecordBatch
 from ..record.compacted_batch import thinned
 from .ledger import delete_quietly
-from .ledger_entry import Entry, EntryInfo
+from .ledger_entry import Entry
 from .ledger_metadata import OPEN, LedgerRecord, LogMetadata
 from .offset_map import OffsetMap
 from .read_plan import PartitionView, ReadEntry, ledger_reader
+from .rewritten_ledgers import NewEntry, write_ledgers
 
 if TYPE_CHECKING:
     from .managed_ledger import ManagedLedger
@@ -31,9 +32,6 @@ if TYPE_CHECKING:
 _TIER_BASE = 64 << 10
 _TIER_FACTOR = 16
 _TIERS_MERGED_IN_PASSING = 2
-
-# An entry to write: (batch, index relative to the new ledger, broker timestamp, records kept).
-NewEntry = tuple[bytes | memoryview, int, int, int]
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +64,7 @@ class LogCleaner:
         with ml.lock:
             ml.apply(ml.close_tail)
             view = ml.view()
-            return self._compact(list(view.ledgers), stop) if view.ledgers else 0
+            return self._compact(list(view.ledgers), view.cleaned_offset, stop) if view.ledgers else 0
 
     def clean(self, stop: threading.Event | None = None) -> int | None:
         """What Kafka's log cleaner does in the background: compact the ledgers no writer holds
@@ -78,38 +76,90 @@ class LogCleaner:
         dirty = sum(l.length for l in run if l.end_offset > view.cleaned_offset)
         if not dirty or dirty < self._log.config.min_cleanable_dirty_ratio * sum(l.length for l in run):
             return None
-        return self._compact(run, stop)
+        return self._compact(run, view.cleaned_offset, stop)
 
-    def _compact(self, run: list[LedgerRecord], stop: threading.Event | None) -> int | None:
-        ml = self._log
+    def _compact(self, run: list[LedgerRecord], cleaned: int, stop: threading.Event | None) -> int | None:
+        """Compact ``run`` in as many passes as the offset map needs to cover what came after
+        ``cleaned``, each a rewrite of the whole run, as Kafka's cleaner does."""
         end = run[-1].end_offset
-        log.info(
-            "%s: compacting offsets %d to %d (%d bytes)", ml.name, run[0].base_offset, end, sum(l.length for l in run)
-        )
-        return self._replace(run, self._compacted_entries(run, stop), ml.clock.now_ms(), cleaned_to=end)
+        while True:
+            done = self._compact_once(run, cleaned, stop)
+            if done is None or done[1] >= end:
+                return None if done is None else done[0]
+            view = self._log.view()
+            run, cleaned = [l for l in view.ledgers if l.base_offset < end], max(view.cleaned_offset, done[1])
+            if not run:
+                return done[0]  # retention took it meanwhile
 
-    def _compacted_entries(self, run: list[LedgerRecord], stop: threading.Event | None) -> Iterator[NewEntry]:
-        """Two passes, as Kafka's cleaner: the offset map of the run, then the records it keeps (so
-        memory holds the keys, not the log). A batch keeping none is skipped, one keeping all is
-        copied as it is, and one keeping some is thinned to those, their bytes as they were."""
-        base = run[0].base_offset
-        offsets = OffsetMap(self._log.clock.now_ms() - self._log.config.delete_retention_ms)
-        for ledger, e in self._entries(run, stop):
-            offsets.add(RecordBatch(e.batch), ledger.base_offset + e.relative_index)
+    def _compact_once(
+        self, run: list[LedgerRecord], cleaned: int, stop: threading.Event | None
+    ) -> tuple[int, int] | None:
+        """One pass: the offset map of what came after ``cleaned``, as far as it holds, then the
+        run rewritten by it. Returns the records kept and where the map reached, or None when the
+        log changed under the pass."""
+        ml = self._log
+        dirty = max(cleaned, run[0].base_offset)
+        try:
+            offsets, end = self._offset_map(run, dirty, stop)
+        except FileMissingError:
+            if self._damaged(run):
+                raise
+            return None  # the run was replaced meanwhile: give way
+        log.info(
+            "%s: compacting offsets %d to %d (%d bytes) by the keys of offsets %d to %d",
+            ml.name, run[0].base_offset, run[-1].end_offset, sum(l.length for l in run), dirty, end,
+        )  # fmt: skip
+        entries = self._compacted_entries(run, offsets, dirty, end, stop)
+        kept = self._replace(run, entries, ml.clock.now_ms(), end, ml.config.target_ledger_bytes)
+        return None if kept is None else (kept, end)
+
+    def _offset_map(self, run: list[LedgerRecord], dirty: int, stop: threading.Event | None) -> tuple[OffsetMap, int]:
+        """The first pass: the offset map of the run from offset ``dirty`` on, and where it
+        reached (the run's end unless the map filled first)."""
+        config = self._log.config
+        offsets = OffsetMap(self._log.clock.now_ms() - config.delete_retention_ms, config.dedupe_buffer_bytes)
+        for ledger, e in self._entries(run, stop, dirty):
+            if not offsets.add(RecordBatch(e.batch), ledger.base_offset + e.relative_index):
+                offsets.seal()
+                return offsets, offsets.end
         offsets.seal()
+        return offsets, run[-1].end_offset
+
+    def _compacted_entries(
+        self, run: list[LedgerRecord], offsets: OffsetMap, dirty: int, end: int, stop: threading.Event | None
+    ) -> Iterator[NewEntry]:
+        """The second pass, as Kafka's cleaner's: the records the offset map keeps (so memory holds
+        the keys, not the log). Those before ``dirty`` are looked up in the map a group at a time;
+        those the map was built from, up to ``end``, are kept by it; those after are all kept."""
+        base = run[0].base_offset
+        group: list[tuple[int, Entry]] = []  # entries before the map's, looked up together
+        held, most = 0, self._log.config.dedupe_buffer_bytes  # their bytes: read into memory from an object store
         for ledger, e in self._entries(run, stop):
             first = ledger.base_offset + e.relative_index
-            header = RecordBatch(e.batch)
-            kept = offsets.kept(first, first + header.last_offset_delta)
-            if len(kept) == header.record_count:
-                yield e.batch, first - base, e.broker_timestamp, len(kept)
-            elif kept:
-                yield thinned(ReadEntry(first, e).record_batch(), kept), first - base, e.broker_timestamp, len(kept)
+            if first < dirty:
+                group.append((first, e))
+                held += len(e.batch)
+                if offsets.ask(RecordBatch(e.batch), first) or held >= most:
+                    yield from _looked_up(base, group, offsets)
+                    group, held = [], 0
+                continue
+            yield from _looked_up(base, group, offsets)
+            group = []
+            if first >= end:
+                yield e.batch, first - base, e.broker_timestamp, e.record_count
+            else:
+                yield from _thinned(base, first, e, offsets.kept(first, first + e.offset_span - 1))
+        yield from _looked_up(base, group, offsets)
 
-    def _entries(self, run: list[LedgerRecord], stop: threading.Event | None) -> Iterator[tuple[LedgerRecord, Entry]]:
-        """Each entry of the run with its ledger, read 8 MiB at a time. ``stop`` is looked at before
-        each entry, so that a shutdown waits for one entry's work at most."""
+    def _entries(
+        self, run: list[LedgerRecord], stop: threading.Event | None, start: int = 0
+    ) -> Iterator[tuple[LedgerRecord, Entry]]:
+        """Each entry of the run with its ledger, read 8 MiB at a time, from the one holding
+        ``start`` on. ``stop`` is looked at before each entry, so that a shutdown waits for one
+        entry's work at most."""
         for ledger in run:
+            if ledger.end_offset <= start:
+                continue
             reader = ledger_reader(self._log.fileio, ledger, self._log.stats)
             k, n = 0, len(reader.table())
             while k < n:
@@ -118,7 +168,8 @@ class LogCleaner:
                     if stop is not None and stop.is_set():
                         log.info("%s: rewrite stopped, the log left as it was", self._log.name)
                         raise HousekeepingStoppedError(f"{self._log.name}: rewrite stopped")
-                    yield ledger, e
+                    if ledger.base_offset + e.relative_index + e.offset_span > start:
+                        yield ledger, e
                 k += len(read)
 
     def merge_ledgers(self, target_bytes: int, stop: threading.Event | None = None) -> int:
@@ -164,56 +215,39 @@ class LogCleaner:
         return self._replace(run, entries, max(l.modified_ms for l in run)) is not None
 
     def _replace(
-        self, run: list[LedgerRecord], entries: Iterator[NewEntry], modified_ms: int, cleaned_to: int = 0
+        self,
+        run: list[LedgerRecord],
+        entries: Iterator[NewEntry],
+        modified_ms: int,
+        cleaned_to: int = 0,
+        target_bytes: int | None = None,
     ) -> int | None:
-        """Write ``entries`` as the ledger that replaces ``run`` and swap it in: the records kept,
-        or None when retention or another cleaner replaced the run first (and the files it was
-        reading may have gone with it). The partition's lock is held for the swap only, so writers
-        are not held up meanwhile."""
+        """Write ``entries`` as the ledgers that replace ``run`` (each up to ``target_bytes``; None:
+        one) and swap them in: the records kept, or None when retention or another cleaner replaced
+        the run first (and the files it was reading may have gone with it). The partition's lock is
+        held for the swap only, so writers are not held up meanwhile."""
         try:
-            new, kept = self.write_ledger(run[0].base_offset, run[-1].end_offset, entries, modified_ms)
+            new, kept = write_ledgers(
+                self._log, run[0].base_offset, run[-1].end_offset, entries, modified_ms, target_bytes
+            )
         except FileMissingError:
-            if _holds(self._log.view().ledgers, run):
-                raise  # damage, not a race
-            return None
+            if self._damaged(run):
+                raise
+            return None  # the run was replaced meanwhile: give way
         with self._log.lock:
             return kept if self.swap(run, new, cleaned_to) else None
 
-    def write_ledger(
-        self, base: int, end: int, entries: Iterator[NewEntry], modified_ms: int
-    ) -> tuple[LedgerRecord | None, int]:
-        """A sealed ledger of ``entries`` spanning offsets ``[base, end)``, not yet referred to by
-        anything; None when there are no entries. Returns it and the records in it."""
-        ml = self._log
-        writer = ml.create_ledger_file()
-        try:
-            rows: list[EntryInfo] = []
-            records = 0
-            for batch, rel, broker_ts, count in entries:
-                rows += writer.append([batch], rel, broker_ts)
-                records += count
-            if not rows:
-                writer.close()
-                delete_quietly(ml.fileio, writer.path)
-                return None, 0
-            length = writer.seal(rows, end - base)
-            writer.close()
-        except BaseException:
-            writer.close()
-            delete_quietly(ml.fileio, writer.path)
-            raise
-        new = LedgerRecord.new(
-            writer.ledger_id, writer.path, base, ml.clock.now_ms(), entries=len(rows), records=end - base,
-            length=length, max_timestamp=max(r.max_timestamp for r in rows), modified_ms=modified_ms,
-        )  # fmt: skip
-        return new, records
+    def _damaged(self, run: list[LedgerRecord]) -> bool:
+        """Whether a file of ``run`` found gone is damage: the log still holds the run. Else
+        retention or another cleaner replaced it meanwhile, a race the rewrite gives way to."""
+        return _holds(self._log.view().ledgers, run)
 
-    def swap(self, run: list[LedgerRecord], new: LedgerRecord | None, cleaned_to: int = 0) -> bool:
+    def swap(self, run: list[LedgerRecord], new: list[LedgerRecord], cleaned_to: int = 0) -> bool:
         """Replace ``run`` (adjacent ledgers, as a view saw them) by ``new`` in one CAS, if they
-        are still there unchanged; ``new`` None drops their offsets altogether. The old files go
+        are still there unchanged; no ``new`` drops their offsets altogether. The old files go
         to the trash. False (and ``new`` deleted) when retention, another cleaner or a fenced
-        writer's seal got there first, or ``new`` was condemned as an orphan. ``cleaned_to``: where
-        the compaction that made ``new`` reached."""
+        writer's seal got there first, or one of ``new`` was condemned as an orphan.
+        ``cleaned_to``: where the compaction that made ``new`` reached."""
         delay = self._log.config.file_delete_delay_ms
 
         def change(meta: LogMetadata, now: int) -> LogMetadata:
@@ -227,12 +261,30 @@ class LogCleaner:
         try:
             self._log.apply(change)
         except (_Stale, OrphanRemovedError, ManagedLedgerDeletedError) as e:
-            if new is not None:  # known not to be referred to, nor ever to be
-                delete_quietly(self._log.fileio, new.file)
+            for ledger in new:  # known not to be referred to, nor ever to be
+                delete_quietly(self._log.fileio, ledger.file)
             if isinstance(e, ManagedLedgerDeletedError):  # the topic went meanwhile
                 raise
             return False
         return True
+
+
+def _looked_up(base: int, group: list[tuple[int, Entry]], offsets: OffsetMap) -> Iterator[NewEntry]:
+    """The entries of ``group`` (each with its first offset), asked about already, each as
+    ``_thinned`` by the records the map keeps of them."""
+    if group:
+        kept = offsets.answer()
+        for first, e in group:
+            yield from _thinned(base, first, e, kept.between(first, first + e.offset_span - 1))
+
+
+def _thinned(base: int, first: int, e: Entry, kept: memoryview) -> Iterator[NewEntry]:
+    """Entry ``e`` (its first offset ``first``) as it is when it keeps all its records, thinned to
+    those ``kept`` when it keeps some, nothing when it keeps none."""
+    if len(kept) == RecordBatch(e.batch).record_count:
+        yield e.batch, first - base, e.broker_timestamp, len(kept)
+    elif kept:
+        yield thinned(ReadEntry(first, e).record_batch(), kept), first - base, e.broker_timestamp, len(kept)
 
 
 def _holds(ledgers: Sequence[LedgerRecord], run: list[LedgerRecord]) -> bool:

@@ -12,6 +12,7 @@ from .ledger_metadata import LedgerRecord, LogMetadata
 from .log_check import LedgerCheck, check_ledger, intact_entries, structure_problems
 from .managed_ledger import ManagedLedger
 from .read_plan import PartitionView
+from .rewritten_ledgers import write_ledgers
 
 
 def check(ml: ManagedLedger) -> list[str]:
@@ -52,8 +53,8 @@ def repair(ml: ManagedLedger, dry_run: bool = False) -> tuple[int, int] | None:
                 intact_entries(ml.fileio, ledger.file, ledger.length, ledger.sealed), damaged.intact_entries
             )
         )
-        new, _ = ml.cleaner.write_ledger(ledger.base_offset, damaged.intact_end, kept, ledger.modified_ms)
-        return _truncate(ml, view, at, new, damaged.intact_end)
+        new, _ = write_ledgers(ml, ledger.base_offset, damaged.intact_end, kept, ledger.modified_ms)
+        return _truncate(ml, view, at, new[0] if new else None, damaged.intact_end)
 
 
 def _truncate(ml: ManagedLedger, view: PartitionView, at: int, new: LedgerRecord | None, end: int) -> tuple[int, int]:

@@ -46,6 +46,7 @@ from .ledger import IOStats, LedgerWriter
 from .ledger_metadata import LogMetadata, WriterRecord
 from .log_cleaner import LogCleaner
 from .metadata_store import MetadataStore
+from .offset_map import DEDUPE_BUFFER_BYTES
 from .own_ledger import OwnLedger
 from .read_plan import PartitionView
 from .retention import RetentionPolicy, apply_retention, expire_writers, purge_trash, tail_expired
@@ -65,6 +66,8 @@ class ManagedLedgerConfig:
     delete_retention_ms: int = 86_400_000  # compaction keeps tombstones this long
     compact_policy: bool = False  # cleanup.policy has "compact": the log cleaner compacts it
     min_cleanable_dirty_ratio: float = 0.5  # compacted once this share of its sealed bytes is new
+    dedupe_buffer_bytes: int = DEDUPE_BUFFER_BYTES  # about the most a compaction's offset map holds
+    target_ledger_bytes: int = 64 << 20  # a compaction writes ledgers of about this size
     merge_in_passing: int = 16  # merge a run of this many small ledgers as part of writing; 0: never
     sink_expiration_ms: int = 604_800_000  # forget an exactly-once writer's last batch this long after it
 
