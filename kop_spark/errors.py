@@ -173,6 +173,12 @@ class WriteAbortedError(KopError):
     writing: the task's output was discarded, as the abort discarded the rest of the job's."""
 
 
+class LogCleaningError(KopError):
+    """A compaction failed in a way no KopError names (a bug, memory exhausted): as Kafka's log
+    cleaner does, the partition is left uncleanable until the server restarts, and the others are
+    compacted meanwhile. Its log is as it was."""
+
+
 class ManagedLedgerDeletedError(Exception):
     """The managed ledger does not exist (never created, or deleted). Internal to the store: the
     Broker turns it into ``TopicNotFoundError`` or ``PartitionNotFoundError``."""

@@ -242,3 +242,39 @@ def test_a_compaction_on_an_object_store_holds_a_few_reads_of_the_log_in_memory(
         at = records[-1].offset + 1
     assert got == {b"k%d" % k: b"new" if k % 10 == 0 else value for k in range(12_000)}
     assert len(b.view("c", 0).ledgers) > 40, "the output was not cut into ledgers of about 1 MiB"
+
+
+def test_a_partition_whose_compaction_fails_unexpectedly_is_left_until_a_restart(tmp_path, monkeypatch, caplog):
+    """As Kafka's cleaner: a compaction that fails with what no KopError names (memory exhausted
+    here, injected where the map takes a batch) marks its partition uncleanable and is reported;
+    the other partitions are compacted all the same, later passes leave it be, and after a restart
+    it is compacted, having lost nothing."""
+    conf = {"managedLedgerMaxEntriesPerLedger": 1}
+    with Broker(str(tmp_path), conf=conf) as b:
+        for topic in ("a", "b"):  # "a" comes first in every pass
+            b.create_topic(topic, 1, config={"cleanup.policy": "compact"})
+            for i in range(4):
+                b.produce(topic, [Record(b"v%d" % i, key=b"k")], partition=0)
+    server = Broker(str(tmp_path), conf=conf)
+    add, tried = OffsetMap.add, []
+
+    def exhausted_on_a(self, batch, base_offset):
+        tried.append(self)
+        if len(tried) == 1:
+            raise MemoryError("injected")
+        return add(self, batch, base_offset)
+
+    monkeypatch.setattr(OffsetMap, "add", exhausted_on_a)
+    with caplog.at_level(logging.ERROR, "kop_spark.broker.maintenance"):
+        report = server.housekeeping.clean_logs(None)
+    assert report.partitions_compacted == ["b-0"]
+    assert [(p, type(e).__name__) for p, e in report.errors] == [("a-0", "LogCleaningError")]
+    assert "MemoryError('injected')" in str(report.errors[0][1])
+    assert any(r.exc_info for r in caplog.records), "the failure is logged with its traceback"
+    n = len(tried)
+    assert server.housekeeping.clean_logs(None).errors == [] and len(tried) == n, "a-0 was tried again"
+    assert [r.value for r in server.fetch("a", 0, 0)] == [b"v0", b"v1", b"v2", b"v3"]
+    server.close()
+    restarted = Broker(str(tmp_path), conf=conf)
+    assert restarted.housekeeping.clean_logs(None).partitions_compacted == ["a-0"]
+    assert [r.value for r in restarted.fetch("a", 0, 0)] == [b"v3"]

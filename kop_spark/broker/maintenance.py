@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from .. import layout
-from ..errors import ConfigError, HousekeepingStoppedError, KopError, ManagedLedgerDeletedError, TopicNotFoundError
+from ..errors import (
+    ConfigError,
+    HousekeepingStoppedError,
+    KopError,
+    LogCleaningError,
+    ManagedLedgerDeletedError,
+    TopicNotFoundError,
+)
 from ..storage import log_recovery
 from ..storage.orphans import remove_orphans
 from ..storage.read_plan import LedgerRecord
@@ -66,14 +73,6 @@ class _StagedBatch(NamedTuple):
     expired: list[str]
 
 
-def _clean(ml: ManagedLedger, partition: str, report: MaintenanceReport, stop: threading.Event | None) -> None:
-    if ml.config.compact_policy:
-        kept = ml.cleaner.clean(stop)
-        if kept is not None:
-            log.info("%s: compacted, %d records kept", partition, kept)
-            report.partitions_compacted.append(partition)
-
-
 def _partition_logs(
     broker: Broker, topic: str | None, stop: threading.Event | None
 ) -> Iterator[tuple[str, TopicName, int, ManagedLedger]]:
@@ -95,6 +94,26 @@ class Housekeeper:
 
     def __init__(self, broker: Broker):
         self._broker = broker
+        self._uncleanable: set[str] = set()  # partitions a compaction failed on unexpectedly
+
+    def _clean(
+        self, ml: ManagedLedger, partition: str, report: MaintenanceReport, stop: threading.Event | None
+    ) -> None:
+        if not ml.config.compact_policy or partition in self._uncleanable:
+            return
+        try:
+            kept = ml.cleaner.clean(stop)
+        except (KopError, HousekeepingStoppedError, ManagedLedgerDeletedError):
+            raise
+        except Exception as e:
+            # Tried again at every pass, it would fail again, maybe after minutes of work: Kafka's
+            # cleaner marks such a partition uncleanable, and so does this one.
+            self._uncleanable.add(partition)
+            log.exception("%s: compaction failed; not compacted again until the server restarts", partition)
+            raise LogCleaningError(f"compaction failed ({e!r}); not compacted again until a restart") from e
+        if kept is not None:
+            log.info("%s: compacted, %d records kept", partition, kept)
+            report.partitions_compacted.append(partition)
 
     def compact_partition(self, topic: str, partition: int) -> int | None:
         admin = self._broker.admin
@@ -115,7 +134,7 @@ class Housekeeper:
         report = MaintenanceReport()
         for t, _, p, ml in _partition_logs(self._broker, topic, stop):
             with report.item(f"{t}-{p}"):
-                _clean(ml, f"{t}-{p}", report, stop)
+                self._clean(ml, f"{t}-{p}", report, stop)
         return report
 
     def maintenance(
@@ -146,7 +165,7 @@ class Housekeeper:
         listed = []
         for t, name, p, ml in _partition_logs(b, topic, stop):
             with report.item(f"{t}-{p}"):
-                _clean(ml, f"{t}-{p}", report, stop)
+                self._clean(ml, f"{t}-{p}", report, stop)
                 report.ledgers_merged += ml.cleaner.merge_ledgers(target_ledger_bytes, stop)
                 ml.enforce_retention()
                 listed.append((t, p, ml, b.fileio.walk_files(layout.data_dir(name, p))))
