@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .settings import SETTINGS, TOPIC_SETTINGS, parse_bool
+from .setting import parse_bool
+from .settings import SETTINGS, TOPIC_SETTINGS
 
 # Object-store settings go to obstore as they are: the clouds' environment variables in lower
 # case (aws_endpoint_url, aws_access_key_id, azure_storage_account_key, google_service_account...).

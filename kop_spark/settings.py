@@ -1,45 +1,16 @@
 """Every setting: its name, default, parser and meaning (Pulsar's ``ServiceConfiguration``).
 
 Names follow Pulsar/KoP where Pulsar has the setting, Kafka's where Kafka has it and Pulsar does
-not, and Kafka's dotted names for per-topic settings (``topic_level``: the broker-wide default of
-a setting ``create_topic(config=...)`` may override per topic). ``config`` loads them.
+not, and Kafka's dotted names for per-topic settings (``topic_settings``: the broker-wide default
+of a setting ``create_topic(config=...)`` may override per topic). ``config`` loads them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
 
-
-def parse_bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("true", "yes", "1"):
-        return True
-    if lowered in ("false", "no", "0"):
-        return False
-    raise ValueError("expected true or false")
-
-
-def _choice(*choices: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        for c in choices:
-            if text.strip().lower() == c.lower():
-                return c
-        raise ValueError(f"expected one of {', '.join(choices)}")
-
-    return parse
-
-
-_POLICIES = ("compact", "delete")
-
-
-def _cleanup_policy(text: str) -> str:
-    # A list, as Kafka's: any order, written back in one (so "delete,compact" is "compact,delete").
-    names = {n.strip().lower() for n in text.split(",") if n.strip()}
-    if not names or names - set(_POLICIES):
-        raise ValueError("expected delete, compact, or both (compact,delete)")
-    return ",".join(p for p in _POLICIES if p in names)
+from .setting import Setting, choice, int_at_least, parse_bool
+from .topic_settings import KAFKA_TOPIC_SETTINGS
 
 
 def _mechanisms(text: str) -> str:
@@ -73,38 +44,6 @@ MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
 
 SENSITIVE = frozenset({"ssl.key.password", "ssl.keystore.key"})  # never reported nor logged
 
-_SMALLEST_BATCH = 70
-
-
-def _int_at_least(low: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(str(text).strip())
-        except ValueError:
-            raise ValueError(f"expected a whole number of at least {low}") from None
-        if value < low:
-            raise ValueError(f"must be at least {low}")
-        return value
-
-    return parse
-
-
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0 <= value <= 1:
-        raise ValueError("expected a number from 0 to 1")
-    return value
-
-
-@dataclass(frozen=True)
-class Setting:
-    name: str
-    default: Any
-    parse: Callable[[str], Any]
-    doc: str
-    topic_level: bool = False
-
-
 _SETTINGS = [
     Setting("storageRoot", "./kop-data", str, "Root URI of the store (local path, or any pyarrow filesystem URI)"),
     Setting(
@@ -124,41 +63,39 @@ _SETTINGS = [
     Setting(
         "wholeLedgerMaxSizeMbytes",
         64,
-        _int_at_least(1),
+        int_at_least(1),
         "Where ledgers are written whole (object stores, whole-file mounts) they are built in memory: "
         "a Spark task's output rolls to a new ledger at this many MiB",
     ),
     Setting(
         "metadataStoreOperationTimeoutSeconds",
         30,
-        _int_at_least(1),
+        int_at_least(1),
         "Give up on a metadata operation (ZooKeeper, etcd, object store) that has no answer after this long",
     ),
     Setting(
         "metadataStoreSessionTimeoutMillis",
         30000,
-        _int_at_least(1000),
+        int_at_least(1000),
         "ZooKeeper session timeout",
     ),
     Setting("kafkaTenant", "public", str, "Pulsar tenant of Kafka topics given by short name"),
     Setting("kafkaNamespace", "default", str, "Pulsar namespace of Kafka topics given by short name"),
     Setting("kafkaMetadataTenant", "public", str, "Tenant of the offsets topic"),
     Setting("kafkaMetadataNamespace", "__kafka", str, "Namespace of the offsets topic"),
-    Setting("defaultNumPartitions", 1, _int_at_least(1), "Partitions of a topic created without a count"),
+    Setting("defaultNumPartitions", 1, int_at_least(1), "Partitions of a topic created without a count"),
     Setting(
         "managedLedgerMaxEntriesPerLedger",
         50000,
-        _int_at_least(1),
+        int_at_least(1),
         "Seal a ledger and start a new one after this many entries",
     ),
-    Setting(
-        "managedLedgerMaxSizePerLedgerMbytes", 2048, _int_at_least(1), "... or once the ledger holds this many MiB"
-    ),
-    Setting("managedLedgerMaxLedgerRolloverTimeMinutes", 240, _int_at_least(1), "... or once the ledger is this old"),
+    Setting("managedLedgerMaxSizePerLedgerMbytes", 2048, int_at_least(1), "... or once the ledger holds this many MiB"),
+    Setting("managedLedgerMaxLedgerRolloverTimeMinutes", 240, int_at_least(1), "... or once the ledger is this old"),
     Setting(
         "managedLedgerMergeInPassing",
         16,
-        _int_at_least(0),
+        int_at_least(0),
         "Merge a run of this many small ledgers as part of writing, so writers taking turns do not pile up ledgers (0: only kop maintenance merges)",
     ),
     Setting(
@@ -170,33 +107,33 @@ _SETTINGS = [
     Setting(
         "producer.id.expiration.ms",
         86400000,
-        _int_at_least(1),
+        int_at_least(1),
         "Forget an idempotent writer's last sequence after this long unused",
     ),
     Setting(
         "transactional.id.expiration.ms",
         604800000,
-        _int_at_least(1),
+        int_at_least(1),
         "Forget an exactly-once writer (a streaming query, a Kafka transactional id) this long after its last batch",
     ),
     Setting(
         "transaction.max.timeout.ms",
         900000,
-        _int_at_least(1),
+        int_at_least(1),
         "The longest transaction.timeout.ms a transactional producer may ask for",
     ),
-    Setting("offsetsTopicNumPartitions", 50, _int_at_least(1), "Partitions of the offsets topic __consumer_offsets"),
+    Setting("offsetsTopicNumPartitions", 50, int_at_least(1), "Partitions of the offsets topic __consumer_offsets"),
     Setting(
         "offsetsRetentionMinutes",
         4320,
-        _int_at_least(1),
+        int_at_least(1),
         "Expire a group's committed offsets this long after it became empty",
     ),
-    Setting("offsetsRetentionCheckIntervalMs", 600000, _int_at_least(1), "How often expired offsets are looked for"),
+    Setting("offsetsRetentionCheckIntervalMs", 600000, int_at_least(1), "How often expired offsets are looked for"),
     Setting(
         "log.retention.check.interval.ms",
         300000,
-        _int_at_least(1),
+        int_at_least(1),
         "How often kop serve applies retention to every partition, those nobody writes to included",
     ),
     Setting(
@@ -208,20 +145,20 @@ _SETTINGS = [
     Setting(
         "log.cleaner.backoff.ms",
         15000,
-        _int_at_least(1),
+        int_at_least(1),
         "How long kop serve's log cleaner waits between its passes over the compacted topics",
     ),
     Setting(
         "log.cleaner.dedupe.buffer.size",
         134217728,
-        _int_at_least(1),
+        int_at_least(1),
         "About the most memory, in bytes, a compaction's map of keys takes (for each partition compacted at a "
         "time); a partition with more distinct new keys is compacted in several passes",
     ),
     Setting(
         "maintenanceIntervalSeconds",
         3600,
-        _int_at_least(0),
+        int_at_least(0),
         "How often kop serve does what kop maintenance does besides retention and compaction: merge small "
         "ledgers, complete sink batches a dead driver left half done, remove orphaned files, forget expired "
         "writers (0: never; run kop maintenance instead)",
@@ -229,19 +166,17 @@ _SETTINGS = [
     Setting(
         "maintenanceTargetLedgerMbytes",
         64,
-        _int_at_least(1),
+        int_at_least(1),
         "Maintenance merges runs of small ledgers into ledgers of up to this many MiB; compaction writes "
         "ledgers of about this size",
     ),
     Setting(
         "maintenanceOrphanGraceMinutes",
         60,
-        _int_at_least(0),
+        int_at_least(0),
         "Maintenance removes a file nothing refers to once it is this old (a writer may still be about to refer to a younger one)",
     ),
-    Setting(
-        "offsetMetadataMaxSize", 4096, _int_at_least(0), "Largest metadata string accepted with a committed offset"
-    ),
+    Setting("offsetMetadataMaxSize", 4096, int_at_least(0), "Largest metadata string accepted with a committed offset"),
     Setting(
         "kafkaListeners",
         "PLAINTEXT://127.0.0.1:9092",
@@ -252,7 +187,7 @@ _SETTINGS = [
     Setting(
         "connections.max.reauth.ms",
         0,
-        _int_at_least(0),
+        int_at_least(0),
         "How long a SASL login lasts before the client must log in again on its connection (KIP-368; an OAuth "
         "token's expiry shortens it); 0: for ever",
     ),
@@ -287,14 +222,14 @@ _SETTINGS = [
     Setting(
         "sasl.oauthbearer.jwks.endpoint.refresh.ms",
         3600000,
-        _int_at_least(1),
+        int_at_least(1),
         "How often the JWKS is read again (also whenever a token names a key not yet seen)",
     ),
     Setting("sasl.oauthbearer.expected.audience", "", str, "Audiences a token must name one of, comma-separated"),
     Setting("sasl.oauthbearer.expected.issuer", "", str, "The issuer (iss) a token must name"),
     Setting("sasl.oauthbearer.sub.claim.name", "sub", str, "The token claim naming its user (principal User:<it>)"),
-    Setting("sasl.oauthbearer.clock.skew.seconds", 30, _int_at_least(0), "Leeway for OAUTHBEARER tokens' times"),
-    Setting("ssl.keystore.type", "PEM", _choice("PEM"), "Format of the TLS keystore (KIP-651 PEM)"),
+    Setting("sasl.oauthbearer.clock.skew.seconds", 30, int_at_least(0), "Leeway for OAUTHBEARER tokens' times"),
+    Setting("ssl.keystore.type", "PEM", choice("PEM"), "Format of the TLS keystore (KIP-651 PEM)"),
     Setting(
         "ssl.keystore.location",
         "",
@@ -307,7 +242,7 @@ _SETTINGS = [
     Setting(
         "ssl.client.auth",
         "none",
-        _choice("none", "requested", "required"),
+        choice("none", "requested", "required"),
         "Ask TLS clients for a certificate; its subject becomes the principal (User:CN=...)",
     ),
     Setting("ssl.truststore.location", "", str, "PEM CA certificates client certificates are checked against"),
@@ -327,25 +262,25 @@ _SETTINGS = [
     Setting(
         "socket.request.max.bytes",
         104857600,
-        _int_at_least(1024),
+        int_at_least(1024),
         "Largest request kop serve reads; a larger one closes that connection",
     ),
     Setting(
         "group.initial.rebalance.delay.ms",
         3000,
-        _int_at_least(0),
+        int_at_least(0),
         "How long an empty group waits for more members before its first rebalance (kop serve)",
     ),
     Setting(
         "group.consumer.session.timeout.ms",
         45000,
-        _int_at_least(1),
+        int_at_least(1),
         "How long a member of a consumer-protocol group (KIP-848) may go without a heartbeat",
     ),
     Setting(
         "group.consumer.heartbeat.interval.ms",
         5000,
-        _int_at_least(1),
+        int_at_least(1),
         "How often members of a consumer-protocol group (KIP-848) are told to heartbeat",
     ),
     Setting(
@@ -357,83 +292,35 @@ _SETTINGS = [
     Setting(
         "group.consumer.migration.policy",
         "bidirectional",
-        _choice(*MIGRATION_POLICIES),
+        choice(*MIGRATION_POLICIES),
         "Whether a group moves between the classic and the consumer protocol as its members do "
         "(KIP-848): upgrade, downgrade, both (bidirectional) or neither (disabled)",
     ),
-    Setting("group.share.session.timeout.ms", 45000, _int_at_least(1), "How long a share group member may be silent"),
-    Setting("group.share.heartbeat.interval.ms", 5000, _int_at_least(1), "How often share group members heartbeat"),
+    Setting("group.share.session.timeout.ms", 45000, int_at_least(1), "How long a share group member may be silent"),
+    Setting("group.share.heartbeat.interval.ms", 5000, int_at_least(1), "How often share group members heartbeat"),
     Setting(
         "group.share.record.lock.duration.ms",
         30000,
-        _int_at_least(1),
+        int_at_least(1),
         "How long a share consumer holds the records it fetched before they go to another",
     ),
-    Setting("group.share.delivery.count.limit", 5, _int_at_least(1), "Most deliveries of a record to share consumers"),
+    Setting("group.share.delivery.count.limit", 5, int_at_least(1), "Most deliveries of a record to share consumers"),
     Setting(
         "group.share.partition.max.record.locks",
         2000,
-        _int_at_least(1),
+        int_at_least(1),
         "Most records of a partition a share group has in flight (delivered and not yet acknowledged)",
     ),
     Setting(
         "share.auto.offset.reset",
         "latest",
-        _choice("latest", "earliest"),
+        choice("latest", "earliest"),
         "Where a share group starts in a partition it has not read before, unless the group has its own "
         "(kafka-configs --entity-type groups)",
     ),
-    Setting("group.min.session.timeout.ms", 6000, _int_at_least(1), "Shortest session timeout a consumer may ask for"),
-    Setting(
-        "group.max.session.timeout.ms", 1800000, _int_at_least(1), "Longest session timeout a consumer may ask for"
-    ),
-    Setting(
-        "retention.ms",
-        604800000,
-        _int_at_least(-1),
-        "Drop ledgers whose newest record is older than this (-1: keep forever)",
-        True,
-    ),
-    Setting(
-        "retention.bytes",
-        -1,
-        _int_at_least(-1),
-        "Drop the oldest ledgers while a partition is larger than this (-1: no limit)",
-        True,
-    ),
-    Setting(
-        "cleanup.policy",
-        "delete",
-        _cleanup_policy,
-        "delete (retention), compact (latest value per key), or both",
-        True,
-    ),
-    Setting("delete.retention.ms", 86400000, _int_at_least(0), "How long compaction keeps tombstones", True),
-    Setting(
-        "min.cleanable.dirty.ratio",
-        0.5,
-        _fraction,
-        "Compact a partition once this share of its bytes (those of ledgers no writer holds open) came after "
-        "its last compaction",
-        True,
-    ),
-    Setting(
-        "message.timestamp.type",
-        "CreateTime",
-        _choice("CreateTime", "LogAppendTime"),
-        "Keep the producer's timestamps, or stamp the broker's append time",
-        True,
-    ),
-    # 61 bytes of batch header and a few of record: no record fits a smaller batch.
-    Setting("max.message.bytes", 1048588, _int_at_least(_SMALLEST_BATCH), "Largest record batch accepted", True),
-    Setting(
-        "file.delete.delay.ms",
-        60000,
-        _int_at_least(0),
-        "Grace period before an unreferenced ledger file is deleted",
-        True,
-    ),
+    Setting("group.min.session.timeout.ms", 6000, int_at_least(1), "Shortest session timeout a consumer may ask for"),
+    Setting("group.max.session.timeout.ms", 1800000, int_at_least(1), "Longest session timeout a consumer may ask for"),
 ]
 
-SETTINGS: Mapping[str, Setting] = {s.name: s for s in _SETTINGS}
-TOPIC_SETTINGS = tuple(s.name for s in _SETTINGS if s.topic_level)
+SETTINGS: Mapping[str, Setting] = {s.name: s for s in _SETTINGS + KAFKA_TOPIC_SETTINGS}  # topic ones last
+TOPIC_SETTINGS = tuple(s.name for s in KAFKA_TOPIC_SETTINGS)

@@ -217,8 +217,8 @@ def test_altering_settings_is_all_or_none_and_names_what_is_wrong(broker):
     broker.create_topic("t", 1, config={"retention.ms": 60_000, "cleanup.policy": "delete"})
     bad_ops = (
         (
-            [AlterConfigOp("retention.ms", "set", 1), AlterConfigOp("segment.ms", "set", 1)],
-            "'segment.ms' is not a topic",
+            [AlterConfigOp("retention.ms", "set", 1), AlterConfigOp("retention.days", "set", 1)],
+            "'retention.days' is not a topic",
         ),
         ([AlterConfigOp("retention.ms", "set", 1), AlterConfigOp("retention.bytes", "set", "x")], "'retention.bytes'"),
         ([AlterConfigOp("retention.ms", "append", 1)], "'retention.ms' is not a list"),
@@ -868,3 +868,22 @@ def test_a_batch_job_killed_while_its_partitions_forget_it_leaves_nothing_to_app
             [b"p%d-%d" % (p, i) for i in range(3)] for p in range(4)
         ]
         assert b.sink_commits.record("q") is None
+
+
+def test_segment_bytes_and_segment_ms_seal_a_topics_ledgers_as_kafka_rolls_segments(root):
+    """Per topic, beside the broker's managedLedgerMaxSizePerLedgerMbytes and rollover minutes:
+    a ledger is sealed once it holds segment.bytes, or once it is segment.ms old."""
+    clock = ManualClock()
+    b = Broker(root, clock=clock)
+    b.create_topic("by-size", 1, config={"segment.bytes": 3000})
+    b.create_topic("by-age", 1, config={"segment.ms": 60_000})
+    b.create_topic("neither", 1)
+    for _ in range(6):
+        for topic in ("by-size", "by-age", "neither"):
+            b.produce(topic, [Record(b"v" * 1000)], partition=0)
+        clock.advance(20_000)
+    lengths = [l.length for l in b.view("by-size", 0).ledgers]
+    assert len(lengths) == 2 and all(n >= 3000 for n in lengths), lengths
+    assert [l.entries for l in b.view("by-age", 0).ledgers] == [3, 3]
+    assert len(b.view("neither", 0).ledgers) == 1
+    b.close()

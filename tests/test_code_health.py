@@ -12,9 +12,12 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "kop_spark"
 MAX_CLASS, MAX_MODULE, MAX_FUNCTION = 300, 500, 80
 
 # What each part of the package may import from kop_spark (besides itself). The shared modules
-# at the top (errors, clock, config and its changes, layout, retry, topic_name, partitioner) are
-# below every layer.
-SHARED = {"errors", "clock", "config", "config_changes", "layout", "retry", "settings", "topic_name", "partitioner"}
+# at the top (errors, clock, config and its changes, the settings, layout, retry, topic_name,
+# partitioner) are below every layer.
+SHARED = {
+    *("errors", "clock", "config", "config_changes", "layout", "retry", "topic_name", "partitioner"),
+    *("setting", "settings", "topic_settings"),
+}
 ALLOWED = {
     "record": SHARED,
     "storage": SHARED | {"record"},

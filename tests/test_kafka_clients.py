@@ -224,6 +224,28 @@ def test_admin_clients_create_grow_describe_and_delete_topics(server: KopServer)
         assert "adm" not in b.list_topics()
 
 
+def test_topics_are_created_with_the_configs_kafka_streams_gives_its_internal_topics(server: KopServer) -> None:
+    """Kafka Streams creates its repartition topics with segment.bytes, and others set
+    min.insync.replicas or the compaction lags: each is taken and described as set, and a
+    compression.type kop would have to recompress to is refused by name."""
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    repartition = {"cleanup.policy": "delete", "segment.bytes": "52428800", "retention.ms": "-1"}
+    changelog = {"cleanup.policy": "compact", "min.compaction.lag.ms": "86400000", "min.insync.replicas": "2"}
+    topics = {"app-repartition": repartition, "app-changelog": {**changelog, "message.timestamp.type": "CreateTime"}}
+    for f in admin.create_topics([NewTopic(t, 1, 1, config=c) for t, c in topics.items()]).values():
+        f.result(30)
+    for topic, config in topics.items():
+        described = _configs(admin, topic)
+        assert {k: described[k] for k in config} == {
+            k: (v, ConfigSource.DYNAMIC_TOPIC_CONFIG.value) for k, v in config.items()
+        }
+    assert _configs(admin, "app-repartition")["segment.ms"] == ("604800000", ConfigSource.DEFAULT_CONFIG.value)
+    (refused,) = admin.create_topics([NewTopic("gz", 1, 1, config={"compression.type": "gzip"})]).values()
+    with pytest.raises(KafkaException, match=r"compression\.type") as e:
+        refused.result(30)
+    assert e.value.args[0].code() == KafkaError.INVALID_CONFIG
+
+
 def _configs(admin: AdminClient, topic: str) -> dict[str, tuple[str, int]]:
     (described,) = admin.describe_configs([ConfigResource("topic", topic)]).values()
     return {k: (e.value, e.source) for k, e in described.result(30).items()}
@@ -280,7 +302,7 @@ def test_admin_clients_alter_a_topics_configs_and_the_server_applies_them_at_onc
     for bad, message in (
         (ConfigEntry("retention.ms", "5", incremental_operation=append), "'retention.ms' is not a list"),
         (ConfigEntry("retention.ms", "soon", incremental_operation=set_), "invalid value 'soon'"),
-        (ConfigEntry("segment.bytes", "5", incremental_operation=set_), "'segment.bytes' is not a topic setting"),
+        (ConfigEntry("retention.days", "5", incremental_operation=set_), "'retention.days' is not a topic setting"),
     ):
         with pytest.raises(KafkaException, match=message) as e:
             _alter(admin, "cfg", ConfigEntry("delete.retention.ms", "1", incremental_operation=set_), bad)

@@ -278,3 +278,32 @@ def test_a_partition_whose_compaction_fails_unexpectedly_is_left_until_a_restart
     restarted = Broker(str(tmp_path), conf=conf)
     assert restarted.housekeeping.clean_logs(None).partitions_compacted == ["a-0"]
     assert [r.value for r in restarted.fetch("a", 0, 0)] == [b"v3"]
+
+
+def test_min_compaction_lag_leaves_young_records_and_max_compaction_lag_forces_a_compaction(tmp_path):
+    """Kafka's min.compaction.lag.ms: ledgers holding records stamped less than that long ago are
+    not compacted yet. max.compaction.lag.ms: a partition is compacted once its first ledger not
+    yet compacted is that old, though too little of it is new for min.cleanable.dirty.ratio."""
+    clock = ManualClock(NOW)
+    b = Broker(str(tmp_path), conf={"managedLedgerMaxEntriesPerLedger": 1}, clock=clock)
+    config = {"cleanup.policy": "compact", "min.compaction.lag.ms": 60_000, "min.cleanable.dirty.ratio": 0.9}
+    b.create_topic("c", 1, config={**config, "max.compaction.lag.ms": 600_000})
+
+    def produce(value: bytes) -> None:
+        b.produce("c", [Record(value, key=b"k", timestamp_ms=clock.now_ms())], partition=0)
+
+    for value in (b"v0", b"v1", b"v2"):
+        produce(value)
+    assert b.clean_logs("c").partitions_compacted == [], "compacted records younger than the lag"
+    clock.advance(60_000)
+    produce(b"v3")  # the open ledger: v0-v2's are sealed and old enough now
+    assert b.clean_logs("c").partitions_compacted == ["c-0"]
+    assert [r.value for r in b.fetch("c", 0, 0)] == [b"v2", b"v3"]
+    for _ in range(2):  # new, but well under the dirty ratio beside what is compacted
+        clock.advance(60_000)
+        produce(b"x" * 10)
+    clock.advance(60_000)
+    assert b.clean_logs("c").partitions_compacted == [], "not overdue yet"
+    clock.advance(600_000)
+    assert b.clean_logs("c").partitions_compacted == ["c-0"], "overdue past max.compaction.lag.ms"
+    assert [r.value for r in b.fetch("c", 0, 0)] == [b"x" * 10] * 2  # the second in the open ledger

@@ -72,8 +72,8 @@ class LogManager:
         topic = c.topic_config(topic_meta.get("config"))
         return ManagedLedgerConfig(
             max_entries_per_ledger=c["managedLedgerMaxEntriesPerLedger"],
-            max_bytes_per_ledger=c["managedLedgerMaxSizePerLedgerMbytes"] << 20,
-            max_ledger_age_ms=c["managedLedgerMaxLedgerRolloverTimeMinutes"] * 60_000,
+            max_bytes_per_ledger=min(c["managedLedgerMaxSizePerLedgerMbytes"] << 20, topic["segment.bytes"]),
+            max_ledger_age_ms=min(c["managedLedgerMaxLedgerRolloverTimeMinutes"] * 60_000, topic["segment.ms"]),
             producer_expiration_ms=c["producer.id.expiration.ms"],
             retention_ms=topic["retention.ms"],
             retention_bytes=topic["retention.bytes"],
@@ -82,6 +82,8 @@ class LogManager:
             delete_retention_ms=topic["delete.retention.ms"],
             compact_policy="compact" in topic["cleanup.policy"],
             min_cleanable_dirty_ratio=topic["min.cleanable.dirty.ratio"],
+            min_compaction_lag_ms=topic["min.compaction.lag.ms"],
+            max_compaction_lag_ms=topic["max.compaction.lag.ms"],
             dedupe_buffer_bytes=c["log.cleaner.dedupe.buffer.size"],
             target_ledger_bytes=c["maintenanceTargetLedgerMbytes"] << 20,
             merge_in_passing=c["managedLedgerMergeInPassing"],

@@ -54,8 +54,10 @@ class LogCleaner:
         """Keep only the latest record of each key (and tombstones younger than
         ``delete_retention_ms``), as Kafka's log cleaner does, without changing any offset.
 
-        The whole log is rewritten into one sealed ledger that keeps the offsets of the records it
-        keeps; the offsets in between simply hold nothing any more. The open tail is sealed (or
+        The whole log is rewritten into sealed ledgers of about ``target_ledger_bytes`` that keep
+        the offsets of the records they keep; the offsets in between simply hold nothing any more.
+        When more keys came since the last compaction than the offset map holds, it takes several
+        passes, as ``clean`` does. The open tail is sealed (or
         fenced) first so that it is compacted too. Returns the records kept, or None when the log
         changed under the compaction (another compaction or retention won; nothing is lost).
         ``stop`` set meanwhile raises ``HousekeepingStoppedError``, the log left as it was.
@@ -68,13 +70,18 @@ class LogCleaner:
 
     def clean(self, stop: threading.Event | None = None) -> int | None:
         """What Kafka's log cleaner does in the background: compact the ledgers no writer holds
-        open once ``min_cleanable_dirty_ratio`` of their bytes came after the last compaction.
-        A writer is not held up: the rewrite takes no lock, and its swap checks the ledgers are
-        still those it read. Returns the records kept, or None when none was due (or a race lost)."""
-        view = self._log.view()
-        run = _cleanable(view)
-        dirty = sum(l.length for l in run if l.end_offset > view.cleaned_offset)
-        if not dirty or dirty < self._log.config.min_cleanable_dirty_ratio * sum(l.length for l in run):
+        open, and none holding records younger than ``min_compaction_lag_ms``, once
+        ``min_cleanable_dirty_ratio`` of their bytes came after the last compaction, or the first
+        of those is ``max_compaction_lag_ms`` old. A writer is not held up: the rewrite takes no
+        lock, and its swap checks the ledgers are still those it read. Returns the records kept,
+        or None when none was due (or a race lost)."""
+        config, now, view = self._log.config, self._log.clock.now_ms(), self._log.view()
+        run = _cleanable(view, now - config.min_compaction_lag_ms if config.min_compaction_lag_ms else None)
+        dirty = [l for l in run if l.end_offset > view.cleaned_offset]
+        if not dirty:
+            return None
+        overdue = now - dirty[0].created_ms >= config.max_compaction_lag_ms
+        if not overdue and sum(l.length for l in dirty) < config.min_cleanable_dirty_ratio * sum(l.length for l in run):
             return None
         return self._compact(run, view.cleaned_offset, stop)
 
@@ -293,11 +300,12 @@ def _holds(ledgers: Sequence[LedgerRecord], run: list[LedgerRecord]) -> bool:
     return at >= 0 and [l.key() for l in ledgers[at : at + len(run)]] == [l.key() for l in run]
 
 
-def _cleanable(view: PartitionView) -> list[LedgerRecord]:
-    """The ledgers before the first one a writer holds open (Kafka's cleaner leaves the active segment)."""
+def _cleanable(view: PartitionView, stamped_by: int | None) -> list[LedgerRecord]:
+    """The ledgers before the first one a writer holds open (Kafka's cleaner leaves the active
+    segment) or, given ``stamped_by``, holding a record stamped after it."""
     run = []
     for ledger in view.ledgers:
-        if ledger.state == OPEN:
+        if ledger.state == OPEN or (stamped_by is not None and ledger.max_timestamp > stamped_by):
             break
         run.append(ledger)
     return run

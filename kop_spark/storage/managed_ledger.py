@@ -66,6 +66,8 @@ class ManagedLedgerConfig:
     delete_retention_ms: int = 86_400_000  # compaction keeps tombstones this long
     compact_policy: bool = False  # cleanup.policy has "compact": the log cleaner compacts it
     min_cleanable_dirty_ratio: float = 0.5  # compacted once this share of its sealed bytes is new
+    min_compaction_lag_ms: int = 0  # ledgers holding records younger than this are not compacted
+    max_compaction_lag_ms: int = (1 << 63) - 1  # compacted once its oldest dirty ledger is this old
     dedupe_buffer_bytes: int = DEDUPE_BUFFER_BYTES  # about the most a compaction's offset map holds
     target_ledger_bytes: int = 64 << 20  # a compaction writes ledgers of about this size
     merge_in_passing: int = 16  # merge a run of this many small ledgers as part of writing; 0: never
