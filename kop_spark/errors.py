@@ -176,7 +176,7 @@ class WriteAbortedError(KopError):
 class LogCleaningError(KopError):
     """A compaction failed in a way no KopError names (a bug, memory exhausted): as Kafka's log
     cleaner does, the partition is left uncleanable until the server restarts, and the others are
-    compacted meanwhile. Its log is as it was."""
+    compacted meanwhile. Nothing is lost: the pass under way swapped nothing in."""
 
 
 class ManagedLedgerDeletedError(Exception):
