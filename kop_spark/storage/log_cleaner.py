@@ -90,9 +90,12 @@ class LogCleaner:
         ``cleaned``, each a rewrite of the whole run, as Kafka's cleaner does."""
         end = run[-1].end_offset
         while True:
+            begun = max(cleaned, run[0].base_offset)
             done = self._compact_once(run, cleaned, stop)
             if done is None or done[1] >= end:
                 return None if done is None else done[0]
+            if done[1] <= begun:  # a pass maps a batch at least: else this loop would never end
+                raise RuntimeError(f"{self._log.name}: a compaction pass mapped nothing past offset {begun}")
             view = self._log.view()
             run, cleaned = [l for l in view.ledgers if l.base_offset < end], max(view.cleaned_offset, done[1])
             if not run:
