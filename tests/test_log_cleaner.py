@@ -20,6 +20,7 @@ from kop_spark.storage.ledger_metadata import OPEN
 from kop_spark.storage.offset_map import OffsetMap
 
 from . import servers
+from .conftest import read_partition
 
 NOW = int(time.time() * 1000)
 DELETE_RETENTION_MS = 60_000
@@ -128,10 +129,7 @@ def _compaction_peak(root: str, budget: int) -> int:
     out = subprocess.run([sys.executable, "-c", _PEAK, root, str(budget)], capture_output=True, text=True, check=True)
     before, peak = map(int, out.stdout.split())
     assert before < budget // 8, "the process used Arrow memory before it compacted"
-    b, kept, at = Broker(root), 0, 0
-    while got := b.fetch("c", 0, at, max_records=1 << 20):
-        kept, at = kept + len(got), got[-1].offset + 1
-    assert kept == 150_000, "each key kept"
+    assert len(read_partition(Broker(root), "c", 0)[2]) == 150_000, "each key kept"
     return peak
 
 
@@ -180,7 +178,7 @@ def test_a_compaction_maps_only_what_came_since_the_last_in_passes_its_budget_al
         open_tail = b.view("c", 0).ledgers[-1]
         assert open_tail.state == OPEN and b.view("c", 0).cleaned_offset == open_tail.base_offset
         assert passes[-1].endswith(f"to {open_tail.base_offset}"), "the passes went on to the open ledger"
-    records = b.fetch("c", 0, 0, max_records=10_000)
+    records = read_partition(b, "c", 0)[2]
     assert {r.key: r.value for r in records} == {b"k%d" % k: b"1" if k % 3 == 0 else b"0" for k in range(3000)} | {
         b"tail": b"x"
     }
@@ -199,13 +197,13 @@ def test_a_compaction_writes_ledgers_of_about_the_target_size(tmp_path):
         value = b"v" * 1000
         for first in range(0, 3000, 100):
             b.produce_batches("c", 0, [_batch_of(range(first, first + 100), value)])
-        before = [(r.offset, r.key) for r in b.fetch("c", 0, 0, max_records=10_000, max_bytes=1 << 30)]
+        before = [(r.offset, r.key) for r in read_partition(b, "c", 0)[2]]
         assert b.compact_partition("c", 0) == 3000
         ledgers = b.view("c", 0).ledgers
         assert len(ledgers) == 3 and all(l.length < (1 << 20) + 200_000 for l in ledgers), ledgers
         assert [l.base_offset for l in ledgers[1:]] == [l.end_offset for l in ledgers[:-1]]
         assert (ledgers[0].base_offset, ledgers[-1].end_offset) == (0, 3000)
-        assert [(r.offset, r.key) for r in b.fetch("c", 0, 0, max_records=10_000, max_bytes=1 << 30)] == before
+        assert [(r.offset, r.key) for r in read_partition(b, "c", 0)[2]] == before
         assert b.verify() == {}
 
 
@@ -236,11 +234,10 @@ def test_a_compaction_on_an_object_store_holds_a_few_reads_of_the_log_in_memory(
             b.produce_batches("c", 0, [_batch_of(range(first, first + 500, 10), b"new")])
     out = subprocess.run([sys.executable, "-c", _HELD, root], capture_output=True, text=True, check=True)
     assert int(out.stdout) < 32 << 20, "the compaction held its log in memory"
-    b, got, at = Broker(root), {}, 0
-    while records := b.fetch("c", 0, at, max_records=1 << 20):
-        got.update((r.key, r.value) for r in records)
-        at = records[-1].offset + 1
-    assert got == {b"k%d" % k: b"new" if k % 10 == 0 else value for k in range(12_000)}
+    b = Broker(root)
+    assert {r.key: r.value for r in read_partition(b, "c", 0)[2]} == {
+        b"k%d" % k: b"new" if k % 10 == 0 else value for k in range(12_000)
+    }
     assert len(b.view("c", 0).ledgers) > 40, "the output was not cut into ledgers of about 1 MiB"
 
 

@@ -90,25 +90,27 @@ class LogCleaner:
         ``cleaned``, each a rewrite of the whole run, as Kafka's cleaner does."""
         end = run[-1].end_offset
         while True:
-            begun = max(cleaned, run[0].base_offset)
-            done = self._compact_once(run, cleaned, stop)
-            if done is None or done[1] >= end:
-                return None if done is None else done[0]
-            if done[1] <= begun:  # a pass maps a batch at least: else this loop would never end
-                raise RuntimeError(f"{self._log.name}: a compaction pass mapped nothing past offset {begun}")
+            dirty = max(cleaned, run[0].base_offset)
+            done = self._compact_once(run, dirty, stop)
+            if done is None:
+                return None
+            kept, reached = done
+            if reached >= end:
+                return kept
+            if reached <= dirty:  # a pass maps a batch at least: else this loop would never end
+                raise RuntimeError(f"{self._log.name}: a compaction pass mapped nothing past offset {dirty}")
             view = self._log.view()
-            run, cleaned = [l for l in view.ledgers if l.base_offset < end], max(view.cleaned_offset, done[1])
+            run, cleaned = [l for l in view.ledgers if l.base_offset < end], max(view.cleaned_offset, reached)
             if not run:
-                return done[0]  # retention took it meanwhile
+                return kept  # retention took it meanwhile
 
     def _compact_once(
-        self, run: list[LedgerRecord], cleaned: int, stop: threading.Event | None
+        self, run: list[LedgerRecord], dirty: int, stop: threading.Event | None
     ) -> tuple[int, int] | None:
-        """One pass: the offset map of what came after ``cleaned``, as far as it holds, then the
-        run rewritten by it. Returns the records kept and where the map reached, or None when the
-        log changed under the pass."""
+        """One pass: the offset map of the run from offset ``dirty`` on, as far as it holds, then
+        the run rewritten by it. Returns the records kept and where the map reached, or None when
+        the log changed under the pass."""
         ml = self._log
-        dirty = max(cleaned, run[0].base_offset)
         try:
             offsets, end = self._offset_map(run, dirty, stop)
         except FileMissingError:
@@ -128,12 +130,13 @@ class LogCleaner:
         reached (the run's end unless the map filled first)."""
         config = self._log.config
         offsets = OffsetMap(self._log.clock.now_ms() - config.delete_retention_ms, config.dedupe_buffer_bytes)
+        end = run[-1].end_offset
         for ledger, e in self._entries(run, stop, dirty):
             if not offsets.add(RecordBatch(e.batch), ledger.base_offset + e.relative_index):
-                offsets.seal()
-                return offsets, offsets.end
+                end = offsets.end
+                break
         offsets.seal()
-        return offsets, run[-1].end_offset
+        return offsets, end
 
     def _compacted_entries(
         self, run: list[LedgerRecord], offsets: OffsetMap, dirty: int, end: int, stop: threading.Event | None
@@ -154,7 +157,7 @@ class LogCleaner:
                     group, held = [], 0
                 continue
             yield from _looked_up(base, group, offsets)
-            group = []
+            group, held = [], 0
             if first >= end:
                 yield e.batch, first - base, e.broker_timestamp, e.record_count
             else:
@@ -291,7 +294,7 @@ def _looked_up(base: int, group: list[tuple[int, Entry]], offsets: OffsetMap) ->
 def _thinned(base: int, first: int, e: Entry, kept: memoryview) -> Iterator[NewEntry]:
     """Entry ``e`` (its first offset ``first``) as it is when it keeps all its records, thinned to
     those ``kept`` when it keeps some, nothing when it keeps none."""
-    if len(kept) == RecordBatch(e.batch).record_count:
+    if len(kept) == e.record_count:
         yield e.batch, first - base, e.broker_timestamp, len(kept)
     elif kept:
         yield thinned(ReadEntry(first, e).record_batch(), kept), first - base, e.broker_timestamp, len(kept)

@@ -97,7 +97,6 @@ class OffsetMap:
         of them (a fold's group-by, an answer's lookup) takes about as much again. Measured, a
         compaction's Arrow memory peaks at 1.2 to 1.5 times the budget, 16 MiB and up.
         ``decoded_bytes``: how much decoded data is cut to its keys at a time."""
-        self._horizon_ms = horizon_ms
         self._keys_budget = budget_bytes // 4
         cut_bytes = min(decoded_bytes, budget_bytes // 8)
         self._pending = _KeyColumns(horizon_ms, cut_bytes)
