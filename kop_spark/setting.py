@@ -52,4 +52,3 @@ class Setting:
     default: Any
     parse: Callable[[str], Any]
     doc: str
-    topic_level: bool = False

@@ -26,46 +26,40 @@ KAFKA_TOPIC_SETTINGS = [
         604800000,
         int_at_least(-1),
         "Drop ledgers whose newest record is older than this (-1: keep forever)",
-        True,
     ),
     Setting(
         "retention.bytes",
         -1,
         int_at_least(-1),
         "Drop the oldest ledgers while a partition is larger than this (-1: no limit)",
-        True,
     ),
     Setting(
         "cleanup.policy",
         "delete",
         _cleanup_policy,
         "delete (retention), compact (latest value per key), or both",
-        True,
     ),
-    Setting("delete.retention.ms", 86400000, int_at_least(0), "How long compaction keeps tombstones", True),
+    Setting("delete.retention.ms", 86400000, int_at_least(0), "How long compaction keeps tombstones"),
     Setting(
         "min.cleanable.dirty.ratio",
         0.5,
         fraction,
         "Compact a partition once this share of its bytes (those of ledgers no writer holds open) came after "
         "its last compaction",
-        True,
     ),
     Setting(
         "message.timestamp.type",
         "CreateTime",
         choice("CreateTime", "LogAppendTime"),
         "Keep the producer's timestamps, or stamp the broker's append time",
-        True,
     ),
     # 61 bytes of batch header and a few of record: no record fits a smaller batch.
-    Setting("max.message.bytes", 1048588, int_at_least(_SMALLEST_BATCH), "Largest record batch accepted", True),
+    Setting("max.message.bytes", 1048588, int_at_least(_SMALLEST_BATCH), "Largest record batch accepted"),
     Setting(
         "file.delete.delay.ms",
         60000,
         int_at_least(0),
         "Grace period before an unreferenced ledger file is deleted",
-        True,
     ),
     Setting(
         "segment.bytes",
@@ -73,7 +67,6 @@ KAFKA_TOPIC_SETTINGS = [
         int_at_least(14),
         "Seal a partition's ledger once it holds this many bytes, as Kafka rolls a segment (or at "
         "managedLedgerMaxSizePerLedgerMbytes, whichever is smaller)",
-        True,
     ),
     Setting(
         "segment.ms",
@@ -81,14 +74,12 @@ KAFKA_TOPIC_SETTINGS = [
         int_at_least(1),
         "Seal a partition's ledger once it is this old, as Kafka rolls a segment (or at "
         "managedLedgerMaxLedgerRolloverTimeMinutes, whichever is sooner)",
-        True,
     ),
     Setting(
         "min.compaction.lag.ms",
         0,
         int_at_least(0),
         "Compaction leaves out the ledgers holding records stamped less than this long ago",
-        True,
     ),
     Setting(
         "max.compaction.lag.ms",
@@ -96,7 +87,6 @@ KAFKA_TOPIC_SETTINGS = [
         int_at_least(1),
         "Compact a partition once the ledger with its oldest record not yet compacted is this old, however "
         "little of it is new (min.cleanable.dirty.ratio)",
-        True,
     ),
     # Kafka's settings for what kop does another way, accepted (Kafka Streams, Connect and admin
     # scripts set them) and shown as set, never acted on.
@@ -105,7 +95,6 @@ KAFKA_TOPIC_SETTINGS = [
         "producer",
         choice("producer"),
         "Batches are kept as the producer compressed them (producer only: kop does not recompress)",
-        True,
     ),
     Setting(
         "min.insync.replicas",
@@ -113,55 +102,47 @@ KAFKA_TOPIC_SETTINGS = [
         int_at_least(1),
         "Accepted, no effect: a produce is answered once its ledger entry is synced to the store, which "
         "keeps the copies (as acks=all with this many replicas in sync would)",
-        True,
     ),
     Setting(
         "unclean.leader.election.enable",
         False,
         parse_bool,
         "Accepted, no effect: there are no replicas to elect, every acknowledged record is in the store",
-        True,
     ),
     Setting(
         "flush.messages",
         _LONG_MAX,
         int_at_least(1),
         "Accepted, no effect: every produce is synced before it is answered, as if this were 1",
-        True,
     ),
     Setting(
         "flush.ms",
         _LONG_MAX,
         int_at_least(0),
         "Accepted, no effect: every produce is synced before it is answered, as if this were 0",
-        True,
     ),
     Setting(
         "index.interval.bytes",
         4096,
         int_at_least(0),
         "Accepted, no effect: a ledger's entry table indexes every entry",
-        True,
     ),
     Setting(
         "segment.index.bytes",
         10485760,
         int_at_least(4),
         "Accepted, no effect: a ledger's entry table indexes every entry",
-        True,
     ),
     Setting(
         "segment.jitter.ms",
         0,
         int_at_least(0),
         "Accepted, no effect: ledgers roll at segment.ms exactly",
-        True,
     ),
     Setting(
         "preallocate",
         False,
         parse_bool,
         "Accepted, no effect: ledger files grow as they are written",
-        True,
     ),
 ]

@@ -7,7 +7,7 @@ import argparse
 
 from ..config import Config
 from ..errors import ConfigError
-from ..settings import SETTINGS
+from ..settings import SETTINGS, TOPIC_SETTINGS
 from .common import key_values
 
 
@@ -17,7 +17,7 @@ def _config(args: argparse.Namespace) -> int:
     except ConfigError as e:
         raise ConfigError(f"--conf: {e}") from None
     for name, setting in SETTINGS.items():
-        level = "topic" if setting.topic_level else "broker"
+        level = "topic" if name in TOPIC_SETTINGS else "broker"
         print(f"{name}={config[name]}\t(default {setting.default}; {level}) {setting.doc}")
     return 0
 
