@@ -20,10 +20,12 @@ class SystemClock:
 
 
 class ManualClock:
-    """A clock that moves only when told to (tests)."""
+    """A clock that moves only when told to (tests). It starts at ``now_ms``, by default the wall
+    clock's time, so that records a producer stamps with the time it was made fall within the
+    broker's bounds (``message.timestamp.after.max.ms``)."""
 
-    def __init__(self, now_ms: int = 1_700_000_000_000):
-        self._now = now_ms
+    def __init__(self, now_ms: int | None = None):
+        self._now = SYSTEM_CLOCK.now_ms() if now_ms is None else now_ms
         self._lock = threading.Lock()
 
     def now_ms(self) -> int:

@@ -89,6 +89,12 @@ class InvalidRecordError(KopError, ValueError):
     """A well-formed batch that Kafka would refuse (Kafka: INVALID_RECORD)."""
 
 
+class InvalidTimestampError(InvalidRecordError):
+    """A record stamped further from the broker's time than the topic's
+    ``message.timestamp.before.max.ms`` or ``message.timestamp.after.max.ms`` allows (Kafka:
+    INVALID_TIMESTAMP)."""
+
+
 class OutOfOrderSequenceError(KopError):
     """An idempotent producer's batch whose sequence does not follow its last one (Kafka:
     OUT_OF_ORDER_SEQUENCE_NUMBER): a batch in between was lost, so this one is refused."""

@@ -17,7 +17,7 @@ def _cleanup_policy(text: str) -> str:
 
 
 _SMALLEST_BATCH = 70
-_LONG_MAX = (1 << 63) - 1  # Kafka's "never" for a long setting
+LONG_MAX = (1 << 63) - 1  # Kafka's "never" for a long setting
 
 
 KAFKA_TOPIC_SETTINGS = [
@@ -53,6 +53,20 @@ KAFKA_TOPIC_SETTINGS = [
         choice("CreateTime", "LogAppendTime"),
         "Keep the producer's timestamps, or stamp the broker's append time",
     ),
+    Setting(
+        "message.timestamp.before.max.ms",
+        LONG_MAX,
+        int_at_least(0),
+        "Refuse a produce (INVALID_TIMESTAMP) holding a record stamped more than this before the broker's time "
+        "(CreateTime topics only)",
+    ),
+    Setting(
+        "message.timestamp.after.max.ms",
+        3600000,
+        int_at_least(0),
+        "Refuse a produce (INVALID_TIMESTAMP) holding a record stamped more than this after the broker's time "
+        "(CreateTime topics only; Kafka 4's default, an hour)",
+    ),
     # 61 bytes of batch header and a few of record: no record fits a smaller batch.
     Setting("max.message.bytes", 1048588, int_at_least(_SMALLEST_BATCH), "Largest record batch accepted"),
     Setting(
@@ -83,7 +97,7 @@ KAFKA_TOPIC_SETTINGS = [
     ),
     Setting(
         "max.compaction.lag.ms",
-        _LONG_MAX,
+        LONG_MAX,
         int_at_least(1),
         "Compact a partition once the ledger with its oldest record not yet compacted is this old, however "
         "little of it is new (min.cleanable.dirty.ratio)",
@@ -111,13 +125,13 @@ KAFKA_TOPIC_SETTINGS = [
     ),
     Setting(
         "flush.messages",
-        _LONG_MAX,
+        LONG_MAX,
         int_at_least(1),
         "Accepted, no effect: every produce is synced before it is answered, as if this were 1",
     ),
     Setting(
         "flush.ms",
-        _LONG_MAX,
+        LONG_MAX,
         int_at_least(0),
         "Accepted, no effect: every produce is synced before it is answered, as if this were 0",
     ),

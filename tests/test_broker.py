@@ -16,6 +16,7 @@ from kop_spark.errors import (
     FileMissingError,
     InvalidPartitionsError,
     InvalidRecordError,
+    InvalidTimestampError,
     InvalidTopicError,
     OffsetOutOfRangeError,
     PartitionNotFoundError,
@@ -397,6 +398,50 @@ def test_log_append_time_topic(broker):
     broker.produce("t", [Record(b"a", timestamp_ms=5)], partition=0)
     r = broker.fetch("t", 0, 0)[0]
     assert r.timestamp_type == TimestampType.LOG_APPEND_TIME and r.timestamp_ms >= before
+
+
+HOUR = 3_600_000
+
+
+def test_records_stamped_too_far_from_the_brokers_time_are_refused_whole(root):
+    """Kafka's KIP-937 bounds on CreateTime topics: by default (Kafka 4's) no earlier bound and an
+    hour ahead of the broker's clock; a record without a timestamp (-1) passes."""
+    b = Broker(root, clock=ManualClock(NOW))
+    b.create_topic("t", 1, config={"message.timestamp.before.max.ms": 60_000})
+    b.create_topic("default", 1)
+    b.produce("t", [Record(b"a", timestamp_ms=NOW - 60_000), Record(b"b", timestamp_ms=NOW + HOUR)], partition=0)
+    b.produce("t", [Record(b"c", timestamp_ms=-1)], partition=0)
+    b.produce("default", [Record(b"old", timestamp_ms=0)], partition=0)
+    late, early = Record(b"x", timestamp_ms=NOW + HOUR + 1), Record(b"y", timestamp_ms=NOW - 60_001)
+    with pytest.raises(
+        InvalidTimestampError, match=rf"t-0.*timestamp {NOW + HOUR + 1} is out of range.*after\.max\.ms"
+    ):
+        b.produce("t", [Record(b"ok", timestamp_ms=NOW), late], partition=0)
+    with pytest.raises(
+        InvalidTimestampError, match=rf"timestamp {NOW - 60_001} is out of range.*before\.max\.ms=60000"
+    ):
+        b.produce("t", [early, Record(b"ok", timestamp_ms=NOW)], partition=0)
+    with pytest.raises(InvalidTimestampError, match="default-0"):
+        b.produce("default", [late], partition=0)
+    assert [r.value for r in b.fetch("t", 0, 0)] == [b"a", b"b", b"c"]  # nothing of a refused produce
+    b.alter_topic_config("t", [AlterConfigOp("message.timestamp.after.max.ms", "set", 2 * HOUR)])
+    b.produce("t", [late], partition=0)
+    b.create_topic("stamped", 1, config={"message.timestamp.type": "LogAppendTime"})
+    b.produce("stamped", [late, early], partition=0)  # the broker's time replaces theirs
+    assert {r.timestamp_ms for r in b.fetch("stamped", 0, 0)} == {NOW}
+
+
+def test_staged_output_is_refused_records_stamped_out_of_bounds(root):
+    b = Broker(root, clock=ManualClock(NOW))
+    b.create_topic("t", 1, config={"message.timestamp.before.max.ms": 1000})
+    staged = b.sink_commits.stage("t", 0, "_staging/q/0/task")
+    staged.append([build_record_batch([Record(b"a", timestamp_ms=NOW - 1000), Record(b"b", timestamp_ms=NOW)])])
+    for stamp in (NOW - 1001, NOW + HOUR + 1):
+        batch = build_record_batch([Record(b"a", timestamp_ms=NOW), Record(b"b", timestamp_ms=stamp)])
+        with pytest.raises(InvalidTimestampError, match=f"t-0: timestamp {stamp} is out of range"):
+            staged.append([batch])
+    b.append_staged("t", 0, staged.finish(), ("spark:q", 0))
+    assert [r.value for r in b.fetch("t", 0, 0)] == [b"a", b"b"]
 
 
 def test_control_batches_take_offsets_but_are_not_data(broker):

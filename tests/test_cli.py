@@ -1,8 +1,10 @@
 """The kop command line, run as a user runs it: a real subprocess."""
 
+import datetime
 import json
 import os
 import subprocess
+import time
 
 from .conftest import PYTHON, python_subprocess_env
 
@@ -158,10 +160,9 @@ def test_groups_tools(root):
 
     b = Broker(root)
     b.create_topic("orders", 2)
+    t0 = (int(time.time()) - 60) * 1000  # a minute ago: within retention, an hour and the broker's bounds
     for p in range(2):
-        b.produce(
-            "orders", [Record(f"{p}-{i}".encode(), timestamp_ms=1_800_000_000_000 + i) for i in range(10)], partition=p
-        )
+        b.produce("orders", [Record(f"{p}-{i}".encode(), timestamp_ms=t0 + i) for i in range(10)], partition=p)
     b.commit_offsets("my-group", {("orders", 0): 4, ("orders", 1): 10})
     b.close()
 
@@ -196,7 +197,9 @@ def test_groups_tools(root):
     }  # clamped to the start
     assert reset("--topic", "orders:0", "--to-offset", "99") == {("orders", 0): 10}
     assert reset("--topic", "orders:0", "--to-current") == {("orders", 0): 4}
-    assert reset("--topic", "orders:0", "--to-datetime", "2027-01-15T08:00:00.003Z") == {("orders", 0): 3}
+    third = datetime.datetime.fromtimestamp((t0 + 3) / 1000, datetime.timezone.utc)
+    third_text = third.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    assert reset("--topic", "orders:0", "--to-datetime", third_text) == {("orders", 0): 3}
     assert reset("--topic", "orders:0", "--by-duration", "PT1H") == {
         ("orders", 0): 0
     }  # all records are newer than an hour ago

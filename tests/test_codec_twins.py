@@ -38,7 +38,7 @@ records = st.lists(
         Record,
         value=maybe_bytes,
         key=maybe_bytes,
-        timestamp_ms=st.integers(0, 2**41),
+        timestamp_ms=st.integers(-1, 2**41),
         headers=st.lists(st.tuples(st.text(max_size=6), maybe_bytes), max_size=3),
     ),
     min_size=1,
@@ -258,6 +258,7 @@ def test_checkers_summarize_what_the_decoder_reads(recs, deltas):
     read = reference_read(batch)
     assert ours == (
         read["offset"] == list(range(len(recs))),
+        min((r.timestamp_ms for r in recs if r.timestamp_ms != -1), default=-1),
         max(r.timestamp_ms for r in recs),
         sum(r.key is None for r in recs),
     )

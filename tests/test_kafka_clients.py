@@ -32,13 +32,15 @@ from kafka.admin import ConfigResourceType as KConfigResourceType
 from kafka.admin import NewTopic as KNewTopic
 from kafka.protocol.admin import CreateTopicsRequest
 from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.producer import ProduceRequest
 
 from kop_spark import Broker, Record
+from kop_spark.record import build_record_batch
 
 from .kafka_wire import call, connect, wire_request
 from .kop_server import KopServer
 
-T0 = 1_900_000_000_000  # record timestamps, in ms
+T0 = int(time.time()) * 1000  # record timestamps, in ms: now, within the broker's bounds and retention
 
 
 @pytest.fixture
@@ -412,6 +414,33 @@ def test_log_append_time_topics_answer_with_the_brokers_time(server: KopServer) 
     with Broker(server.root) as b:
         (stored,) = b.fetch("stamped", 0, 0)
     assert stored.timestamp_ms == stamp
+
+
+def test_records_stamped_beyond_a_topics_bounds_are_refused_invalid_timestamp(server: KopServer) -> None:
+    """Kafka's KIP-937: on a CreateTime topic a record stamped more than message.timestamp.after.max.ms
+    (an hour, Kafka 4's default) ahead of the broker's clock is refused with INVALID_TIMESTAMP and
+    a message naming the setting; a topic allowing more takes it."""
+    with Broker(server.root) as b:
+        b.create_topic("bounded", 1)
+        b.create_topic("lenient", 1, config={"message.timestamp.after.max.ms": 3 * 3_600_000})
+    ahead = int(time.time() * 1000) + 2 * 3_600_000
+    producer = Producer({"bootstrap.servers": server.bootstrap, "acks": "all"})
+    reports: dict[str, KafkaError | None] = {}
+    for topic in ("bounded", "lenient"):
+        producer.produce(topic, b"v", timestamp=ahead, on_delivery=lambda e, m: reports.update({m.topic(): e}))
+    assert producer.flush(30) == 0
+    assert reports["lenient"] is None and reports["bounded"].code() == KafkaError.INVALID_TIMESTAMP
+    with connect(server) as sock:
+        batch = build_record_batch([Record(b"v", timestamp_ms=ahead)])
+        answer = call(sock, wire_request(
+            ProduceRequest, 8, transactional_id=None, acks=-1, timeout_ms=5000,
+            topic_data=[{"name": "bounded", "partition_data": [{"index": 0, "records": batch}]}],
+        ))  # fmt: skip
+    (refused,) = answer.responses[0].partition_responses
+    assert refused.error_code == 32 and "message.timestamp.after.max.ms=3600000" in refused.error_message
+    with Broker(server.root) as b:
+        assert b.list_offsets("bounded", 0, "latest") == 0
+        assert [r.timestamp_ms for r in b.fetch("lenient", 0, 0)] == [ahead]
 
 
 def test_topics_have_ids_clients_see_and_ask_by_and_a_recreated_topic_gets_a_new_one(server: KopServer) -> None:

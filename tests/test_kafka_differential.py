@@ -24,7 +24,7 @@ from .group_clients import assigned, poll_until
 from .kop_server import KopServer
 from .mock_cluster import mock_logger
 
-T0 = 1_900_000_000_000
+T0 = int(time.time()) * 1000  # now: within the broker's bounds (message.timestamp.after.max.ms) and retention
 PARTITIONS = 4  # what the mock cluster gives a topic it creates
 
 

@@ -68,7 +68,7 @@ from kop_spark.record import build_record_batch
 from .kafka_wire import connect, exchange, response_class, wire_request
 from .kop_server import KopServer
 
-BATCH = build_record_batch([Record(value=b"v", key=b"k", timestamp_ms=1_900_000_000_000)])
+BATCH = build_record_batch([Record(value=b"v", key=b"k", timestamp_ms=1_700_000_000_000)])
 MB = 1 << 20
 
 

@@ -1,6 +1,7 @@
 """Invariant 5: seeking reads a handful of entries, however long the partition."""
 
 import random
+import time
 
 import pytest
 
@@ -11,7 +12,8 @@ RECORDS_PER_BATCH = 100
 BATCHES_PER_LEDGER = 10
 LEDGERS = 1000
 TOTAL = RECORDS_PER_BATCH * BATCHES_PER_LEDGER * LEDGERS  # 1,000,000
-T0 = 1_900_000_000_000  # far enough ahead that retention keeps everything
+T0 = int(time.time()) * 1000  # now: retention keeps everything, and T0 + 2 * TOTAL is within the hour ahead
+# that message.timestamp.after.max.ms allows
 
 
 @pytest.fixture(scope="module")

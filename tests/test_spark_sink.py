@@ -227,6 +227,16 @@ def test_bad_input_is_refused_before_anything_is_written(spark, root, broker, dd
     assert broker.list_offsets("t", 0, "latest") == 0
 
 
+def test_rows_stamped_beyond_the_topics_bounds_fail_the_write_and_write_nothing(spark, root, broker):
+    """A broker refuses them from a Kafka producer (message.timestamp.after.max.ms); so does the sink."""
+    broker.create_topic("t", partitions=1)
+    ahead = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=2)
+    df = spark.createDataFrame([("v", ahead)], "value string, timestamp timestamp")
+    with pytest.raises(Exception, match=r"t-0: timestamp \d+ is out of range.*message\.timestamp\.after\.max\.ms"):
+        write(df, root, topic="t")
+    assert broker.list_offsets("t", 0, "latest") == 0
+
+
 def test_save_modes_and_topic_auto_creation(spark, root, broker):
     broker.create_topic("t", partitions=1)
     df = spark.createDataFrame([("v",)], "value string")

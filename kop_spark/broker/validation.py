@@ -8,17 +8,19 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..clock import Clock
-from ..errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError, StorageError
-from ..record import BatchRecord, RecordBatch, TimestampType, split_batches
+from ..errors import CorruptRecordError, InvalidRecordError, InvalidTimestampError, RecordTooLargeError, StorageError
+from ..record import RecordBatch, TimestampType, split_batches
 from ..record.arrow import summarize
 from ..record.default_record_batch import with_log_append_time, with_timestamps
 from ..storage.staging import LedgerStager, StagedLedger
+from ..topic_settings import LONG_MAX
 
 if TYPE_CHECKING:
     from ..storage.managed_ledger import ManagedLedger
     from .broker import Broker
 
 TopicConfig = Mapping[str, Any]
+_KEYLESS = "Compacted topic cannot accept message without key"
 
 
 def check_size(where: str, batch: bytes | memoryview, topic_config: TopicConfig) -> None:
@@ -27,9 +29,16 @@ def check_size(where: str, batch: bytes | memoryview, topic_config: TopicConfig)
         raise RecordTooLargeError(f"{where}: batch of {len(batch)} bytes is larger than max.message.bytes={max_bytes}")
 
 
-def check_keys(where: str, records: Sequence[BatchRecord]) -> None:
-    if any(r.key is None for r in records):
-        raise InvalidRecordError(f"{where}: Compacted topic cannot accept message without key")
+def check_timestamps(where: str, lowest: int, highest: int, topic_config: TopicConfig, now: int) -> None:
+    """Refuse records stamped further from ``now`` than the topic allows (Kafka's KIP-937), as a
+    Kafka broker does on a CreateTime topic; -1 is "no timestamp", which passes."""
+    before, after = topic_config["message.timestamp.before.max.ms"], topic_config["message.timestamp.after.max.ms"]
+    for stamp in (lowest, highest):
+        if stamp != -1 and not now - before <= stamp <= now + after:
+            raise InvalidTimestampError(
+                f"{where}: timestamp {stamp} is out of range. The timestamp should be within [{now - before}, "
+                f"{now + after}] (message.timestamp.before.max.ms={before}, message.timestamp.after.max.ms={after})"
+            )
 
 
 def is_compacted(topic_config: TopicConfig) -> bool:
@@ -55,9 +64,10 @@ def validate_produced(where: str, b: bytes | memoryview, topic_config: TopicConf
     if not records.offsets_in_order:
         raise InvalidRecordError(f"{where}: record offset deltas are not 0 to {batch.last_offset_delta} in order")
     if records.keyless and is_compacted(topic_config):
-        raise InvalidRecordError(f"{where}: Compacted topic cannot accept message without key")
+        raise InvalidRecordError(f"{where}: {_KEYLESS}")
     if uses_log_append_time(topic_config):
         return with_log_append_time(b, now)
+    check_timestamps(where, records.min_timestamp, records.max_timestamp, topic_config, now)
     # The records' own times, whatever flag and maximum the header claims.
     if batch.timestamp_type == TimestampType.CREATE_TIME and batch.max_timestamp == records.max_timestamp:
         return bytes(b)
@@ -111,7 +121,7 @@ def queued_produce(checked: CheckedProduce) -> Callable[[], Produced]:
 
 class StagedPartition:
     """A partition's share of a task's output, written to staged ledgers (see ``Broker.stage``),
-    checked as produced batches are: size, keys on compacted topics, LogAppendTime stamping. A
+    checked as produced batches are: size, keys on compacted topics, timestamps, LogAppendTime stamping. A
     ledger that reaches ``roll_bytes`` is sealed and the next append starts another, so a large
     output never has to be held whole where ledgers are built in memory. ``durable``: each append
     is durable when it returns (a transaction's produce, which a restarted server takes up again):
@@ -144,13 +154,20 @@ class StagedPartition:
 
     def append(self, batches: Sequence[bytes | memoryview]) -> None:
         """Stage batches as the ledger's next entries (copied: the caller may reuse their memory)."""
-        now = self._clock.now_ms()
+        now, cfg = self._clock.now_ms(), self._config
         where = f"{self.topic}-{self.partition}"
+        # Built by kop's encoder, so the header's max timestamp is the records': the records are
+        # walked only for what the header does not say.
+        walk = is_compacted(cfg) or cfg["message.timestamp.before.max.ms"] < LONG_MAX
         for batch in batches:
-            check_size(where, batch, self._config)
-            if is_compacted(self._config):
-                check_keys(where, RecordBatch(batch).records())
-        if uses_log_append_time(self._config):
+            check_size(where, batch, cfg)
+            header = RecordBatch(batch)
+            records = summarize(header) if walk else None
+            if records is not None and records.keyless and is_compacted(cfg):
+                raise InvalidRecordError(f"{where}: {_KEYLESS}")
+            if not uses_log_append_time(cfg):
+                check_timestamps(where, records.min_timestamp if records else -1, header.max_timestamp, cfg, now)
+        if uses_log_append_time(cfg):
             batches = [with_log_append_time(b, now) for b in batches]
         self.append_checked(batches, now)
 

@@ -21,6 +21,7 @@ _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
     (errors.CorruptRecordError, ErrorCode.corrupt_message),
     (errors.RecordTooLargeError, ErrorCode.message_too_large),
+    (errors.InvalidTimestampError, ErrorCode.invalid_timestamp),
     (errors.InvalidRecordError, ErrorCode.invalid_record),
     (errors.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
     (errors.InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),

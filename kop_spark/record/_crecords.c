@@ -506,7 +506,7 @@ PyDoc_STRVAR(check_records_doc,
 "check_records(payload, count, base_offset, base_ts)\n\n"
 "Walk every record of an uncompressed records section, its framing, keys, values, headers and\n"
 "UTF-8 header keys checked as a broker checks a produce, copying nothing: (offset deltas are 0..count-1 in order,\n"
-"the records' max timestamp or -1, records without a key).");
+"the records' min timestamp (of those that have one) or -1, their max timestamp or -1, records without a key).");
 
 static PyObject *
 check_records(PyObject *self, PyObject *args)
@@ -519,7 +519,7 @@ check_records(PyObject *self, PyObject *args)
     const uint8_t *buf = payload.buf;
     Py_ssize_t size = payload.len, pos = 0, keyless = 0;
     int in_order = 1, failed = 0;
-    int64_t max_ts_delta = INT64_MIN;
+    int64_t max_ts_delta = INT64_MIN, min_ts_delta = INT64_MAX;
     for (Py_ssize_t i = 0; i < count && !failed; i++) {
         int64_t ts_delta = 0, offset_delta = 0, key_length = 0, value_length = 0;
         Py_ssize_t record_end = 0;
@@ -552,6 +552,9 @@ check_records(PyObject *self, PyObject *args)
         keyless += key_length < 0;
         if (ts_delta > max_ts_delta)
             max_ts_delta = ts_delta;
+        /* -1 is Kafka's "no timestamp", which the broker's timestamp checks pass over */
+        if (ts_delta < min_ts_delta && base_ts + ts_delta != -1)
+            min_ts_delta = ts_delta;
         failed = 0;
     }
     if (!failed && pos != size)
@@ -561,7 +564,8 @@ check_records(PyObject *self, PyObject *args)
     if (failed)
         return NULL;
     long long top = max_ts_delta == INT64_MIN ? -1 : base_ts + max_ts_delta;
-    return Py_BuildValue("(NLn)", PyBool_FromLong(in_order), top, keyless);
+    long long bottom = min_ts_delta == INT64_MAX ? -1 : base_ts + min_ts_delta;
+    return Py_BuildValue("(NLLn)", PyBool_FromLong(in_order), bottom, top, keyless);
 }
 
 /* ---- thin (what compaction keeps of a batch) ---- */

@@ -1,7 +1,7 @@
 # The compiled twin of _pyrecords (see codec.RecordsCodec for what the arguments are).
 from .codec import BinaryColumn, Buffer, EncodedChunk, HeaderColumn, TimestampColumn
 
-def check_records(payload: Buffer, count: int, base_offset: int, base_ts: int, /) -> tuple[bool, int, int]: ...
+def check_records(payload: Buffer, count: int, base_offset: int, base_ts: int, /) -> tuple[bool, int, int, int]: ...
 def decode_records(
     payload: Buffer,
     count: int,

@@ -156,12 +156,13 @@ def decode_batches(
     return i
 
 
-def check_records(payload: Buffer, count: int, base_offset: int, base_ts: int) -> tuple[bool, int, int]:
+def check_records(payload: Buffer, count: int, base_offset: int, base_ts: int) -> tuple[bool, int, int, int]:
     """Walk every record of an uncompressed records section, checked as a broker checks a produce
     (framing, keys, values, headers and UTF-8 header keys, no bytes left over), copying nothing: ``(offset deltas are
-    0..count-1 in order, the records' max timestamp or -1, records without a key)``."""
+    0..count-1 in order, the records' min timestamp (of those that have one) or -1, their max timestamp or -1,
+    records without a key)``."""
     buf = memoryview(payload)
-    pos, in_order, keyless, max_delta = 0, True, 0, None
+    pos, in_order, keyless, max_delta, min_delta = 0, True, 0, None, None
     try:
         for i in range(count):
             record_end, ts_delta, offset_delta, pos = _record_head(buf, pos, base_offset)
@@ -178,6 +179,8 @@ def check_records(payload: Buffer, count: int, base_offset: int, base_ts: int) -
             in_order &= offset_delta == i
             keyless += key_length < 0
             max_delta = ts_delta if max_delta is None else max(max_delta, ts_delta)
+            if base_ts + ts_delta != -1:  # Kafka's "no timestamp", passed over by the broker's timestamp checks
+                min_delta = ts_delta if min_delta is None else min(min_delta, ts_delta)
             pos = record_end
     except IndexError:
         raise CorruptRecordError(f"record batch at offset {base_offset} ends inside a record") from None
@@ -185,7 +188,8 @@ def check_records(payload: Buffer, count: int, base_offset: int, base_ts: int) -
         raise CorruptRecordError(
             f"record batch at offset {base_offset} has {len(buf) - pos} bytes after its {count} records"
         )
-    return in_order, -1 if max_delta is None else base_ts + max_delta, keyless
+    bottom = -1 if min_delta is None else base_ts + min_delta
+    return in_order, bottom, -1 if max_delta is None else base_ts + max_delta, keyless
 
 
 def keep_records(payload: Buffer, count: int, base_offset: int, base_ts: int, kept: Buffer) -> tuple[bytes, int, int]:

@@ -358,7 +358,8 @@ class RecordsSummary(NamedTuple):
     """What a broker checks of a batch's records, read without a Python object per record."""
 
     offsets_in_order: bool  # record i has offset delta i
-    max_timestamp: int  # the records' own (create) times, in ms
+    min_timestamp: int  # the records' own (create) times, in ms; records without one (-1) left out
+    max_timestamp: int
     keyless: int  # records without a key
 
 

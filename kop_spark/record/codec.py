@@ -23,7 +23,7 @@ EncodedChunk = tuple[int, int, int, int, int]
 class RecordsCodec(Protocol):
     def check_records(
         self, payload: Buffer, count: int, base_offset: int, base_ts: int, /
-    ) -> tuple[bool, int, int]: ...
+    ) -> tuple[bool, int, int, int]: ...
 
     def decode_records(
         self,

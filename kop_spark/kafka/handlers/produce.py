@@ -62,8 +62,7 @@ async def _staged(ctx: ServerContext, header: RequestHeader, m: Any, request: An
                 done[(t.name, p.index)] = _partition(m, p.index, ErrorCode.none)
                 _count(ctx, t.name, p.index, p.records)
             except Exception as e:
-                code = error_code(e, f"transactional produce to {t.name}-{p.index}")
-                done[(t.name, p.index)] = _partition(m, p.index, code)
+                done[(t.name, p.index)] = _refused(m, p.index, e, f"transactional produce to {t.name}-{p.index}")
     return None if request.acks == 0 else _answer(m, request, lambda t, p: done[(t.name, p.index)])
 
 
@@ -80,7 +79,13 @@ def _answer(m: Any, request: Any, partition: Any) -> Any:
     return make(m.ProduceResponse, responses=topics, throttle_time=datetime.timedelta(0))
 
 
-def _partition(m: Any, index: int, code: ErrorCode, produced: Produced = _NOTHING) -> Any:
+def _refused(m: Any, index: int, e: Exception, where: str) -> Any:
+    # As Kafka's LogValidator, the answer says why the records were refused (v8 and later).
+    message = str(e) if isinstance(e, InvalidRecordError) else None
+    return _partition(m, index, error_code(e, where), message=message)
+
+
+def _partition(m: Any, index: int, code: ErrorCode, produced: Produced = _NOTHING, message: str | None = None) -> Any:
     return make(
         m.PartitionProduceResponse,
         index=index,
@@ -89,7 +94,7 @@ def _partition(m: Any, index: int, code: ErrorCode, produced: Produced = _NOTHIN
         log_append_time=None if produced.log_append_time < 0 else _time(produced.log_append_time),
         log_start_offset=produced.log_start_offset,
         record_errors=(),
-        error_message=None,
+        error_message=message,
     )
 
 
@@ -113,7 +118,7 @@ async def _written(ctx: ServerContext, m: Any, tp: tuple[str, int], wait: Callab
             raise wait
         produced = await ctx.call(wait)
     except Exception as e:
-        return _partition(m, partition, error_code(e, f"produce to {topic}-{partition}"))
+        return _refused(m, partition, e, f"produce to {topic}-{partition}")
     return _partition(m, partition, ErrorCode.none, produced)
 
 
