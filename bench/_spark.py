@@ -23,7 +23,8 @@ BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(BENCH))
 from kop_spark.record.arrow import kafka_source_schema  # noqa: E402 - importable only once the checkout is on sys.path
 
-BASE_TS_MS = 1_900_000_000_000
+# A day ago, a record a millisecond: within retention, and behind the broker's clock (up to 86M records).
+BASE_TS_MS = (int(time.time()) - 86_400) * 1000
 PARTITIONS = 2  # one task per core
 FLUSH_ROWS = 32_768  # rows per Arrow batch handed to Spark, as kop's reader
 

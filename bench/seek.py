@@ -22,7 +22,8 @@ from kop_spark.record.arrow import encode_arrow
 from kop_spark.storage import ledger
 
 BATCH = 1000  # records per produced batch
-BASE_TS = 1_900_000_000_000
+# A day ago, a record a millisecond: within retention, and behind the broker's clock (up to 86M records).
+BASE_TS = (int(time.time()) - 86_400) * 1000
 
 
 def fill(b: Broker, topic: str, n: int) -> None:
