@@ -123,6 +123,27 @@ def test_two_processes_see_each_others_commits(b):
     assert "t 3 12345" in out.stdout.splitlines()
 
 
+def test_a_commit_landing_behind_another_processes_reads_it_and_its_own_is_not_read_back(b, monkeypatch):
+    """A coordinator takes its own commit into its table as written, unless another process's
+    commit landed between the table's end and it: then it reads up to its own."""
+    other, real, races = Broker(b.root), b.produce_batches, [{("t", 1): 5}]
+
+    def raced(*args, **kwargs):  # the other process commits after this one read the log, before it writes
+        if races:
+            other.commit_offsets("g", races.pop())
+        return real(*args, **kwargs)
+
+    b.commit_offsets("g", {("t", 0): 1})
+    monkeypatch.setattr(b, "produce_batches", raced)
+    b.commit_offsets("g", {("t", 0): 2})
+    assert {tp: o.offset for tp, o in b.fetch_offsets("g").items()} == {("t", 0): 2, ("t", 1): 5}
+    loaded = b.groups.stats.records_loaded
+    b.commit_offsets("g", {("t", 0): 3})
+    assert b.fetch_offsets("g")[("t", 0)].offset == 3
+    assert b.groups.stats.records_loaded == loaded  # nothing came from elsewhere, nothing was read
+    other.close()
+
+
 @pytest.mark.slow
 def test_kill_9_during_many_partition_commits_is_all_or_nothing(root):
     b = Broker(root)

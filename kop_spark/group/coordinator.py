@@ -62,6 +62,15 @@ class OffsetAndMetadata(NamedTuple):
 NO_OFFSET = OffsetAndMetadata(-1, "", -1)
 
 
+class LogRange(Protocol):
+    """Where a partition's log starts and ends, read together (``Broker.view``)."""
+
+    @property
+    def log_start_offset(self) -> int: ...
+    @property
+    def log_end_offset(self) -> int: ...
+
+
 class OffsetsLog(Protocol):
     def create_topic(self, topic: str, partitions: int | None = None, config: Mapping | None = None) -> None: ...
     def partitions_for(self, topic: str) -> int: ...
@@ -69,7 +78,7 @@ class OffsetsLog(Protocol):
         self, topic: str, partition: int, batches: Sequence[bytes], *, expected_log_end_offset: int | None = None
     ) -> int: ...
     def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int = ...) -> list[bytes]: ...
-    def list_offsets(self, topic: str, partition: int, spec: str | int) -> int: ...
+    def view(self, topic: str, partition: int) -> LogRange: ...
     def compact_partition(self, topic: str, partition: int) -> int | None: ...
 
 
@@ -148,8 +157,8 @@ class GroupCoordinator:
     def _load(self, p: int) -> _Partition:
         """The partition's table, brought up to the log end."""
         state = self._partitions.setdefault(p, _Partition())
-        start = self._log.list_offsets(self.topic, p, "earliest")
-        end = self._log.list_offsets(self.topic, p, "latest")
+        log = self._log.view(self.topic, p)
+        start, end = log.log_start_offset, log.log_end_offset
         if state.next_offset < start:
             state.next_offset = start
         while state.next_offset < end:
@@ -192,11 +201,21 @@ class GroupCoordinator:
         if group is not None and not group.offsets and group.metadata is None:
             state.groups.pop(k.group, None)
 
-    def _write(self, p: int, records: list[Record], if_log_end: int | None = None) -> None:
+    def _write(self, p: int, state: _Partition, records: list[Record], if_log_end: int | None = None) -> None:
         """One batch, so one entry: the records are applied all together or not at all. With
-        ``if_log_end``, only while the partition still ends there (else ``LogEndMovedError``)."""
-        if records:
-            self._log.produce_batches(self.topic, p, [build_record_batch(records)], expected_log_end_offset=if_log_end)
+        ``if_log_end``, only while the partition still ends there (else ``LogEndMovedError``). The
+        table takes them as written when they follow what it holds; else it reads up to them."""
+        if not records:
+            return
+        batch = build_record_batch(records)
+        base = self._log.produce_batches(self.topic, p, [batch], expected_log_end_offset=if_log_end)
+        if base != state.next_offset:  # another process's commits came first
+            self._load(p)
+            return
+        for r in records:
+            self._apply(state, r.key, r.value)
+        state.dirty += len(records)
+        state.next_offset = base + len(records)
 
     def _decide_and_write(self, p: int, decide: Callable[[_Partition], list[Record]]) -> None:
         """Write what ``decide`` makes of the partition's table, in the append that checks the
@@ -204,10 +223,9 @@ class GroupCoordinator:
 
         def attempt() -> None:
             state = self._load(p)
-            self._write(p, decide(state), if_log_end=state.next_offset)
+            self._write(p, state, decide(state), if_log_end=state.next_offset)
 
         retry_cas(f"{self.topic}-{p}", attempt, lost=(LogEndMovedError,), attempts=_DECISION_ATTEMPTS)
-        self._load(p)
 
     def _group(self, group: str) -> tuple[int, _Partition]:
         if not isinstance(group, str) or not group:
@@ -251,8 +269,7 @@ class GroupCoordinator:
                 records.append(
                     Record(encode_offset_value(v), encode_key(OffsetCommitKey(group, topic, partition)), now)
                 )
-            self._write(p, records)
-            self._load(p)
+            self._write(p, state, records)
 
     def fetch(
         self, group: str, partitions: Iterable[TopicPartition] | None = None
