@@ -4,6 +4,7 @@ import sys
 import pytest
 
 import kop_spark
+from kop_spark.storage.metadata.zookeeper import close_sessions
 
 from . import servers
 
@@ -99,6 +100,15 @@ def read_partition(b, topic, partition):
         out += got
         offset = got[-1].offset + 1
     return start, end, out
+
+
+@pytest.fixture(scope="module", autouse=True)
+def zookeeper_sessions_end_with_their_module():
+    """A ZooKeeper session lasts as long as its process, and kazoo's connection loop draws from
+    the global ``random`` all the while: Hypothesis, which checks that nothing moves it while a
+    test draws, warned in a module run after the ZooKeeper tests. Each module's sessions end with it."""
+    yield
+    close_sessions()
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -204,6 +205,20 @@ def test_a_holder_killed_mid_operation_leaves_the_store_whole(backend: Backend) 
         before = n
     assert update(s, "counter", lambda v: {**v, "n": v["n"] + 1})
     assert s.get("counter").value["n"] == before + 1
+
+
+def test_a_process_done_with_zookeeper_ends_its_sessions_and_a_store_used_after_opens_another(
+    running: dict[str, servers.Server],
+) -> None:
+    def sessions() -> list[str]:
+        return [t.name for t in threading.enumerate() if "zk_loop" in t.name]
+
+    s = open_metadata_store(f"zk:127.0.0.1:{running['zookeeper'].port}/t{uuid.uuid4().hex[:12]}", timeout_s=10)
+    version = s.create("a", {"n": 1})
+    assert sessions()
+    close_sessions()
+    assert sessions() == []  # kazoo's thread stopped: nothing reconnects in the background
+    assert s.get("a") == ({"n": 1}, version)
 
 
 @pytest.mark.parametrize("url", ["zk:127.0.0.1:{port}", "etcd:http://127.0.0.1:{port}", "s3://nobucket/x"])

@@ -53,12 +53,14 @@ class _Session:
         return self._connected.wait(timeout_s) and self.client.connected
 
 
-def close_sessions(hosts: str) -> None:
-    """Stop this process's session with the ensemble ``hosts``, for a process done with it: a
-    session otherwise keeps reconnecting in the background for as long as the process lives."""
+def close_sessions(hosts: str | None = None) -> None:
+    """Stop this process's session with the ensemble ``hosts`` (with every ensemble: None), for a
+    process done with it: a session otherwise keeps reconnecting in the background for as long as
+    the process lives. A store used after opens another."""
     with _sessions_lock:
-        session = _sessions.pop((hosts, os.getpid()), None)
-    if session is not None:
+        keys = [k for k in _sessions if k[1] == os.getpid() and hosts in (None, k[0])]
+        closing = [_sessions.pop(k) for k in keys]
+    for session in closing:
         session.client.stop()
         session.client.close()
 
