@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..clock import Clock
 from ..errors import CorruptRecordError, InvalidRecordError, InvalidTimestampError, RecordTooLargeError, StorageError
 from ..record import RecordBatch, TimestampType, split_batches
-from ..record.arrow import summarize
+from ..record.arrow import RecordsSummary, summarize
 from ..record.default_record_batch import with_log_append_time, with_timestamps
 from ..storage.staging import LedgerStager, StagedLedger
 from ..topic_settings import LONG_MAX
@@ -20,13 +20,17 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 TopicConfig = Mapping[str, Any]
-_KEYLESS = "Compacted topic cannot accept message without key"
 
 
 def check_size(where: str, batch: bytes | memoryview, topic_config: TopicConfig) -> None:
     max_bytes = topic_config["max.message.bytes"]
     if len(batch) > max_bytes:
         raise RecordTooLargeError(f"{where}: batch of {len(batch)} bytes is larger than max.message.bytes={max_bytes}")
+
+
+def check_keys(where: str, records: RecordsSummary, topic_config: TopicConfig) -> None:
+    if records.keyless and is_compacted(topic_config):
+        raise InvalidRecordError(f"{where}: Compacted topic cannot accept message without key")
 
 
 def check_timestamps(where: str, lowest: int, highest: int, topic_config: TopicConfig, now: int) -> None:
@@ -63,8 +67,7 @@ def validate_produced(where: str, b: bytes | memoryview, topic_config: TopicConf
     records = summarize(batch)
     if not records.offsets_in_order:
         raise InvalidRecordError(f"{where}: record offset deltas are not 0 to {batch.last_offset_delta} in order")
-    if records.keyless and is_compacted(topic_config):
-        raise InvalidRecordError(f"{where}: {_KEYLESS}")
+    check_keys(where, records, topic_config)
     if uses_log_append_time(topic_config):
         return with_log_append_time(b, now)
     check_timestamps(where, records.min_timestamp, records.max_timestamp, topic_config, now)
@@ -156,18 +159,19 @@ class StagedPartition:
         """Stage batches as the ledger's next entries (copied: the caller may reuse their memory)."""
         now, cfg = self._clock.now_ms(), self._config
         where = f"{self.topic}-{self.partition}"
+        stamped = uses_log_append_time(cfg)
         # Built by kop's encoder, so the header's max timestamp is the records': the records are
         # walked only for what the header does not say.
-        walk = is_compacted(cfg) or cfg["message.timestamp.before.max.ms"] < LONG_MAX
+        walk = is_compacted(cfg) or (not stamped and cfg["message.timestamp.before.max.ms"] < LONG_MAX)
         for batch in batches:
             check_size(where, batch, cfg)
             header = RecordBatch(batch)
             records = summarize(header) if walk else None
-            if records is not None and records.keyless and is_compacted(cfg):
-                raise InvalidRecordError(f"{where}: {_KEYLESS}")
-            if not uses_log_append_time(cfg):
+            if records is not None:
+                check_keys(where, records, cfg)
+            if not stamped:
                 check_timestamps(where, records.min_timestamp if records else -1, header.max_timestamp, cfg, now)
-        if uses_log_append_time(cfg):
+        if stamped:
             batches = [with_log_append_time(b, now) for b in batches]
         self.append_checked(batches, now)
 
