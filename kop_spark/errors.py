@@ -8,6 +8,9 @@ topic, partition, offset, option or file.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple
+
 
 class KopError(Exception):
     """Base class of every error raised by kop-spark."""
@@ -85,8 +88,20 @@ class CorruptRecordError(KopError):
     """
 
 
+class RecordError(NamedTuple):
+    """One record a produce was refused for (Kafka's ``RecordError``, KIP-467)."""
+
+    batch_index: int  # the record's place in its batch
+    message: str
+
+
 class InvalidRecordError(KopError, ValueError):
-    """A well-formed batch that Kafka would refuse (Kafka: INVALID_RECORD)."""
+    """A well-formed batch that Kafka would refuse (Kafka: INVALID_RECORD). ``record_errors``
+    names the records it was refused for, where they are known."""
+
+    def __init__(self, message: str, record_errors: Sequence[RecordError] = ()):
+        super().__init__(message)
+        self.record_errors = tuple(record_errors)
 
 
 class InvalidTimestampError(InvalidRecordError):

@@ -419,8 +419,14 @@ def test_records_stamped_too_far_from_the_brokers_time_are_refused_whole(root):
         b.produce("t", [Record(b"ok", timestamp_ms=NOW), late], partition=0)
     with pytest.raises(
         InvalidTimestampError, match=rf"timestamp {NOW - 60_001} is out of range.*before\.max\.ms=60000"
-    ):
-        b.produce("t", [early, Record(b"ok", timestamp_ms=NOW)], partition=0)
+    ) as refused:
+        b.produce("t", [early, Record(b"ok", timestamp_ms=NOW), late, Record(b"-", timestamp_ms=-1)], partition=0)
+    # which records, as Kafka's LogValidator names them (KIP-467)
+    within = f"The timestamp should be within [{NOW - 60_000}, {NOW + HOUR}]"
+    assert refused.value.record_errors == (
+        (0, f"Timestamp {NOW - 60_001} of message with offset 0 is out of range. {within}"),
+        (2, f"Timestamp {NOW + HOUR + 1} of message with offset 2 is out of range. {within}"),
+    )
     with pytest.raises(InvalidTimestampError, match="default-0"):
         b.produce("default", [late], partition=0)
     assert [r.value for r in b.fetch("t", 0, 0)] == [b"a", b"b", b"c"]  # nothing of a refused produce

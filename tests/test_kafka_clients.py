@@ -431,16 +431,50 @@ def test_records_stamped_beyond_a_topics_bounds_are_refused_invalid_timestamp(se
     assert producer.flush(30) == 0
     assert reports["lenient"] is None and reports["bounded"].code() == KafkaError.INVALID_TIMESTAMP
     with connect(server) as sock:
-        batch = build_record_batch([Record(b"v", timestamp_ms=ahead)])
+        batch = build_record_batch([Record(b"ok"), Record(b"v", timestamp_ms=ahead)])
         answer = call(sock, wire_request(
             ProduceRequest, 8, transactional_id=None, acks=-1, timeout_ms=5000,
             topic_data=[{"name": "bounded", "partition_data": [{"index": 0, "records": batch}]}],
         ))  # fmt: skip
     (refused,) = answer.responses[0].partition_responses
     assert refused.error_code == 32 and "message.timestamp.after.max.ms=3600000" in refused.error_message
+    ((index, why),) = [(e.batch_index, e.batch_index_error_message) for e in refused.record_errors]
+    assert index == 1 and why.startswith(f"Timestamp {ahead} of message with offset 1 is out of range")
     with Broker(server.root) as b:
         assert b.list_offsets("bounded", 0, "latest") == 0
         assert [r.timestamp_ms for r in b.fetch("lenient", 0, 0)] == [ahead]
+
+
+def test_librdkafka_fails_only_the_refused_records_with_their_error(server: KopServer) -> None:
+    """KIP-467: the answer names the records a batch was refused for, so librdkafka fails those as
+    invalid and the batch's others with INVALID_DIFFERENT_RECORD, which an application can send
+    again; without the names it fails all alike. (librdkafka reads the names where a batch has
+    more than one refused record: for one, it fails all with the partition's error.)"""
+    with Broker(server.root) as b:
+        b.create_topic("bounded", 1)
+        b.create_topic("keyed", 1, config={"cleanup.policy": "compact"})
+    ahead = int(time.time() * 1000) + 2 * 3_600_000
+    producer = Producer({"bootstrap.servers": server.bootstrap, "acks": "all", "linger.ms": 1000})
+    reports: dict[tuple[str, bytes], int] = {}
+
+    def report(e: KafkaError | None, m: Any) -> None:
+        reports[(m.topic(), m.value())] = e.code() if e else 0
+
+    for value, stamp in ((b"a", 0), (b"late", ahead), (b"c", 0), (b"later", ahead + 1)):
+        producer.produce("bounded", value, key=b"k", timestamp=stamp, on_delivery=report)
+    for value, key in ((b"a", b"k"), (b"keyless", None), (b"also keyless", None)):
+        producer.produce("keyed", value, key=key, on_delivery=report)
+    assert producer.flush(30) == 0
+    others = KafkaError._INVALID_DIFFERENT_RECORD
+    assert reports == {
+        ("bounded", b"a"): others,
+        ("bounded", b"late"): KafkaError.INVALID_RECORD,
+        ("bounded", b"c"): others,
+        ("bounded", b"later"): KafkaError.INVALID_RECORD,
+        ("keyed", b"a"): others,
+        ("keyed", b"keyless"): KafkaError.INVALID_RECORD,
+        ("keyed", b"also keyless"): KafkaError.INVALID_RECORD,
+    }
 
 
 def test_topics_have_ids_clients_see_and_ask_by_and_a_recreated_topic_gets_a_new_one(server: KopServer) -> None:

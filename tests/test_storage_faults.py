@@ -107,8 +107,9 @@ def test_timestamp_type_is_the_topics_not_the_batchs(rolling):
 
 def test_compacted_topics_refuse_keyless_records(broker):
     broker.create_topic("c", 1, config={"cleanup.policy": "compact"})
-    with pytest.raises(InvalidRecordError, match="Compacted topic cannot accept message without key"):
-        broker.produce("c", [Record(b"keyed", key=b"k"), Record(b"keyless")], 0)
+    with pytest.raises(InvalidRecordError, match="Compacted topic cannot accept message without key") as refused:
+        broker.produce("c", [Record(b"keyed", key=b"k"), Record(b"keyless"), Record(b"also", key=b"k")], 0)
+    assert refused.value.record_errors == ((1, "Compacted topic cannot accept message without key"),)
     staged = broker.sink_commits.stage("c", 0, "_staging/q/0/t")
     with pytest.raises(InvalidRecordError, match="c-0: Compacted topic cannot accept message without key"):
         staged.append([build_record_batch([Record(b"keyless")])])

@@ -8,7 +8,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..clock import Clock
-from ..errors import CorruptRecordError, InvalidRecordError, InvalidTimestampError, RecordTooLargeError, StorageError
+from ..errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    RecordError,
+    RecordTooLargeError,
+    StorageError,
+)
 from ..record import RecordBatch, TimestampType, split_batches
 from ..record.arrow import RecordsSummary, summarize
 from ..record.default_record_batch import with_log_append_time, with_timestamps
@@ -45,6 +52,29 @@ def check_timestamps(where: str, lowest: int, highest: int, topic_config: TopicC
             )
 
 
+def refused_records(batch: RecordBatch, topic_config: TopicConfig, now: int) -> tuple[RecordError, ...]:
+    """Each record of a refused batch that Kafka's LogValidator refuses, with Kafka's message for it
+    (KIP-467): a client fails those records with their own error, and the batch's others as refused
+    with them (librdkafka's INVALID_DIFFERENT_RECORD). Walked in Python: only a refused batch pays."""
+    compacted, stamped = is_compacted(topic_config), uses_log_append_time(topic_config)
+    lowest = now - topic_config["message.timestamp.before.max.ms"]
+    highest = now + topic_config["message.timestamp.after.max.ms"]
+    errors = []
+    for i, record in enumerate(batch.records()):
+        stamp = record.timestamp_ms
+        if compacted and record.key is None:
+            errors.append(RecordError(i, "Compacted topic cannot accept message without key"))
+        elif not stamped and stamp != -1 and not lowest <= stamp <= highest:
+            errors.append(
+                RecordError(
+                    i,
+                    f"Timestamp {stamp} of message with offset {record.offset} is out of range. The timestamp "
+                    f"should be within [{lowest}, {highest}]",
+                )
+            )
+    return tuple(errors)
+
+
 def is_compacted(topic_config: TopicConfig) -> bool:
     return "compact" in topic_config["cleanup.policy"]
 
@@ -67,10 +97,16 @@ def validate_produced(where: str, b: bytes | memoryview, topic_config: TopicConf
     records = summarize(batch)
     if not records.offsets_in_order:
         raise InvalidRecordError(f"{where}: record offset deltas are not 0 to {batch.last_offset_delta} in order")
-    check_keys(where, records, topic_config)
-    if uses_log_append_time(topic_config):
+    stamped = uses_log_append_time(topic_config)
+    try:
+        check_keys(where, records, topic_config)
+        if not stamped:
+            check_timestamps(where, records.min_timestamp, records.max_timestamp, topic_config, now)
+    except InvalidRecordError as e:
+        e.record_errors = refused_records(batch, topic_config, now)
+        raise
+    if stamped:
         return with_log_append_time(b, now)
-    check_timestamps(where, records.min_timestamp, records.max_timestamp, topic_config, now)
     # The records' own times, whatever flag and maximum the header claims.
     if batch.timestamp_type == TimestampType.CREATE_TIME and batch.max_timestamp == records.max_timestamp:
         return bytes(b)

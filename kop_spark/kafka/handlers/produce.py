@@ -80,12 +80,19 @@ def _answer(m: Any, request: Any, partition: Any) -> Any:
 
 
 def _refused(m: Any, index: int, e: Exception, where: str) -> Any:
-    # As Kafka's LogValidator, the answer says why the records were refused (v8 and later).
-    message = str(e) if isinstance(e, InvalidRecordError) else None
-    return _partition(m, index, error_code(e, where), message=message)
+    # As Kafka's LogValidator, the answer says why the records were refused, and which (v8 and later).
+    if not isinstance(e, InvalidRecordError):
+        return _partition(m, index, error_code(e, where))
+    records = tuple(
+        make(m.BatchIndexAndErrorMessage, batch_index=r.batch_index, batch_index_error_message=r.message)
+        for r in (e.record_errors if hasattr(m, "BatchIndexAndErrorMessage") else ())
+    )
+    return _partition(m, index, error_code(e, where), message=str(e), records=records)
 
 
-def _partition(m: Any, index: int, code: ErrorCode, produced: Produced = _NOTHING, message: str | None = None) -> Any:
+def _partition(
+    m: Any, index: int, code: ErrorCode, produced: Produced = _NOTHING, message: str | None = None, records: tuple = ()
+) -> Any:
     return make(
         m.PartitionProduceResponse,
         index=index,
@@ -93,7 +100,7 @@ def _partition(m: Any, index: int, code: ErrorCode, produced: Produced = _NOTHIN
         base_offset=produced.base_offset,
         log_append_time=None if produced.log_append_time < 0 else _time(produced.log_append_time),
         log_start_offset=produced.log_start_offset,
-        record_errors=(),
+        record_errors=records,
         error_message=message,
     )
 
