@@ -25,6 +25,7 @@ from kop_spark.record.arrow import (
     key_partitions,
 )
 from kop_spark.record.default_record_batch import seal_record_batch, with_base_offset
+from kop_spark.record.offset_table import OffsetTable
 from kop_spark.storage import ledger_entry
 
 from .conftest import PYTHON, python_subprocess_env
@@ -637,3 +638,42 @@ def test_compactions_keep_the_same_records(recs, data):
 def test_compactions_agree_on_corrupt_bytes(recs, flips, cut, kept):
     ours, theirs = keep_both(damaged(recs, flips, cut), sorted(kept))
     assert ours == theirs
+
+
+@needs_compiled
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=40)), st.booleans()), max_size=60),
+    asked=st.lists(st.one_of(st.none(), st.binary(max_size=40)), max_size=20),
+    spare=st.integers(0, 20),
+    sliced=st.integers(0, 3),
+)
+def test_offset_tables_fill_the_same_slots_and_keep_each_keys_latest(rows, asked, spare, sliced):
+    """Both twins put each key's digest and latest offset in the same slot, so a table built by one
+    is read by the other; what the table keeps is each key's last row, tombstones past the horizon
+    left out, as a dict of the keys keeps it. Columns sliced from an offset, as cuts of Arrow
+    batches come."""
+    rows = [(None, False)] * sliced + rows
+    keys = pa.array([k for k, _ in rows], pa.binary()).slice(sliced)
+    offsets = pa.array(range(len(rows)), pa.int64()).slice(sliced)
+    expired = pa.array([e for _, e in rows]).slice(sliced)
+    slots = len({k for k, _ in rows[sliced:] if k is not None}) + 1 + spare
+    tables = [OffsetTable(slots, codec=codec) for codec in (reference, compiled)]
+    for table in tables:
+        table.put(keys, offsets, expired)
+    assert tables[0]._table == tables[1]._table and tables[0].entries == tables[1].entries
+    latest = {k: (i, e) for i, (k, e) in enumerate(rows) if k is not None and i >= sliced}
+    assert tables[0].entries == len(latest)
+    assert list(tables[1].live()) == sorted(i for i, e in latest.values() if not e)
+    values = [0 if k not in latest else -(latest[k][0] + 1) if latest[k][1] else latest[k][0] + 1 for k in asked]
+    for table in tables:
+        assert table.get(pa.array(asked, pa.binary())).to_pylist() == values
+
+
+@needs_compiled
+@pytest.mark.parametrize("codec", ["reference", "compiled"])
+def test_an_offset_table_refuses_a_key_past_its_slots(codec):
+    table = OffsetTable(2, codec=getattr(_speedups, codec))
+    table.put(pa.array([b"a", b"a", b"b"]), pa.array([0, 1, 2], pa.int64()), pa.array([False] * 3))
+    with pytest.raises(ValueError, match="the offset table's 2 slots are full"):
+        table.put(pa.array([b"c"]), pa.array([3], pa.int64()), pa.array([False]))

@@ -1235,12 +1235,254 @@ key_partitions(PyObject *self, PyObject *args)
     return out;
 }
 
+/* ---- the log cleaner's offset table ---- */
+
+/* MurmurHash3's x64 128-bit variant (seed 0) of a key: a 16-byte digest standing for the key in
+ * the offset table, as Kafka's cleaner keeps an MD5 of each key. */
+static inline uint64_t
+rotl64(uint64_t x, int r)
+{
+    return (x << r) | (x >> (64 - r));
+}
+
+static inline uint64_t
+fmix64(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ULL;
+    k ^= k >> 33;
+    return k;
+}
+
+static inline uint64_t
+load_le64(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static void
+murmur3_128(const uint8_t *data, int64_t len, uint64_t out[2])
+{
+    const uint64_t c1 = 0x87c37b91114253d5ULL, c2 = 0x4cf5ad432745937fULL;
+    uint64_t h1 = 0, h2 = 0;
+    int64_t blocks = len / 16;
+    for (int64_t i = 0; i < blocks; i++) {
+        uint64_t k1 = load_le64(data + 16 * i, 8), k2 = load_le64(data + 16 * i + 8, 8);
+        h1 ^= rotl64(k1 * c1, 31) * c2;
+        h1 = (rotl64(h1, 27) + h2) * 5 + 0x52dce729;
+        h2 ^= rotl64(k2 * c2, 33) * c1;
+        h2 = (rotl64(h2, 31) + h1) * 5 + 0x38495ab5;
+    }
+    const uint8_t *tail = data + 16 * blocks;
+    int rest = (int)(len & 15);
+    if (rest > 8)
+        h2 ^= rotl64(load_le64(tail + 8, rest - 8) * c2, 33) * c1;
+    if (rest > 0)
+        h1 ^= rotl64(load_le64(tail, rest > 8 ? 8 : rest) * c1, 31) * c2;
+    h1 ^= (uint64_t)len;
+    h2 ^= (uint64_t)len;
+    h1 += h2;
+    h2 += h1;
+    h1 = fmix64(h1);
+    h2 = fmix64(h2);
+    h1 += h2;
+    h2 += h1;
+    out[0] = h1;
+    out[1] = h2;
+}
+
+/* A table of slots of 24 bytes: a key's digest (two uint64) and its value (int64): 0 for an empty
+ * slot, offset + 1 for a record kept, -(offset + 1) for a tombstone past the horizon. The first
+ * slot probed is the digest's first half scaled to the table (no division), then the next ones. */
+#define SLOT_WORDS 3
+
+static int
+table_open(Py_buffer *table, PyObject *obj, int writable, Py_ssize_t *slots)
+{
+    if (PyObject_GetBuffer(obj, table, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
+        return -1;
+    *slots = table->len / (SLOT_WORDS * 8);
+    if (*slots < 1 || table->len % (SLOT_WORDS * 8) || ((uintptr_t)table->buf & 7)) {
+        PyErr_SetString(PyExc_ValueError, "table: expected a non-empty, aligned buffer of 24-byte slots");
+        PyBuffer_Release(table);
+        return -1;
+    }
+    return 0;
+}
+
+/* The slot of `digest`, or the empty slot where it goes; NULL when the table is full without it. */
+static inline uint64_t *
+table_slot(uint64_t *slots, Py_ssize_t n, const uint64_t digest[2])
+{
+    Py_ssize_t at = (Py_ssize_t)(((__uint128_t)digest[0] * (uint64_t)n) >> 64);
+    for (Py_ssize_t probes = 0; probes < n; probes++) {
+        uint64_t *slot = slots + SLOT_WORDS * at;
+        if (slot[2] == 0 || (slot[0] == digest[0] && slot[1] == digest[1]))
+            return slot;
+        if (++at == n)
+            at = 0;
+    }
+    return NULL;
+}
+
+PyDoc_STRVAR(offset_table_put_doc,
+"offset_table_put(table, keys, count, offsets, expired) -> int\n\n"
+"Record each of `count` rows in the table (a writable buffer of 24-byte slots): its key's digest\n"
+"with its offset (`offsets`: int64 per row), as a tombstone past the horizon where `expired` (a\n"
+"byte per row) is not 0. A later row of a key replaces an earlier one; null keys are skipped.\n"
+"Returns how many slots were filled. ValueError when the table fills.");
+
+static PyObject *
+offset_table_put(PyObject *self, PyObject *args)
+{
+    PyObject *table_obj, *keys_obj, *offsets_obj, *expired_obj;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "OOnOO", &table_obj, &keys_obj, &count, &offsets_obj, &expired_obj))
+        return NULL;
+    Py_buffer table, offsets, expired;
+    Py_ssize_t n, filled = 0;
+    binary_in_t keys;
+    if (table_open(&table, table_obj, 1, &n) < 0)
+        return NULL;
+    if (binary_in_open(&keys, keys_obj, "keys") < 0) {
+        PyBuffer_Release(&table);
+        return NULL;
+    }
+    int have_offsets = PyObject_GetBuffer(offsets_obj, &offsets, PyBUF_SIMPLE) == 0;
+    int have_expired = have_offsets && PyObject_GetBuffer(expired_obj, &expired, PyBUF_SIMPLE) == 0;
+    int ok = have_expired;
+    if (ok && (count < 0 || offsets.len < count * 8 || expired.len < count)) {
+        PyErr_Format(PyExc_ValueError, "%zd rows, %zd offsets and %zd flags", count, offsets.len / 8, expired.len);
+        ok = 0;
+    }
+    for (Py_ssize_t i = 0; ok && i < count; i++) {
+        const uint8_t *key = NULL;
+        int64_t len = binary_in_get(&keys, i, &key);
+        if (len == INVALID_ROW) {
+            ok = invalid_row("keys", i) == 0;
+            break;
+        }
+        if (len < 0)
+            continue;
+        uint64_t digest[2];
+        murmur3_128(key, len, digest);
+        uint64_t *slot = table_slot(table.buf, n, digest);
+        if (slot == NULL) {
+            PyErr_Format(PyExc_ValueError, "the offset table's %zd slots are full", n);
+            ok = 0;
+            break;
+        }
+        int64_t offset;
+        memcpy(&offset, (const uint8_t *)offsets.buf + 8 * i, 8);
+        filled += slot[2] == 0;
+        slot[0] = digest[0];
+        slot[1] = digest[1];
+        slot[2] = (uint64_t)(((const uint8_t *)expired.buf)[i] ? -(offset + 1) : offset + 1);
+    }
+    if (have_expired)
+        PyBuffer_Release(&expired);
+    if (have_offsets)
+        PyBuffer_Release(&offsets);
+    binary_in_release(&keys);
+    PyBuffer_Release(&table);
+    return ok ? PyLong_FromSsize_t(filled) : NULL;
+}
+
+PyDoc_STRVAR(offset_table_get_doc,
+"offset_table_get(table, keys, count) -> bytes\n\n"
+"Each of `count` rows' value in the table, an int64 per row (0 where the key is null or absent;\n"
+"see offset_table_put).");
+
+static PyObject *
+offset_table_get(PyObject *self, PyObject *args)
+{
+    PyObject *table_obj, *keys_obj;
+    Py_ssize_t count, n;
+    if (!PyArg_ParseTuple(args, "OOn", &table_obj, &keys_obj, &count))
+        return NULL;
+    Py_buffer table;
+    binary_in_t keys;
+    if (count < 0) {
+        PyErr_SetString(PyExc_ValueError, "count must not be negative");
+        return NULL;
+    }
+    if (table_open(&table, table_obj, 0, &n) < 0)
+        return NULL;
+    if (binary_in_open(&keys, keys_obj, "keys") < 0) {
+        PyBuffer_Release(&table);
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, count * 8);
+    for (Py_ssize_t i = 0; out != NULL && i < count; i++) {
+        const uint8_t *key = NULL;
+        int64_t len = binary_in_get(&keys, i, &key), value = 0;
+        if (len == INVALID_ROW) {
+            invalid_row("keys", i);
+            Py_CLEAR(out);
+            break;
+        }
+        if (len >= 0) {
+            uint64_t digest[2];
+            murmur3_128(key, len, digest);
+            uint64_t *slot = table_slot(table.buf, n, digest);
+            value = slot == NULL ? 0 : (int64_t)slot[2];
+        }
+        memcpy(PyBytes_AS_STRING(out) + 8 * i, &value, 8);
+    }
+    binary_in_release(&keys);
+    PyBuffer_Release(&table);
+    return out;
+}
+
+PyDoc_STRVAR(offset_table_live_doc,
+"offset_table_live(table) -> bytes\n\n"
+"The offsets of the records the table keeps (not tombstones past the horizon), an int64 each, in\n"
+"order.");
+
+static int
+int64_order(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static PyObject *
+offset_table_live(PyObject *self, PyObject *table_obj)
+{
+    Py_buffer table;
+    Py_ssize_t n, live = 0;
+    if (table_open(&table, table_obj, 0, &n) < 0)
+        return NULL;
+    const int64_t *slots = table.buf;
+    for (Py_ssize_t i = 0; i < n; i++)
+        live += slots[SLOT_WORDS * i + 2] > 0;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, live * 8);
+    if (out != NULL) {
+        int64_t *at = (int64_t *)PyBytes_AS_STRING(out);
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (slots[SLOT_WORDS * i + 2] > 0)
+                *at++ = slots[SLOT_WORDS * i + 2] - 1;
+        /* sorted where they are: no more memory than the offsets take */
+        qsort(PyBytes_AS_STRING(out), (size_t)live, 8, int64_order);
+    }
+    PyBuffer_Release(&table);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"check_records", check_records, METH_VARARGS, check_records_doc},
     {"decode_batches", decode_batches, METH_VARARGS, decode_batches_doc},
     {"decode_records", decode_records, METH_VARARGS, decode_records_doc},
     {"encode_records", encode_records, METH_VARARGS, encode_records_doc},
     {"keep_records", keep_records, METH_VARARGS, keep_records_doc},
+    {"offset_table_get", offset_table_get, METH_VARARGS, offset_table_get_doc},
+    {"offset_table_live", offset_table_live, METH_O, offset_table_live_doc},
+    {"offset_table_put", offset_table_put, METH_VARARGS, offset_table_put_doc},
     {"key_partitions", key_partitions, METH_VARARGS, key_partitions_doc},
     {"reserve_columns", reserve_columns, METH_VARARGS, reserve_columns_doc},
     {NULL, NULL, 0, NULL},

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 
 from ..errors import CorruptRecordError, InvalidRecordError
 from ..partitioner import murmur2
+from ._pybinary import BinaryRows
+from ._pyoffset_table import offset_table_get, offset_table_live, offset_table_put  # a module of its own
 from .codec import BinaryColumn, Buffer, EncodedChunk, HeaderColumn, TimestampColumn
 from .default_record_batch import (
     COMPRESSION_MASK,
@@ -270,26 +272,6 @@ def _decode_headers(record: memoryview, pos: int, offset: int, columns: tuple[by
     return n
 
 
-class _Binary:
-    """Row access to a binary column tuple: ``get(i)`` is the row's bytes, or None when null."""
-
-    def __init__(self, column: BinaryColumn | None):
-        self.present = column is not None
-        if column is not None:
-            validity, offsets, data, self.offset = column
-            self.validity = memoryview(validity).cast("B") if validity is not None else None
-            self.ends = memoryview(offsets).cast("B").cast("i")
-            self.data = memoryview(data).cast("B")
-
-    def get(self, i: int) -> bytes | None:
-        if not self.present:
-            return None
-        j = self.offset + i
-        if self.validity is not None and not self.validity[j >> 3] >> (j & 7) & 1:
-            return None
-        return bytes(self.data[self.ends[j] : self.ends[j + 1]])
-
-
 def encode_records(
     keys: BinaryColumn | None,
     values: BinaryColumn | None,
@@ -350,7 +332,7 @@ class _Columns:
         headers: HeaderColumn | None,
         now_ms: int,
     ):
-        self.keys, self.values, self._now_ms = _Binary(keys), _Binary(values), now_ms
+        self.keys, self.values, self._now_ms = BinaryRows(keys), BinaryRows(values), now_ms
         self._ts = None
         if timestamps is not None:
             validity, data, offset, per_ms = timestamps
@@ -363,7 +345,7 @@ class _Columns:
             h_validity, h_offsets, h_offset, hk_col, hv_col = headers
             bits = memoryview(h_validity).cast("B") if h_validity is not None else None
             ends = memoryview(h_offsets).cast("B").cast("i")
-            self._headers = (bits, ends, h_offset, _Binary(hk_col), _Binary(hv_col))
+            self._headers = (bits, ends, h_offset, BinaryRows(hk_col), BinaryRows(hv_col))
 
     def timestamp(self, row: int) -> int:
         """Milliseconds, floored as Spark's Kafka sink floors them; ``now_ms`` for a null."""
@@ -417,7 +399,7 @@ def key_partitions(n: int, keys: BinaryColumn | None, num_partitions: int) -> by
     """Kafka's default partition of each of ``n`` keys, as int32s; -1 for a null key."""
     if num_partitions <= 0:
         raise ValueError("num_partitions must be positive")
-    col = _Binary(keys)
+    col = BinaryRows(keys)
     out = bytearray()
     for i in range(n):
         key = col.get(i)
@@ -439,5 +421,8 @@ __all__ = [
     "encode_records",
     "keep_records",
     "key_partitions",
+    "offset_table_get",
+    "offset_table_live",
+    "offset_table_put",
     "reserve_columns",
 ]

@@ -129,8 +129,9 @@ class LogCleaner:
         """The first pass: the offset map of the run from offset ``dirty`` on, and where it
         reached (the run's end unless the map filled first)."""
         config = self._log.config
-        offsets = OffsetMap(self._log.clock.now_ms() - config.delete_retention_ms, config.dedupe_buffer_bytes)
         end = run[-1].end_offset
+        horizon = self._log.clock.now_ms() - config.delete_retention_ms
+        offsets = OffsetMap(horizon, config.dedupe_buffer_bytes, records=end - dirty)
         for ledger, e in self._entries(run, stop, dirty):
             if not offsets.add(RecordBatch(e.batch), ledger.base_offset + e.relative_index):
                 end = offsets.end

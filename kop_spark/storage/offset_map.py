@@ -1,13 +1,15 @@
 """The log cleaner's offset map (Kafka's ``OffsetMap``): each key's latest offset in the dirty part
 of a run of batches, within a memory budget (``log.cleaner.dedupe.buffer.size``).
 
-The compiled codec decodes the batches into Arrow columns and Arrow groups them by key, so no
-Python object is made per record. Decoded records are cut to their keys every 32 MiB (less for a
-small budget); the keys are folded into the map once there are as many as it holds, or as many as
-its budget allows. A map whose keys take three quarters of that after a fold is full: a compaction
-then covers the batches added so far, and its next pass goes on from there, as Kafka's cleaner
-does when its map fills. Where Kafka's map holds a 16-byte hash of each key, this one holds the
-keys, so a pass covers fewer keys the longer they are.
+The compiled codec decodes the batches into Arrow columns, cut to their keys every 32 MiB (less for
+a small budget), and the keys go into an offset table (``OffsetTable``, Kafka's
+``SkimpyOffsetMap``): a 16-byte digest of each key and its latest offset, 24 bytes a key whatever
+the key's length, in three quarters of the budget (the rest holds the offsets the map keeps and a
+cut). The table is filled to 90% at most (Kafka's ``log.cleaner.io.buffer.load.factor``): about
+3.8 million keys a pass at the default budget. A batch that could take it past that is left to the
+next pass, as Kafka's cleaner leaves a segment when its map fills: a compaction covers the batches
+added so far, and its next pass goes on from there. A map for fewer records takes only the room
+they need.
 
 The map answers which records a compaction keeps: those of the batches it was built from (the
 latest of each key, less tombstones past ``delete.retention.ms``), and those of the batches before
@@ -17,25 +19,31 @@ them, already compacted, which only the map's keys can have superseded.
 from __future__ import annotations
 
 import bisect
+import math
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..record import RecordBatch
 from ..record.arrow import ArrowRecordBuilder
+from ..record.offset_table import SLOT_BYTES, OffsetTable
 
-_SMALLEST_FOLD = 1 << 16  # keys
 _DECODED_BYTES = 32 << 20
 DEDUPE_BUFFER_BYTES = 128 << 20  # Kafka's log.cleaner.dedupe.buffer.size
+LOAD_FACTOR = 0.9  # Kafka's log.cleaner.io.buffer.load.factor
 
 
 class KeptOffsets:
     """Offsets a compaction keeps, sorted, as an int64 buffer that ``bisect`` searches with no
     Python object per offset."""
 
-    def __init__(self, offsets: pa.Array | pa.ChunkedArray):
+    def __init__(self, offsets: memoryview):
+        self._offsets = offsets
+
+    @classmethod
+    def of(cls, offsets: pa.Array | pa.ChunkedArray) -> KeptOffsets:
         data = pa.concat_arrays([pa.array([], pa.int64()), *_chunks(offsets)])  # one buffer, from its start
-        self._offsets = memoryview(data.buffers()[1] or b"").cast("q")[: len(data)]
+        return cls(memoryview(data.buffers()[1] or b"").cast("q")[: len(data)])
 
     def __len__(self) -> int:
         return len(self._offsets)
@@ -55,7 +63,7 @@ class _KeyColumns:
         self._cut_bytes = cut_bytes
         self._builder = ArrowRecordBuilder("", 0, include_headers=False)
         self.cuts: list[pa.Table] = []  # in offset order
-        self.rows = self.nbytes = 0
+        self.nbytes = 0
 
     def add(self, batch: RecordBatch, base_offset: int) -> bool:
         """Add a batch's records (its first at ``base_offset``); True when that made a cut."""
@@ -73,16 +81,18 @@ class _KeyColumns:
         keys = pa.table({"key": rows.column("key"), "offset": rows.column("offset"), "expired": expired})
         keys = keys.filter(pc.is_valid(keys.column("key")))  # a keyless record has nothing to keep it by
         self.cuts.append(keys)
-        self.rows += keys.num_rows
         self.nbytes += keys.nbytes
 
-    def take(self) -> pa.Table | None:
-        """All added since the last ``take``, in offset order; None when nothing was."""
+    def take(self) -> dict[str, pa.Array] | None:
+        """The columns of all added since the last ``take``, in offset order; None when nothing was."""
         if len(self._builder):
             self._cut()
         cuts = self.cuts
-        self.cuts, self.rows, self.nbytes = [], 0, 0
-        return pa.concat_tables(cuts) if cuts else None
+        self.cuts, self.nbytes = [], 0
+        if not cuts:
+            return None
+        taken = pa.concat_tables(cuts)
+        return {name: taken.column(name).combine_chunks() for name in taken.column_names}
 
 
 class OffsetMap:
@@ -90,53 +100,56 @@ class OffsetMap:
     sealed and asked which records to keep: ``kept`` for the batches it was built from, ``ask`` and
     ``answer`` for those before them, a group at a time."""
 
-    def __init__(self, horizon_ms: int, budget_bytes: int = DEDUPE_BUFFER_BYTES, decoded_bytes: int = _DECODED_BYTES):
+    def __init__(
+        self,
+        horizon_ms: int,
+        budget_bytes: int = DEDUPE_BUFFER_BYTES,
+        decoded_bytes: int = _DECODED_BYTES,
+        *,
+        records: int | None = None,
+    ):
         """``horizon_ms``: tombstones (null values) stamped before it go; younger ones stay.
-        ``budget_bytes``: about the most memory the map takes, its working included. The keys it
-        holds, and those asked about at a time, are kept to a quarter of it each: Arrow's hashing
-        of them (a fold's group-by, an answer's lookup) takes about as much again. Measured, a
-        compaction's Arrow memory peaks at 1.2 to 1.5 times the budget, 16 MiB and up.
-        ``decoded_bytes``: how much decoded data is cut to its keys at a time."""
-        self._keys_budget = budget_bytes // 4
-        cut_bytes = min(decoded_bytes, budget_bytes // 8)
-        self._pending = _KeyColumns(horizon_ms, cut_bytes)
-        self._asked = _KeyColumns(horizon_ms, cut_bytes)  # records looked up in the map
-        self._latest: pa.Table | None = None  # key, offset, expired: each key's latest record
-        self._kept = KeptOffsets(pa.array([], pa.int64()))
+        ``budget_bytes``: about the most memory the map takes, its working included.
+        ``decoded_bytes``: how much decoded data is cut to its keys at a time. ``records``: at most
+        how many records will be added, when known: the table then takes no more room than they need."""
+        slots = budget_bytes * 3 // 4 // SLOT_BYTES
+        if records is not None:
+            slots = min(slots, math.ceil(records / LOAD_FACTOR) + 1)
+        self._slots = max(slots, 1)
+        self._table: OffsetTable | None = None  # made by the first batch, which it holds however large
+        self._bound = 0  # the most keys the table holds once what is added is folded in
+        self._cut_bytes = min(decoded_bytes, budget_bytes // 8)
+        self._pending = _KeyColumns(horizon_ms, self._cut_bytes)
+        self._asked = _KeyColumns(horizon_ms, self._cut_bytes)  # records looked up in the map
+        self._kept = KeptOffsets(memoryview(b"").cast("q"))
         self.end = -1  # the offset after the last batch added
-
-    def _nbytes(self) -> int:
-        """The memory the map's keys take now (those folded and those not yet)."""
-        return (self._latest.nbytes if self._latest is not None else 0) + self._pending.nbytes
 
     def add(self, batch: RecordBatch, base_offset: int) -> bool:
         """Add a batch's records (its first at ``base_offset``), each batch after those before it.
-        False once the map is full: the batches added so far are those a compaction can cover."""
+        False, and the batch left out, when it could take the map past what it holds: the
+        batches added so far are those a compaction can cover. The first batch always goes in."""
+        if self._table is None:
+            slots = max(self._slots, math.ceil(batch.record_count / LOAD_FACTOR) + 1)
+            self._table = OffsetTable(slots)
+        elif self._bound + batch.record_count > self._table.slots * LOAD_FACTOR:
+            return False
         self.end = base_offset + batch.last_offset_delta + 1
-        if not self._pending.add(batch, base_offset):
-            return True
-        held = self._latest.num_rows if self._latest is not None else 0
-        if self._pending.rows >= max(_SMALLEST_FOLD, held) or self._nbytes() >= self._keys_budget:
+        self._bound += batch.record_count
+        if self._pending.add(batch, base_offset):
             self._fold()
-            return self._nbytes() < self._keys_budget * 3 // 4
         return True
 
     def _fold(self) -> None:
         pending = self._pending.take()
-        tables = [t for t in (self._latest, pending) if t is not None]
-        if not tables:
-            return  # nothing added yet
-        both = pa.concat_tables(tables)
-        # In input order (no threads), so "last" is the latest: the map's rows come before the new ones.
-        latest = both.group_by("key", use_threads=False).aggregate([("offset", "last"), ("expired", "last")])
-        self._latest = latest.rename_columns(["key", "offset", "expired"])
+        if pending is not None and self._table is not None:
+            self._table.put(pending["key"], pending["offset"], pending["expired"])
+            self._bound = self._table.entries
 
     def seal(self) -> int:
         """Done adding: returns how many of the added records are kept."""
         self._fold()
-        if self._latest is not None:
-            live = self._latest.filter(pc.invert(self._latest.column("expired"))).column("offset")
-            self._kept = KeptOffsets(pc.take(live, pc.sort_indices(live)))
+        if self._table is not None:
+            self._kept = KeptOffsets(self._table.live())
         return len(self._kept)
 
     def kept(self, first: int, last: int) -> memoryview:
@@ -146,9 +159,9 @@ class OffsetMap:
     def ask(self, batch: RecordBatch, base_offset: int) -> bool:
         """Ask which records of a batch before the map's end are kept (its first at ``base_offset``,
         each batch after those before it). True once the batches asked about take as much memory as
-        the budget allows the map's keys: ``answer`` then."""
+        a cut: ``answer`` then."""
         self._asked.add(batch, base_offset)
-        return self._asked.nbytes >= self._keys_budget
+        return self._asked.nbytes >= self._cut_bytes
 
     def answer(self) -> KeptOffsets:
         """The offsets kept of the batches asked about since the last answer: a record is kept
@@ -157,13 +170,14 @@ class OffsetMap:
         what supersedes them."""
         asked = self._asked.take()
         if asked is None:
-            return KeptOffsets(pa.array([], pa.int64()))
-        keep = pc.invert(asked.column("expired"))
-        if self._latest is not None:
-            at = pc.index_in(asked.column("key"), value_set=self._latest.column("key").combine_chunks())
-            latest = pc.take(self._latest.column("offset"), at)
-            keep = pc.and_(keep, pc.or_kleene(pc.is_null(at), pc.greater_equal(asked.column("offset"), latest)))
-        return KeptOffsets(asked.column("offset").filter(keep))
+            return KeptOffsets.of(pa.array([], pa.int64()))
+        keep = pc.invert(asked["expired"])
+        if self._table is not None:
+            latest = self._table.get(asked["key"])
+            # 0: not in the map; else the map's record of the key is at abs(latest) - 1
+            superseded = pc.less(asked["offset"], pc.subtract(pc.abs(latest), pa.scalar(1, pa.int64())))
+            keep = pc.and_(keep, pc.or_(pc.equal(latest, pa.scalar(0, pa.int64())), pc.invert(superseded)))
+        return KeptOffsets.of(asked["offset"].filter(keep))
 
 
 def _chunks(values: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
