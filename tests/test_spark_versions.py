@@ -61,7 +61,13 @@ def test_the_older_pysparks_ci_runs_are_installed() -> None:
     )
 
 
+# A whole suite in a child pytest, whose tests each have pytest-timeout's 300 s: the suite has the
+# child's own bound, not that of one test (on a machine half as fast, the 3.12 suite took longer).
+SUITE_TIMEOUT = 1800
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(SUITE_TIMEOUT + 60)
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_spark_suite_passes_on(version: str) -> None:
     env = python_subprocess_env()
@@ -71,6 +77,7 @@ def test_the_spark_suite_passes_on(version: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(SUITE_TIMEOUT + 60)
 def test_the_spark_suite_passes_on_databricks_python() -> None:
     """Databricks 17.3 LTS, 18, 19 and serverless run Python 3.12, whatever this environment's is:
     the suite there, Spark's Python workers and the compiled codec (built for it) included."""
@@ -89,6 +96,6 @@ def _suite_passes(what: str, python: str, env: dict[str, str], tests: list[str])
         env=env,
         capture_output=True,
         text=True,
-        timeout=1800,
+        timeout=SUITE_TIMEOUT,
     )
     assert done.returncode == 0, f"{what}:\n{done.stdout[-6000:]}"
