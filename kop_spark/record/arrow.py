@@ -201,6 +201,17 @@ class ArrowRecordBuilder:
 _UNITS_PER_MS = {"ms": 1, "us": 1000, "ns": 1_000_000}
 
 
+def _fixed_values(array: pa.Array, type_: pa.DataType, what: str) -> memoryview:
+    """The values of a column without nulls, as ``type_``, from its first row, as the codec takes
+    a fixed-width column."""
+    if array.null_count:
+        raise ValueError(f"{what} must not be null")
+    if array.type != type_:
+        array = array.cast(type_)
+    width = type_.bit_width // 8
+    return memoryview(array.buffers()[1])[array.offset * width : (array.offset + len(array)) * width]
+
+
 def _binary_parts(array: pa.Array | None) -> BinaryColumn | None:
     """A binary or string array as the codec takes it: ``(validity, int32 offsets, data, offset)``."""
     if array is None:
@@ -234,12 +245,7 @@ def encode_arrow(
     value: binary>``. Absent columns are null in every record. ``rows`` (uint64 row numbers, as
     ``sort_indices`` gives) picks the rows to encode, in its order; by default all, in order.
     """
-    selected = None
-    if rows is not None:
-        rows = rows if rows.type == pa.uint64() else rows.cast(pa.uint64())
-        if rows.null_count:
-            raise ValueError("row numbers must not be null")
-        selected = memoryview(rows.buffers()[1])[rows.offset * 8 : (rows.offset + len(rows)) * 8]
+    selected = None if rows is None else _fixed_values(rows, pa.uint64(), "row numbers")
     columns = (values, keys, timestamps_ms, headers)
     return _encode(columns, selected, None, 1, compression, batch_bytes, now_ms, codec, None)[0]
 
@@ -265,11 +271,7 @@ def encode_arrow_by_partition(
     Uncompressed batches are views of ``into``'s ``p``-th bytearray, which a caller that copies the
     batches out before its next call passes again, its room kept (``BufferError`` if a view of the
     last call's batches is still held); by default they are new."""
-    if partitions.null_count:
-        raise ValueError("partitions must not be null")
-    if partitions.type != pa.int32():
-        partitions = partitions.cast(pa.int32())
-    where = memoryview(partitions.buffers()[1])[partitions.offset * 4 : (partitions.offset + len(partitions)) * 4]
+    where = _fixed_values(partitions, pa.int32(), "partitions")
     columns = (values, keys, timestamps_ms, headers)
     return _encode(columns, None, where, num_partitions, compression, batch_bytes, now_ms, codec, into)
 

@@ -11,17 +11,10 @@ from __future__ import annotations
 import pyarrow as pa
 
 from . import _speedups
-from .arrow import _binary_parts
+from .arrow import _binary_parts, _fixed_values
 from .codec import RecordsCodec
 
 SLOT_BYTES = 24
-
-
-def _values(array: pa.Array, type_: pa.DataType) -> memoryview:
-    """The data of an array without nulls, as ``type_``, from its first row."""
-    array = array.cast(type_)
-    width = type_.bit_width // 8
-    return memoryview(array.buffers()[1])[array.offset * width : (array.offset + len(array)) * width]
 
 
 class OffsetTable:
@@ -43,12 +36,8 @@ class OffsetTable:
         """Record each row's key with its offset (int64), a tombstone past the horizon where
         ``expired`` (bool) is true; a later row of a key replaces an earlier one, null keys are
         skipped. ValueError if the table fills."""
-        if offsets.null_count or expired.null_count:
-            raise ValueError("offsets and flags must not be null")
-        flags = _values(expired, pa.uint8())
-        self.entries += self._codec.offset_table_put(
-            self._table, _binary_parts(keys), len(keys), _values(offsets, pa.int64()), flags
-        )
+        offsets_in, flags = _fixed_values(offsets, pa.int64(), "offsets"), _fixed_values(expired, pa.uint8(), "flags")
+        self.entries += self._codec.offset_table_put(self._table, _binary_parts(keys), len(keys), offsets_in, flags)
 
     def get(self, keys: pa.Array) -> pa.Array:
         """Each key's value (int64; see the module's doc), 0 where it is null or not in the table."""
