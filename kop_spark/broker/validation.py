@@ -35,20 +35,36 @@ def check_size(where: str, batch: bytes | memoryview, topic_config: TopicConfig)
         raise RecordTooLargeError(f"{where}: batch of {len(batch)} bytes is larger than max.message.bytes={max_bytes}")
 
 
+_KEYLESS = "Compacted topic cannot accept message without key"  # Kafka's words, for a batch and a record
+
+
 def check_keys(where: str, records: RecordsSummary, topic_config: TopicConfig) -> None:
     if records.keyless and is_compacted(topic_config):
-        raise InvalidRecordError(f"{where}: Compacted topic cannot accept message without key")
+        raise InvalidRecordError(f"{where}: {_KEYLESS}")
+
+
+def _timestamp_bounds(topic_config: TopicConfig, now: int) -> tuple[int, int]:
+    """The earliest and latest times a CreateTime topic takes (Kafka's KIP-937)."""
+    return now - topic_config["message.timestamp.before.max.ms"], now + topic_config["message.timestamp.after.max.ms"]
+
+
+def _out_of_bounds(stamp: int, bounds: tuple[int, int]) -> bool:
+    return stamp != -1 and not bounds[0] <= stamp <= bounds[1]  # -1: "no timestamp", which passes
 
 
 def check_timestamps(where: str, lowest: int, highest: int, topic_config: TopicConfig, now: int) -> None:
     """Refuse records stamped further from ``now`` than the topic allows (Kafka's KIP-937), as a
     Kafka broker does on a CreateTime topic; -1 is "no timestamp", which passes."""
-    before, after = topic_config["message.timestamp.before.max.ms"], topic_config["message.timestamp.after.max.ms"]
+    bounds = _timestamp_bounds(topic_config, now)
     for stamp in (lowest, highest):
-        if stamp != -1 and not now - before <= stamp <= now + after:
+        if _out_of_bounds(stamp, bounds):
+            before, after = (
+                topic_config["message.timestamp.before.max.ms"],
+                topic_config["message.timestamp.after.max.ms"],
+            )
             raise InvalidTimestampError(
-                f"{where}: timestamp {stamp} is out of range. The timestamp should be within [{now - before}, "
-                f"{now + after}] (message.timestamp.before.max.ms={before}, message.timestamp.after.max.ms={after})"
+                f"{where}: timestamp {stamp} is out of range. The timestamp should be within [{bounds[0]}, "
+                f"{bounds[1]}] (message.timestamp.before.max.ms={before}, message.timestamp.after.max.ms={after})"
             )
 
 
@@ -57,19 +73,17 @@ def refused_records(batch: RecordBatch, topic_config: TopicConfig, now: int) -> 
     (KIP-467): a client fails those records with their own error, and the batch's others as refused
     with them (librdkafka's INVALID_DIFFERENT_RECORD). Walked in Python: only a refused batch pays."""
     compacted, stamped = is_compacted(topic_config), uses_log_append_time(topic_config)
-    lowest = now - topic_config["message.timestamp.before.max.ms"]
-    highest = now + topic_config["message.timestamp.after.max.ms"]
+    bounds = _timestamp_bounds(topic_config, now)
     errors = []
     for i, record in enumerate(batch.records()):
-        stamp = record.timestamp_ms
         if compacted and record.key is None:
-            errors.append(RecordError(i, "Compacted topic cannot accept message without key"))
-        elif not stamped and stamp != -1 and not lowest <= stamp <= highest:
+            errors.append(RecordError(i, _KEYLESS))
+        elif not stamped and _out_of_bounds(record.timestamp_ms, bounds):
             errors.append(
                 RecordError(
                     i,
-                    f"Timestamp {stamp} of message with offset {record.offset} is out of range. The timestamp "
-                    f"should be within [{lowest}, {highest}]",
+                    f"Timestamp {record.timestamp_ms} of message with offset {record.offset} is out of range. "
+                    f"The timestamp should be within [{bounds[0]}, {bounds[1]}]",
                 )
             )
     return tuple(errors)
