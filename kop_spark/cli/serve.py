@@ -6,11 +6,14 @@ import argparse
 import asyncio
 import logging
 
-from ..kafka.server import serve
 from .common import open_broker
 
 
 def _serve(args: argparse.Namespace) -> int:
+    # Imported here: the wire server (kio's schemas) takes longer to import than the rest of the
+    # command line, and every other command would pay for it at each start.
+    from ..kafka.server import serve
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with open_broker(args) as b:
         asyncio.run(serve(b, args.listeners, args.advertised_listeners))
