@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for set-up, the demo and the tests. Creates .venv and installs what is missing.
 #   ./dev.sh demo   set up, then run the main job on the embedded local store
-#   ./dev.sh test   set up, then check lint, formatting and types, then run the whole test suite
+#   ./dev.sh test   set up, then check lint, formatting and types, then run the test suite
+#                   (all but the scale tests marked slow: ./dev.sh test -m slow runs those)
 #   ./dev.sh check  set up, then only lint, formatting and types (seconds)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -133,7 +134,13 @@ case "${1:-}" in
     test)
         setup_python; setup_java; setup_servers; setup_pyspark_versions; setup_databricks_python; shift
         check
-        exec "$VENV/bin/python" -m pytest -q "$@" ;;
+        # The tests start Python subprocesses by the thousand: each compiling kop_spark afresh
+        # (where the environment says not to keep bytecode) took a fifth of a second more.
+        unset PYTHONDONTWRITEBYTECODE
+        # Two workers, each a file at a time (a module's servers and Spark Connect start once), in
+        # the order collected (the longest file first; xdist would put files of many tests first):
+        # much of the suite waits on subprocesses, servers and one core, so two take about half.
+        exec "$VENV/bin/python" -m pytest -q --numprocesses 2 --dist loadfile --no-loadscope-reorder "$@" ;;
     check)
         setup_python; check ;;
     setup)

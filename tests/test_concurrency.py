@@ -71,7 +71,6 @@ def test_threads_sharing_a_broker(root):
         assert {tp: o.offset for tp, o in fresh.fetch_offsets(group).items()} == offsets
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("operation", ["maintenance", "retention", "compaction", "cleaning", "deletion"])
 def test_housekeeping_racing_writer_processes(tmp_path, operation):
     root = str(tmp_path / "store")
@@ -110,7 +109,6 @@ def test_housekeeping_racing_writer_processes(tmp_path, operation):
             assert by_offset.get(last[0]) == last[1]
 
 
-@pytest.mark.slow
 def test_expiry_racing_commits_in_other_processes(tmp_path):
     """Each group's offset is first committed already expired, then fresh: expiry that decided on
     the expired one must not erase the fresh one. One offsets partition, so all of it contends."""

@@ -8,8 +8,6 @@ import subprocess
 import time
 from collections import Counter
 
-import pytest
-
 from kop_spark import Broker
 
 from .conftest import PYTHON, python_subprocess_env
@@ -75,7 +73,6 @@ def check_log(root, confirmed, conf=None):
     return values
 
 
-@pytest.mark.slow
 def test_kill_9_writers_at_random_points(tmp_path):
     root = str(tmp_path / "store")
     Broker(root).create_topic("t", 1)
@@ -109,7 +106,6 @@ def test_kill_9_writers_at_random_points(tmp_path):
     assert b.produce("t", [Record(b"after")], partition=0) == [(0, end, 1)]
 
 
-@pytest.mark.slow
 def test_concurrent_writer_processes_on_one_partition(tmp_path):
     root = str(tmp_path / "store")
     Broker(root).create_topic("t", 1)

@@ -128,7 +128,6 @@ def test_a_failed_group_fails_every_append_in_it_and_stores_none(
     assert [r.value for r in broker.fetch("t", 0, 0)] == [b"leader", b"after"]
 
 
-@pytest.mark.slow
 def test_threads_hammering_one_partition(broker: Broker) -> None:
     broker.create_topic("t", 1)
     results: dict[str, list] = {}

@@ -144,7 +144,6 @@ def test_a_commit_landing_behind_another_processes_reads_it_and_its_own_is_not_r
     other.close()
 
 
-@pytest.mark.slow
 def test_kill_9_during_many_partition_commits_is_all_or_nothing(root):
     b = Broker(root)
     b.create_topic("t", 64)

@@ -172,7 +172,6 @@ def _counter(backend: Backend, name: str, rounds: int) -> subprocess.Popen[str]:
     )
 
 
-@pytest.mark.slow
 def test_racing_processes_lose_no_update(backend: Backend) -> None:
     """Three processes increment one value by compare-and-set: exactly one winner per version."""
     s = backend.open()
@@ -185,7 +184,6 @@ def test_racing_processes_lose_no_update(backend: Backend) -> None:
     assert s.get("counter").value == {"n": 120, "w0": 40, "w1": 40, "w2": 40}
 
 
-@pytest.mark.slow
 def test_a_holder_killed_mid_operation_leaves_the_store_whole(backend: Backend) -> None:
     s = backend.open()
     s.create("counter", {"n": 0})

@@ -10,8 +10,6 @@ import sys
 import zipfile
 from pathlib import Path
 
-import pytest
-
 from .conftest import PYTHON, python_subprocess_env
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -71,7 +69,6 @@ print("ok")
     assert done.stdout.strip().endswith("ok"), done.stderr
 
 
-@pytest.mark.slow
 def test_the_wheel_carries_the_compiled_twins_and_leaves_pyspark_to_the_runtime(tmp_path: Path) -> None:
     built = subprocess.run(
         [

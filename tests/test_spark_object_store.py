@@ -84,7 +84,6 @@ def test_exactly_once_through_driver_kills_on_s3(s3_root: str, tmp_path: Path) -
     exactly_once_through_driver_kills(s3_root, tmp_path)
 
 
-@pytest.mark.slow
 def test_executors_in_their_own_processes_need_no_shared_disk(s3_root: str) -> None:
     Broker(s3_root).create_topic("t", 2)
     out = subprocess.run(

@@ -1,10 +1,11 @@
 """The Spark tests that matter, on the older PySpark versions Databricks runs (4.0 on 17.3 LTS, 4.1
-on 18 LTS, 4.2 on 19), and on the Python those runtimes run (3.12): batch reads and writes, streaming reads with each rate option (Spark's
-admission control from 4.2; the source's own bound before), exactly-once streaming writes through a
-rerun batch, group commits, the notebooks and Spark Connect. The option checks and data-loss cases
-of the source are kop's own code, the same on every runtime, and run on the newest only.
-``./dev.sh setup`` installs each version into ``.tools/``; the suite then runs in a child pytest
-with that PySpark ahead of the environment's, or with Python 3.12's environment."""
+on 18 LTS, 4.2 on 19), each on the Python those runtimes run (3.12): batch reads and writes, streaming
+reads with each rate option (Spark's admission control from 4.2; the source's own bound before),
+exactly-once streaming writes through a rerun batch, group commits, the notebooks and Spark Connect.
+The option checks and data-loss cases of the source are kop's own code, the same on every runtime,
+and run on the newest only. ``./dev.sh setup`` installs each version into ``.tools/`` and makes
+``.tools/py3.12``; the suite then runs in a child pytest of that Python with that PySpark ahead of
+the environment's."""
 
 from __future__ import annotations
 
@@ -62,30 +63,34 @@ def test_the_older_pysparks_ci_runs_are_installed() -> None:
 
 
 # A whole suite in a child pytest, whose tests each have pytest-timeout's 300 s: the suite has the
-# child's own bound, not that of one test (on a machine half as fast, the 3.12 suite took longer).
+# child's own bound, not that of one test (on a machine half as fast, a suite took longer).
 SUITE_TIMEOUT = 1800
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(SUITE_TIMEOUT + 60)
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_spark_suite_passes_on(version: str) -> None:
+    python = _databricks_python()
     env = python_subprocess_env()
     env["PYTHONPATH"] = os.pathsep.join([str(PROJECT / ".tools" / f"pyspark-{version}"), env["PYTHONPATH"]])
+    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = python
     env["KOP_EXPECTED_PYSPARK"] = version
-    _suite_passes(f"PySpark {version}", PYTHON, env, SUITE)
+    _suite_passes(f"PySpark {version} on {python}", python, env, SUITE)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(SUITE_TIMEOUT + 60)
-def test_the_spark_suite_passes_on_databricks_python() -> None:
-    """Databricks 17.3 LTS, 18, 19 and serverless run Python 3.12, whatever this environment's is:
-    the suite there, Spark's Python workers and the compiled codec (built for it) included."""
+def test_the_codec_twins_agree_on_databricks_python() -> None:
+    """The compiled codec built for Python 3.12 (the wheel Databricks installs) against the
+    pure-Python one, there."""
     if not DATABRICKS_PYTHON.exists():
         pytest.skip("no Python 3.12 on this machine: ./dev.sh setup makes .tools/py3.12 from one")
-    env = python_subprocess_env()
-    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = str(DATABRICKS_PYTHON)
-    _suite_passes("Python 3.12", str(DATABRICKS_PYTHON), env, [*SUITE, "tests/test_codec_twins.py"])
+    _suite_passes("Python 3.12", str(DATABRICKS_PYTHON), python_subprocess_env(), ["tests/test_codec_twins.py"])
+
+
+def _databricks_python() -> str:
+    """Python 3.12, which Databricks 17.3 LTS, 18, 19 and serverless run whatever this
+    environment's is; this environment's where the machine has none (set-up says so)."""
+    return str(DATABRICKS_PYTHON) if DATABRICKS_PYTHON.exists() else PYTHON
 
 
 def _suite_passes(what: str, python: str, env: dict[str, str], tests: list[str]) -> None:

@@ -85,7 +85,6 @@ def test_offsets_stay_continuous_across_rollover(store: Store) -> None:
     assert b.verify() == {}
 
 
-@pytest.mark.slow
 def test_three_writer_processes_share_a_partition(store: Store) -> None:
     store.broker().create_topic("t", 1)
     names = ["a", "b", "c"]
@@ -96,7 +95,6 @@ def test_three_writer_processes_share_a_partition(store: Store) -> None:
     assert len(values) == sum(c for appends in confirmed.values() for _, c in appends.values())
 
 
-@pytest.mark.slow
 def test_writers_killed_at_random_points_lose_nothing_acknowledged(store: Store) -> None:
     store.broker().create_topic("t", 1)
     rng = random.Random(20261124)
