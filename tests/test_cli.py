@@ -281,13 +281,13 @@ def test_ctrl_c_during_produce_keeps_every_acknowledged_record(root, tmp_path):
     import random
     import re
 
-    lines = [f"k{i % 7}:{i}\n".encode() for i in range(300_000)]
+    lines = [f"k{i % 7}:{i}\n".encode() for i in range(100_000)]
     assert kop(root, "topics", "create", "big", "--partitions", "3").returncode == 0
     rng = random.Random(11)
     acknowledged = interrupted = 0
 
     for _ in range(6):
-        fed, cut = [0], rng.randrange(20_000, 250_000)
+        fed, cut = [0], rng.randrange(5_000, 80_000)
 
         def feed(fed=fed):
             for start in range(0, len(lines), 1000):

@@ -81,7 +81,7 @@ def test_a_large_task_output_is_written_as_several_ledgers(spark, s3_root: str) 
 
 @pytest.mark.slow
 def test_exactly_once_through_driver_kills_on_s3(s3_root: str, tmp_path: Path) -> None:
-    exactly_once_through_driver_kills(s3_root, tmp_path)
+    exactly_once_through_driver_kills(s3_root, tmp_path, kills=4)
 
 
 def test_executors_in_their_own_processes_need_no_shared_disk(s3_root: str) -> None:
