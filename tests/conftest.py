@@ -1,5 +1,8 @@
 import os
+import shutil
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +15,22 @@ from . import servers
 @pytest.fixture
 def root(tmp_path):
     return str(tmp_path / "store")
+
+
+@pytest.fixture(scope="session")
+def disk_tmp_root():
+    """A temporary directory in the system's (``TMPDIR``), not pytest's: ``./dev.sh test`` puts
+    pytest's on tmpfs where it can, and tmpfs takes no ``O_DIRECT`` writes, which the tests of
+    writes around the page cache need."""
+    path = Path(tempfile.mkdtemp(prefix="kop-disk-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def disk_tmp_path(disk_tmp_root):
+    """A test's own directory in ``disk_tmp_root``."""
+    return Path(tempfile.mkdtemp(dir=disk_tmp_root))
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ written, whatever the sizes and buffer boundaries, and a fault at any step loses
 
 import os
 import random
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,12 @@ from kop_spark.storage.direct_file import MAX_BUFFER_BYTES, MIN_BUFFER_BYTES, Bu
 from .faults import FAULTS, Injector, injected
 
 KIB = 1 << 10
+
+
+@pytest.fixture
+def tmp_path(disk_tmp_path):
+    """On a disk: pytest's may be on tmpfs (see conftest's ``disk_tmp_root``)."""
+    return disk_tmp_path
 
 
 def new_file(tmp_path, name="f", sync=True):
@@ -54,9 +61,9 @@ operations = st.lists(
 @settings(max_examples=25, deadline=None)
 @given(operations, st.booleans())
 @example([("write", [1000]), ("write", [1500 * KIB]), ("truncate", [0.5]), ("write", [10]), ("sync", [])], True)
-def test_what_a_reader_finds_after_sync_is_what_was_written(tmp_path_factory, ops, durable):
+def test_what_a_reader_finds_after_sync_is_what_was_written(disk_tmp_root, ops, durable):
     """Also with ``journalSyncData`` off: ``sync`` still puts the tail in the file, unsynced."""
-    path, f = new_file(tmp_path_factory.mktemp("direct"), sync=durable)
+    path, f = new_file(Path(tempfile.mkdtemp(dir=disk_tmp_root)), sync=durable)
     model, positions = bytearray(), [0]
     try:
         for i, (op, args) in enumerate(ops):
