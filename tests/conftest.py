@@ -20,8 +20,8 @@ def root(tmp_path):
 @pytest.fixture(scope="session")
 def disk_tmp_root():
     """A temporary directory in the system's (``TMPDIR``), not pytest's: ``./dev.sh test`` puts
-    pytest's on tmpfs where it can, and tmpfs takes no ``O_DIRECT`` writes, which the tests of
-    writes around the page cache need."""
+    pytest's on tmpfs where it can, and tmpfs before Linux 6.6 takes no ``O_DIRECT`` writes, which
+    the tests of writes around the page cache need."""
     path = Path(tempfile.mkdtemp(prefix="kop-disk-"))
     yield path
     shutil.rmtree(path, ignore_errors=True)

@@ -245,7 +245,7 @@ def _run(
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_a_fault_at_every_step_loses_nothing(scenario, tmp_path, disk_tmp_path, monkeypatch):
-    if scenario.name == "staging":  # a task's staged ledger is written with O_DIRECT, which tmpfs refuses
+    if scenario.name == "staging":  # a task's staged ledger: O_DIRECT, which older kernels' tmpfs refuses
         tmp_path = disk_tmp_path
     steps = _run(str(tmp_path / "count"), scenario, monkeypatch)[0].steps
     assert steps > 0

@@ -80,7 +80,18 @@ def ts(ms):
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
 
 
-def test_written_records_read_back_by_broker_and_a_kafka_client(spark, root, broker):
+@pytest.fixture
+def disk_broker(disk_tmp_path):
+    """A store on a disk, where tasks stage their ledgers with O_DIRECT (pytest's temporary
+    directories may be on tmpfs, which refuses it before Linux 6.6: tasks then write through the
+    page cache)."""
+    b = Broker(str(disk_tmp_path / "store"))
+    yield b
+    b.close()
+
+
+def test_written_records_read_back_by_broker_and_a_kafka_client(spark, disk_broker):
+    broker, root = disk_broker, disk_broker.root
     broker.create_topic("out", partitions=3)
     rng = random.Random(3)
     rows = [
