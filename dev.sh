@@ -22,8 +22,8 @@ install_project() {
     # The editable install of this flat layout puts the checkout on sys.path (a .pth file), where
     # Spark looks for pyspark_* data sources, and builds the optional compiled codec in place
     # (skipped, with a warning, without a C compiler). [spark] brings PySpark to this machine.
-    # --no-compile: compiling every module of the dependencies took pip most of its time (45 s of
-    # 110 on Python 3.12); what is imported is compiled then, once, where bytecode is kept.
+    # --no-compile: compiling every module of the dependencies took pip 46 s of its 113 (Python
+    # 3.12); what is imported is compiled then, once, where bytecode is kept.
     "$1/bin/python" -m pip install --quiet --no-compile -e ".[spark,test]"
     echo "$want" > "$stamp"
 }
