@@ -168,10 +168,10 @@ def etcd(workdir: Path) -> Server:
     )
 
 
-def moto_s3(workdir: Path) -> Server:
+def moto_s3(workdir: Path, env: dict[str, str] | None = None) -> Server:
     port = free_port()
-    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    return Server("moto", port, command, _answers_http(f"http://127.0.0.1:{port}/moto-api/"), workdir)
+    command = [sys.executable, str(Path(__file__).with_name("moto_s3_process.py")), "-H", "127.0.0.1", "-p", str(port)]
+    return Server("moto", port, command, _answers_http(f"http://127.0.0.1:{port}/moto-api/"), workdir, env=env)
 
 
 def azurite(workdir: Path) -> Server:
