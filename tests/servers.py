@@ -234,10 +234,10 @@ def start_all(base: Path) -> Iterator[dict[str, Server]]:
             ("s3", moto_s3),
             ("azure", azurite),
         ):
-            started[name] = _start_on_a_free_port(make, base / name)
+            started[name] = start_on_a_free_port(make, base / name)
         env = {**s3_env(started["s3"].port), **azure_env(started["azure"].port)}
         os.environ.update(env)  # obstore and the child processes read the clouds' variables
-        _make_bucket(started["s3"].port)
+        make_bucket(started["s3"].port)
         _make_container(started["azure"].port)
         yield started
     finally:
@@ -247,7 +247,7 @@ def start_all(base: Path) -> Iterator[dict[str, Server]]:
             server.stop()
 
 
-def _start_on_a_free_port(make: Callable[[Path], Server], workdir: Path, attempts: int = 3) -> Server:
+def start_on_a_free_port(make: Callable[[Path], Server], workdir: Path, attempts: int = 3) -> Server:
     """A port ``free_port`` found can be taken before the server binds it (by any connection's
     ephemeral port, from the same range), so a server that does not start is tried on new ports;
     pytest's summary shows each failed start as a warning, with the server's log."""
@@ -263,7 +263,7 @@ def _start_on_a_free_port(make: Callable[[Path], Server], workdir: Path, attempt
     return server
 
 
-def _make_bucket(port: int) -> None:
+def make_bucket(port: int) -> None:
     import boto3
 
     boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1").create_bucket(Bucket=BUCKET)

@@ -4,29 +4,23 @@ writers sharing a partition lost an append to the emulator rather than to kop.""
 
 import os
 import threading
-import urllib.request
 
 import obstore
 from obstore.store import S3Store
 
-from .servers import moto_s3
+from .servers import BUCKET, make_bucket, moto_s3, s3_env, start_on_a_free_port
 
 
-def test_one_of_racing_conditional_writes_wins(tmp_path):
+def test_one_of_racing_conditional_writes_wins(tmp_path, monkeypatch):
     # Threads switching every microsecond: moto as it comes let two writers win 8 keys in 100.
-    server = moto_s3(tmp_path, {**os.environ, "KOP_SWITCH_INTERVAL": "1e-6"})
-    server.start(timeout=60)
+    server = start_on_a_free_port(
+        lambda workdir: moto_s3(workdir, {**os.environ, "KOP_SWITCH_INTERVAL": "1e-6"}), tmp_path
+    )
     try:
-        endpoint = f"http://127.0.0.1:{server.port}"
-        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/race", method="PUT"), timeout=30)
-        store = S3Store(
-            "race",
-            endpoint=endpoint,
-            access_key_id="test",
-            secret_access_key="test",
-            region="us-east-1",
-            client_options={"allow_http": True},
-        )
+        for name, value in s3_env(server.port).items():  # as the other tests' stores have them
+            monkeypatch.setenv(name, value)
+        make_bucket(server.port)
+        store = S3Store(BUCKET, client_options={"allow_http": True})
         winners = []
         for k in range(100):
             etag = obstore.put(store, f"k{k}", b"base", mode="create")["e_tag"]
