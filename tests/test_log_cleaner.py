@@ -6,8 +6,10 @@ and headers, and every other offset reads as empty."""
 import logging
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -321,3 +323,104 @@ def test_min_compaction_lag_leaves_young_records_and_max_compaction_lag_forces_a
     clock.advance(600_000)
     assert b.clean_logs("c").partitions_compacted == ["c-0"], "overdue past max.compaction.lag.ms"
     assert [r.value for r in b.fetch("c", 0, 0)] == [b"x" * 10] * 2  # the second in the open ledger
+
+
+class _OnFirstLook(threading.Event):
+    """A rewrite's ``stop``, which it looks at before each entry it reads: the first look runs
+    ``meanwhile`` (another writer's appends, say), which so lands while the rewrite is under way."""
+
+    def __init__(self, meanwhile: Callable[[], object]):
+        super().__init__()
+        self._meanwhile: Callable[[], object] | None = meanwhile
+
+    def is_set(self) -> bool:
+        meanwhile, self._meanwhile = self._meanwhile, None
+        if meanwhile is not None:
+            meanwhile()
+        return super().is_set()
+
+
+def _compacted_while(tmp_path, conf: dict[str, int], before: Callable[[Broker], None], during: Callable[[], None]):
+    """A partition written by ``before``, then compacted by the background cleaner while ``during``
+    appends: what the compaction returned, and the log's view and records after."""
+    b = Broker(str(tmp_path), conf=conf)
+    b.create_topic("c", 1, config={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0})
+    before(b)
+    kept = b.managed_ledger("c", 0).cleaner.clean(_OnFirstLook(during))
+    _, end, records = read_partition(Broker(str(tmp_path)), "c", 0)
+    return kept, b.managed_ledger("c", 0).view(), end, {r.offset: (r.key, r.value) for r in records}
+
+
+def test_merges_in_passing_leave_a_compaction_its_ledgers(tmp_path):
+    """A Spark stream's commits and an object store's produces each add a ledger, and every
+    sixteenth merges the newest small ones: were the ledgers a compaction is rewriting among them,
+    its swap would be lost every time and a busy partition never compacted. Merges in passing
+    leave them alone while a compaction holds them, and merge the ledgers after."""
+    conf = {"managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 4}
+    other = Broker(str(tmp_path), conf=conf)
+
+    def during() -> None:
+        for v in range(3, 9):
+            other.produce("c", [Record(b"%d" % v, key=b"o%d" % v)], partition=0)
+
+    def before(b: Broker) -> None:
+        for v in range(3):
+            b.produce("c", [Record(b"%d" % v, key=b"k")], partition=0)
+
+    kept, view, end, records = _compacted_while(tmp_path, conf, before, during)
+    assert kept is not None, "the compaction lost its swap to a merge in passing"
+    assert end == 9 and records == {
+        1: (b"k", b"1"),
+        2: (b"k", b"2"),
+        **{v: (b"o%d" % v, b"%d" % v) for v in range(3, 9)},
+    }
+    assert len(view.ledgers) < 1 + 7, "the seven ledgers after the compacted one were not merged"
+    assert other.managed_ledger("c", 0).stats.entries_read == 4, "a merge read ledgers a compaction held"
+    assert view.cleaning is None, "the compaction left its mark"
+
+
+def test_a_writer_finishing_its_fenced_ledger_leaves_a_compaction_of_it_standing(tmp_path):
+    """Writers taking turns (the offsets topic's committers) fence each other's ledgers, and each
+    seals its fenced one at its next append. A seal adds only the ledger's table: a compaction that
+    read the ledger before still holds what it holds, and its swap goes through."""
+    conf = {"managedLedgerMaxEntriesPerLedger": 2}
+    a, b = Broker(str(tmp_path), conf=conf), Broker(str(tmp_path), conf=conf)
+
+    def before(_: Broker) -> None:
+        a.produce("c", [Record(b"a0", key=b"k")], 0)
+        b.produce("c", [Record(b"b0", key=b"k")], 0)  # fences a's ledger: closed, not sealed
+        a.produce("c", [Record(b"a1", key=b"k")], 0)  # fences b's
+
+    kept, _, end, records = _compacted_while(
+        tmp_path, conf, before, lambda: b.produce("c", [Record(b"b1", key=b"j")], 0)
+    )
+    assert kept is not None, "the compaction lost its swap to a seal"
+    assert end == 4 and records == {1: (b"k", b"b0"), 2: (b"k", b"a1"), 3: (b"j", b"b1")}
+
+
+def test_a_merge_that_read_its_ledgers_before_a_compaction_marked_them_gives_way(tmp_path):
+    """A merge that read its run before a compaction marked it loses its swap to the compaction's
+    mark; one started after leaves the marked ledgers alone; the compaction lands."""
+    with Broker(str(tmp_path), conf={"managedLedgerMaxEntriesPerLedger": 1}) as b:
+        b.create_topic("c", 1, config={"cleanup.policy": "compact"})
+        for v in range(4):
+            b.produce("c", [Record(b"%d" % v, key=b"k")], partition=0)  # one sealed ledger each
+    reading, marked, merged = threading.Event(), threading.Event(), threading.Event()
+    outcome: list[tuple[int, int]] = []  # each merge's ledgers merged and entries read
+
+    def merge() -> None:
+        try:
+            ml = Broker(str(tmp_path)).managed_ledger("c", 0)
+            outcome.append((ml.cleaner.merge_ledgers(1 << 20, stop), ml.stats.entries_read))
+        finally:
+            merged.set()
+
+    stop = _OnFirstLook(lambda: (reading.set(), marked.wait(60)))
+    merger = threading.Thread(target=merge)
+    merger.start()
+    assert reading.wait(60), "the merge never read its ledgers"
+    compaction = _OnFirstLook(lambda: (marked.set(), merged.wait(60), merge()))
+    kept = Broker(str(tmp_path)).managed_ledger("c", 0).cleaner.compact(compaction)
+    merger.join(60)
+    assert outcome == [(0, 4), (0, 0)], "a merge swapped in, or read, ledgers a compaction had marked"
+    assert kept == 1 and [r.value for r in Broker(str(tmp_path)).fetch("c", 0, 0)] == [b"3"]

@@ -281,14 +281,14 @@ def test_a_file_condemned_deleted_and_acquitted_before_the_cas_is_never_referred
     real_swap = LogCleaner.swap
     removed = []
 
-    def swap_after_orphan_removal(self, run, new, cleaned_to=0):
+    def swap_after_orphan_removal(self, run, new, *args):
         other = Broker(root)
         removed.extend(
             remove_orphans(
                 other.managed_ledger("t", 0), other.fileio.walk_files(layout.data_dir(other.topic_name("t"), 0)), 0
             )
         )
-        return real_swap(self, run, new, cleaned_to)
+        return real_swap(self, run, new, *args)
 
     monkeypatch.setattr(LogCleaner, "swap", swap_after_orphan_removal)
     assert b.maintenance(target_ledger_bytes=1 << 20).ledgers_merged == 0

@@ -9,6 +9,7 @@ The metadata store holds it as JSON under the partition's key (``layout.managed_
      "kafka_producers": {producer id: ...},                   Kafka's idempotent producers (producer_state)
      "trash":     [{"file", "delete_after_ms"}, ...],          files no longer referred to
      "condemned": [file, ...],                                 orphans being removed
+     "cleaning":  {"cleaner", "end_offset"},                   a compaction under way
      "deleted":   true}                                        only once the log is deleted
 
 Every change is made to a ``LogMetadata`` read from one version and written back by
@@ -106,9 +107,10 @@ class LedgerRecord(NamedTuple):
             return self.max_timestamp
         return self.modified_ms if self.modified_ms >= 0 else self.created_ms
 
-    def key(self) -> tuple[int, int, str]:
-        """What identifies this ledger as one version of metadata saw it."""
-        return self.id, self.length, self.state
+    def contents(self) -> tuple[int, int, int, int]:
+        """What identifies the records this ledger holds. A seal adds only its table (a closed
+        ledger sealed by its writer holds what it held), where a rewrite makes a new ledger."""
+        return self.id, self.base_offset, self.entries, self.records
 
 
 _LEDGER_FIELDS = itemgetter(*LedgerRecord._fields)
@@ -125,6 +127,14 @@ class WriterRecord(NamedTuple):
     @property
     def end_offset(self) -> int:
         return self.base_offset + self.record_count
+
+
+class CleaningMark(NamedTuple):
+    """A compaction under way, as Kafka's cleaner marks a partition in progress: merges leave the
+    ledgers before ``end_offset`` to it, so that it does not lose its swap to each of them."""
+
+    cleaner: str
+    end_offset: int
 
 
 class TrashEntry(TypedDict):
@@ -159,6 +169,7 @@ class LogMetadata:
     deleted: bool = False
     kafka_producers: dict[int, ProducerEntry] = field(default_factory=dict)  # see ``producer_state``
     cleaned_offset: int = 0  # where the last compaction reached (Kafka's cleaner checkpoint)
+    cleaning: CleaningMark | None = None
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> LogMetadata:
@@ -176,6 +187,7 @@ class LogMetadata:
             condemned,
             kafka_producers={int(p): ProducerEntry.from_json(e) for p, e in value.get("kafka_producers", {}).items()},
             cleaned_offset=value.get("cleaned_offset", 0),
+            cleaning=CleaningMark(**value["cleaning"]) if "cleaning" in value else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -195,6 +207,8 @@ class LogMetadata:
                 out["kafka_producers"] = {str(p): e.to_json() for p, e in self.kafka_producers.items()}
             if self.cleaned_offset:
                 out["cleaned_offset"] = self.cleaned_offset
+            if self.cleaning is not None:
+                out["cleaning"] = self.cleaning._asdict()
         out["trash"] = self.trash
         if self.condemned:
             out["condemned"] = self.condemned
@@ -213,6 +227,7 @@ class LogMetadata:
             self.deleted,
             dict(self.kafka_producers),
             self.cleaned_offset,
+            self.cleaning,
         )
 
     # -- what it says ------------------------------------------------------------------------

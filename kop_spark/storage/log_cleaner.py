@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -18,7 +19,7 @@ from ..record import RecordBatch
 from ..record.compacted_batch import thinned
 from .ledger import delete_quietly
 from .ledger_entry import Entry
-from .ledger_metadata import OPEN, LedgerRecord, LogMetadata
+from .ledger_metadata import OPEN, CleaningMark, LedgerRecord, LogMetadata
 from .offset_map import OffsetMap
 from .read_plan import PartitionView, ReadEntry, ledger_reader
 from .rewritten_ledgers import NewEntry, write_ledgers
@@ -87,25 +88,62 @@ class LogCleaner:
 
     def _compact(self, run: list[LedgerRecord], cleaned: int, stop: threading.Event | None) -> int | None:
         """Compact ``run`` in as many passes as the offset map needs to cover what came after
-        ``cleaned``, each a rewrite of the whole run, as Kafka's cleaner does."""
-        end = run[-1].end_offset
-        while True:
-            dirty = max(cleaned, run[0].base_offset)
-            done = self._compact_once(run, dirty, stop)
-            if done is None:
+        ``cleaned``, each a rewrite of the whole run, as Kafka's cleaner does. The run is marked
+        as being cleaned meanwhile, so that merges in passing leave it alone."""
+        end, cleaner = run[-1].end_offset, uuid.uuid4().hex
+        if not self._mark(run, cleaner):
+            return None
+        try:
+            while True:
+                dirty = max(cleaned, run[0].base_offset)
+                done = self._compact_once(run, dirty, cleaner, stop)
+                if done is None:
+                    return None
+                kept, reached = done
+                if reached >= end:
+                    return kept
+                if reached <= dirty:  # a pass maps a batch at least: else this loop would never end
+                    raise RuntimeError(f"{self._log.name}: a compaction pass mapped nothing past offset {dirty}")
+                view = self._log.view()
+                run, cleaned = [l for l in view.ledgers if l.base_offset < end], max(view.cleaned_offset, reached)
+                if not run:
+                    return kept  # retention took it meanwhile
+        finally:
+            self._unmark(cleaner)
+
+    def _mark(self, run: list[LedgerRecord], cleaner: str) -> bool:
+        """Mark ``run`` as being cleaned by ``cleaner`` (a mark left by one killed is replaced);
+        False when the run changed since it was read."""
+
+        def change(meta: LogMetadata, now: int) -> LogMetadata:
+            if not _holds(meta.ledgers, run):
+                raise _Stale()
+            meta.cleaning = CleaningMark(cleaner, run[-1].end_offset)
+            return meta
+
+        try:
+            self._log.apply(change)
+        except _Stale:
+            return False
+        return True
+
+    def _unmark(self, cleaner: str) -> None:
+        """Remove ``cleaner``'s mark, unless another cleaner's replaced it. Clean-up: a failure is
+        only logged, and leaves a mark the next compaction replaces."""
+
+        def change(meta: LogMetadata, now: int) -> LogMetadata | None:
+            if meta.cleaning is None or meta.cleaning.cleaner != cleaner:
                 return None
-            kept, reached = done
-            if reached >= end:
-                return kept
-            if reached <= dirty:  # a pass maps a batch at least: else this loop would never end
-                raise RuntimeError(f"{self._log.name}: a compaction pass mapped nothing past offset {dirty}")
-            view = self._log.view()
-            run, cleaned = [l for l in view.ledgers if l.base_offset < end], max(view.cleaned_offset, reached)
-            if not run:
-                return kept  # retention took it meanwhile
+            meta.cleaning = None
+            return meta
+
+        try:
+            self._log.apply(change, allow_deleted=True)
+        except (KopError, OSError) as e:
+            log.warning("%s: the mark of a compaction under way was left (the next replaces it): %s", self._log.name, e)
 
     def _compact_once(
-        self, run: list[LedgerRecord], dirty: int, stop: threading.Event | None
+        self, run: list[LedgerRecord], dirty: int, cleaner: str, stop: threading.Event | None
     ) -> tuple[int, int] | None:
         """One pass: the offset map of the run from offset ``dirty`` on, as far as it holds, then
         the run rewritten by it. Returns the records kept and where the map reached, or None when
@@ -122,7 +160,7 @@ class LogCleaner:
             ml.name, run[0].base_offset, run[-1].end_offset, sum(l.length for l in run), dirty, end,
         )  # fmt: skip
         entries = self._compacted_entries(run, offsets, dirty, end, stop)
-        kept = self._replace(run, entries, ml.clock.now_ms(), end, ml.config.target_ledger_bytes)
+        kept = self._replace(run, entries, ml.clock.now_ms(), cleaner, end, ml.config.target_ledger_bytes)
         return None if kept is None else (kept, end)
 
     def _offset_map(self, run: list[LedgerRecord], dirty: int, stop: threading.Event | None) -> tuple[OffsetMap, int]:
@@ -193,8 +231,9 @@ class LogCleaner:
         they are, so a ledger is rewritten a few times at most. Closed ledgers that were never
         sealed (their writer died) come out sealed. Returns how many ledgers went away."""
         runs: list[list[LedgerRecord]] = [[]]
-        for ledger in self._log.view().ledgers:
-            small = ledger.state != OPEN and ledger.length < target_bytes // 2
+        view = self._log.view()
+        for ledger in view.ledgers:
+            small = ledger.state != OPEN and ledger.length < target_bytes // 2 and _free(ledger, view.cleaning)
             if not small or sum(l.length for l in runs[-1]) + ledger.length > target_bytes:
                 runs.append([])
             if small:
@@ -233,6 +272,7 @@ class LogCleaner:
         run: list[LedgerRecord],
         entries: Iterator[NewEntry],
         modified_ms: int,
+        cleaner: str | None = None,
         cleaned_to: int = 0,
         target_bytes: int | None = None,
     ) -> int | None:
@@ -249,23 +289,25 @@ class LogCleaner:
                 raise
             return None  # the run was replaced meanwhile: give way
         with self._log.lock:
-            return kept if self.swap(run, new, cleaned_to) else None
+            return kept if self.swap(run, new, cleaner, cleaned_to) else None
 
     def _damaged(self, run: list[LedgerRecord]) -> bool:
         """Whether a file of ``run`` found gone is damage: the log still holds the run. Else
         retention or another cleaner replaced it meanwhile, a race the rewrite gives way to."""
         return _holds(self._log.view().ledgers, run)
 
-    def swap(self, run: list[LedgerRecord], new: list[LedgerRecord], cleaned_to: int = 0) -> bool:
+    def swap(
+        self, run: list[LedgerRecord], new: list[LedgerRecord], cleaner: str | None = None, cleaned_to: int = 0
+    ) -> bool:
         """Replace ``run`` (adjacent ledgers, as a view saw them) by ``new`` in one CAS, if they
-        are still there unchanged; no ``new`` drops their offsets altogether. The old files go
-        to the trash. False (and ``new`` deleted) when retention, another cleaner or a fenced
-        writer's seal got there first, or one of ``new`` was condemned as an orphan.
+        still hold what they held and no compaction but ``cleaner``'s holds them; no ``new`` drops
+        their offsets altogether. The old files go to the trash. False (and ``new`` deleted) when
+        retention or another cleaner got there first, or one of ``new`` was condemned as an orphan.
         ``cleaned_to``: where the compaction that made ``new`` reached."""
         delay = self._log.config.file_delete_delay_ms
 
         def change(meta: LogMetadata, now: int) -> LogMetadata:
-            if not _holds(meta.ledgers, run):
+            if not (_holds(meta.ledgers, run) and _free(run[0], meta.cleaning, cleaner)):
                 raise _Stale()
             at = meta.find(run[0].id)
             meta.replace_run(at, len(run), new, now + delay)
@@ -302,9 +344,15 @@ def _thinned(base: int, first: int, e: Entry, kept: memoryview) -> Iterator[NewE
 
 
 def _holds(ledgers: Sequence[LedgerRecord], run: list[LedgerRecord]) -> bool:
-    """Whether ``ledgers`` still hold ``run`` as it was read, in a row."""
+    """Whether ``ledgers`` still hold what ``run`` held as it was read, in a row."""
     at = next((i for i, l in enumerate(ledgers) if l.id == run[0].id), -1)
-    return at >= 0 and [l.key() for l in ledgers[at : at + len(run)]] == [l.key() for l in run]
+    return at >= 0 and [l.contents() for l in ledgers[at : at + len(run)]] == [l.contents() for l in run]
+
+
+def _free(ledger: LedgerRecord, cleaning: CleaningMark | None, cleaner: str | None = None) -> bool:
+    """Whether ``cleaner``'s rewrite (None: a merge's) may replace ``ledger``: not while another
+    compaction under way holds it."""
+    return cleaning is None or cleaning.cleaner == cleaner or ledger.base_offset >= cleaning.end_offset
 
 
 def _cleanable(view: PartitionView, stamped_by: int | None) -> list[LedgerRecord]:
@@ -323,7 +371,7 @@ def _small_run(meta: LogMetadata, wanted: int) -> list[LedgerRecord] | None:
     run: list[LedgerRecord] = []  # newest first
     for ledger in reversed(meta.ledgers):
         tier = _tier(ledger.length)
-        small = ledger.state != OPEN and tier < _TIERS_MERGED_IN_PASSING
+        small = ledger.state != OPEN and tier < _TIERS_MERGED_IN_PASSING and _free(ledger, meta.cleaning)
         if small and (not run or tier == _tier(run[-1].length)):
             run.append(ledger)
         else:

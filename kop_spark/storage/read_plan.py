@@ -21,7 +21,7 @@ from ..record.default_record_batch import with_base_offset
 from .fileio import FileIO, open_fileio
 from .ledger import IOStats, LedgerReader, Recovered, recover
 from .ledger_entry import Entry, EntryRun
-from .ledger_metadata import LedgerRecord, LogMetadata
+from .ledger_metadata import CleaningMark, LedgerRecord, LogMetadata
 from .producer_state import ProducerEntry
 
 
@@ -95,6 +95,7 @@ class PartitionView:
     _running_max_ts: tuple[int, ...] = field(repr=False, default=())
     producers: Mapping[int, ProducerEntry] = field(repr=False, compare=False, default_factory=dict)  # idempotent ones
     cleaned_offset: int = 0  # where the last compaction reached
+    cleaning: CleaningMark | None = None  # a compaction under way
 
     @classmethod
     def of(cls, meta: LogMetadata, version: int) -> PartitionView:
@@ -104,7 +105,7 @@ class PartitionView:
         bases = tuple(map(attrgetter("base_offset"), ledgers))
         return cls(
             version, meta.log_start_offset, meta.next_offset, ledgers, bases, running, meta.kafka_producers,
-            meta.cleaned_offset,
+            meta.cleaned_offset, meta.cleaning,
         )  # fmt: skip
 
     def ledger_for_offset(self, offset: int) -> int:
