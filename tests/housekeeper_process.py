@@ -1,7 +1,7 @@
 """Runs one housekeeping operation in a loop against a store that other processes write to, until
-told to stop on stdin; then, the writers done, a few rounds more until one compaction lands: a
-compaction racing writers that roll and merge small ledgers as fast as they do on tmpfs can lose
-every swap (nothing lost: it gives way), and the test checks what it did. Prints the rounds done."""
+told to stop on stdin; then, the writers done, a few rounds more until one compaction lands, so
+that the test has one to check however the rounds fell (the writers may be done before any
+compaction was due). Prints the rounds done."""
 
 import sys
 import threading
