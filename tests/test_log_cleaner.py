@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from kop_spark import Broker, Record
 from kop_spark.clock import ManualClock
 from kop_spark.record import CompressionType, RecordBatch, build_record_batch
-from kop_spark.storage.ledger_metadata import OPEN
+from kop_spark.storage.ledger_metadata import OPEN, CleaningMark, LedgerRecord, LogMetadata
 from kop_spark.storage.offset_map import OffsetMap
 
 from . import servers
-from .conftest import read_partition
+from .conftest import python_subprocess_env, read_partition
 
 NOW = int(time.time() * 1000)
 DELETE_RETENTION_MS = 60_000
@@ -424,3 +424,41 @@ def test_a_merge_that_read_its_ledgers_before_a_compaction_marked_them_gives_way
     merger.join(60)
     assert outcome == [(0, 4), (0, 0)], "a merge swapped in, or read, ledgers a compaction had marked"
     assert kept == 1 and [r.value for r in Broker(str(tmp_path)).fetch("c", 0, 0)] == [b"3"]
+
+
+_KILLED_MIDWAY = """
+import os, sys, threading
+from kop_spark import Broker
+
+class Killed(threading.Event):
+    def is_set(self):  # looked at once the compaction has marked its ledgers, before each entry
+        os._exit(137)
+
+Broker(sys.argv[1]).managed_ledger("c", 0).cleaner.compact(Killed())
+"""
+
+
+def test_the_mark_of_a_compaction_killed_midway_is_replaced_by_the_next(tmp_path):
+    """kill -9 runs no clean-up: a compaction killed leaves its mark, and merges leave the marked
+    ledgers alone until the next compaction, which takes them, replaces the mark and removes it."""
+    root = str(tmp_path)
+    with Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1}) as b:
+        b.create_topic("c", 1, config={"cleanup.policy": "compact"})
+        for v in range(4):
+            b.produce("c", [Record(b"%d" % v, key=b"k")], partition=0)
+    killed = subprocess.run([sys.executable, "-c", _KILLED_MIDWAY, root], env=python_subprocess_env(), timeout=120)
+    assert killed.returncode == 137
+    b = Broker(root)
+    assert b.view("c", 0).cleaning is not None, "the kill left no mark: the test killed nothing midway"
+    assert b.managed_ledger("c", 0).cleaner.merge_ledgers(1 << 20) == 0
+    assert b.compact_partition("c", 0) == 1
+    assert b.view("c", 0).cleaning is None and [r.value for r in b.fetch("c", 0, 0)] == [b"3"]
+
+
+def test_a_repair_that_cuts_the_log_back_removes_a_compactions_mark():
+    """Repair truncates the log where it was damaged: the offsets a compaction held come again,
+    and merges may take the ledgers that will hold them."""
+    ledger = LedgerRecord.new(1, "l", 0, NOW, entries=8, records=8)
+    meta = LogMetadata(0, 8, [ledger], cleaning=CleaningMark("killed", 8))
+    meta.truncate(0, ledger._replace(entries=5, records=5), 5, NOW)
+    assert meta.cleaning is None

@@ -318,6 +318,7 @@ class LogMetadata:
         self.ledgers[at:] = [new] if new is not None else []
         self.next_offset = end
         self.log_start_offset = min(self.log_start_offset, end)
+        self.cleaning = None  # a compaction under way loses its swap, and the offsets it held come again
         for table in (self.producers, self.sinks):
             for writer in [w for w, r in table.items() if r.end_offset > end]:
                 del table[writer]
