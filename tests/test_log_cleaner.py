@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from kop_spark import Broker, Record
 from kop_spark.clock import ManualClock
 from kop_spark.record import CompressionType, RecordBatch, build_record_batch
-from kop_spark.storage.ledger_metadata import OPEN, CleaningMark, LedgerRecord, LogMetadata
+from kop_spark.storage.ledger_metadata import CLEANING_LEASE_MS, OPEN, CleaningMark, LedgerRecord, LogMetadata
 from kop_spark.storage.offset_map import OffsetMap
 
 from . import servers
@@ -438,9 +438,10 @@ Broker(sys.argv[1]).managed_ledger("c", 0).cleaner.compact(Killed())
 """
 
 
-def test_the_mark_of_a_compaction_killed_midway_is_replaced_by_the_next(tmp_path):
-    """kill -9 runs no clean-up: a compaction killed leaves its mark, and merges leave the marked
-    ledgers alone until the next compaction, which takes them, replaces the mark and removes it."""
+def test_the_mark_of_a_compaction_killed_midway_lapses_with_its_lease(tmp_path):
+    """kill -9 runs no clean-up: a compaction killed leaves its mark, which merges and other
+    compactions honour until it is CLEANING_LEASE_MS old (a compaction renews its own as it reads),
+    and then ignore: the next compaction takes the ledgers, replaces the mark and removes it."""
     root = str(tmp_path)
     with Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1}) as b:
         b.create_topic("c", 1, config={"cleanup.policy": "compact"})
@@ -448,17 +449,66 @@ def test_the_mark_of_a_compaction_killed_midway_is_replaced_by_the_next(tmp_path
             b.produce("c", [Record(b"%d" % v, key=b"k")], partition=0)
     killed = subprocess.run([sys.executable, "-c", _KILLED_MIDWAY, root], env=python_subprocess_env(), timeout=120)
     assert killed.returncode == 137
-    b = Broker(root)
+    clock = ManualClock(int(time.time() * 1000))
+    b = Broker(root, clock=clock)
     assert b.view("c", 0).cleaning is not None, "the kill left no mark: the test killed nothing midway"
     assert b.managed_ledger("c", 0).cleaner.merge_ledgers(1 << 20) == 0
+    assert b.compact_partition("c", 0) is None, "a compaction took ledgers another's live mark holds"
+    clock.advance(CLEANING_LEASE_MS)
+    assert b.managed_ledger("c", 0).cleaner.merge_ledgers(1 << 20) == 3
     assert b.compact_partition("c", 0) == 1
     assert b.view("c", 0).cleaning is None and [r.value for r in b.fetch("c", 0, 0)] == [b"3"]
+
+
+class _ClockAdvancing(threading.Event):
+    """A compaction's ``stop`` that moves ``clock`` on by ``step`` at each look, and at the
+    ``at``-th look runs ``meanwhile``."""
+
+    def __init__(self, clock: ManualClock, step: int, at: int, meanwhile: Callable[[], object]):
+        super().__init__()
+        self._clock, self._step, self._at, self._meanwhile, self.looks = clock, step, at, meanwhile, 0
+
+    def is_set(self) -> bool:
+        self.looks += 1
+        self._clock.advance(self._step)
+        if self.looks == self._at:
+            self._meanwhile()
+        return super().is_set()
+
+
+@pytest.mark.parametrize("held_up", [False, True], ids=["reading", "held-up-past-its-lease"])
+def test_a_compaction_renews_its_mark_as_it_reads(tmp_path, held_up):
+    """A compaction that reads for longer than CLEANING_LEASE_MS keeps its mark live as it reads:
+    another compaction started meanwhile gives way to it, reading nothing, and the first lands. One
+    held up past its lease between two entries (a paused process) finds its mark taken over by the
+    next compaction and gives way to it at its next entry."""
+    clock = ManualClock(NOW)
+    conf = {"managedLedgerMaxEntriesPerLedger": 1}
+    b, other = Broker(str(tmp_path), conf=conf, clock=clock), Broker(str(tmp_path), conf=conf, clock=clock)
+    b.create_topic("c", 1, config={"cleanup.policy": "compact"})
+    for v in range(6):
+        b.produce("c", [Record(b"%d" % v, key=b"k")], partition=0)
+    b.close()
+    second: list[tuple[int | None, int]] = []
+
+    def compact_meanwhile() -> None:
+        ml = other.managed_ledger("c", 0)
+        second.append((ml.cleaner.compact(), ml.stats.entries_read))
+
+    stop = _ClockAdvancing(clock, CLEANING_LEASE_MS if held_up else CLEANING_LEASE_MS // 2, 4, compact_meanwhile)
+    kept = Broker(str(tmp_path), clock=clock).managed_ledger("c", 0).cleaner.compact(stop)
+    if held_up:
+        assert kept is None and second == [(1, 6 + 6)] and stop.looks == 4, "it did not give way at once"
+    else:
+        assert kept == 1 and second == [(None, 0)], "the second compaction took over a live mark"
+    assert [r.value for r in Broker(str(tmp_path)).fetch("c", 0, 0)] == [b"5"]
+    assert Broker(str(tmp_path)).view("c", 0).cleaning is None
 
 
 def test_a_repair_that_cuts_the_log_back_removes_a_compactions_mark():
     """Repair truncates the log where it was damaged: the offsets a compaction held come again,
     and merges may take the ledgers that will hold them."""
     ledger = LedgerRecord.new(1, "l", 0, NOW, entries=8, records=8)
-    meta = LogMetadata(0, 8, [ledger], cleaning=CleaningMark("killed", 8))
+    meta = LogMetadata(0, 8, [ledger], cleaning=CleaningMark("killed", 8, NOW))
     meta.truncate(0, ledger._replace(entries=5, records=5), 5, NOW)
     assert meta.cleaning is None

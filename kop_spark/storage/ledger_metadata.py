@@ -9,7 +9,7 @@ The metadata store holds it as JSON under the partition's key (``layout.managed_
      "kafka_producers": {producer id: ...},                   Kafka's idempotent producers (producer_state)
      "trash":     [{"file", "delete_after_ms"}, ...],          files no longer referred to
      "condemned": [file, ...],                                 orphans being removed
-     "cleaning":  {"cleaner", "end_offset"},                   a compaction under way
+     "cleaning":  {"cleaner", "end_offset", "renewed_ms"},     a compaction under way
      "deleted":   true}                                        only once the log is deleted
 
 Every change is made to a ``LogMetadata`` read from one version and written back by
@@ -131,10 +131,19 @@ class WriterRecord(NamedTuple):
 
 class CleaningMark(NamedTuple):
     """A compaction under way, as Kafka's cleaner marks a partition in progress: merges leave the
-    ledgers before ``end_offset`` to it, so that it does not lose its swap to each of them."""
+    ledgers before ``end_offset`` to it, so that it does not lose its swap to each of them. The
+    compaction renews the mark as it reads; one not renewed for ``CLEANING_LEASE_MS`` is a killed
+    compaction's, and nothing honours it."""
 
     cleaner: str
     end_offset: int
+    renewed_ms: int
+
+    def live(self, now: int) -> bool:
+        return now - self.renewed_ms < CLEANING_LEASE_MS
+
+
+CLEANING_LEASE_MS = 60_000
 
 
 class TrashEntry(TypedDict):

@@ -19,7 +19,7 @@ from ..record import RecordBatch
 from ..record.compacted_batch import thinned
 from .ledger import delete_quietly
 from .ledger_entry import Entry
-from .ledger_metadata import OPEN, CleaningMark, LedgerRecord, LogMetadata
+from .ledger_metadata import CLEANING_LEASE_MS, OPEN, CleaningMark, LedgerRecord, LogMetadata
 from .offset_map import OffsetMap
 from .read_plan import PartitionView, ReadEntry, ledger_reader
 from .rewritten_ledgers import NewEntry, write_ledgers
@@ -89,14 +89,14 @@ class LogCleaner:
     def _compact(self, run: list[LedgerRecord], cleaned: int, stop: threading.Event | None) -> int | None:
         """Compact ``run`` in as many passes as the offset map needs to cover what came after
         ``cleaned``, each a rewrite of the whole run, as Kafka's cleaner does. The run is marked
-        as being cleaned meanwhile, so that merges in passing leave it alone."""
-        end, cleaner = run[-1].end_offset, uuid.uuid4().hex
-        if not self._mark(run, cleaner):
-            return None
+        as being cleaned meanwhile, so that merges in passing leave it alone. None when the run
+        changed first, or another compaction of it is under way."""
+        end, lease = run[-1].end_offset, _Lease(self._log, uuid.uuid4().hex)
         try:
+            lease.take(run)
             while True:
                 dirty = max(cleaned, run[0].base_offset)
-                done = self._compact_once(run, dirty, cleaner, stop)
+                done = self._compact_once(run, dirty, lease, stop)
                 if done is None:
                     return None
                 kept, reached = done
@@ -108,49 +108,20 @@ class LogCleaner:
                 run, cleaned = [l for l in view.ledgers if l.base_offset < end], max(view.cleaned_offset, reached)
                 if not run:
                     return kept  # retention took it meanwhile
-        finally:
-            self._unmark(cleaner)
-
-    def _mark(self, run: list[LedgerRecord], cleaner: str) -> bool:
-        """Mark ``run`` as being cleaned by ``cleaner`` (a mark left by one killed is replaced);
-        False when the run changed since it was read."""
-
-        def change(meta: LogMetadata, now: int) -> LogMetadata:
-            if not _holds(meta.ledgers, run):
-                raise _Stale()
-            meta.cleaning = CleaningMark(cleaner, run[-1].end_offset)
-            return meta
-
-        try:
-            self._log.apply(change)
         except _Stale:
-            return False
-        return True
-
-    def _unmark(self, cleaner: str) -> None:
-        """Remove ``cleaner``'s mark, unless another cleaner's replaced it. Clean-up: a failure is
-        only logged, and leaves a mark the next compaction replaces."""
-
-        def change(meta: LogMetadata, now: int) -> LogMetadata | None:
-            if meta.cleaning is None or meta.cleaning.cleaner != cleaner:
-                return None
-            meta.cleaning = None
-            return meta
-
-        try:
-            self._log.apply(change, allow_deleted=True)
-        except (KopError, OSError) as e:
-            log.warning("%s: the mark of a compaction under way was left (the next replaces it): %s", self._log.name, e)
+            return None
+        finally:
+            lease.give_up()
 
     def _compact_once(
-        self, run: list[LedgerRecord], dirty: int, cleaner: str, stop: threading.Event | None
+        self, run: list[LedgerRecord], dirty: int, lease: _Lease, stop: threading.Event | None
     ) -> tuple[int, int] | None:
         """One pass: the offset map of the run from offset ``dirty`` on, as far as it holds, then
         the run rewritten by it. Returns the records kept and where the map reached, or None when
         the log changed under the pass."""
         ml = self._log
         try:
-            offsets, end = self._offset_map(run, dirty, stop)
+            offsets, end = self._offset_map(run, dirty, lease, stop)
         except FileMissingError:
             if self._damaged(run):
                 raise
@@ -159,18 +130,20 @@ class LogCleaner:
             "%s: compacting offsets %d to %d (%d bytes) by the keys of offsets %d to %d",
             ml.name, run[0].base_offset, run[-1].end_offset, sum(l.length for l in run), dirty, end,
         )  # fmt: skip
-        entries = self._compacted_entries(run, offsets, dirty, end, stop)
-        kept = self._replace(run, entries, ml.clock.now_ms(), cleaner, end, ml.config.target_ledger_bytes)
+        entries = self._compacted_entries(run, offsets, dirty, end, lease, stop)
+        kept = self._replace(run, entries, ml.clock.now_ms(), lease.cleaner, end, ml.config.target_ledger_bytes)
         return None if kept is None else (kept, end)
 
-    def _offset_map(self, run: list[LedgerRecord], dirty: int, stop: threading.Event | None) -> tuple[OffsetMap, int]:
+    def _offset_map(
+        self, run: list[LedgerRecord], dirty: int, lease: _Lease, stop: threading.Event | None
+    ) -> tuple[OffsetMap, int]:
         """The first pass: the offset map of the run from offset ``dirty`` on, and where it
         reached (the run's end unless the map filled first)."""
         config = self._log.config
         end = run[-1].end_offset
         horizon = self._log.clock.now_ms() - config.delete_retention_ms
         offsets = OffsetMap(horizon, config.dedupe_buffer_bytes, records=end - dirty)
-        for ledger, e in self._entries(run, stop, dirty):
+        for ledger, e in self._entries(run, stop, dirty, lease):
             if not offsets.add(RecordBatch(e.batch), ledger.base_offset + e.relative_index):
                 end = offsets.end
                 break
@@ -178,7 +151,13 @@ class LogCleaner:
         return offsets, end
 
     def _compacted_entries(
-        self, run: list[LedgerRecord], offsets: OffsetMap, dirty: int, end: int, stop: threading.Event | None
+        self,
+        run: list[LedgerRecord],
+        offsets: OffsetMap,
+        dirty: int,
+        end: int,
+        lease: _Lease,
+        stop: threading.Event | None,
     ) -> Iterator[NewEntry]:
         """The second pass, as Kafka's cleaner's: the records the offset map keeps (so memory holds
         the keys, not the log). Those before ``dirty`` are looked up in the map a group at a time;
@@ -186,7 +165,7 @@ class LogCleaner:
         base = run[0].base_offset
         group: list[tuple[int, Entry]] = []  # entries before the map's, looked up together
         held, most = 0, self._log.config.dedupe_buffer_bytes  # their bytes: read into memory from an object store
-        for ledger, e in self._entries(run, stop):
+        for ledger, e in self._entries(run, stop, lease=lease):
             first = ledger.base_offset + e.relative_index
             if first < dirty:
                 group.append((first, e))
@@ -204,11 +183,11 @@ class LogCleaner:
         yield from _looked_up(base, group, offsets)
 
     def _entries(
-        self, run: list[LedgerRecord], stop: threading.Event | None, start: int = 0
+        self, run: list[LedgerRecord], stop: threading.Event | None, start: int = 0, lease: _Lease | None = None
     ) -> Iterator[tuple[LedgerRecord, Entry]]:
         """Each entry of the run with its ledger, read 8 MiB at a time, from the one holding
         ``start`` on. ``stop`` is looked at before each entry, so that a shutdown waits for one
-        entry's work at most."""
+        entry's work at most, and the ``lease`` kept."""
         for ledger in run:
             if ledger.end_offset <= start:
                 continue
@@ -220,6 +199,8 @@ class LogCleaner:
                     if stop is not None and stop.is_set():
                         log.info("%s: rewrite stopped, the log left as it was", self._log.name)
                         raise HousekeepingStoppedError(f"{self._log.name}: rewrite stopped")
+                    if lease is not None:
+                        lease.keep()
                     if ledger.base_offset + e.relative_index + e.offset_span > start:
                         yield ledger, e
                 k += len(read)
@@ -231,9 +212,9 @@ class LogCleaner:
         they are, so a ledger is rewritten a few times at most. Closed ledgers that were never
         sealed (their writer died) come out sealed. Returns how many ledgers went away."""
         runs: list[list[LedgerRecord]] = [[]]
-        view = self._log.view()
+        view, now = self._log.view(), self._log.clock.now_ms()
         for ledger in view.ledgers:
-            small = ledger.state != OPEN and ledger.length < target_bytes // 2 and _free(ledger, view.cleaning)
+            small = ledger.state != OPEN and ledger.length < target_bytes // 2 and _free(ledger, view.cleaning, now)
             if not small or sum(l.length for l in runs[-1]) + ledger.length > target_bytes:
                 runs.append([])
             if small:
@@ -248,7 +229,7 @@ class LogCleaner:
         meta = self._log.last_known
         if wanted < 2 or meta is None:
             return
-        run = _small_run(meta, wanted)
+        run = _small_run(meta, wanted, self._log.clock.now_ms())
         if run is None:
             return
         try:
@@ -307,7 +288,7 @@ class LogCleaner:
         delay = self._log.config.file_delete_delay_ms
 
         def change(meta: LogMetadata, now: int) -> LogMetadata:
-            if not (_holds(meta.ledgers, run) and _free(run[0], meta.cleaning, cleaner)):
+            if not (_holds(meta.ledgers, run) and _free(run[0], meta.cleaning, now, cleaner)):
                 raise _Stale()
             at = meta.find(run[0].id)
             meta.replace_run(at, len(run), new, now + delay)
@@ -323,6 +304,60 @@ class LogCleaner:
                 raise
             return False
         return True
+
+
+class _Lease:
+    """A compaction's mark on the ledgers it rewrites (``LogMetadata.cleaning``): taken in a CAS
+    that checks they are still there and no live mark holds them, renewed every quarter of
+    ``CLEANING_LEASE_MS`` as the compaction reads, given up when it ends, however it ends."""
+
+    def __init__(self, log: ManagedLedger, cleaner: str):
+        self._log, self.cleaner = log, cleaner
+        self._renew_at: int | None = None  # None: not taken
+
+    def take(self, run: list[LedgerRecord]) -> None:
+        """Mark ``run``; ``_Stale`` when it changed since it was read, or another compaction holds it."""
+
+        def change(meta: LogMetadata, now: int) -> LogMetadata:
+            if not (_holds(meta.ledgers, run) and _free(run[0], meta.cleaning, now)):
+                raise _Stale()
+            meta.cleaning = CleaningMark(self.cleaner, run[-1].end_offset, now)
+            return meta
+
+        self._log.apply(change)
+        self._renew_at = self._log.clock.now_ms() + CLEANING_LEASE_MS // 4
+
+    def keep(self) -> None:
+        """Renew the mark when due; ``_Stale`` when another compaction took it over (this one was
+        held up past the lease)."""
+        if self._renew_at is None or self._log.clock.now_ms() < self._renew_at:
+            return
+
+        def change(meta: LogMetadata, now: int) -> LogMetadata:
+            if meta.cleaning is None or meta.cleaning.cleaner != self.cleaner:
+                raise _Stale()
+            meta.cleaning = meta.cleaning._replace(renewed_ms=now)
+            return meta
+
+        self._log.apply(change)
+        self._renew_at = self._log.clock.now_ms() + CLEANING_LEASE_MS // 4
+
+    def give_up(self) -> None:
+        """Remove the mark, unless another compaction took it over. Clean-up: a failure is only
+        logged; the mark it leaves lapses with the lease."""
+        if self._renew_at is None:
+            return
+
+        def change(meta: LogMetadata, now: int) -> LogMetadata | None:
+            if meta.cleaning is None or meta.cleaning.cleaner != self.cleaner:
+                return None
+            meta.cleaning = None
+            return meta
+
+        try:
+            self._log.apply(change, allow_deleted=True)
+        except (KopError, OSError) as e:
+            log.warning("%s: the mark of a compaction under way was left (it lapses): %s", self._log.name, e)
 
 
 def _looked_up(base: int, group: list[tuple[int, Entry]], offsets: OffsetMap) -> Iterator[NewEntry]:
@@ -349,10 +384,15 @@ def _holds(ledgers: Sequence[LedgerRecord], run: list[LedgerRecord]) -> bool:
     return at >= 0 and [l.contents() for l in ledgers[at : at + len(run)]] == [l.contents() for l in run]
 
 
-def _free(ledger: LedgerRecord, cleaning: CleaningMark | None, cleaner: str | None = None) -> bool:
+def _free(ledger: LedgerRecord, cleaning: CleaningMark | None, now: int, cleaner: str | None = None) -> bool:
     """Whether ``cleaner``'s rewrite (None: a merge's) may replace ``ledger``: not while another
     compaction under way holds it."""
-    return cleaning is None or cleaning.cleaner == cleaner or ledger.base_offset >= cleaning.end_offset
+    return (
+        cleaning is None
+        or cleaning.cleaner == cleaner
+        or ledger.base_offset >= cleaning.end_offset
+        or not cleaning.live(now)
+    )
 
 
 def _cleanable(view: PartitionView, stamped_by: int | None) -> list[LedgerRecord]:
@@ -366,12 +406,12 @@ def _cleanable(view: PartitionView, stamped_by: int | None) -> list[LedgerRecord
     return run
 
 
-def _small_run(meta: LogMetadata, wanted: int) -> list[LedgerRecord] | None:
+def _small_run(meta: LogMetadata, wanted: int, now: int) -> list[LedgerRecord] | None:
     """The newest run of ``wanted`` adjacent small ledgers of one size tier, oldest first."""
     run: list[LedgerRecord] = []  # newest first
     for ledger in reversed(meta.ledgers):
         tier = _tier(ledger.length)
-        small = ledger.state != OPEN and tier < _TIERS_MERGED_IN_PASSING and _free(ledger, meta.cleaning)
+        small = ledger.state != OPEN and tier < _TIERS_MERGED_IN_PASSING and _free(ledger, meta.cleaning, now)
         if small and (not run or tier == _tier(run[-1].length)):
             run.append(ledger)
         else:
