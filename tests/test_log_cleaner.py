@@ -325,18 +325,21 @@ def test_min_compaction_lag_leaves_young_records_and_max_compaction_lag_forces_a
     assert [r.value for r in b.fetch("c", 0, 0)] == [b"x" * 10] * 2  # the second in the open ledger
 
 
-class _OnFirstLook(threading.Event):
-    """A rewrite's ``stop``, which it looks at before each entry it reads: the first look runs
-    ``meanwhile`` (another writer's appends, say), which so lands while the rewrite is under way."""
+class _OnLook(threading.Event):
+    """A rewrite's ``stop``, which it looks at before each entry it reads: the ``at``-th look runs
+    ``meanwhile`` (another writer's appends, say), which so lands while the rewrite is under way.
+    Given a ``clock``, each look moves it on by ``step``."""
 
-    def __init__(self, meanwhile: Callable[[], object]):
+    def __init__(self, meanwhile: Callable[[], object], at: int = 1, clock: ManualClock | None = None, step: int = 0):
         super().__init__()
-        self._meanwhile: Callable[[], object] | None = meanwhile
+        self._meanwhile, self._at, self._clock, self._step, self.looks = meanwhile, at, clock, step, 0
 
     def is_set(self) -> bool:
-        meanwhile, self._meanwhile = self._meanwhile, None
-        if meanwhile is not None:
-            meanwhile()
+        self.looks += 1
+        if self._clock is not None:
+            self._clock.advance(self._step)
+        if self.looks == self._at:
+            self._meanwhile()
         return super().is_set()
 
 
@@ -346,7 +349,7 @@ def _compacted_while(tmp_path, conf: dict[str, int], before: Callable[[Broker], 
     b = Broker(str(tmp_path), conf=conf)
     b.create_topic("c", 1, config={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0})
     before(b)
-    kept = b.managed_ledger("c", 0).cleaner.clean(_OnFirstLook(during))
+    kept = b.managed_ledger("c", 0).cleaner.clean(_OnLook(during))
     _, end, records = read_partition(Broker(str(tmp_path)), "c", 0)
     return kept, b.managed_ledger("c", 0).view(), end, {r.offset: (r.key, r.value) for r in records}
 
@@ -415,11 +418,11 @@ def test_a_merge_that_read_its_ledgers_before_a_compaction_marked_them_gives_way
         finally:
             merged.set()
 
-    stop = _OnFirstLook(lambda: (reading.set(), marked.wait(60)))
+    stop = _OnLook(lambda: (reading.set(), marked.wait(60)))
     merger = threading.Thread(target=merge)
     merger.start()
     assert reading.wait(60), "the merge never read its ledgers"
-    compaction = _OnFirstLook(lambda: (marked.set(), merged.wait(60), merge()))
+    compaction = _OnLook(lambda: (marked.set(), merged.wait(60), merge()))
     kept = Broker(str(tmp_path)).managed_ledger("c", 0).cleaner.compact(compaction)
     merger.join(60)
     assert outcome == [(0, 4), (0, 0)], "a merge swapped in, or read, ledgers a compaction had marked"
@@ -460,22 +463,6 @@ def test_the_mark_of_a_compaction_killed_midway_lapses_with_its_lease(tmp_path):
     assert b.view("c", 0).cleaning is None and [r.value for r in b.fetch("c", 0, 0)] == [b"3"]
 
 
-class _ClockAdvancing(threading.Event):
-    """A compaction's ``stop`` that moves ``clock`` on by ``step`` at each look, and at the
-    ``at``-th look runs ``meanwhile``."""
-
-    def __init__(self, clock: ManualClock, step: int, at: int, meanwhile: Callable[[], object]):
-        super().__init__()
-        self._clock, self._step, self._at, self._meanwhile, self.looks = clock, step, at, meanwhile, 0
-
-    def is_set(self) -> bool:
-        self.looks += 1
-        self._clock.advance(self._step)
-        if self.looks == self._at:
-            self._meanwhile()
-        return super().is_set()
-
-
 @pytest.mark.parametrize("held_up", [False, True], ids=["reading", "held-up-past-its-lease"])
 def test_a_compaction_renews_its_mark_as_it_reads(tmp_path, held_up):
     """A compaction that reads for longer than CLEANING_LEASE_MS keeps its mark live as it reads:
@@ -495,7 +482,8 @@ def test_a_compaction_renews_its_mark_as_it_reads(tmp_path, held_up):
         ml = other.managed_ledger("c", 0)
         second.append((ml.cleaner.compact(), ml.stats.entries_read))
 
-    stop = _ClockAdvancing(clock, CLEANING_LEASE_MS if held_up else CLEANING_LEASE_MS // 2, 4, compact_meanwhile)
+    step = CLEANING_LEASE_MS if held_up else CLEANING_LEASE_MS // 2
+    stop = _OnLook(compact_meanwhile, at=4, clock=clock, step=step)
     kept = Broker(str(tmp_path), clock=clock).managed_ledger("c", 0).cleaner.compact(stop)
     if held_up:
         assert kept is None and second == [(1, 6 + 6)] and stop.looks == 4, "it did not give way at once"

@@ -8,6 +8,8 @@ import threading
 import obstore
 from obstore.store import S3Store
 
+from kop_spark.storage.object_store import CONDITION_FAILED
+
 from .servers import BUCKET, make_bucket, moto_s3, s3_env, start_on_a_free_port
 
 
@@ -40,7 +42,7 @@ def _racing_updates(store: S3Store, key: str, etag: str | None, writers: int = 8
         try:
             obstore.put(store, key, b"%d" % i, mode={"e_tag": etag})
             won.append(i)
-        except Exception:  # lost the compare-and-set: PreconditionFailed
+        except CONDITION_FAILED:  # lost the compare-and-set (any other error is not counted: the test fails)
             pass
 
     threads = [threading.Thread(target=update, args=(i,)) for i in range(writers)]

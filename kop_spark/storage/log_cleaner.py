@@ -91,7 +91,7 @@ class LogCleaner:
         ``cleaned``, each a rewrite of the whole run, as Kafka's cleaner does. The run is marked
         as being cleaned meanwhile, so that merges in passing leave it alone. None when the run
         changed first, or another compaction of it is under way."""
-        end, lease = run[-1].end_offset, _Lease(self._log, uuid.uuid4().hex)
+        end, lease = run[-1].end_offset, _Lease(self._log)
         try:
             lease.take(run)
             while True:
@@ -311,8 +311,8 @@ class _Lease:
     that checks they are still there and no live mark holds them, renewed every quarter of
     ``CLEANING_LEASE_MS`` as the compaction reads, given up when it ends, however it ends."""
 
-    def __init__(self, log: ManagedLedger, cleaner: str):
-        self._log, self.cleaner = log, cleaner
+    def __init__(self, log: ManagedLedger):
+        self._log, self.cleaner = log, uuid.uuid4().hex  # this compaction, as the mark names it
         self._renew_at: int | None = None  # None: not taken
 
     def take(self, run: list[LedgerRecord]) -> None:
