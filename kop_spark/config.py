@@ -41,6 +41,15 @@ def parse_topic_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     return {topic_setting(name): parse_value(name, value) for name, value in (config or {}).items()}
 
 
+def check_topic_config(topic: str, config: Mapping[str, Any]) -> None:
+    """Refuse a topic's effective settings that are each valid but conflict, as Kafka's LogConfig does."""
+    low, high = config["min.compaction.lag.ms"], config["max.compaction.lag.ms"]
+    if low > high:
+        raise ConfigError(
+            f"topic {topic!r}: conflicting settings min.compaction.lag.ms ({low}) > max.compaction.lag.ms ({high})"
+        )
+
+
 def topic_setting(name: str) -> str:
     if name not in TOPIC_SETTINGS:
         raise ConfigError(f"{name!r} is not a topic setting; topic settings are {', '.join(TOPIC_SETTINGS)}")

@@ -100,7 +100,8 @@ KAFKA_TOPIC_SETTINGS = [
         LONG_MAX,
         int_at_least(1),
         "Compact a partition once the ledger with its oldest record not yet compacted is this old, however "
-        "little of it is new (min.cleanable.dirty.ratio)",
+        "little of it is new (min.cleanable.dirty.ratio); a compacted topic's ledgers also roll at this age, "
+        "and the cleaner closes an open one that reaches it. At least min.compaction.lag.ms",
     ),
     # Kafka's settings for what kop does another way, accepted (Kafka Streams, Connect and admin
     # scripts set them) and shown as set, never acted on.

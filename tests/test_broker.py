@@ -225,6 +225,10 @@ def test_altering_settings_is_all_or_none_and_names_what_is_wrong(broker):
         ([AlterConfigOp("retention.ms", "append", 1)], "'retention.ms' is not a list"),
         ([AlterConfigOp("cleanup.policy", "subtract", "delete")], "'cleanup.policy'"),  # nothing left
         ([AlterConfigOp("retention.ms", "reset")], "unknown operation 'reset'"),
+        (  # each valid alone, as Kafka's LogConfig refuses them together
+            [AlterConfigOp("min.compaction.lag.ms", "set", 2), AlterConfigOp("max.compaction.lag.ms", "set", 1)],
+            r"conflicting settings min.compaction.lag.ms \(2\) > max.compaction.lag.ms \(1\)",
+        ),
     )
     for ops, message in bad_ops:
         with pytest.raises(ConfigError, match=f"topic 't': .*{message}"):
@@ -233,6 +237,9 @@ def test_altering_settings_is_all_or_none_and_names_what_is_wrong(broker):
     assert broker.topic_config("t", own=True) == {"retention.ms": 60_000, "cleanup.policy": "delete"}
     with pytest.raises(TopicNotFoundError, match="'nope'"):
         broker.alter_topic_config("nope", [AlterConfigOp("retention.ms", "set", 5)])
+    with pytest.raises(ConfigError, match=r"topic 'u': conflicting settings min.compaction.lag.ms \(2\) >"):
+        broker.create_topic("u", 1, config={"min.compaction.lag.ms": 2, "max.compaction.lag.ms": 1})
+    assert "u" not in broker.list_topics()
 
     broker.alter_topic_config("t", [AlterConfigOp("cleanup.policy", "append", "compact")])
     assert broker.topic_config("t")["cleanup.policy"] == "compact,delete"

@@ -18,7 +18,14 @@ from hypothesis import strategies as st
 from kop_spark import Broker, Record
 from kop_spark.clock import ManualClock
 from kop_spark.record import CompressionType, RecordBatch, build_record_batch
-from kop_spark.storage.ledger_metadata import CLEANING_LEASE_MS, OPEN, CleaningMark, LedgerRecord, LogMetadata
+from kop_spark.storage.ledger_metadata import (
+    CLEANING_LEASE_MS,
+    OPEN,
+    SEALED,
+    CleaningMark,
+    LedgerRecord,
+    LogMetadata,
+)
 from kop_spark.storage.offset_map import OffsetMap
 
 from . import servers
@@ -322,7 +329,66 @@ def test_min_compaction_lag_leaves_young_records_and_max_compaction_lag_forces_a
     assert b.clean_logs("c").partitions_compacted == [], "not overdue yet"
     clock.advance(600_000)
     assert b.clean_logs("c").partitions_compacted == ["c-0"], "overdue past max.compaction.lag.ms"
-    assert [r.value for r in b.fetch("c", 0, 0)] == [b"x" * 10] * 2  # the second in the open ledger
+    assert [r.value for r in b.fetch("c", 0, 0)] == [b"x" * 10]  # the open ledger, overdue too, with them
+
+
+def test_a_compacted_topics_open_ledger_is_closed_and_compacted_at_max_compaction_lag(tmp_path):
+    """Kafka rolls a compacted topic's active segment at max.compaction.lag.ms (LogConfig's
+    maxSegmentMs), so that the records in it are compacted that long after they came: here the
+    writer's next append rolls it, and the cleaner closes it though no append comes."""
+    clock = ManualClock(NOW)
+    b = Broker(str(tmp_path), clock=clock)
+    b.create_topic("c", 1, config={"cleanup.policy": "compact", "max.compaction.lag.ms": 600_000})
+
+    def produce(value: bytes) -> None:
+        b.produce("c", [Record(value, key=b"k", timestamp_ms=clock.now_ms())], partition=0)
+
+    produce(b"v0")
+    produce(b"v1")
+    clock.advance(599_999)
+    assert b.clean_logs("c").partitions_compacted == [], "compacted the open ledger before it was due"
+    clock.advance(1)
+    produce(b"v2")
+    assert [l.state for l in b.view("c", 0).ledgers] == [SEALED, OPEN], "the append did not roll the ledger"
+    assert b.clean_logs("c").partitions_compacted == ["c-0"]
+    assert [r.value for r in b.fetch("c", 0, 0)] == [b"v1", b"v2"]
+    clock.advance(599_999)
+    assert b.clean_logs("c").partitions_compacted == []
+    clock.advance(1)
+    assert b.clean_logs("c").partitions_compacted == ["c-0"], "the idle open ledger was left uncompacted"
+    assert [r.value for r in b.fetch("c", 0, 0)] == [b"v2"]
+    assert OPEN not in [l.state for l in b.view("c", 0).ledgers]
+
+
+def test_max_compaction_lag_counts_from_when_records_came_though_merges_rewrote_them(tmp_path):
+    """A merge in passing rewrites a run of small ledgers as one, dated as the oldest of them: the
+    records are overdue when they would have been unmerged. Merges keep compacted and new records
+    in ledgers of their own, or the compacted ones' date would make the new ones look overdue."""
+    clock = ManualClock(NOW)
+    conf = {"managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 4}
+    b = Broker(str(tmp_path), conf=conf, clock=clock)
+    config = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.99, "max.compaction.lag.ms": 600_000}
+    b.create_topic("c", 1, config=config)
+    b.produce("c", [Record(b"x", key=b"%d" % i) for i in range(100)], partition=0)
+    first = clock.now_ms()
+    for i in range(8):  # a record a minute, each in a ledger of its own
+        b.produce("c", [Record(b"v%d" % i, key=b"k", timestamp_ms=clock.now_ms())], partition=0)
+        if i == 0:
+            assert b.clean_logs("c").partitions_compacted == ["c-0"]  # the 100 keys, all new
+        clock.advance(60_000)
+    view = b.view("c", 0)
+    assert view.cleaned_offset == 100
+    for merged_by in ("passing", "kop maintenance"):
+        if merged_by == "kop maintenance":
+            b.managed_ledger("c", 0).cleaner.merge_ledgers(1 << 20)
+        mixed = [l for l in b.view("c", 0).ledgers if l.base_offset < 100 < l.end_offset]
+        assert mixed == [], f"a merge in {merged_by} mixed compacted and new records"
+    assert any(l.records > 1 for l in view.ledgers if l.base_offset >= 100), "no merge in passing happened"
+    clock.advance(first + 600_000 - 1 - clock.now_ms())
+    assert b.clean_logs("c").partitions_compacted == [], "compacted before v0 was due"
+    clock.advance(1)
+    assert b.clean_logs("c").partitions_compacted == ["c-0"], "a merge made v0 look younger than it is"
+    assert [r.value for r in b.fetch("c", 0, 100)] == [b"v6", b"v7"]  # v7 in the open ledger
 
 
 class _OnLook(threading.Event):

@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import layout
 from ..clock import Clock
-from ..config import Config, parse_topic_config
+from ..config import Config, check_topic_config, parse_topic_config
 from ..config_changes import AlterConfigOp, alter_topic_config
 from ..errors import (
     BadVersionError,
@@ -201,6 +201,7 @@ class TopicAdmin:
                 f"topic {topic!r}: number of partitions must be at least 1, got {partitions!r}"
             )
         overrides = parse_topic_config(config)
+        check_topic_config(topic, self._config.topic_config(overrides))
         self._store.check_writable()
         self._fileio.ensure_writable_root()
         key = layout.topic_key(name)
@@ -259,6 +260,7 @@ class TopicAdmin:
             except ConfigError as e:
                 raise ConfigError(f"topic {topic!r}: {e}") from None
             result.update(self._config.topic_config(overrides))
+            check_topic_config(topic, result)
             if validate_only or overrides == meta.get("config"):
                 raise Unchanged
             return {**meta, "config": overrides}

@@ -73,7 +73,7 @@ class LogManager:
         return ManagedLedgerConfig(
             max_entries_per_ledger=c["managedLedgerMaxEntriesPerLedger"],
             max_bytes_per_ledger=min(c["managedLedgerMaxSizePerLedgerMbytes"] << 20, topic["segment.bytes"]),
-            max_ledger_age_ms=min(c["managedLedgerMaxLedgerRolloverTimeMinutes"] * 60_000, topic["segment.ms"]),
+            max_ledger_age_ms=min(c["managedLedgerMaxLedgerRolloverTimeMinutes"] * 60_000, _segment_ms(topic)),
             producer_expiration_ms=c["producer.id.expiration.ms"],
             retention_ms=topic["retention.ms"],
             retention_bytes=topic["retention.bytes"],
@@ -103,3 +103,11 @@ class LogManager:
             logs, self._logs = list(self._logs.values()), {}
         for ml in logs:
             ml.close()
+
+
+def _segment_ms(topic: dict[str, Any]) -> int:
+    # Kafka's LogConfig.maxSegmentMs: a compacted topic rolls its active segment by
+    # max.compaction.lag.ms too, or the records in it would wait for segment.ms to be compacted.
+    if "compact" in topic["cleanup.policy"]:
+        return int(min(topic["segment.ms"], topic["max.compaction.lag.ms"]))
+    return int(topic["segment.ms"])

@@ -74,14 +74,25 @@ class LogCleaner:
         open, and none holding records younger than ``min_compaction_lag_ms``, once
         ``min_cleanable_dirty_ratio`` of their bytes came after the last compaction, or the first
         of those is ``max_compaction_lag_ms`` old. A writer is not held up: the rewrite takes no
-        lock, and its swap checks the ledgers are still those it read. Returns the records kept,
-        or None when none was due (or a race lost)."""
-        config, now, view = self._log.config, self._log.clock.now_ms(), self._log.view()
+        lock, and its swap checks the ledgers are still those it read. An open ledger that is
+        itself ``max_compaction_lag_ms`` old is closed first: Kafka rolls such an active segment
+        at its next append, and this does not wait for one.
+        Returns the records kept, or None when none was due (or a race lost)."""
+        ml = self._log
+        config, now, view = ml.config, ml.clock.now_ms(), ml.view()
+        if _overdue_tail(view, config.max_compaction_lag_ms, now):
+            with ml.lock:
+                ml.apply(
+                    lambda meta, at: (
+                        ml.close_tail(meta, at) if _overdue_tail(meta, config.max_compaction_lag_ms, at) else None
+                    )
+                )
+            view = ml.view()
         run = _cleanable(view, now - config.min_compaction_lag_ms if config.min_compaction_lag_ms else None)
         dirty = [l for l in run if l.end_offset > view.cleaned_offset]
         if not dirty:
             return None
-        overdue = now - dirty[0].created_ms >= config.max_compaction_lag_ms
+        overdue = now - min(l.created_ms for l in dirty) >= config.max_compaction_lag_ms
         if not overdue and sum(l.length for l in dirty) < config.min_cleanable_dirty_ratio * sum(l.length for l in run):
             return None
         return self._compact(run, view.cleaned_offset, stop)
@@ -210,12 +221,18 @@ class LogCleaner:
         without changing any offset: entries keep their batches byte for byte, only their relative
         indexes move to the new ledger's base. Ledgers of ``target_bytes / 2`` or more are left as
         they are, so a ledger is rewritten a few times at most. Closed ledgers that were never
-        sealed (their writer died) come out sealed. Returns how many ledgers went away."""
+        sealed (their writer died) come out sealed. A run is all compacted or none. Returns how
+        many ledgers went away."""
         runs: list[list[LedgerRecord]] = [[]]
         view, now = self._log.view(), self._log.clock.now_ms()
         for ledger in view.ledgers:
             small = ledger.state != OPEN and ledger.length < target_bytes // 2 and _free(ledger, view.cleaning, now)
-            if not small or sum(l.length for l in runs[-1]) + ledger.length > target_bytes:
+            compacted = _compacted(ledger, view.cleaned_offset)
+            if (
+                not small
+                or sum(l.length for l in runs[-1]) + ledger.length > target_bytes
+                or (runs[-1] and _compacted(runs[-1][-1], view.cleaned_offset) != compacted)
+            ):
                 runs.append([])
             if small:
                 runs[-1].append(ledger)
@@ -262,8 +279,9 @@ class LogCleaner:
         the run first (and the files it was reading may have gone with it). The partition's lock is
         held for the swap only, so writers are not held up meanwhile."""
         try:
+            created = min(l.created_ms for l in run)
             new, kept = write_ledgers(
-                self._log, run[0].base_offset, run[-1].end_offset, entries, modified_ms, target_bytes
+                self._log, run[0].base_offset, run[-1].end_offset, entries, created, modified_ms, target_bytes
             )
         except FileMissingError:
             if self._damaged(run):
@@ -406,13 +424,29 @@ def _cleanable(view: PartitionView, stamped_by: int | None) -> list[LedgerRecord
     return run
 
 
+def _overdue_tail(log: PartitionView | LogMetadata, max_lag_ms: int, now: int) -> bool:
+    """Whether the open ledger holds records and was made ``max_lag_ms`` before ``now``."""
+    tail = log.ledgers[-1] if log.ledgers else None
+    return tail is not None and tail.state == OPEN and tail.entries > 0 and now - tail.created_ms >= max_lag_ms
+
+
+def _compacted(ledger: LedgerRecord, cleaned: int) -> bool:
+    # Merges keep compacted and dirty records in ledgers of their own: a merged ledger is dated as
+    # the oldest it replaces, which must not make new records look overdue for compaction.
+    return ledger.end_offset <= cleaned
+
+
 def _small_run(meta: LogMetadata, wanted: int, now: int) -> list[LedgerRecord] | None:
-    """The newest run of ``wanted`` adjacent small ledgers of one size tier, oldest first."""
+    """The newest run of ``wanted`` adjacent small ledgers of one size tier, all compacted or
+    none, oldest first."""
     run: list[LedgerRecord] = []  # newest first
+    cleaned = meta.cleaned_offset
     for ledger in reversed(meta.ledgers):
         tier = _tier(ledger.length)
         small = ledger.state != OPEN and tier < _TIERS_MERGED_IN_PASSING and _free(ledger, meta.cleaning, now)
-        if small and (not run or tier == _tier(run[-1].length)):
+        if small and (
+            not run or (tier == _tier(run[-1].length) and _compacted(ledger, cleaned) == _compacted(run[-1], cleaned))
+        ):
             run.append(ledger)
         else:
             run = [ledger] if small else []

@@ -53,7 +53,7 @@ def repair(ml: ManagedLedger, dry_run: bool = False) -> tuple[int, int] | None:
                 intact_entries(ml.fileio, ledger.file, ledger.length, ledger.sealed), damaged.intact_entries
             )
         )
-        new, _ = write_ledgers(ml, ledger.base_offset, damaged.intact_end, kept, ledger.modified_ms)
+        new, _ = write_ledgers(ml, ledger.base_offset, damaged.intact_end, kept, ledger.created_ms, ledger.modified_ms)
         return _truncate(ml, view, at, new[0] if new else None, damaged.intact_end)
 
 

@@ -33,12 +33,12 @@ class _NewLedger:
     def append(self, batch: bytes | memoryview, offset: int, broker_timestamp: int) -> None:
         self.rows += self.writer.append([batch], offset - self.base, broker_timestamp)
 
-    def seal(self, end: int, modified_ms: int) -> LedgerRecord:
+    def seal(self, end: int, created_ms: int, modified_ms: int) -> LedgerRecord:
         """Sealed, spanning offsets up to ``end``."""
         length = self.writer.seal(self.rows, end - self.base)
         self.writer.close()
         return LedgerRecord.new(
-            self.writer.ledger_id, self.writer.path, self.base, self.log.clock.now_ms(), entries=len(self.rows),
+            self.writer.ledger_id, self.writer.path, self.base, created_ms, entries=len(self.rows),
             records=end - self.base, length=length, max_timestamp=max(r.max_timestamp for r in self.rows),
             modified_ms=modified_ms,
         )  # fmt: skip
@@ -53,26 +53,28 @@ def write_ledgers(
     base: int,
     end: int,
     entries: Iterable[NewEntry],
+    created_ms: int,
     modified_ms: int,
     target_bytes: int | None = None,
 ) -> tuple[list[LedgerRecord], int]:
     """Sealed ledgers of ``entries`` spanning offsets ``[base, end)`` between them, a new one begun
     at an entry once the last holds ``target_bytes`` (None: one ledger); none when there are no
-    entries. Returns them and the records in them. On any failure none is left behind."""
+    entries. They are dated as the ledgers they replace (the oldest one's ``created_ms``, so that
+    max.compaction.lag.ms counts from when their records came, not from the rewrite). Returns them and the records in them. On any failure none is left behind."""
     written: list[LedgerRecord] = []
     current: _NewLedger | None = None
     records = 0
     try:
         for batch, rel, broker_timestamp, count in entries:
             if current is not None and target_bytes is not None and current.writer.position >= target_bytes:
-                written.append(current.seal(base + rel, modified_ms))
+                written.append(current.seal(base + rel, created_ms, modified_ms))
                 current = None
             if current is None:
                 current = _NewLedger(log, base + rel if written else base)
             current.append(batch, base + rel, broker_timestamp)
             records += count
         if current is not None:
-            written.append(current.seal(end, modified_ms))
+            written.append(current.seal(end, created_ms, modified_ms))
     except BaseException:
         if current is not None:
             current.abandon()
