@@ -72,7 +72,7 @@ class LogCleaner:
     def clean(self, stop: threading.Event | None = None) -> int | None:
         """What Kafka's log cleaner does in the background: compact the ledgers no writer holds
         open, and none holding records younger than ``min_compaction_lag_ms``, once
-        ``min_cleanable_dirty_ratio`` of their bytes came after the last compaction, or the first
+        ``min_cleanable_dirty_ratio`` of their bytes came after the last compaction, or the oldest
         of those is ``max_compaction_lag_ms`` old. A writer is not held up: the rewrite takes no
         lock, and its swap checks the ledgers are still those it read. An open ledger that is
         itself ``max_compaction_lag_ms`` old is closed first: Kafka rolls such an active segment
