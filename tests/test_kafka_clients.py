@@ -229,7 +229,7 @@ def test_admin_clients_create_grow_describe_and_delete_topics(server: KopServer)
 def test_topics_are_created_with_the_configs_kafka_streams_gives_its_internal_topics(server: KopServer) -> None:
     """Kafka Streams creates its repartition topics with segment.bytes, and others set
     min.insync.replicas or the compaction lags: each is taken and described as set, and a
-    compression.type kop would have to recompress to is refused by name."""
+    compression.type kop would have to recompress to, or lags that conflict, refused by name."""
     admin = AdminClient({"bootstrap.servers": server.bootstrap})
     repartition = {"cleanup.policy": "delete", "segment.bytes": "52428800", "retention.ms": "-1"}
     changelog = {"cleanup.policy": "compact", "min.compaction.lag.ms": "86400000", "min.insync.replicas": "2"}
@@ -242,10 +242,15 @@ def test_topics_are_created_with_the_configs_kafka_streams_gives_its_internal_to
             k: (v, ConfigSource.DYNAMIC_TOPIC_CONFIG.value) for k, v in config.items()
         }
     assert _configs(admin, "app-repartition")["segment.ms"] == ("604800000", ConfigSource.DEFAULT_CONFIG.value)
-    (refused,) = admin.create_topics([NewTopic("gz", 1, 1, config={"compression.type": "gzip"})]).values()
-    with pytest.raises(KafkaException, match=r"compression\.type") as e:
-        refused.result(30)
-    assert e.value.args[0].code() == KafkaError.INVALID_CONFIG
+    lags = {"min.compaction.lag.ms": "86400000", "max.compaction.lag.ms": "60000"}
+    for name, config, message in (
+        ("gz", {"compression.type": "gzip"}, r"compression\.type"),
+        ("lags", lags, r"min\.compaction\.lag\.ms \(86400000\) > max\.compaction\.lag\.ms \(60000\)"),
+    ):
+        (refused,) = admin.create_topics([NewTopic(name, 1, 1, config=config)]).values()
+        with pytest.raises(KafkaException, match=message) as e:
+            refused.result(30)
+        assert e.value.args[0].code() == KafkaError.INVALID_CONFIG
 
 
 def _configs(admin: AdminClient, topic: str) -> dict[str, tuple[str, int]]:
