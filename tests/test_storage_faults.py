@@ -169,6 +169,37 @@ def test_an_error_after_the_confirming_cas_reports_success(broker, monkeypatch):
     assert [r.value for r in Broker(broker.root).fetch("t", 0, 0)] == [b"a", b"b"]
 
 
+@pytest.mark.parametrize("sealing", ["rolling over", "closing"])
+def test_a_writer_whose_seal_lost_its_cas_seals_its_ledger_again(root, monkeypatch, sealing):
+    """Another writer's CAS (a compaction's mark, retention) lands between a writer's seal of its
+    ledger and the CAS recording it: the retry seals the ledger again, with its entry table, where
+    it used to fence it as if it were another writer's; the next ledger the lost attempt made is
+    deleted, and nothing is lost."""
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 0})
+    b.create_topic("t", 1)
+    b.produce("t", [Record(b"a")], 0)
+    ml = b.managed_ledger("t", 0)
+    put, lost = ml.store.put, []
+
+    def another_writer_first(key, value, version):
+        if key == ml.key and not lost:
+            lost.append(put(key, ml.store.get(key).value, version))  # the same metadata, a new version
+        return put(key, value, version)
+
+    monkeypatch.setattr(ml.store, "put", another_writer_first)
+    if sealing == "closing":
+        b.close()
+    else:
+        b.produce("t", [Record(b"b")], 0)
+    assert lost, "no CAS was lost"
+    monkeypatch.undo()
+    view = Broker(root).view("t", 0)
+    assert view.ledgers[0].state == "sealed"
+    assert [r.value for r in Broker(root).fetch("t", 0, 0)] == [b"a", b"b"][: view.log_end_offset]
+    data = os.path.dirname(b.fileio.full_path(view.ledgers[0].file))
+    assert {os.path.join(data, f) for f in os.listdir(data)} == {b.fileio.full_path(l.file) for l in view.ledgers}
+
+
 def _damage_as_an_earlier_version_did(b: Broker, topic: str) -> str:
     """A confirmed entry truncated away by an interrupted writer's clean-up, the file cut back and
     sealed with one entry fewer than the metadata confirms (issue #11's store)."""

@@ -26,6 +26,7 @@ class OwnLedger:
         self._log = log
         self._writer: LedgerWriter | None = None
         self._rows: list[EntryInfo] = []  # every row written to our open ledger, confirmed or not
+        self._sealed: int | None = None  # the ledger we last sealed, until the CAS recording it goes through
 
     @property
     def active(self) -> bool:
@@ -49,6 +50,7 @@ class OwnLedger:
 
     def _writable_tail(self, meta: LogMetadata, now: int) -> LedgerWriter:
         """Make sure the tail ledger is our own open one, with room, positioned at its confirmed end."""
+        self._resume_sealed(meta)
         tail = meta.tail
         writer = self._writer
         ours = tail is not None and tail.state == OPEN and tail.owner == self._log.writer_id
@@ -76,6 +78,18 @@ class OwnLedger:
         )  # fmt: skip
         return writer
 
+    def _resume_sealed(self, meta: LogMetadata) -> None:
+        """Take up again the open tail we sealed in an attempt whose CAS was lost (rolling over,
+        say): only we wrote it, so it is sealed anew, where fencing it as another writer's would
+        leave it without its entry table. The ledger that attempt made next is forgotten."""
+        tail = meta.tail
+        if tail is None or tail.state != OPEN or tail.id != self._sealed:
+            return
+        if self._writer is not None and self._writer.ledger_id == tail.id:
+            return
+        self._finish_fenced(meta)
+        self._writer = LedgerWriter.reopen(self._log.fileio, tail.file, tail.id, tail.length)
+
     def _finish_fenced(self, meta: LogMetadata) -> None:
         """We own a ledger that another writer closed: seal its file at the closed length, so
         readers get a table instead of scanning, or forget it if it never got confirmed."""
@@ -102,6 +116,7 @@ class OwnLedger:
 
     def seal_tail(self, meta: LogMetadata) -> LogMetadata:
         """Seal our ledger if it is the open tail, or finish it if another writer fenced it."""
+        self._resume_sealed(meta)
         tail = meta.tail
         if self._writer is None or tail is None or tail.id != self._writer.ledger_id or tail.state != OPEN:
             self._finish_fenced(meta)
@@ -121,6 +136,7 @@ class OwnLedger:
             rows = LedgerReader(self._log.fileio, writer.path, ledger.length, False, self._log.stats).table().rows
         writer.rewind(ledger.length)
         meta.seal(at, writer.seal(rows, ledger.records))
+        self._sealed = ledger.id
         self.drop()
 
     def create_file(self) -> LedgerWriter:
