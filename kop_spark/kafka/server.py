@@ -139,6 +139,11 @@ class KafkaServer:
             self._tasks.add(task)
         try:
             await connection.run()
+        except asyncio.CancelledError:
+            # Cancelled by our own stop, the connection closed: end as a closed connection does.
+            # (Python 3.11's asyncio logs a cancelled connection task as an error, with a traceback.)
+            if not self._stopping.is_set():
+                raise
         finally:
             self._connections.discard(connection)
             if task is not None:
