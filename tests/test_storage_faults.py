@@ -5,6 +5,7 @@ earlier version, and a writer pile-up of small ledgers."""
 
 import os
 import struct
+import threading
 import time
 
 import crc32c
@@ -198,6 +199,44 @@ def test_a_writer_whose_seal_lost_its_cas_seals_its_ledger_again(root, monkeypat
     assert [r.value for r in Broker(root).fetch("t", 0, 0)] == [b"a", b"b"][: view.log_end_offset]
     data = os.path.dirname(b.fileio.full_path(view.ledgers[0].file))
     assert {os.path.join(data, f) for f in os.listdir(data)} == {b.fileio.full_path(l.file) for l in view.ledgers}
+
+
+def test_a_cas_of_another_thread_never_leaves_the_log_behind_an_idempotent_producer(root, monkeypatch):
+    """A compaction's mark (taken on the cleaner's thread) and a produce of the same partition: the
+    produce must not land between the mark's CAS and its bookkeeping, or the mark's older metadata
+    is left as the last known, and the producer's next batch is refused as out of sequence on it
+    (a librdkafka producer then fails fatally). Found by a soak of kop serve."""
+    b = Broker(root)
+    b.create_topic("t", 1, config={"cleanup.policy": "compact"})
+    b.produce("t", [Record(b"a", key=b"k")], 0)
+    b.produce("t", [Record(b"b", key=b"k")], 0)
+    ml = b.managed_ledger("t", 0)
+    batch = lambda seq: build_record_batch(  # noqa: E731
+        [Record(b"v%d" % seq, key=b"k")], producer_id=7, producer_epoch=0, base_sequence=seq
+    )
+    b.produce_batches("t", 0, [batch(0)])
+    put, cleaner_thread, producing = ml.store.put, [], []
+
+    def put_then_let_a_produce_try(key, value, version):
+        new = put(key, value, version)
+        if threading.current_thread() in cleaner_thread and not producing:
+            producing.append(threading.Thread(target=b.produce_batches, args=("t", 0, [batch(1)])))
+            producing[0].start()
+            producing[0].join(1)  # under the partition's lock it cannot land until this CAS is done
+        return new
+
+    monkeypatch.setattr(ml.store, "put", put_then_let_a_produce_try)
+
+    def mark() -> None:
+        cleaner_thread.append(threading.current_thread())
+        ml.apply(lambda meta, now: meta.__setattr__("cleaned_offset", 1) or meta)
+
+    marking = threading.Thread(target=mark)
+    marking.start()
+    marking.join(30)
+    producing[0].join(30)
+    assert b.produce_batches("t", 0, [batch(2)]), "the next batch was refused on stale metadata"
+    assert [r.value for r in b.fetch("t", 0, 2)] == [b"v0", b"v1", b"v2"]
 
 
 def _damage_as_an_earlier_version_did(b: Broker, topic: str) -> str:

@@ -206,7 +206,11 @@ class ManagedLedger:
         With ``new_files``, the change makes its files afresh on every attempt, so one that maintenance
         removed as an orphan before the CAS (a lost race, like any other) is retried too."""
         lost = (BadVersionError, OrphanRemovedError) if new_files else (BadVersionError,)
-        retry_cas(self.name, lambda: self._update(change, allow_deleted), lost=lost)
+        # Under the lock, whoever calls: two threads' CASes interleaved could leave the older one's
+        # metadata as the last known, and a change deciding without a CAS (an idempotent batch
+        # refused as out of sequence) would decide on it.
+        with self.lock:
+            retry_cas(self.name, lambda: self._update(change, allow_deleted), lost=lost)
 
     def _update(self, change: Change, allow_deleted: bool) -> None:
         """Read-modify-CAS once, with retention and trash handling folded into the same CAS.
