@@ -81,12 +81,11 @@ class LogCleaner:
         ml = self._log
         config, now, view = ml.config, ml.clock.now_ms(), ml.view()
         if _overdue_tail(view, config.max_compaction_lag_ms, now):
-            with ml.lock:
-                ml.apply(
-                    lambda meta, at: (
-                        ml.close_tail(meta, at) if _overdue_tail(meta, config.max_compaction_lag_ms, at) else None
-                    )
+            ml.apply(
+                lambda meta, at: (
+                    ml.close_tail(meta, at) if _overdue_tail(meta, config.max_compaction_lag_ms, at) else None
                 )
+            )
             view = ml.view()
         run = _cleanable(view, now - config.min_compaction_lag_ms if config.min_compaction_lag_ms else None)
         dirty = [l for l in run if l.end_offset > view.cleaned_offset]

@@ -60,7 +60,8 @@ def write_ledgers(
     """Sealed ledgers of ``entries`` spanning offsets ``[base, end)`` between them, a new one begun
     at an entry once the last holds ``target_bytes`` (None: one ledger); none when there are no
     entries. They are dated as the ledgers they replace (the oldest one's ``created_ms``, so that
-    max.compaction.lag.ms counts from when their records came, not from the rewrite). Returns them and the records in them. On any failure none is left behind."""
+    max.compaction.lag.ms counts from when their records came, not from the rewrite). Returns
+    them and the records in them. On any failure none is left behind."""
     written: list[LedgerRecord] = []
     current: _NewLedger | None = None
     records = 0
