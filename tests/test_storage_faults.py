@@ -211,9 +211,10 @@ def test_a_cas_of_another_thread_never_leaves_the_log_behind_an_idempotent_produ
     b.produce("t", [Record(b"a", key=b"k")], 0)
     b.produce("t", [Record(b"b", key=b"k")], 0)
     ml = b.managed_ledger("t", 0)
-    batch = lambda seq: build_record_batch(  # noqa: E731
-        [Record(b"v%d" % seq, key=b"k")], producer_id=7, producer_epoch=0, base_sequence=seq
-    )
+
+    def batch(seq: int) -> bytes:
+        return build_record_batch([Record(b"v%d" % seq, key=b"k")], producer_id=7, producer_epoch=0, base_sequence=seq)
+
     b.produce_batches("t", 0, [batch(0)])
     put, cleaner_thread, producing = ml.store.put, [], []
 

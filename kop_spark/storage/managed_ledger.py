@@ -203,13 +203,9 @@ class ManagedLedger:
     def apply(self, change: Change, *, allow_deleted: bool = False, new_files: bool = False) -> None:
         """Apply ``change`` by CAS, again on a fresh read whenever another writer got there first.
         ``change(meta, now)`` edits a copy of the metadata and returns it (or None for no change).
-        With ``new_files``, the change makes its files afresh on every attempt, so one that maintenance
-        removed as an orphan before the CAS (a lost race, like any other) is retried too."""
-        lost = (BadVersionError, OrphanRemovedError) if new_files else (BadVersionError,)
-        # Under the lock, whoever calls: two threads' CASes interleaved could leave the older one's
-        # metadata as the last known, and a change deciding without a CAS (an idempotent batch
-        # refused as out of sequence) would decide on it.
-        with self.lock:
+        With ``new_files`` (files made afresh by each attempt), one lost to orphan removal is retried too."""
+        with self.lock:  # interleaved CASes could leave a stale last-known state to decide on
+            lost = (BadVersionError, OrphanRemovedError) if new_files else (BadVersionError,)
             retry_cas(self.name, lambda: self._update(change, allow_deleted), lost=lost)
 
     def _update(self, change: Change, allow_deleted: bool) -> None:
