@@ -286,8 +286,7 @@ class LogCleaner:
             if self._damaged(run):
                 raise
             return None  # the run was replaced meanwhile: give way
-        with self._log.lock:
-            return kept if self.swap(run, new, cleaner, cleaned_to) else None
+        return kept if self.swap(run, new, cleaner, cleaned_to) else None
 
     def _damaged(self, run: list[LedgerRecord]) -> bool:
         """Whether a file of ``run`` found gone is damage: the log still holds the run. Else

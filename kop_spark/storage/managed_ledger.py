@@ -393,8 +393,7 @@ class ManagedLedger:
         """Kafka's DeleteRecords: the log starts at ``offset`` (None: the log end) unless it starts
         later already; return where it starts. The caller checks ``offset`` is not past the end."""
         delay = self.config.file_delete_delay_ms
-        with self.lock:
-            self.apply(lambda meta, now: meta if meta.delete_before(offset, now + delay) else None)
+        self.apply(lambda meta, now: meta if meta.delete_before(offset, now + delay) else None)
         return self.view().log_start_offset  # as it stands: a racing call may have moved it further
 
     def forget_sink(self, writer: str) -> None:
@@ -404,8 +403,7 @@ class ManagedLedger:
         def change(meta: LogMetadata, now: int) -> LogMetadata | None:
             return None if meta.sinks.pop(writer, None) is None else meta
 
-        with self.lock:
-            self.apply(change)
+        self.apply(change)
 
     def close_tail(self, meta: LogMetadata, now: int) -> LogMetadata | None:
         """A change that closes the open tail: sealed if it is ours, fenced otherwise."""
