@@ -1,5 +1,5 @@
 """Real servers on loopback for the tests: ZooKeeper, etcd, moto's S3 server, Azurite and a Spark
-Connect server.
+Connect server; and GCS's XML API (``gcs_process.py``), for which no emulator can be installed.
 
 Each starts on a free port with its data in a temporary directory, is waited for until it
 answers, and can be stopped and started again on the same port and data (for outage tests).
@@ -9,6 +9,7 @@ answers, and can be stopped and started again on the same port and data (for out
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import signal
@@ -174,6 +175,13 @@ def moto_s3(workdir: Path, env: dict[str, str] | None = None) -> Server:
     return Server("moto", port, command, _answers_http(f"http://127.0.0.1:{port}/moto-api/"), workdir, env=env)
 
 
+def gcs(workdir: Path) -> Server:
+    """GCS's XML API with one bucket, ``BUCKET``; its objects live in memory, so a restart loses them."""
+    port = free_port()
+    command = [sys.executable, str(Path(__file__).with_name("gcs_process.py")), str(port), BUCKET]
+    return Server("gcs", port, command, _answers_http(f"http://127.0.0.1:{port}/{BUCKET}?list-type=2"), workdir)
+
+
 def azurite(workdir: Path) -> Server:
     port = free_port()
     command = [
@@ -215,6 +223,13 @@ def s3_env(port: int) -> dict[str, str]:
     }
 
 
+def gcs_env(port: int) -> dict[str, str]:
+    """A service account as obstore takes an emulator's: its endpoint, and no OAuth."""
+    account = {"gcs_base_url": f"http://127.0.0.1:{port}", "disable_oauth": True}
+    account |= dict.fromkeys(("client_email", "private_key", "private_key_id"), "")
+    return {"GOOGLE_SERVICE_ACCOUNT_KEY": json.dumps(account)}
+
+
 def azure_env(port: int) -> dict[str, str]:
     return {
         "AZURE_STORAGE_ACCOUNT_NAME": AZURITE_ACCOUNT,
@@ -232,10 +247,11 @@ def start_all(base: Path) -> Iterator[dict[str, Server]]:
             ("zookeeper", zookeeper),
             ("etcd", etcd),
             ("s3", moto_s3),
+            ("gcs", gcs),
             ("azure", azurite),
         ):
             started[name] = start_on_a_free_port(make, base / name)
-        env = {**s3_env(started["s3"].port), **azure_env(started["azure"].port)}
+        env = {**s3_env(started["s3"].port), **gcs_env(started["gcs"].port), **azure_env(started["azure"].port)}
         os.environ.update(env)  # obstore and the child processes read the clouds' variables
         make_bucket(started["s3"].port)
         _make_container(started["azure"].port)

@@ -1,5 +1,5 @@
-"""One contract for every metadata backend, each against its real server on loopback: files,
-ZooKeeper, etcd, S3 (moto's server) and Azure Blob (Azurite)."""
+"""One contract for every metadata backend, each against its server on loopback: files,
+ZooKeeper, etcd, S3 (moto's server), GCS (its XML API, ``gcs_process``) and Azure Blob (Azurite)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class Backend(NamedTuple):
         return open_metadata_store(self.url, timeout_s=TIMEOUT_S, session_timeout_s=TIMEOUT_S)
 
 
-BACKENDS = ["file", "zookeeper", "etcd", "s3", "azure"]
+BACKENDS = ["file", "zookeeper", "etcd", "s3", "gcs", "azure"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -55,6 +55,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
         "zookeeper": f"zk:127.0.0.1:{server.port}/{space}",
         "etcd": f"etcd:http://127.0.0.1:{server.port}/{space}",
         "s3": f"s3://{BUCKET}/{space}/_metadata",
+        "gcs": f"gs://{BUCKET}/{space}/_metadata",
         "azure": f"az://{BUCKET}/{space}/_metadata",
     }[name]
     return Backend(name, url, server)
@@ -235,7 +236,7 @@ def test_nothing_listening_is_an_error_naming_it_in_bounded_time(url: str, monke
     assert time.monotonic() - started < 20  # bounded: not a hang (the bound is loose on purpose)
 
 
-@pytest.mark.parametrize("name", ["zookeeper", "etcd", "s3", "azure"])
+@pytest.mark.parametrize("name", ["zookeeper", "etcd", "s3", "gcs", "azure"])
 def test_a_hung_server_is_an_error_then_works_again(name: str, running: dict[str, servers.Server]) -> None:
     """SIGSTOP: the server takes connections into its backlog and never answers, the worst case
     for a client. Calls fail within bounded time, nothing unstored is acknowledged, and once it
@@ -246,6 +247,7 @@ def test_a_hung_server_is_an_error_then_works_again(name: str, running: dict[str
         "zookeeper": f"zk:127.0.0.1:{server.port}/{space}",
         "etcd": f"etcd:http://127.0.0.1:{server.port}/{space}",
         "s3": f"s3://{BUCKET}/{space}",
+        "gcs": f"gs://{BUCKET}/{space}",
         "azure": f"az://{BUCKET}/{space}",
     }[name]
     s = Backend(name, url, server).open()

@@ -1,6 +1,7 @@
 """DESIGN.md §2's storage invariants on every kind of store: a local root; S3 with its metadata in
-the bucket, in etcd, or in ZooKeeper; Azure Blob with its metadata in the container. The object
-stores and metadata services are real servers on loopback (moto, Azurite, etcd, ZooKeeper)."""
+the bucket, in etcd, or in ZooKeeper; GCS and Azure Blob with their metadata in the bucket. The
+object stores and metadata services are servers on loopback (moto, Azurite, etcd, ZooKeeper, and
+GCS's XML API as ``gcs_process`` serves it)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from . import servers
 from .conftest import PYTHON, python_subprocess_env
 from .test_crash_and_concurrency import check_log, confirmed_lines, finish_writers, go, start_writer
 
-STORES = ["local", "s3", "s3+etcd", "s3+zookeeper", "azure"]
+STORES = ["local", "s3", "s3+etcd", "s3+zookeeper", "gcs", "azure"]
 
 
 class Store(NamedTuple):
@@ -52,7 +53,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     if name == "local":
         return Store(name, str(tmp_path / "store"), {})
     running = request.getfixturevalue("running")
-    scheme = "az" if name == "azure" else "s3"
+    scheme = {"azure": "az", "gcs": "gs"}.get(name, "s3")
     conf: dict[str, Any] = {"metadataStoreOperationTimeoutSeconds": 10}
     if name == "s3+etcd":
         conf["metadataStoreUrl"] = f"etcd:http://127.0.0.1:{running['etcd'].port}/{space}"

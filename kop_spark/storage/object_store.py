@@ -4,16 +4,19 @@ Endpoints and credentials come from each cloud's standard environment variables,
 Rust ``object_store`` crate) reads them: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ... for S3,
 ``GOOGLE_*`` for GCS, ``AZURE_STORAGE_*`` for Azure; settings named as those variables in
 lower case (``aws_endpoint_url``, ``azure_storage_account_name``, ...) override them. An
-``http://`` endpoint is used as given (a local emulator). Every request gives up after the
-operation timeout, retries included, so a store that is away is an error, never a hang.
+``http://`` endpoint (GCS's: ``GOOGLE_BASE_URL`` or the service account's ``gcs_base_url``) is
+used as given (a local emulator). Every request gives up after the operation timeout, retries
+included, so a store that is away is an error, never a hang.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import urllib.parse
 from collections.abc import Mapping
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from obstore.exceptions import (
@@ -99,13 +102,33 @@ def open_store(location: ObjectLocation, options: Mapping[str, str], timeout_s: 
 
 
 def _endpoint(scheme: str, config: Mapping[str, str]) -> str:
+    if scheme == "gs":
+        return _gcs_base_url(config)
     names = {
         "s3": ("aws_endpoint_url", "aws_endpoint"),
-        "gs": ("google_service_endpoint",),
         "az": ("azure_storage_endpoint", "azure_endpoint"),
     }[scheme]
     for name in names:
-        value = config.get(name) or os.environ.get(name.upper())
+        value = _setting(config, name)
         if value:
             return value
     return ""
+
+
+def _gcs_base_url(config: Mapping[str, str]) -> str:
+    """GCS's endpoint as obstore finds it: ``google_base_url``, else the service account's
+    ``gcs_base_url`` (where an emulator's is given)."""
+    url = _setting(config, "google_base_url")
+    key = _setting(config, "google_service_account_key")
+    path = _setting(config, "google_service_account") or _setting(config, "google_service_account_path")
+    if url or not (key or path):
+        return url
+    try:
+        account = json.loads(key or Path(path).read_text())
+    except (OSError, ValueError):
+        return ""  # obstore names a missing or malformed service account itself
+    return str(account.get("gcs_base_url", "")) if isinstance(account, dict) else ""
+
+
+def _setting(config: Mapping[str, str], name: str) -> str:
+    return config.get(name) or os.environ.get(name.upper(), "")

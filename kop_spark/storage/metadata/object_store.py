@@ -1,8 +1,9 @@
 """The metadata store as one object per key on an object store, changed by conditional writes.
 
 A key is the object ``<prefix>/<key>.json`` holding ``{"version": n, "value": ...}``. Version 1 is
-written with ``If-None-Match: *`` (create only); version n+1 with ``If-Match`` the e-tag of version
-n, so of writers that read the same version exactly one wins. The version is kept inside the
+written only if no object exists (S3 and Azure: ``If-None-Match: *``; GCS: generation 0); version
+n+1 only over the object of version n (S3 and Azure: ``If-Match`` its e-tag; GCS: its generation,
+``x-goog-if-generation-match``), so of writers that read the same version exactly one wins. The version is kept inside the
 value because an e-tag is no version: on S3 it is a hash of the content, and the same content
 written twice has the same one. With the version inside, no two versions of a key have the same
 content, so an e-tag, once replaced, never comes back. A deletion writes ``null`` as the next
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import obstore
 
@@ -21,15 +22,19 @@ from ...errors import BadVersionError, MetadataStoreUnavailableError, StorageErr
 from ..metadata_store import MetadataStore, Versioned, check_key, decode_value, encode_value
 from ..object_store import CONDITION_FAILED, MISSING, ObjectLocation, open_store, refused
 
+if TYPE_CHECKING:
+    from obstore import UpdateVersion
+
 
 class ObjectMetadataStore(MetadataStore):
     def __init__(self, location: ObjectLocation, options: Mapping[str, str], *, timeout_s: float):
         self.location = location
         self._store = open_store(location, options, timeout_s)
         self._timeout = timeout_s
-        # The e-tag of the version of each key last read or written here: a compare-and-set
-        # against that version needs it, and re-reading for it would double every write's cost.
-        self._etags: dict[str, tuple[int, str]] = {}
+        # The object (e-tag and generation: each store checks one of them) of the version of each
+        # key last read or written here: a compare-and-set against that version needs it, and
+        # re-reading for it would double every write's cost.
+        self._objects: dict[str, tuple[int, UpdateVersion]] = {}
         self._lock = threading.Lock()
 
     def _call(self, action: str, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -49,7 +54,7 @@ class ObjectMetadataStore(MetadataStore):
     def _path(self, key: str) -> str:
         return "/".join(check_key(key)) + ".json"
 
-    def _read(self, key: str) -> tuple[Versioned, str | None]:
+    def _read(self, key: str) -> tuple[Versioned, UpdateVersion | None]:
         try:
             result = self._call("read", key, obstore.get, self._path(key))
             data = bytes(self._call("read", key, lambda _s: result.bytes()))
@@ -59,13 +64,13 @@ class ObjectMetadataStore(MetadataStore):
         if not isinstance(stored, dict) or not isinstance(stored.get("version"), int):
             raise StorageError(f"metadata {key} on {self.location.display} is not a versioned value")
         value = stored.get("value")
-        return Versioned(value if isinstance(value, dict) else None, stored["version"]), result.meta["e_tag"]
+        return Versioned(value if isinstance(value, dict) else None, stored["version"]), _identity(result.meta)
 
     def get(self, key: str) -> Versioned:
-        current, etag = self._read(key)
-        if etag is not None:
+        current, obj = self._read(key)
+        if obj is not None:
             with self._lock:
-                self._etags[key] = (current.version, etag)
+                self._objects[key] = (current.version, obj)
         return current
 
     def put(self, key: str, value: dict | None, expected_version: int) -> int:
@@ -75,28 +80,29 @@ class ObjectMetadataStore(MetadataStore):
             if expected_version == 0:
                 result = self._call("create", key, obstore.put, self._path(key), data, mode="create")
             else:
-                etag = self._etag_of(key, expected_version)
-                result = self._call("write", key, obstore.put, self._path(key), data, mode={"e_tag": etag})
+                over = self._object_at(key, expected_version)
+                result = self._call("write", key, obstore.put, self._path(key), data, mode=over)
         except MISSING:  # metadata objects are never deleted: no bucket
             raise StorageError(f"cannot write metadata {key}: {self.location.display} does not exist") from None
         except CONDITION_FAILED:
             raise BadVersionError(f"metadata {key} is past version {expected_version}") from None
+        written = _identity(result)
         with self._lock:
-            if result["e_tag"]:
-                self._etags[key] = (new_version, result["e_tag"])
+            if written is not None:
+                self._objects[key] = (new_version, written)
             else:
-                self._etags.pop(key, None)
+                self._objects.pop(key, None)
         return new_version
 
-    def _etag_of(self, key: str, version: int) -> str:
+    def _object_at(self, key: str, version: int) -> UpdateVersion:
         with self._lock:
-            known = self._etags.get(key)
+            known = self._objects.get(key)
         if known is not None and known[0] == version:
             return known[1]
-        current, etag = self._read(key)
-        if current.version != version or etag is None:
+        current, obj = self._read(key)
+        if current.version != version or obj is None:
             raise BadVersionError(f"metadata {key} is past version {version}")
-        return etag
+        return obj
 
     def list_keys(self, prefix: str) -> list[str]:
         base = "/".join(check_key(prefix)) if prefix else None
@@ -109,3 +115,14 @@ class ObjectMetadataStore(MetadataStore):
 
     def __repr__(self) -> str:
         return f"ObjectMetadataStore({self.location.display!r})"
+
+
+def _identity(meta: Mapping[str, Any]) -> UpdateVersion | None:
+    """What identifies an object's content for a conditional write over it (an object's meta or
+    a put's result): None if the store gave neither an e-tag nor a generation."""
+    found: UpdateVersion = {}
+    if meta.get("e_tag"):
+        found["e_tag"] = meta["e_tag"]
+    if meta.get("version"):
+        found["version"] = meta["version"]
+    return found or None
