@@ -1,6 +1,6 @@
 """Spark on an object-store root (S3 on moto's server, metadata in the bucket): reads equal the
 Broker's records, the exactly-once sink survives driver kill -9, and executors in their own
-processes (local-cluster) need no disk shared with the driver."""
+processes (local-cluster) need no disk shared with the driver. Reads and writes on GCS too."""
 
 from __future__ import annotations
 
@@ -23,6 +23,11 @@ def s3_root(running: dict[str, servers.Server]) -> str:
     return f"s3://{servers.BUCKET}/spark-{uuid.uuid4().hex[:10]}"
 
 
+@pytest.fixture(params=["s3", "gs"])
+def cloud_root(request: pytest.FixtureRequest, running: dict[str, servers.Server]) -> str:
+    return f"{request.param}://{servers.BUCKET}/spark-{uuid.uuid4().hex[:10]}"
+
+
 def _all(b: Broker, topic: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
     out = []
     for p in range(b.partitions_for(topic)):
@@ -30,23 +35,23 @@ def _all(b: Broker, topic: str) -> list[tuple[int, int, bytes | None, bytes | No
     return sorted(out)
 
 
-def test_batch_and_streaming_reads_equal_the_brokers_records(spark, s3_root: str, tmp_path: Path) -> None:
-    with Broker(s3_root, {"managedLedgerMaxEntriesPerLedger": 4}) as b:
+def test_batch_and_streaming_reads_equal_the_brokers_records(spark, cloud_root: str, tmp_path: Path) -> None:
+    with Broker(cloud_root, {"managedLedgerMaxEntriesPerLedger": 4}) as b:
         b.create_topic("t", 2)
         for i in range(25):
             b.produce("t", [Record(key=f"k{j}".encode(), value=f"v{i}-{j}".encode()) for j in range(i % 4 + 1)])
         expected = _all(b, "t")
-    batch = spark.read.format("kop").option("kop.root", s3_root).option("subscribe", "t").load()
+    batch = spark.read.format("kop").option("kop.root", cloud_root).option("subscribe", "t").load()
     assert sorted((r.partition, r.offset, r.key, r.value) for r in batch.collect()) == expected
     query = (
         spark.readStream.format("kop")
-        .option("kop.root", s3_root)
+        .option("kop.root", cloud_root)
         .option("subscribe", "t")
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", "20")
         .load()
         .writeStream.format("memory")
-        .queryName("s3_stream")
+        .queryName(f"stream_{cloud_root[:2]}")
         .option("checkpointLocation", str(tmp_path / "ck"))
         .start()
     )
@@ -54,15 +59,15 @@ def test_batch_and_streaming_reads_equal_the_brokers_records(spark, s3_root: str
         query.processAllAvailable()
     finally:
         query.stop()
-    streamed = spark.sql("select partition, offset, key, value from s3_stream").collect()
+    streamed = spark.sql(f"select partition, offset, key, value from stream_{cloud_root[:2]}").collect()
     assert sorted((r.partition, r.offset, r.key, r.value) for r in streamed) == expected
 
 
-def test_batch_write_lands_once_with_continuous_offsets(spark, s3_root: str) -> None:
-    Broker(s3_root).create_topic("out", 2)
+def test_batch_write_lands_once_with_continuous_offsets(spark, cloud_root: str) -> None:
+    Broker(cloud_root).create_topic("out", 2)
     df = spark.range(500).selectExpr("cast(id % 11 as string) as key", "cast(id as string) as value")
-    df.write.format("kop").mode("append").option("kop.root", s3_root).option("topic", "out").save()
-    got = _all(Broker(s3_root), "out")
+    df.write.format("kop").mode("append").option("kop.root", cloud_root).option("topic", "out").save()
+    got = _all(Broker(cloud_root), "out")
     assert sorted(int(v) for _, _, _, v in got) == list(range(500))
     for p in (0, 1):
         offsets = [o for q, o, _, _ in got if q == p]
