@@ -3,11 +3,12 @@
 A key is the object ``<prefix>/<key>.json`` holding ``{"version": n, "value": ...}``. Version 1 is
 written only if no object exists (S3 and Azure: ``If-None-Match: *``; GCS: generation 0); version
 n+1 only over the object of version n (S3 and Azure: ``If-Match`` its e-tag; GCS: its generation,
-``x-goog-if-generation-match``), so of writers that read the same version exactly one wins. The version is kept inside the
-value because an e-tag is no version: on S3 it is a hash of the content, and the same content
-written twice has the same one. With the version inside, no two versions of a key have the same
-content, so an e-tag, once replaced, never comes back. A deletion writes ``null`` as the next
-version. Nothing is ever pruned: the store keeps one object per key, replaced whole.
+``x-goog-if-generation-match``), so of writers that read the same version exactly one wins. The
+version is kept inside the value because an e-tag is no version: on S3 it is a hash of the
+content, and the same content written twice has the same one. With the version inside, no two
+versions of a key have the same content, so an e-tag, once replaced, never comes back. A deletion
+writes ``null`` as the next version. Nothing is ever pruned: the store keeps one object per key,
+replaced whole.
 """
 
 from __future__ import annotations
