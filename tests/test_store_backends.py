@@ -437,9 +437,10 @@ def test_disk_space_is_the_local_filesystems_and_unknown_on_an_object_store(stor
         assert usage is None
 
 
-def test_a_missing_bucket_is_named_before_anything_is_written(running: dict[str, servers.Server]) -> None:
-    b = Broker("s3://no-such-bucket/x", {"metadataStoreOperationTimeoutSeconds": 5})
-    with pytest.raises(StorageError, match="no-such-bucket"):
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_a_missing_bucket_is_named_before_anything_is_written(scheme: str, running: dict[str, servers.Server]) -> None:
+    b = Broker(f"{scheme}://no-such-bucket/x", {"metadataStoreOperationTimeoutSeconds": 5})
+    with pytest.raises(StorageError, match=f"{scheme}://no-such-bucket"):
         b.create_topic("t", 1)
 
 
