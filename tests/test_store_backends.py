@@ -452,6 +452,13 @@ def test_wrong_credentials_are_named(running: dict[str, servers.Server], monkeyp
         b.create_topic("t", 1)
 
 
+def test_a_malformed_service_account_is_named_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GOOGLE_SERVICE_ACCOUNT_KEY", '{"client_email": ""}')
+    with pytest.raises(ConfigError, match=r"^cannot open gs://b/x: .*service account.*private_key") as raised:
+        Broker("gs://b/x").create_topic("t", 1)
+    assert "\n" not in str(raised.value)  # obstore's debug dump of the error is left out
+
+
 def test_an_unknown_scheme_is_refused_naming_it(tmp_path: Path) -> None:
     with pytest.raises((ConfigError, StorageError), match="ftp://host/x"):
         Broker("ftp://host/x").create_topic("t", 1)

@@ -98,7 +98,7 @@ def open_store(location: ObjectLocation, options: Mapping[str, str], timeout_s: 
             location.bucket, prefix=location.prefix or None, config=config, client_options=client, retry_config=retry
         )
     except Exception as e:  # obstore reports bad configuration as plain errors of its own
-        raise ConfigError(f"cannot open {location.display}: {e}") from e
+        raise ConfigError(f"cannot open {location.display}: {refused(e)[0]}") from e
 
 
 def _endpoint(scheme: str, config: Mapping[str, str]) -> str:
