@@ -254,6 +254,56 @@ def test_accepted_records_stay_accepted_through_a_restart_and_held_ones_come_aga
     assert again == dict.fromkeys(held, 2)  # held at the restart: delivered again, counted
 
 
+@pytest.mark.parametrize("stop", ["kill", "stop"])
+def test_members_go_on_through_a_restart_at_the_epochs_they_were_told(server: KopServer, stop: str) -> None:
+    """As Kafka keeps a share group's members in its records: a restarted server knows them, and
+    their next heartbeats go on where they were, with no joining again."""
+    heartbeat = request_class(76, 1)
+    with connect(server) as sock:
+        first = kio_call(sock, heartbeat(group_id="kept", member_id="a", member_epoch=0, subscribed_topic_names=("t",)))
+        b = kio_call(sock, heartbeat(group_id="kept", member_id="b", member_epoch=0, subscribed_topic_names=("t",)))
+        a = kio_call(sock, heartbeat(group_id="kept", member_id="a", member_epoch=first.member_epoch))
+    assert a.member_epoch == b.member_epoch > first.member_epoch  # a was told of b's joining
+    if stop == "kill":
+        server.kill()
+    else:
+        assert server.stop() == 0
+    server.start()
+    with connect(server) as sock:
+        described = kio_call(sock, request_class(77, 1)(group_ids=("kept",), include_authorized_operations=False))
+        assert sorted(m.member_id for m in described.groups[0].members) == ["a", "b"]
+        for member, told in (("a", a), ("b", b)):
+            steady = kio_call(sock, heartbeat(group_id="kept", member_id=member, member_epoch=told.member_epoch))
+            assert (steady.error_code, steady.member_epoch) == (ErrorCode.none, told.member_epoch)
+
+
+def test_a_member_kept_through_a_restart_that_never_comes_back_leaves_after_its_session_timeout(
+    tmp_path: Path,
+) -> None:
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        b.create_topic("t", 1)
+    heartbeat = request_class(76, 1)
+    with KopServer(root, [*CONF, "group.share.session.timeout.ms=1000"]) as server:
+        with connect(server) as sock:
+            kio_call(sock, heartbeat(group_id="gone", member_id="m", member_epoch=0, subscribed_topic_names=("t",)))
+        server.kill()
+        server.start()
+        with connect(server) as sock:
+
+            def members() -> list[str]:
+                described = kio_call(
+                    sock, request_class(77, 1)(group_ids=("gone",), include_authorized_operations=False)
+                )
+                return [m.member_id for m in described.groups[0].members]
+
+            assert members() == ["m"]
+            deadline = time.monotonic() + 30
+            while members():
+                assert time.monotonic() < deadline, "the member kept through the restart never left"
+                time.sleep(0.05)
+
+
 def test_a_share_group_is_listed_deleted_as_one_and_refuses_members_of_the_other_protocols(
     server: KopServer, share_consumer: Callable[..., ShareConsumer]
 ) -> None:

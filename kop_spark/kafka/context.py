@@ -29,7 +29,7 @@ from .messages import RequestHeader
 from .metrics import ServerMetrics
 from .sasl import Validate
 from .session import ANONYMOUS
-from .share_groups import ShareGroupCoordinator
+from .share_groups import ShareGroup, ShareGroupCoordinator
 from .transaction_coordinator import TransactionCoordinator
 
 T = TypeVar("T")
@@ -143,6 +143,8 @@ class ServerContext:
         for group_id, value in self._kept.items():
             if value["type"] == "consumer":
                 self.consumer_groups.install(ConsumerGroup.from_snapshot(value))
+            elif value["type"] == "share":
+                self.share_groups.install(ShareGroup.from_snapshot(value))
             else:
                 self.membership.restore(Group.from_snapshot(value))
                 self._changed(group_id)
@@ -150,17 +152,21 @@ class ServerContext:
     async def save_group(self, group_id: str) -> None:
         """Keeps the group's membership for a restarted server to take up: a classic group's
         generation once it has settled (while it rebalances, the last settled one stands), a
-        consumer-protocol group's as it is, nothing once it has no members. The requests whose
-        answers tell members what it holds (SyncGroup, ConsumerGroupHeartbeat) wait for it, as
-        Kafka's wait for the group's records; saves go one at a time, each of the state then."""
+        consumer-protocol or share group's as it is, nothing once it has no members. The requests
+        whose answers tell members what it holds (SyncGroup, ConsumerGroupHeartbeat,
+        ShareGroupHeartbeat) wait for it, as Kafka's wait for the group's records; saves go one at
+        a time, each of the state then."""
         async with self._saving:
             classic, consumer = self.membership.groups.get(group_id), self.consumer_groups.groups.get(group_id)
+            share = self.share_groups.groups.get(group_id)
             if classic is not None and classic.members:
                 if classic.state != GroupState.STABLE:
                     return
                 value: Snapshot | None = classic.to_snapshot()
+            elif consumer is not None and consumer.members:
+                value = consumer.to_snapshot()
             else:
-                value = consumer.to_snapshot() if consumer is not None and consumer.members else None
+                value = share.to_snapshot() if share is not None and share.members else None
             if value != self._kept.get(group_id):
                 await self.call(self.snapshots.save, group_id, value)
                 if value is None:

@@ -9,9 +9,13 @@ and an epoch each request moves on; a fetch acquires records for it in each part
 session (``SharePartition``) and acknowledgements ride on fetches or come alone (ShareAcknowledge).
 A member that leaves, or whose session closes or times out, gives back what it holds.
 
-Membership and sessions live in this server's memory, on its event loop; each partition's state
-is kept in the store before an acknowledgement is answered (``broker.share_states``), so records
-accepted stay accepted through a restart, and records held then are delivered again."""
+Membership lives on this server's event loop and is kept in the store as a snapshot
+(``broker.group_snapshots``) before a member is told of a change, as Kafka keeps a share group's
+records: a restarted server takes the group up, and its members go on at the epochs they were
+told. Share sessions are this server's alone, as a Kafka broker's are: after a restart a member's
+fetch finds none (SHARE_SESSION_NOT_FOUND) and opens another. Each partition's state is kept in the
+store before an acknowledgement is answered (``broker.share_states``), so records accepted stay
+accepted through a restart, and records held then are delivered again."""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..broker import LiveGroup, LiveMember
+from ..broker import LiveGroup, LiveMember, Snapshot
 from ..config import Config
 from .share_assignor import assign
 from .share_partition import SharePartition
@@ -41,6 +45,23 @@ class ShareMember:
     sent: frozenset[TopicPartition] | None = None  # the assignment it was last told
     expiry: asyncio.TimerHandle | None = None
 
+    def to_json(self) -> dict[str, Any]:
+        sent = None if self.sent is None else [[t, p] for t, p in sorted(self.sent)]
+        return {
+            "member_id": self.member_id,
+            "client": list(self.client),
+            "topics": sorted(self.topics),
+            "epoch": self.epoch,
+            "sent": sent,
+        }
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> ShareMember:
+        """The member as ``to_json`` left it, its session timer not yet started."""
+        sent = None if value["sent"] is None else frozenset((t, p) for t, p in value["sent"])
+        client_id, host = value["client"]
+        return cls(value["member_id"], (client_id, host), frozenset(value["topics"]), value["epoch"], sent)
+
 
 @dataclass
 class ShareSession:
@@ -57,6 +78,17 @@ class ShareGroup:
     partitions: dict[TopicPartition, SharePartition] = field(default_factory=dict)
     target: dict[str, frozenset[TopicPartition]] = field(default_factory=dict)  # each member's partitions
     target_of: tuple[int, tuple[tuple[str, int], ...]] | None = None  # the epoch and partition counts it is of
+
+    def to_snapshot(self) -> Snapshot:
+        """Its membership, for a server to take it up after a restart: the target assignment is
+        made again from the members' subscriptions and what each was told."""
+        members = [m.to_json() for m in self.members.values()]
+        return {"type": "share", "group_id": self.group_id, "epoch": self.epoch, "members": members}
+
+    @classmethod
+    def from_snapshot(cls, value: Snapshot) -> ShareGroup:
+        members = {m.member_id: m for m in map(ShareMember.from_json, value["members"])}
+        return cls(value["group_id"], value["epoch"], members)
 
 
 class ShareGroupError(Exception):
@@ -90,6 +122,14 @@ class ShareGroupCoordinator:
         self._saving = asyncio.Lock()
 
     # -- membership ---------------------------------------------------------------------------
+
+    def install(self, g: ShareGroup) -> None:
+        """Takes up a group as a server kept it before a restart, each member's session timeout
+        starting anew: one that does not come back leaves, and what it held goes to the others."""
+        self.groups[g.group_id] = g
+        for member in g.members.values():
+            self._keep_alive(g, member)
+        self._on_change(g.group_id)
 
     def heartbeat(
         self, group_id: str, member_id: str, epoch: int, topics: Iterable[str] | None, client: tuple[str, str]

@@ -68,9 +68,12 @@ async def share_group_heartbeat(ctx: ServerContext, header: RequestHeader, reque
         return 0 if info is None else info.partitions
 
     assigned = ctx.share_groups.assignment(request.group_id, member, partitions)
-    if assigned == member.sent and request.member_epoch != JOIN:  # a member joining (again) is always told
+    repeated = assigned == member.sent and request.member_epoch != JOIN  # one joining (again) is always told
+    if not repeated or member.epoch != request.member_epoch:
+        member.sent = assigned
+        await ctx.publisher.save(request.group_id)  # before the member is told: a restart keeps what it was told
+    if repeated:
         return answer(ErrorCode.none, epoch=member.epoch)
-    member.sent = assigned
     parts = tuple(make(m.TopicPartitions, topic_id=i, partitions=ps) for i, ps in topics.ids(assigned))
     return answer(ErrorCode.none, epoch=member.epoch, assignment=make(m.Assignment, topic_partitions=parts))
 
