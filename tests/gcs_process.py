@@ -59,6 +59,7 @@ _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as GCS
+    disable_nagle_algorithm = True  # else each answer's body waits on the client's delayed ACK of its headers
 
     def log_message(self, format: str, *args: object) -> None:
         pass
