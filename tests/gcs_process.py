@@ -95,7 +95,7 @@ class _Handler(BaseHTTPRequestHandler):
         data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if bucket is None:
             return self._error(HTTPStatus.NOT_FOUND, "NoSuchBucket")
-        if not key or query:  # multipart parts and copies are not served
+        if not key or query or "x-goog-copy-source" in self.headers:  # multipart parts and copies are not served
             return self._error(HTTPStatus.NOT_IMPLEMENTED, "NotImplemented")
         match = self.headers.get("x-goog-if-generation-match")
         obj = bucket.put(key, data, None if match is None else int(match))
