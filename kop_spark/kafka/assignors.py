@@ -10,11 +10,20 @@ partition of a subscribed topic goes to exactly one member subscribed to it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
 TopicPartition = tuple[str, int]
 Assignment = dict[str, frozenset[TopicPartition]]
+
+
+def tps_to_json(tps: Iterable[TopicPartition]) -> list[list[Any]]:
+    """Partitions as a group snapshot keeps them: ``[topic, partition]`` pairs, sorted."""
+    return [[t, p] for t, p in sorted(tps)]
+
+
+def tps_from_json(value: list[list[Any]]) -> frozenset[TopicPartition]:
+    return frozenset((t, p) for t, p in value)
 
 
 class Assignor(Protocol):

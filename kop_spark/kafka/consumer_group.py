@@ -16,12 +16,11 @@ import asyncio
 import base64
 import enum
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..broker import Snapshot
-from .assignors import Assignor, TopicPartition
+from .assignors import Assignor, TopicPartition, tps_from_json, tps_to_json
 
 NONE: frozenset[TopicPartition] = frozenset()
 
@@ -51,12 +50,12 @@ class ClassicProtocol:
     def to_json(self) -> dict[str, Any]:
         protocols = [[name, base64.b64encode(metadata).decode()] for name, metadata in self.protocols]
         fields = ("session_timeout_ms", "version", "generation")
-        return {**{f: getattr(self, f) for f in fields}, "protocols": protocols, "sent": _tps_to_json(self.sent)}
+        return {**{f: getattr(self, f) for f in fields}, "protocols": protocols, "sent": tps_to_json(self.sent)}
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> ClassicProtocol:
         protocols = tuple((name, base64.b64decode(metadata)) for name, metadata in value["protocols"])
-        sent = _tps_from_json(value["sent"])
+        sent = tps_from_json(value["sent"])
         return cls(value["session_timeout_ms"], protocols, value["version"], value["generation"], sent)
 
 
@@ -92,7 +91,7 @@ class ConsumerMember:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {f: getattr(self, f) for f in _MEMBER_FIELDS}
         out["topic_names"] = sorted(self.topic_names)
-        out["assigned"], out["revoking"] = _tps_to_json(self.assigned), _tps_to_json(self.revoking)
+        out["assigned"], out["revoking"] = tps_to_json(self.assigned), tps_to_json(self.revoking)
         return {**out, "classic": None if self.classic is None else self.classic.to_json()}
 
     @classmethod
@@ -101,8 +100,8 @@ class ConsumerMember:
         return cls(
             **{f: value[f] for f in _MEMBER_FIELDS},
             topic_names=frozenset(value["topic_names"]),
-            assigned=_tps_from_json(value["assigned"]),
-            revoking=_tps_from_json(value["revoking"]),
+            assigned=tps_from_json(value["assigned"]),
+            revoking=tps_from_json(value["revoking"]),
             classic=None if value["classic"] is None else ClassicProtocol.from_json(value["classic"]),
         )
 
@@ -135,7 +134,7 @@ class ConsumerGroup:
 
     def to_snapshot(self) -> Snapshot:
         """The group as it is, for a server to take it up after a restart."""
-        target = {member_id: _tps_to_json(tps) for member_id, tps in self.target.items()}
+        target = {member_id: tps_to_json(tps) for member_id, tps in self.target.items()}
         members = [m.to_json() for m in self.members.values()]
         fields = ("group_id", "epoch", "target_epoch", "partitions", "assignor")
         return {"type": "consumer", **{f: getattr(self, f) for f in fields}, "target": target, "members": members}
@@ -149,7 +148,7 @@ class ConsumerGroup:
             value["group_id"],
             value["epoch"],
             value["target_epoch"],
-            {member_id: _tps_from_json(tps) for member_id, tps in value["target"].items()},
+            {member_id: tps_from_json(tps) for member_id, tps in value["target"].items()},
             members,
             {m.instance_id: m.member_id for m in members.values() if m.instance_id is not None},
             dict(value["partitions"]),
@@ -200,11 +199,3 @@ class ConsumerGroup:
 
     def _owned_by_another(self, tp: TopicPartition, member: ConsumerMember) -> bool:
         return any(tp in m.assigned or tp in m.revoking for m in self.members.values() if m is not member)
-
-
-def _tps_to_json(tps: Iterable[TopicPartition]) -> list[list[Any]]:
-    return [[t, p] for t, p in sorted(tps)]
-
-
-def _tps_from_json(value: list[list[Any]]) -> frozenset[TopicPartition]:
-    return frozenset((t, p) for t, p in value)

@@ -28,6 +28,7 @@ from kio.schema.errors import ErrorCode
 
 from ..broker import LiveGroup, LiveMember, Snapshot
 from ..config import Config
+from .assignors import tps_from_json, tps_to_json
 from .share_assignor import assign
 from .share_partition import SharePartition
 
@@ -46,7 +47,7 @@ class ShareMember:
     expiry: asyncio.TimerHandle | None = None
 
     def to_json(self) -> dict[str, Any]:
-        sent = None if self.sent is None else [[t, p] for t, p in sorted(self.sent)]
+        sent = None if self.sent is None else tps_to_json(self.sent)
         return {
             "member_id": self.member_id,
             "client": list(self.client),
@@ -58,7 +59,7 @@ class ShareMember:
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> ShareMember:
         """The member as ``to_json`` left it, its session timer not yet started."""
-        sent = None if value["sent"] is None else frozenset((t, p) for t, p in value["sent"])
+        sent = None if value["sent"] is None else tps_from_json(value["sent"])
         client_id, host = value["client"]
         return cls(value["member_id"], (client_id, host), frozenset(value["topics"]), value["epoch"], sent)
 
