@@ -438,10 +438,18 @@ def test_disk_space_is_the_local_filesystems_and_unknown_on_an_object_store(stor
 
 
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
-def test_a_missing_bucket_is_named_before_anything_is_written(scheme: str, running: dict[str, servers.Server]) -> None:
-    b = Broker(f"{scheme}://no-such-bucket/x", {"metadataStoreOperationTimeoutSeconds": 5})
+@pytest.mark.parametrize("metadata", ["bucket", "etcd"])
+def test_a_missing_bucket_is_named_before_anything_is_written(
+    scheme: str, metadata: str, running: dict[str, servers.Server]
+) -> None:
+    conf: dict[str, Any] = {"metadataStoreOperationTimeoutSeconds": 5}
+    if metadata == "etcd":  # where a topic could be recorded before its first ledger failed
+        conf["metadataStoreUrl"] = f"etcd:http://127.0.0.1:{running['etcd'].port}/{uuid.uuid4().hex[:10]}"
+    b = Broker(f"{scheme}://no-such-bucket/x", conf)
     with pytest.raises(StorageError, match=f"{scheme}://no-such-bucket"):
         b.create_topic("t", 1)
+    if metadata == "etcd":
+        assert b.store.list_keys("") == []
 
 
 def test_wrong_credentials_are_named(running: dict[str, servers.Server], monkeypatch: pytest.MonkeyPatch) -> None:
