@@ -99,6 +99,23 @@ class TopicAdmin:
     def kafka_name(self, name: TopicName) -> str:
         return name.kafka_name(self._config["kafkaTenant"], self._config["kafkaNamespace"])
 
+    def is_internal(self, name: TopicName) -> bool:
+        """One of kop's own topics (the offsets topic), kept as KoP keeps them: named ``__...`` in
+        the metadata namespace (``kafkaMetadataTenant``/``kafkaMetadataNamespace``)."""
+        c = self._config
+        own = (name.tenant, name.namespace) == (c["kafkaMetadataTenant"], c["kafkaMetadataNamespace"])
+        return own and name.local_name.startswith("__")
+
+    def refuse_internal(self, topic: str, action: str) -> None:
+        """Kafka's refusal of a client's write to an internal topic (INVALID_TOPIC_EXCEPTION): the
+        records there are the coordinator's, and one it cannot read would break every group of its
+        partition."""
+        name = self.name(topic)
+        if self.is_internal(name):
+            raise InvalidTopicError(
+                f"cannot {action} internal topic {topic!r} ({name.full_name}): kop keeps its own records there"
+            )
+
     def metadata(self, topic: str) -> tuple[TopicName, TopicMeta]:
         name = self.name(topic)
         meta = self._store.get(layout.topic_key(name)).value
@@ -166,8 +183,7 @@ class TopicAdmin:
     def deletable_log(self, topic: str, partition: int, before: int) -> ManagedLedger:
         """The log whose start DeleteRecords may move to ``before``: not past its end (which only
         grows, so the check holds), and not an internal topic's, as Kafka refuses those."""
-        if self.name(topic).local_name.startswith("__"):
-            raise InvalidTopicError(f"cannot delete records of internal topic {topic!r}")
+        self.refuse_internal(topic, "delete records of")
         ml, view = self.view(topic, partition)
         if before < -1 or before > view.log_end_offset:
             raise OffsetOutOfRangeError(topic, partition, before, view.log_start_offset, view.log_end_offset)
@@ -191,7 +207,16 @@ class TopicAdmin:
 
     # -- changes -----------------------------------------------------------------------------
 
-    def create_topic(self, topic: str, partitions: int | None, config: Mapping[str, Any] | None) -> None:
+    def create_topic(
+        self,
+        topic: str,
+        partitions: int | None,
+        config: Mapping[str, Any] | None,
+        *,
+        internal_topics_allowed: bool = False,
+    ) -> None:
+        if not internal_topics_allowed:
+            self.refuse_internal(topic, "create")
         name = self.name(topic)
         n = self._config["defaultNumPartitions"] if partitions is None else partitions
         if not isinstance(n, int) or isinstance(n, bool):
@@ -226,6 +251,7 @@ class TopicAdmin:
                 pass  # left by an earlier create that crashed half way, or made by a racing one: reuse it
 
     def create_partitions(self, topic: str, total: int) -> None:
+        self.refuse_internal(topic, "add partitions to")  # its groups would move to other partitions
         name = self.name(topic)
 
         def grow(meta: TopicMeta | None) -> TopicMeta:
@@ -269,6 +295,7 @@ class TopicAdmin:
         return result
 
     def delete_topic(self, topic: str) -> None:
+        self.refuse_internal(topic, "delete")
         name = self.name(topic)
 
         def mark(meta: TopicMeta | None) -> TopicMeta:
@@ -319,7 +346,7 @@ class TopicAdmin:
             if meta is None or not standing(meta):
                 continue
             name = layout.topic_of_key(key)
-            if include_internal or not name.local_name.startswith("__"):
+            if include_internal or not self.is_internal(name):
                 out.append(self._info(name, meta))
         return sorted(out, key=lambda t: t.name)
 

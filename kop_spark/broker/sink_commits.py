@@ -177,6 +177,7 @@ class SinkCommits:
         names the n-th ledger (random by default); ``resume`` takes up those staged before under
         the same names (``staged_run``); ``durable`` as ``StagedPartition``'s."""
         b = self._broker
+        b.admin.refuse_internal(topic, "write to")
         _, meta = b.admin.metadata(topic)
         log = b.admin.log(topic, partition, meta)  # checks the partition
         roll_mb = b.config["managedLedgerMaxSizePerLedgerMbytes"]

@@ -143,10 +143,17 @@ class Produced(NamedTuple):
 
 
 def checked_batches(
-    broker: Broker, topic: str, partition: int, batches: Sequence[bytes], meta: dict[str, Any] | None
+    broker: Broker,
+    topic: str,
+    partition: int,
+    batches: Sequence[bytes],
+    meta: dict[str, Any] | None,
+    internal_topics_allowed: bool = False,
 ) -> CheckedProduce:
     """A produce's batches as they are to be stored, each checked (``validate_produced``), with
     the partition's log and the time they are stamped with; refused whole if any fails."""
+    if not internal_topics_allowed:
+        broker.admin.refuse_internal(topic, "produce to")
     meta = broker.admin.metadata(topic)[1] if meta is None else meta
     broker.admin.check_partition(topic, partition, meta)
     cfg = broker.config.topic_config(meta.get("config"))

@@ -15,6 +15,7 @@ The coordinator sits below the Broker and reaches the offsets topic through the 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from .offsets_topic import (
     GroupMetadataValue,
     OffsetCommitKey,
     OffsetCommitValue,
+    UnknownKey,
     decode_group_value,
     decode_key,
     decode_offset_value,
@@ -45,6 +47,7 @@ from .offsets_topic import (
     partition_for_group,
 )
 
+_log = logging.getLogger(__name__)
 _DECISION_ATTEMPTS = 100
 # Only the coordinator reads the offsets topic, and its reads find merged or compacted-away
 # ledgers' offsets again in the current metadata, so their files need little grace; a short one
@@ -72,10 +75,23 @@ class LogRange(Protocol):
 
 
 class OffsetsLog(Protocol):
-    def create_topic(self, topic: str, partitions: int | None = None, config: Mapping | None = None) -> None: ...
+    def create_topic(
+        self,
+        topic: str,
+        partitions: int | None = None,
+        config: Mapping | None = None,
+        *,
+        internal_topics_allowed: bool = ...,
+    ) -> None: ...
     def partitions_for(self, topic: str) -> int: ...
     def produce_batches(
-        self, topic: str, partition: int, batches: Sequence[bytes], *, expected_log_end_offset: int | None = None
+        self,
+        topic: str,
+        partition: int,
+        batches: Sequence[bytes],
+        *,
+        expected_log_end_offset: int | None = None,
+        internal_topics_allowed: bool = ...,
     ) -> int: ...
     def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int = ...) -> list[bytes]: ...
     def view(self, topic: str, partition: int) -> LogRange: ...
@@ -145,7 +161,9 @@ class GroupCoordinator:
         with self._lock:
             if self._num_partitions is None:
                 try:
-                    self._log.create_topic(self.topic, self._configured_partitions, OFFSETS_TOPIC_CONFIG)
+                    self._log.create_topic(
+                        self.topic, self._configured_partitions, OFFSETS_TOPIC_CONFIG, internal_topics_allowed=True
+                    )
                 except TopicAlreadyExistsError:
                     pass
                 self._num_partitions = self._log.partitions_for(self.topic)
@@ -182,6 +200,9 @@ class GroupCoordinator:
         if key is None:
             raise CorruptRecordError("offsets topic record without a key")
         k = decode_key(key)
+        if isinstance(k, UnknownKey):
+            _log.warning("offsets topic: skipped a record of unknown type (key version %d)", k.version)
+            return
         group = state.groups.get(k.group)
         if isinstance(k, OffsetCommitKey):
             if value is None:
@@ -208,7 +229,9 @@ class GroupCoordinator:
         if not records:
             return
         batch = build_record_batch(records)
-        base = self._log.produce_batches(self.topic, p, [batch], expected_log_end_offset=if_log_end)
+        base = self._log.produce_batches(
+            self.topic, p, [batch], expected_log_end_offset=if_log_end, internal_topics_allowed=True
+        )
         if base != state.next_offset:  # another process's commits came first
             self._load(p)
             return

@@ -17,7 +17,9 @@ Values (an int16 version, then the fields; a null value is a tombstone)::
                       [rebalance_timeout v1+], session_timeout, subscription, assignment]
 
 Strings are int16-length UTF-8 (-1 = null in nullable fields); bytes are int32-length. As Kafka
-does, offsets are written as v3, or v1 when an expire timestamp is given, and v0-v4 are read.
+does, offsets are written as v3, or v1 when an expire timestamp is given, and v0-v4 are read. A key
+of another version is a record type this version does not know (Kafka 4's consumer and share group
+records are keys v3 and up), which a loader skips, as Kafka's does.
 """
 
 from __future__ import annotations
@@ -86,6 +88,12 @@ class GroupMetadataValue:
     leader: str | None = None
     current_state_timestamp: int = -1
     members: tuple[MemberMetadata, ...] = field(default_factory=tuple)
+
+
+class UnknownKey(NamedTuple):
+    """A key of a record type this version does not know."""
+
+    version: int
 
 
 Key = OffsetCommitKey | GroupMetadataKey
@@ -178,7 +186,7 @@ def encode_key(key: Key) -> bytes:
     return struct.pack(">h", GROUP_METADATA_KEY_VERSION) + _string(key.group)
 
 
-def decode_key(data: bytes) -> Key:
+def decode_key(data: bytes) -> Key | UnknownKey:
     r = _Reader(data, "offsets topic key")
     try:
         version = r.int16()
@@ -187,7 +195,7 @@ def decode_key(data: bytes) -> Key:
         elif version == 2:
             key = GroupMetadataKey(r.string())
         else:
-            raise CorruptRecordError(f"offsets topic key has unknown version {version}")
+            return UnknownKey(version)
         r.done()
     except UnicodeDecodeError as e:
         raise CorruptRecordError(f"offsets topic key is not UTF-8: {e}") from e

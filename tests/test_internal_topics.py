@@ -1,0 +1,132 @@
+"""The offsets topic is the group coordinator's, as ``__consumer_offsets`` is a Kafka broker's: a
+client may read it, but not write to it, delete it or change its partitions, whichever way it asks
+(a Kafka client, the Broker API, a Spark sink, a transaction). One record there the coordinator
+could not read would stop every group of its partition from fetching its offsets. A record of a type
+the coordinator does not know (a later version's) is skipped, as Kafka's loader skips it."""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from kop_spark import Broker
+from kop_spark.errors import InvalidTopicError
+from kop_spark.group.offsets_topic import partition_for_group
+from kop_spark.record import Record, build_record_batch
+
+from .kop_server import KopServer
+
+OFFSETS = "public/__kafka/__consumer_offsets"
+
+
+@pytest.fixture
+def broker(tmp_path) -> Iterator[Broker]:
+    with Broker(str(tmp_path / "store")) as b:
+        b.create_topic("t", 1)
+        b.commit_offsets("g", {("t", 0): 3})
+        yield b
+
+
+def _batch(key: bytes) -> bytes:
+    return build_record_batch([Record(key=key, value=b"not an offset")])
+
+
+def test_no_write_of_a_client_reaches_the_offsets_topic(broker: Broker) -> None:
+    p = partition_for_group("g", broker.partitions_for(OFFSETS))
+    end = broker.list_offsets(OFFSETS, p, "latest")
+    writes = {
+        "produce to": lambda: broker.produce(OFFSETS, [Record(key=b"junk", value=b"x")], partition=p),
+        "produce to ": lambda: broker.produce_batches(OFFSETS, p, [_batch(b"junk")]),
+        "produce to  ": lambda: broker.queue_batches(OFFSETS, p, [_batch(b"junk")]),
+        "write to": lambda: broker.sink_commits.stage(OFFSETS, p, "_staging/job/0/task"),
+        "delete": lambda: broker.delete_topic(OFFSETS),
+        "add partitions to": lambda: broker.create_partitions(OFFSETS, 60),
+        "delete records of": lambda: broker.delete_records(OFFSETS, p, -1),
+    }
+    for action, write in writes.items():
+        with pytest.raises(InvalidTopicError, match=f"cannot {action.strip()} internal topic '{OFFSETS}'"):
+            write()
+    assert broker.list_offsets(OFFSETS, p, "latest") == end
+    assert broker.partitions_for(OFFSETS) == 50
+    assert broker.fetch_offsets("g")[("t", 0)].offset == 3
+
+
+def test_the_offsets_topic_cannot_be_made_by_a_client_before_the_coordinator(tmp_path) -> None:
+    """A client's offsets topic (too few partitions, not compacted) would be taken up as it is."""
+    with Broker(str(tmp_path / "store")) as b:
+        with pytest.raises(InvalidTopicError, match="cannot create internal topic"):
+            b.create_topic(OFFSETS, 1)
+        b.create_topic("t", 1)
+        b.commit_offsets("g", {("t", 0): 3})
+        assert b.partitions_for(OFFSETS) == 50
+        assert b.topic_config(OFFSETS)["cleanup.policy"] == "compact"
+
+
+def test_a_topic_named_with_underscores_elsewhere_is_an_ordinary_topic(tmp_path) -> None:
+    """Kafka keeps only its own topics from clients; ``__orders`` in the default namespace is a user's."""
+    with Broker(str(tmp_path / "store")) as b:
+        b.create_topic("__orders", 1)
+        assert b.produce("__orders", [Record(value=b"x")]) == [(0, 0, 1)]
+        assert b.delete_records("__orders", 0, 1) == 1
+        assert "__orders" in b.list_topics()
+        b.commit_offsets("g", {("__orders", 0): 1})
+        assert OFFSETS not in b.list_topics() and OFFSETS in b.list_topics(include_internal=True)
+
+
+def test_a_record_of_a_type_not_known_here_is_skipped(tmp_path, caplog) -> None:
+    """As one a later version writes (Kafka 4's consumer group records are keys v3 and up), or a
+    client's write that an earlier version let in: the groups of its partition load all the same."""
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        b.create_topic("t", 2)
+        b.commit_offsets("g", {("t", 0): 3})
+        p = partition_for_group("g", b.partitions_for(OFFSETS))
+        unknown = struct.pack(">h", 12) + b"a later version's key"
+        b.produce_batches(OFFSETS, p, [_batch(unknown)], internal_topics_allowed=True)
+        b.commit_offsets("g", {("t", 1): 5})
+    with caplog.at_level(logging.WARNING, logger="kop_spark.group.coordinator"), Broker(root) as b:
+        assert {tp: o.offset for tp, o in b.fetch_offsets("g").items()} == {("t", 0): 3, ("t", 1): 5}
+    assert "unknown type (key version 12)" in caplog.text
+
+
+def test_a_kafka_client_is_refused_as_kafka_refuses_it(tmp_path) -> None:
+    """Produce: INVALID_TOPIC_EXCEPTION, Kafka's for an append to an internal topic; the admin
+    requests likewise. The group's offsets are there after a restart, read from the topic."""
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        b.create_topic("t", 1)
+        b.commit_offsets("g", {("t", 0): 3})
+        p = partition_for_group("g", b.partitions_for(OFFSETS))
+    with KopServer(root) as server:
+        delivered: list[KafkaError | None] = []
+        producer = Producer({"bootstrap.servers": server.bootstrap, "message.send.max.retries": 0})
+        producer.produce(
+            OFFSETS, key=b"junk", value=b"garbage", partition=p, on_delivery=lambda e, m: delivered.append(e)
+        )
+        producer.flush(30)
+        assert [e.code() if e else None for e in delivered] == [KafkaError.TOPIC_EXCEPTION]
+        admin = AdminClient({"bootstrap.servers": server.bootstrap})
+        for future in (
+            admin.delete_topics([OFFSETS])[OFFSETS],
+            admin.create_partitions([NewPartitions(OFFSETS, 60)])[OFFSETS],
+            admin.create_topics([NewTopic(OFFSETS, 1)])[OFFSETS],
+        ):
+            with pytest.raises(KafkaException) as refused:
+                future.result(30)
+            assert refused.value.args[0].code() == KafkaError.TOPIC_EXCEPTION, refused.value
+        metadata = admin.list_topics(OFFSETS, timeout=30).topics[OFFSETS]
+        assert len(metadata.partitions) == 50
+        del producer, admin  # before the server stops: they would log its going
+    with KopServer(root) as server:
+        consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "g"})
+        try:
+            [committed] = consumer.committed([KafkaTopicPartition("t", 0)], timeout=30)
+        finally:
+            consumer.close()
+        assert committed.offset == 3
