@@ -101,18 +101,9 @@ class Broker:
     def topic_name(self, topic: str) -> TopicName:
         return self.admin.name(topic)
 
-    def create_topic(
-        self,
-        topic: str,
-        partitions: int | None = None,
-        config: Mapping[str, Any] | None = None,
-        *,
-        internal_topics_allowed: bool = False,
-    ) -> None:
-        """Create a topic of ``partitions`` partitions (default ``defaultNumPartitions``), all or
-        nothing. Internal topics (``TopicAdmin.is_internal``) only with ``internal_topics_allowed``:
-        the group coordinator's."""
-        self.admin.create_topic(topic, partitions, config, internal_topics_allowed=internal_topics_allowed)
+    def create_topic(self, topic: str, partitions: int | None = None, config: Mapping[str, Any] | None = None) -> None:
+        """Create a topic of ``partitions`` partitions (default ``defaultNumPartitions``), all or nothing."""
+        self.admin.create_topic(topic, partitions, config)
 
     def create_partitions(self, topic: str, total: int) -> None:
         """Grow a topic to ``total`` partitions (Kafka's CreatePartitions: never shrinks)."""
@@ -211,8 +202,7 @@ class Broker:
         Batches are checked as a Kafka broker checks them (``validation``) and refused whole if any
         fails. With ``idempotence_key=(writer, sequence)`` a repeated append is applied once and
         answered with the offsets of the first. With ``expected_log_end_offset`` the append
-        happens only while the log still ends there (``LogEndMovedError`` otherwise). Only the group
-        coordinator writes to an internal topic (``internal_topics_allowed``), as in Kafka."""
+        happens only while the log still ends there (``LogEndMovedError`` otherwise)."""
         ml, checked, now, _ = checked_batches(self, topic, partition, batches, _meta, internal_topics_allowed)
         key, expected = idempotence_key, expected_log_end_offset
         append = functools.partial(

@@ -4,11 +4,11 @@ coordinator, which keeps offsets under topics' Kafka names (one view for every a
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import GroupIdNotFoundError, TopicNotFoundError
-from ..group.coordinator import GroupCoordinator, OffsetAndMetadata
+from ..group.coordinator import GroupCoordinator, LogRange, OffsetAndMetadata
 from ..topic_name import TopicPartition
 
 if TYPE_CHECKING:
@@ -18,6 +18,36 @@ if TYPE_CHECKING:
 # The metadata of offsets a Spark query commits: tools can tell that the query's checkpoint, not
 # the group, decides where the query goes on.
 SPARK_COMMIT = "kop-spark streaming query"
+
+
+class _OffsetsTopic:
+    """The Broker as the coordinator reaches its offsets topic (``OffsetsLog``): the one writer an
+    internal topic takes, as Kafka's coordinator appends with ``internalTopicsAllowed``."""
+
+    def __init__(self, broker: Broker):
+        self._broker = broker
+
+    def create_topic(self, topic: str, partitions: int | None = None, config: Mapping | None = None) -> None:
+        self._broker.admin.create_topic(topic, partitions, config, internal_topics_allowed=True)
+
+    def partitions_for(self, topic: str) -> int:
+        return self._broker.partitions_for(topic)
+
+    def produce_batches(
+        self, topic: str, partition: int, batches: Sequence[bytes], *, expected_log_end_offset: int | None = None
+    ) -> int:
+        return self._broker.produce_batches(
+            topic, partition, batches, expected_log_end_offset=expected_log_end_offset, internal_topics_allowed=True
+        )
+
+    def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20) -> list[bytes]:
+        return self._broker.fetch_batches(topic, partition, offset, max_bytes)
+
+    def view(self, topic: str, partition: int) -> LogRange:
+        return self._broker.view(topic, partition)
+
+    def compact_partition(self, topic: str, partition: int) -> int | None:
+        return self._broker.compact_partition(topic, partition)
 
 
 class GroupOffsets:
@@ -32,7 +62,7 @@ class GroupOffsets:
             if self._coordinator is None:
                 b, c = self._broker, self._broker.config
                 self._coordinator = GroupCoordinator(
-                    b,
+                    _OffsetsTopic(b),
                     f"{c['kafkaMetadataTenant']}/{c['kafkaMetadataNamespace']}/__consumer_offsets",
                     c["offsetsTopicNumPartitions"],
                     retention_ms=c["offsetsRetentionMinutes"] * 60_000,

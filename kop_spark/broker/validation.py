@@ -151,7 +151,8 @@ def checked_batches(
     internal_topics_allowed: bool = False,
 ) -> CheckedProduce:
     """A produce's batches as they are to be stored, each checked (``validate_produced``), with
-    the partition's log and the time they are stamped with; refused whole if any fails."""
+    the partition's log and the time they are stamped with; refused whole if any fails. An internal
+    topic takes only the group coordinator's (``internal_topics_allowed``), as in Kafka."""
     if not internal_topics_allowed:
         broker.admin.refuse_internal(topic, "produce to")
     meta = broker.admin.metadata(topic)[1] if meta is None else meta

@@ -10,7 +10,7 @@ partition still ends where the table was read up to, so a commit racing them is 
 Kafka makes both decisions under the group's lock, which other processes do not share here.
 
 The coordinator sits below the Broker and reaches the offsets topic through the narrow
-``OffsetsLog`` interface, which the Broker implements.
+``OffsetsLog`` interface, which the Broker gives it as the one writer its internal topic takes.
 """
 
 from __future__ import annotations
@@ -75,23 +75,10 @@ class LogRange(Protocol):
 
 
 class OffsetsLog(Protocol):
-    def create_topic(
-        self,
-        topic: str,
-        partitions: int | None = None,
-        config: Mapping | None = None,
-        *,
-        internal_topics_allowed: bool = ...,
-    ) -> None: ...
+    def create_topic(self, topic: str, partitions: int | None = None, config: Mapping | None = None) -> None: ...
     def partitions_for(self, topic: str) -> int: ...
     def produce_batches(
-        self,
-        topic: str,
-        partition: int,
-        batches: Sequence[bytes],
-        *,
-        expected_log_end_offset: int | None = None,
-        internal_topics_allowed: bool = ...,
+        self, topic: str, partition: int, batches: Sequence[bytes], *, expected_log_end_offset: int | None = None
     ) -> int: ...
     def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int = ...) -> list[bytes]: ...
     def view(self, topic: str, partition: int) -> LogRange: ...
@@ -161,9 +148,7 @@ class GroupCoordinator:
         with self._lock:
             if self._num_partitions is None:
                 try:
-                    self._log.create_topic(
-                        self.topic, self._configured_partitions, OFFSETS_TOPIC_CONFIG, internal_topics_allowed=True
-                    )
+                    self._log.create_topic(self.topic, self._configured_partitions, OFFSETS_TOPIC_CONFIG)
                 except TopicAlreadyExistsError:
                     pass
                 self._num_partitions = self._log.partitions_for(self.topic)
@@ -229,9 +214,7 @@ class GroupCoordinator:
         if not records:
             return
         batch = build_record_batch(records)
-        base = self._log.produce_batches(
-            self.topic, p, [batch], expected_log_end_offset=if_log_end, internal_topics_allowed=True
-        )
+        base = self._log.produce_batches(self.topic, p, [batch], expected_log_end_offset=if_log_end)
         if base != state.next_offset:  # another process's commits came first
             self._load(p)
             return
