@@ -11,7 +11,7 @@ import struct
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
@@ -120,8 +120,9 @@ def test_a_kafka_client_is_refused_as_kafka_refuses_it(tmp_path) -> None:
             with pytest.raises(KafkaException) as refused:
                 future.result(30)
             assert refused.value.args[0].code() == KafkaError.TOPIC_EXCEPTION, refused.value
-        metadata = admin.list_topics(OFFSETS, timeout=30).topics[OFFSETS]
-        assert len(metadata.partitions) == 50
+        described = admin.describe_topics(TopicCollection([OFFSETS]))[OFFSETS].result(30)
+        assert described.is_internal and len(described.partitions) == 50
+        _transaction_to(OFFSETS, p, server)
         del producer, admin  # before the server stops: they would log its going
     with KopServer(root) as server:
         consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "g"})
@@ -130,3 +131,19 @@ def test_a_kafka_client_is_refused_as_kafka_refuses_it(tmp_path) -> None:
         finally:
             consumer.close()
         assert committed.offset == 3
+
+
+def _transaction_to(topic: str, partition: int, server: KopServer) -> None:
+    """A transactional producer is refused when it adds the partition (abortable, as librdkafka
+    takes INVALID_TOPIC_EXCEPTION there), and goes on with its next transaction."""
+    producer = Producer({"bootstrap.servers": server.bootstrap, "transactional.id": "tx"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, key=b"junk", value=b"garbage", partition=partition)
+    with pytest.raises(KafkaException) as refused:
+        producer.commit_transaction(30)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_EXCEPTION and refused.value.args[0].txn_requires_abort()
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce("t", value=b"next")
+    producer.commit_transaction(30)

@@ -59,11 +59,13 @@ def topic_id(name: TopicName, meta: TopicMeta) -> uuid.UUID:
 
 @dataclass(frozen=True)
 class TopicInfo:
-    """What Kafka's Metadata says of a topic: its name, id and partition count."""
+    """What Kafka's Metadata says of a topic: its name, id and partition count, and whether it is
+    internal (``TopicAdmin.is_internal``)."""
 
     name: str
     topic_id: uuid.UUID
     partitions: int
+    internal: bool = False
 
 
 @dataclass(frozen=True)
@@ -336,7 +338,7 @@ class TopicAdmin:
         return self._info(*self.metadata(topic))
 
     def _info(self, name: TopicName, meta: TopicMeta) -> TopicInfo:
-        return TopicInfo(self.kafka_name(name), topic_id(name, meta), meta["partitions"])
+        return TopicInfo(self.kafka_name(name), topic_id(name, meta), meta["partitions"], self.is_internal(name))
 
     def infos(self, include_internal: bool = False) -> list[TopicInfo]:
         """Every topic's, by Kafka name."""

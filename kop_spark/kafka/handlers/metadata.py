@@ -91,6 +91,7 @@ def _found(m: Any, topic: TopicInfo) -> Any:
         error_code=ErrorCode.none,
         name=topic.name,
         topic_id=topic.topic_id,
+        is_internal=topic.internal,
         partitions=partitions,
     )
 
