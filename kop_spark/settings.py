@@ -266,6 +266,13 @@ _SETTINGS = [
         "Largest request kop serve reads; a larger one closes that connection",
     ),
     Setting(
+        "connections.max.idle.ms",
+        600000,
+        int_at_least(1),
+        "kop serve closes a connection that owes no answer and has sent nothing (or only part of a request) "
+        "for this long, as a Kafka broker does",
+    ),
+    Setting(
         "group.initial.rebalance.delay.ms",
         3000,
         int_at_least(0),

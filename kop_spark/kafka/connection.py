@@ -7,7 +7,10 @@ while the requests after it are already being taken (up to ``MAX_IN_FLIGHT``), s
 client pipelines share writes and CASes (group commit) instead of waiting for one sync each.
 A request that is malformed, truncated, larger than ``socket.request.max.bytes``, or of a version
 this server does not handle closes this connection only, with a log line; nothing is allocated
-from a length the client sent before its bytes arrive."""
+from a length the client sent before its bytes arrive. A connection that owes no answer and has
+sent nothing, or only part of a request, for ``connections.max.idle.ms`` is closed, as a Kafka
+broker closes idle connections: otherwise clients that vanish without a FIN (a dead host, a
+dropped NAT mapping) would hold their sockets for ever."""
 
 from __future__ import annotations
 
@@ -40,11 +43,15 @@ class Connection:
         writer: asyncio.StreamWriter,
         max_bytes: int,
         session: Session,
+        idle_ms: int = 600_000,
     ):
         self._ctx = ctx
         self._reader = reader
         self._writer = writer
         self._max_bytes = max_bytes
+        self._idle_s = idle_ms / 1000
+        self._last_active = time.monotonic()  # when it last had nothing to take or answer
+        self._watchdog: asyncio.TimerHandle | None = None
         self.session = session
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
@@ -57,6 +64,7 @@ class Connection:
     async def run(self) -> None:
         answers: asyncio.Queue[Answer] = asyncio.Queue(MAX_IN_FLIGHT)
         writing = asyncio.ensure_future(self._write(answers))
+        self._watchdog = asyncio.get_running_loop().call_later(self._idle_s, self._close_if_idle)
         try:
             while True:
                 frame = await self._read_frame()
@@ -79,6 +87,8 @@ class Connection:
             log.exception("closing the connection from %s after an unexpected error", self.peer)
         finally:
             writing.cancel()
+            if self._watchdog is not None:
+                self._watchdog.cancel()
             self.idle.set()
             self._writer.close()
 
@@ -106,6 +116,7 @@ class Connection:
         """Idle once no request is being taken and every answer is written; either may come last."""
         if not self._taking and not self._owed:
             self.idle.set()
+            self._last_active = time.monotonic()
 
     async def _read_frame(self) -> bytes | None:
         try:
@@ -116,6 +127,18 @@ class Connection:
         if not 0 < size <= self._max_bytes:
             raise InvalidRequestError(f"a request of {size} bytes (socket.request.max.bytes is {self._max_bytes})")
         return await self._reader.readexactly(size)
+
+    def _close_if_idle(self) -> None:
+        """The idle watchdog: one timer a connection, not one per read (a timeout on each read
+        would cost every request a task). Idleness counts from when the last request was answered
+        (or taken, if it is not answered: acks=0); one being taken or answered is no idleness."""
+        busy = not self.idle.is_set()
+        wait = (time.monotonic() if busy else self._last_active) + self._idle_s - time.monotonic()
+        if wait > 0:
+            self._watchdog = asyncio.get_running_loop().call_later(wait, self._close_if_idle)
+            return
+        log.info("closing the connection from %s: idle for connections.max.idle.ms", self.peer)
+        self._writer.close()  # the read under way ends, and with it ``run``
 
     async def _handle(self, frame: bytes) -> Answer:
         if self.session.raw_tokens:  # after a v0 SaslHandshake: a bare token, answered bare

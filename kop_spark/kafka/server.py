@@ -41,6 +41,7 @@ class KafkaServer:
         advertised = advertised if advertised is not None else config["kafkaAdvertisedListeners"]
         self._advertised = parse_listeners(advertised, "kafkaAdvertisedListeners") if advertised else None
         self._max_bytes = config["socket.request.max.bytes"]
+        self._idle_ms = config["connections.max.idle.ms"]
         self._servers: list[asyncio.Server] = []
         self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -132,7 +133,7 @@ class KafkaServer:
         session = Session(protocol, peer[0] if isinstance(peer, tuple) else str(peer))
         if protocol == "SSL":
             session.principal = certificate_principal(writer.get_extra_info("peercert")) or session.principal
-        connection = Connection(self.ctx, reader, writer, self._max_bytes, session)
+        connection = Connection(self.ctx, reader, writer, self._max_bytes, session, self._idle_ms)
         self._connections.add(connection)
         task = asyncio.current_task()
         if task is not None:
