@@ -139,6 +139,35 @@ def test_librdkafka_idempotent_producer_and_consumer_with_commits(server: KopSer
     }
 
 
+def test_a_topic_named_in_full_is_the_same_topic_to_a_kafka_client(server: KopServer) -> None:
+    """KoP's names (tenant/ns/t, persistent://tenant/ns/t) work on the wire as in the Broker API:
+    Metadata answers under the name asked, which is the one a client waits for."""
+    with Broker(server.root) as b:
+        b.create_topic("orders", 1)
+        b.create_topic("eu/shop/orders", 1)
+    names = ["public/default/orders", "persistent://public/default/orders", "persistent://eu/shop/orders"]
+    producer = Producer({"bootstrap.servers": server.bootstrap, "message.timeout.ms": 10_000})
+    for name in names:
+        producer.produce(name, value=name.encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "g", "auto.offset.reset": "earliest"})
+    consumer.subscribe(names[1:])
+    got = []
+    while len(got) < 3:
+        m = consumer.poll(10)
+        assert m is not None and m.error() is None, m and m.error()
+        got.append((m.topic(), m.value().decode()))
+    consumer.commit(asynchronous=False)
+    consumer.close()
+    assert sorted(got) == sorted([(names[1], names[0]), (names[1], names[1]), (names[2], names[2])])
+    with Broker(server.root) as b:
+        assert sorted(r.value for r in b.fetch("orders", 0, 0)) == sorted(n.encode() for n in names[:2])
+        assert {tp: o.offset for tp, o in b.fetch_offsets("g").items()} == {
+            ("orders", 0): 2,
+            ("eu/shop/orders", 0): 1,
+        }
+
+
 def test_aiokafka_round_trip(server: KopServer) -> None:
     async def go() -> list[tuple[int, bytes]]:
         producer = AIOKafkaProducer(bootstrap_servers=server.bootstrap, enable_idempotence=True)

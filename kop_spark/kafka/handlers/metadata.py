@@ -67,12 +67,14 @@ async def _asked(
         return failed(ErrorCode.topic_authorization_failed)
     creatable = ctx.allowed(header, "Create", "Cluster") or ctx.allowed(header, "Create", "Topic", name)
     try:
-        return _found(m, await _info(ctx, name, auto_create and creatable))
+        # under the name asked: a client that named a topic in full (tenant/ns/t, persistent://...)
+        # waits for that name, not the short one the topic is listed under
+        return _found(m, await _info(ctx, name, auto_create and creatable), name)
     except Exception as e:
         return failed(error_code(e, f"metadata of topic {name!r}"))
 
 
-def _found(m: Any, topic: TopicInfo) -> Any:
+def _found(m: Any, topic: TopicInfo, name: str | None = None) -> Any:
     partitions = tuple(
         make(
             m.MetadataResponsePartition,
@@ -89,7 +91,7 @@ def _found(m: Any, topic: TopicInfo) -> Any:
     return make(
         m.MetadataResponseTopic,
         error_code=ErrorCode.none,
-        name=topic.name,
+        name=topic.name if name is None else name,
         topic_id=topic.topic_id,
         is_internal=topic.internal,
         partitions=partitions,
