@@ -302,6 +302,38 @@ def test_acls_allow_deny_prefixes_super_users_and_change_without_a_restart(root:
         assert round_trip(sasl(server, "admin", PASSWORDS["admin"]), "other")  # a super user, without ACLs
 
 
+def _produce_error(conf: dict, topic: str) -> int | None:
+    """The error code a record produced to ``topic`` is failed with, or None if it is written."""
+    failures: list[KafkaError | None] = []
+    producer = Producer({**conf, "message.timeout.ms": 20_000})
+    producer.produce(topic, b"x", partition=0, on_delivery=lambda e, m: failures.append(e))
+    producer.flush(30)
+    return failures[0].code() if failures[0] is not None else None
+
+
+def test_every_spelling_of_a_topic_is_one_resource_to_acls(root: str) -> None:
+    """``t``, ``public/default/t`` and ``persistent://public/default/t`` name one topic, so a Deny of
+    one holds for all, and a binding written with another spelling applies to it."""
+    for args in (
+        ("--allow-principal", "User:alice", "--operation", "All", "--topic", "*"),
+        ("--deny-principal", "User:alice", "--operation", "Write", "--topic", "orders-secret"),
+        ("--allow-principal", "User:bob", "--operation", "Write", "--topic", "persistent://public/default/other"),
+    ):
+        assert kop(root, "acls", "add", *args).returncode == 0
+    conf = ["authorizationEnabled=true"]
+    with KopServer(root, conf, protocols=["SASL_PLAINTEXT"]) as server:
+        alice = sasl(server, "alice", PASSWORDS["alice"])
+        for name in ("orders-secret", "public/default/orders-secret", "persistent://public/default/orders-secret"):
+            assert _produce_error(alice, name) == KafkaError.TOPIC_AUTHORIZATION_FAILED, name
+        assert _produce_error(alice, "public/default/orders-eu") is None
+        bob = sasl(server, "bob", PASSWORDS["bob"], "SCRAM-SHA-512")
+        assert _produce_error(bob, "other") is None
+        assert _produce_error(bob, "t") == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    with Broker(root) as b:
+        assert b.list_offsets("orders-secret", 0, "latest") == 0
+        assert b.list_offsets("orders-eu", 0, "latest") == b.list_offsets("other", 0, "latest") == 1
+
+
 def test_altering_configs_takes_alter_configs_which_allows_describing_them_and_deleting_records_delete(
     root: str,
 ) -> None:

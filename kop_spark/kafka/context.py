@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from .. import layout
 from ..broker import Broker, GroupConfigs, GroupSnapshots, LiveGroup, ShareStates, Snapshot
 from ..broker.acls import CLUSTER
+from ..errors import InvalidTopicError
 from .authorization import REFUSALS, Authorization
 from .classic_members import PROTOCOL_TYPE, ClassicMembers
 from .consumer_group import ConsumerGroup
@@ -54,6 +55,19 @@ class Appends:
             pass
 
 
+def _listed_names(broker: Broker) -> Callable[[str], str]:
+    """The name each spelling of a topic is listed under (a name that is no topic name, as given)."""
+
+    @functools.lru_cache(maxsize=4096)
+    def listed(topic: str) -> str:
+        try:
+            return broker.admin.kafka_name(broker.topic_name(topic))
+        except InvalidTopicError:
+            return topic
+
+    return listed
+
+
 class ServerContext:
     def __init__(
         self,
@@ -70,7 +84,9 @@ class ServerContext:
         config = broker.config
         self.sasl_mechanisms = tuple(config["sasl.enabled.mechanisms"].split(","))
         self.reauth_ms = config["connections.max.reauth.ms"]
-        self.authorization = Authorization(config["authorizationEnabled"], config["superUserRoles"].split(","))
+        self.authorization = Authorization(
+            config["authorizationEnabled"], config["superUserRoles"].split(","), _listed_names(broker)
+        )
         self.appends = Appends()
         self.metrics = ServerMetrics()
         self.membership = GroupMembership(broker.config["group.initial.rebalance.delay.ms"], self._changed)
