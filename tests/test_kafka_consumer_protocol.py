@@ -238,6 +238,18 @@ def test_a_regex_subscription_takes_topics_created_later(server: KopServer, memb
     c.close()
 
 
+def test_a_member_subscribing_by_a_full_name_is_assigned_the_topic(
+    server: KopServer, member: Callable[..., Consumer]
+) -> None:
+    """The server assigns: a subscription to ``persistent://public/default/t`` is one to ``t``."""
+    c = member("full")
+    c.subscribe(["persistent://public/default/t"])
+    produce(server, 20)
+    got = poll_until([c], lambda got: len(got) >= 20)
+    assert len(c.assignment()) == 4 and len({(p, o) for _, p, o in got}) == 20
+    c.close()
+
+
 def test_the_group_shows_in_kop_groups_the_admin_client_and_list_groups(
     server: KopServer, member: Callable[..., Consumer]
 ) -> None:

@@ -122,6 +122,17 @@ def test_consumers_sharing_a_partition_get_each_record_once(
     _until_all_done(server, 200)
 
 
+def test_a_member_subscribing_by_a_full_name_gets_the_topics_records(server: KopServer) -> None:
+    """As a consumer group's: a subscription to ``public/default/t`` is one to ``t``."""
+    consumer = ShareConsumer({"bootstrap.servers": server.bootstrap, "group.id": "sg"})
+    try:
+        consumer.subscribe(["public/default/t"])
+        _produce(server, 10)
+        assert sorted(m.offset() for _, m in _poll_until([consumer], lambda got: len(got) >= 10)) == list(range(10))
+    finally:
+        consumer.close()
+
+
 def test_members_split_the_partitions_and_share_them_only_when_they_outnumber_them(tmp_path: Path) -> None:
     """Kafka's simple assignor: two members of a four-partition topic take two partitions each and
     read only from them; a third takes one from whoever had two."""

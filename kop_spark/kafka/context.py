@@ -84,8 +84,10 @@ class ServerContext:
         config = broker.config
         self.sasl_mechanisms = tuple(config["sasl.enabled.mechanisms"].split(","))
         self.reauth_ms = config["connections.max.reauth.ms"]
+        # each spelling of a topic (public/default/t, persistent://...) to the one it is listed under
+        self.listed_topic = _listed_names(broker)
         self.authorization = Authorization(
-            config["authorizationEnabled"], config["superUserRoles"].split(","), _listed_names(broker)
+            config["authorizationEnabled"], config["superUserRoles"].split(","), self.listed_topic
         )
         self.appends = Appends()
         self.metrics = ServerMetrics()

@@ -54,7 +54,10 @@ async def consumer_group_heartbeat(ctx: ServerContext, header: RequestHeader, re
             client=(header.client_id or "", header.client_host),
             instance_id=request.instance_id,
             rebalance_timeout_ms=int(request.rebalance_timeout.total_seconds() * 1000),
-            topic_names=request.subscribed_topic_names,
+            # matched against the topics as listed, whichever spelling the member subscribed with
+            topic_names=None
+            if request.subscribed_topic_names is None
+            else tuple(map(ctx.listed_topic, request.subscribed_topic_names)),
             topic_regex=getattr(request, "subscribed_topic_regex", None),
             assignor=request.server_assignor,
             owned=None

@@ -53,10 +53,10 @@ async def share_group_heartbeat(ctx: ServerContext, header: RequestHeader, reque
     if denied:
         return answer(ErrorCode.topic_authorization_failed, f"may not describe topics {', '.join(denied)}")
     client = (header.client_id or "", header.client_host)
+    names = request.subscribed_topic_names
+    listed = None if names is None else tuple(map(ctx.listed_topic, names))  # as consumer groups match them
     try:
-        member = ctx.share_groups.heartbeat(
-            request.group_id, request.member_id, request.member_epoch, request.subscribed_topic_names, client
-        )
+        member = ctx.share_groups.heartbeat(request.group_id, request.member_id, request.member_epoch, listed, client)
     except ShareGroupError as e:
         return answer(e.code, str(e))
     if request.member_epoch == LEAVE:
