@@ -40,17 +40,17 @@ def _batch(key: bytes) -> bytes:
 def test_no_write_of_a_client_reaches_the_offsets_topic(broker: Broker) -> None:
     p = partition_for_group("g", broker.partitions_for(OFFSETS))
     end = broker.list_offsets(OFFSETS, p, "latest")
-    writes = {
-        "produce to": lambda: broker.produce(OFFSETS, [Record(key=b"junk", value=b"x")], partition=p),
-        "produce to ": lambda: broker.produce_batches(OFFSETS, p, [_batch(b"junk")]),
-        "produce to  ": lambda: broker.queue_batches(OFFSETS, p, [_batch(b"junk")]),
-        "write to": lambda: broker.sink_commits.stage(OFFSETS, p, "_staging/job/0/task"),
-        "delete": lambda: broker.delete_topic(OFFSETS),
-        "add partitions to": lambda: broker.create_partitions(OFFSETS, 60),
-        "delete records of": lambda: broker.delete_records(OFFSETS, p, -1),
-    }
-    for action, write in writes.items():
-        with pytest.raises(InvalidTopicError, match=f"cannot {action.strip()} internal topic '{OFFSETS}'"):
+    writes = [
+        ("produce to", lambda: broker.produce(OFFSETS, [Record(key=b"junk", value=b"x")], partition=p)),
+        ("produce to", lambda: broker.produce_batches(OFFSETS, p, [_batch(b"junk")])),
+        ("produce to", lambda: broker.queue_batches(OFFSETS, p, [_batch(b"junk")])),
+        ("write to", lambda: broker.sink_commits.stage(OFFSETS, p, "_staging/job/0/task")),
+        ("delete", lambda: broker.delete_topic(OFFSETS)),
+        ("add partitions to", lambda: broker.create_partitions(OFFSETS, 60)),
+        ("delete records of", lambda: broker.delete_records(OFFSETS, p, -1)),
+    ]
+    for action, write in writes:
+        with pytest.raises(InvalidTopicError, match=f"cannot {action} internal topic '{OFFSETS}'"):
             write()
     assert broker.list_offsets(OFFSETS, p, "latest") == end
     assert broker.partitions_for(OFFSETS) == 50
