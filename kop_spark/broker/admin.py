@@ -101,6 +101,11 @@ class TopicAdmin:
     def kafka_name(self, name: TopicName) -> str:
         return name.kafka_name(self._config["kafkaTenant"], self._config["kafkaNamespace"])
 
+    def listed_name(self, topic: str) -> str:
+        """The Kafka name a topic is listed under, however ``topic`` spells it (``t``,
+        ``public/default/t``, ``persistent://public/default/t``)."""
+        return self.kafka_name(self.name(topic))
+
     def is_internal(self, name: TopicName) -> bool:
         """One of kop's own topics (the offsets topic), kept as KoP keeps them: named ``__...`` in
         the metadata namespace (``kafkaMetadataTenant``/``kafkaMetadataNamespace``)."""

@@ -118,7 +118,7 @@ class Broker:
 
     def delete_topic(self, topic: str) -> None:
         """Delete a topic and groups' offsets of it; its files go after ``file.delete.delay.ms``."""
-        kafka_topic = self.admin.kafka_name(self.topic_name(topic))
+        kafka_topic = self.admin.listed_name(topic)
         self.admin.delete_topic(topic)
         self._groups.forget_topic(kafka_topic)
 

@@ -72,7 +72,7 @@ class Fetcher:
         return FetchedBatches([r.batch_bytes() for r in reads], view.log_start_offset, view.log_end_offset)
 
     def fetch(self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int) -> list[ConsumerRecord]:
-        kafka_topic = self._admin.kafka_name(self._admin.name(topic))
+        kafka_topic = self._admin.listed_name(topic)
         out: list[ConsumerRecord] = []
         position = offset
         budget = max_bytes

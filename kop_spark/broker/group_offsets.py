@@ -82,7 +82,7 @@ class GroupOffsets:
                 if topic not in metas:
                     metas[topic] = admin.metadata(topic)[1]
                 admin.check_partition(topic, p, metas[topic])
-            out[(topic, p)] = (admin.kafka_name(admin.name(topic)), p)
+            out[(topic, p)] = (admin.listed_name(topic), p)
         return out
 
     def commit_offsets(

@@ -61,7 +61,7 @@ def _listed_names(broker: Broker) -> Callable[[str], str]:
     @functools.lru_cache(maxsize=4096)
     def listed(topic: str) -> str:
         try:
-            return broker.admin.kafka_name(broker.topic_name(topic))
+            return broker.admin.listed_name(topic)
         except InvalidTopicError:
             return topic
 
