@@ -12,7 +12,13 @@ import crc32c
 import pytest
 
 from kop_spark import Broker, Record, layout
-from kop_spark.errors import CorruptRecordError, InvalidRecordError, InvalidTopicError, TopicNotFoundError
+from kop_spark.errors import (
+    CorruptRecordError,
+    FileMissingError,
+    InvalidRecordError,
+    InvalidTopicError,
+    TopicNotFoundError,
+)
 from kop_spark.record import TimestampType, build_record_batch
 from kop_spark.record.default_record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, MAX_TIMESTAMP_OFFSET
 from kop_spark.storage.metadata.file import FileMetadataStore
@@ -199,6 +205,53 @@ def test_a_writer_whose_seal_lost_its_cas_seals_its_ledger_again(root, monkeypat
     assert [r.value for r in Broker(root).fetch("t", 0, 0)] == [b"a", b"b"][: view.log_end_offset]
     data = os.path.dirname(b.fileio.full_path(view.ledgers[0].file))
     assert {os.path.join(data, f) for f in os.listdir(data)} == {b.fileio.full_path(l.file) for l in view.ledgers}
+
+
+@pytest.mark.parametrize("meanwhile", ["others moved the log on", "the file was deleted by hand"])
+def test_a_writer_taking_up_its_ledger_again_finds_the_file_gone(root, monkeypatch, meanwhile):
+    """Between a writer's read of the metadata and its use of a file named there, the file goes:
+    its seal of its ledger had lost its CAS, and before it takes the ledger up again, another
+    writer fences it, maintenance merges it away and the trash goes. The writer decides again on
+    the log as it stands (found by housekeeping racing writer processes). Had nobody changed the
+    log, a missing file is damage: reported at once, naming the file, not retried."""
+    conf = {"managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 0}
+    b = Broker(root, conf=conf)
+    b.create_topic("t", 1, config={"file.delete.delay.ms": 0})
+    b.produce("t", [Record(b"a0")], 0)
+    b.produce("t", [Record(b"a1")], 0)  # an open ledger, full: the next produce seals it
+    ml = b.managed_ledger("t", 0)
+    get, put, lost, gone = ml.store.get, ml.store.put, [], []
+    others = Broker(root, conf=conf)
+
+    def another_writer_first(key, value, version):
+        if key == ml.key and not lost:
+            lost.append(put(key, get(key).value, version))  # the same metadata, a new version
+        return put(key, value, version)
+
+    def the_file_goes_after_the_read(key):
+        read = get(key)
+        if key == ml.key and lost and not gone:
+            gone.append(b.fileio.full_path(read.value["ledgers"][-1]["file"]))
+            if meanwhile == "others moved the log on":
+                others.produce("t", [Record(b"b")], 0)  # fences the ledger the read shows open
+                assert others.maintenance(target_ledger_bytes=1 << 20, orphan_grace_ms=0).ledgers_merged == 1
+                assert not os.path.exists(gone[0])
+            else:
+                os.remove(gone[0])
+        return read
+
+    monkeypatch.setattr(ml.store, "put", another_writer_first)
+    monkeypatch.setattr(ml.store, "get", the_file_goes_after_the_read)
+    if meanwhile == "the file was deleted by hand":
+        with pytest.raises(FileMissingError) as missing:
+            b.produce("t", [Record(b"c")], 0)
+        assert gone[0] in str(missing.value)
+        return
+    b.produce("t", [Record(b"c")], 0)
+    monkeypatch.undo()
+    fresh = Broker(root)
+    assert fresh.verify() == {}
+    assert [r.value for r in fresh.fetch("t", 0, 0)] == [b"a0", b"a1", b"b", b"c"]
 
 
 def test_a_cas_of_another_thread_never_leaves_the_log_behind_an_idempotent_producer(root, monkeypatch):

@@ -37,7 +37,14 @@ from functools import cached_property
 from typing import NamedTuple
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..errors import BadVersionError, LogEndMovedError, ManagedLedgerDeletedError, OrphanRemovedError, StorageError
+from ..errors import (
+    BadVersionError,
+    FileMissingError,
+    LogEndMovedError,
+    ManagedLedgerDeletedError,
+    OrphanRemovedError,
+    StorageError,
+)
 from ..layout import ledger_file
 from ..retry import retry_cas
 from .fileio import FileIO
@@ -111,6 +118,16 @@ def _appended_already(
     if any(l.id in ids for l in meta.ledgers) or any(path in trashed for _, path in moved):
         return AppendResult(-1, sum(s.records for s, _ in moved), True)
     return None
+
+
+def _check_added_files(name: str, fileio: FileIO, committed: LogMetadata, new: LogMetadata) -> None:
+    """Files a change starts referring to must not be orphans condemned by maintenance. An
+    orphan is condemned by one CAS, deleted, then acquitted by another: while condemned, the
+    list says so; once acquitted, it is already gone, which a look at the file tells, since
+    ``committed`` (read after the acquitting CAS) is what this change is based on."""
+    for f in new.referenced() - committed.referenced():
+        if f in new.condemned or not fileio.exists(f):
+            raise OrphanRemovedError(f"{name}: {f} was removed as an orphan before it was referred to")
 
 
 class ManagedLedger:
@@ -216,7 +233,15 @@ class ManagedLedger:
         if state.meta.deleted and not allow_deleted:
             raise ManagedLedgerDeletedError(self.key)
         now = self.clock.now_ms()
-        new = change(state.meta.copy(), now)
+        try:
+            new = change(state.meta.copy(), now)
+        except FileMissingError:
+            # The change used a file its metadata names (our ledger, to take up again or seal).
+            # If the log moved on since that read, the file may have gone with it (merged away,
+            # retention): decide again on the log as it stands. Missing from the current log: damage.
+            if self.store.get(self.key).version != state.version:
+                raise BadVersionError(f"{self.name}: changed, and a file it named removed, while deciding") from None
+            raise
         if new is None:
             self._state = state
             return
@@ -227,18 +252,9 @@ class ManagedLedger:
         if new == state.meta:
             self._state = state
             return
-        self._check_added_files(state.meta, new)
+        _check_added_files(self.name, self.fileio, state.meta, new)
         version = self.store.put(self.key, new.to_json(), state.version)
         self._state = _Committed(new, version)
-
-    def _check_added_files(self, committed: LogMetadata, new: LogMetadata) -> None:
-        """Files a change starts referring to must not be orphans condemned by maintenance. An
-        orphan is condemned by one CAS, deleted, then acquitted by another: while condemned, the
-        list says so; once acquitted, it is already gone, which a look at the file tells, since
-        ``committed`` (read after the acquitting CAS) is what this change is based on."""
-        for f in new.referenced() - committed.referenced():
-            if f in new.condemned or not self.fileio.exists(f):
-                raise OrphanRemovedError(f"{self.name}: {f} was removed as an orphan before it was referred to")
 
     def _load(self, allow_deleted: bool = False) -> _Committed:
         state = self.store.get(self.key)
