@@ -52,3 +52,12 @@ class Setting:
     default: Any
     parse: Callable[[str], Any]
     doc: str
+    kafka_type: str = ""  # Kafka's ConfigDef type (INT, LIST, PASSWORD) where the default does not tell it
+
+    @property
+    def config_type(self) -> str:
+        """The type DescribeConfigs reports (Kafka's ``ConfigEntry.type()``)."""
+        return self.kafka_type or _TYPES.get(type(self.default), "STRING")
+
+
+_TYPES = {bool: "BOOLEAN", int: "LONG", float: "DOUBLE"}

@@ -66,37 +66,56 @@ _SETTINGS = [
         int_at_least(1),
         "Where ledgers are written whole (object stores, whole-file mounts) they are built in memory: "
         "a Spark task's output rolls to a new ledger at this many MiB",
+        kafka_type="INT",
     ),
     Setting(
         "metadataStoreOperationTimeoutSeconds",
         30,
         int_at_least(1),
         "Give up on a metadata operation (ZooKeeper, etcd, object store) that has no answer after this long",
+        kafka_type="INT",
     ),
     Setting(
         "metadataStoreSessionTimeoutMillis",
         30000,
         int_at_least(1000),
         "ZooKeeper session timeout",
+        kafka_type="INT",
     ),
     Setting("kafkaTenant", "public", str, "Pulsar tenant of Kafka topics given by short name"),
     Setting("kafkaNamespace", "default", str, "Pulsar namespace of Kafka topics given by short name"),
     Setting("kafkaMetadataTenant", "public", str, "Tenant of the offsets topic"),
     Setting("kafkaMetadataNamespace", "__kafka", str, "Namespace of the offsets topic"),
-    Setting("defaultNumPartitions", 1, int_at_least(1), "Partitions of a topic created without a count"),
+    Setting(
+        "defaultNumPartitions", 1, int_at_least(1), "Partitions of a topic created without a count", kafka_type="INT"
+    ),
     Setting(
         "managedLedgerMaxEntriesPerLedger",
         50000,
         int_at_least(1),
         "Seal a ledger and start a new one after this many entries",
+        kafka_type="INT",
     ),
-    Setting("managedLedgerMaxSizePerLedgerMbytes", 2048, int_at_least(1), "... or once the ledger holds this many MiB"),
-    Setting("managedLedgerMaxLedgerRolloverTimeMinutes", 240, int_at_least(1), "... or once the ledger is this old"),
+    Setting(
+        "managedLedgerMaxSizePerLedgerMbytes",
+        2048,
+        int_at_least(1),
+        "... or once the ledger holds this many MiB",
+        kafka_type="INT",
+    ),
+    Setting(
+        "managedLedgerMaxLedgerRolloverTimeMinutes",
+        240,
+        int_at_least(1),
+        "... or once the ledger is this old",
+        kafka_type="INT",
+    ),
     Setting(
         "managedLedgerMergeInPassing",
         16,
         int_at_least(0),
         "Merge a run of this many small ledgers as part of writing, so writers taking turns do not pile up ledgers (0: only kop maintenance merges)",
+        kafka_type="INT",
     ),
     Setting(
         "journalSyncData",
@@ -109,25 +128,35 @@ _SETTINGS = [
         86400000,
         int_at_least(1),
         "Forget an idempotent writer's last sequence after this long unused",
+        kafka_type="INT",
     ),
     Setting(
         "transactional.id.expiration.ms",
         604800000,
         int_at_least(1),
         "Forget an exactly-once writer (a streaming query, a Kafka transactional id) this long after its last batch",
+        kafka_type="INT",
     ),
     Setting(
         "transaction.max.timeout.ms",
         900000,
         int_at_least(1),
         "The longest transaction.timeout.ms a transactional producer may ask for",
+        kafka_type="INT",
     ),
-    Setting("offsetsTopicNumPartitions", 50, int_at_least(1), "Partitions of the offsets topic __consumer_offsets"),
+    Setting(
+        "offsetsTopicNumPartitions",
+        50,
+        int_at_least(1),
+        "Partitions of the offsets topic __consumer_offsets",
+        kafka_type="INT",
+    ),
     Setting(
         "offsetsRetentionMinutes",
         4320,
         int_at_least(1),
         "Expire a group's committed offsets this long after it became empty",
+        kafka_type="INT",
     ),
     Setting("offsetsRetentionCheckIntervalMs", 600000, int_at_least(1), "How often expired offsets are looked for"),
     Setting(
@@ -162,6 +191,7 @@ _SETTINGS = [
         "How often kop serve does what kop maintenance does besides retention and compaction: merge small "
         "ledgers, complete sink batches a dead driver left half done, remove orphaned files, forget expired "
         "writers (0: never; run kop maintenance instead)",
+        kafka_type="INT",
     ),
     Setting(
         "maintenanceTargetLedgerMbytes",
@@ -169,14 +199,22 @@ _SETTINGS = [
         int_at_least(1),
         "Maintenance merges runs of small ledgers into ledgers of up to this many MiB; compaction writes "
         "ledgers of about this size",
+        kafka_type="INT",
     ),
     Setting(
         "maintenanceOrphanGraceMinutes",
         60,
         int_at_least(0),
         "Maintenance removes a file nothing refers to once it is this old (a writer may still be about to refer to a younger one)",
+        kafka_type="INT",
     ),
-    Setting("offsetMetadataMaxSize", 4096, int_at_least(0), "Largest metadata string accepted with a committed offset"),
+    Setting(
+        "offsetMetadataMaxSize",
+        4096,
+        int_at_least(0),
+        "Largest metadata string accepted with a committed offset",
+        kafka_type="INT",
+    ),
     Setting(
         "kafkaListeners",
         "PLAINTEXT://127.0.0.1:9092",
@@ -197,6 +235,7 @@ _SETTINGS = [
         _optional_port,
         "Port of the HTTP endpoint serving kop serve's metrics at /metrics, in Prometheus's format, with KoP's "
         "names (empty: none; 0: any free port)",
+        kafka_type="INT",
     ),
     Setting("bindAddress", "127.0.0.1", str, "Address the metrics endpoint (webServicePort) listens on"),
     Setting(
@@ -211,6 +250,7 @@ _SETTINGS = [
         _mechanisms,
         "SASL mechanisms SASL listeners accept: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN (PLAIN sends the password: "
         "only over SASL_SSL), OAUTHBEARER (tokens an identity provider signed: sasl.oauthbearer.*)",
+        kafka_type="LIST",
     ),
     Setting(
         "sasl.oauthbearer.jwks.endpoint.url",
@@ -228,7 +268,13 @@ _SETTINGS = [
     Setting("sasl.oauthbearer.expected.audience", "", str, "Audiences a token must name one of, comma-separated"),
     Setting("sasl.oauthbearer.expected.issuer", "", str, "The issuer (iss) a token must name"),
     Setting("sasl.oauthbearer.sub.claim.name", "sub", str, "The token claim naming its user (principal User:<it>)"),
-    Setting("sasl.oauthbearer.clock.skew.seconds", 30, int_at_least(0), "Leeway for OAUTHBEARER tokens' times"),
+    Setting(
+        "sasl.oauthbearer.clock.skew.seconds",
+        30,
+        int_at_least(0),
+        "Leeway for OAUTHBEARER tokens' times",
+        kafka_type="INT",
+    ),
     Setting("ssl.keystore.type", "PEM", choice("PEM"), "Format of the TLS keystore (KIP-651 PEM)"),
     Setting(
         "ssl.keystore.location",
@@ -236,9 +282,15 @@ _SETTINGS = [
         str,
         "PEM file with the private key and certificate chain of SSL/SASL_SSL listeners",
     ),
-    Setting("ssl.keystore.key", "", str, "The private key as PEM text (instead of ssl.keystore.location)"),
+    Setting(
+        "ssl.keystore.key",
+        "",
+        str,
+        "The private key as PEM text (instead of ssl.keystore.location)",
+        kafka_type="PASSWORD",
+    ),
     Setting("ssl.keystore.certificate.chain", "", str, "The certificate chain as PEM text, with ssl.keystore.key"),
-    Setting("ssl.key.password", "", str, "Password of an encrypted private key"),
+    Setting("ssl.key.password", "", str, "Password of an encrypted private key", kafka_type="PASSWORD"),
     Setting(
         "ssl.client.auth",
         "none",
@@ -252,7 +304,13 @@ _SETTINGS = [
         parse_bool,
         "Check every Kafka request against the ACLs (`kop acls`): allowed only if one allows it and none denies it",
     ),
-    Setting("superUserRoles", "", str, "Principals ACLs do not apply to, comma-separated (User:admin,User:CN=ops)"),
+    Setting(
+        "superUserRoles",
+        "",
+        str,
+        "Principals ACLs do not apply to, comma-separated (User:admin,User:CN=ops)",
+        kafka_type="LIST",
+    ),
     Setting(
         "allowAutoTopicCreation",
         True,
@@ -264,6 +322,7 @@ _SETTINGS = [
         104857600,
         int_at_least(1024),
         "Largest request kop serve reads; a larger one closes that connection",
+        kafka_type="INT",
     ),
     Setting(
         "connections.max.idle.ms",
@@ -277,24 +336,28 @@ _SETTINGS = [
         3000,
         int_at_least(0),
         "How long an empty group waits for more members before its first rebalance (kop serve)",
+        kafka_type="INT",
     ),
     Setting(
         "group.consumer.session.timeout.ms",
         45000,
         int_at_least(1),
         "How long a member of a consumer-protocol group (KIP-848) may go without a heartbeat",
+        kafka_type="INT",
     ),
     Setting(
         "group.consumer.heartbeat.interval.ms",
         5000,
         int_at_least(1),
         "How often members of a consumer-protocol group (KIP-848) are told to heartbeat",
+        kafka_type="INT",
     ),
     Setting(
         "group.consumer.assignors",
         "uniform,range",
         _assignors,
         "Server-side assignors of consumer-protocol groups (KIP-848); the first is the default",
+        kafka_type="LIST",
     ),
     Setting(
         "group.consumer.migration.policy",
@@ -303,20 +366,40 @@ _SETTINGS = [
         "Whether a group moves between the classic and the consumer protocol as its members do "
         "(KIP-848): upgrade, downgrade, both (bidirectional) or neither (disabled)",
     ),
-    Setting("group.share.session.timeout.ms", 45000, int_at_least(1), "How long a share group member may be silent"),
-    Setting("group.share.heartbeat.interval.ms", 5000, int_at_least(1), "How often share group members heartbeat"),
+    Setting(
+        "group.share.session.timeout.ms",
+        45000,
+        int_at_least(1),
+        "How long a share group member may be silent",
+        kafka_type="INT",
+    ),
+    Setting(
+        "group.share.heartbeat.interval.ms",
+        5000,
+        int_at_least(1),
+        "How often share group members heartbeat",
+        kafka_type="INT",
+    ),
     Setting(
         "group.share.record.lock.duration.ms",
         30000,
         int_at_least(1),
         "How long a share consumer holds the records it fetched before they go to another",
+        kafka_type="INT",
     ),
-    Setting("group.share.delivery.count.limit", 5, int_at_least(1), "Most deliveries of a record to share consumers"),
+    Setting(
+        "group.share.delivery.count.limit",
+        5,
+        int_at_least(1),
+        "Most deliveries of a record to share consumers",
+        kafka_type="INT",
+    ),
     Setting(
         "group.share.partition.max.record.locks",
         2000,
         int_at_least(1),
         "Most records of a partition a share group has in flight (delivered and not yet acknowledged)",
+        kafka_type="INT",
     ),
     Setting(
         "share.auto.offset.reset",
@@ -325,8 +408,20 @@ _SETTINGS = [
         "Where a share group starts in a partition it has not read before, unless the group has its own "
         "(kafka-configs --entity-type groups)",
     ),
-    Setting("group.min.session.timeout.ms", 6000, int_at_least(1), "Shortest session timeout a consumer may ask for"),
-    Setting("group.max.session.timeout.ms", 1800000, int_at_least(1), "Longest session timeout a consumer may ask for"),
+    Setting(
+        "group.min.session.timeout.ms",
+        6000,
+        int_at_least(1),
+        "Shortest session timeout a consumer may ask for",
+        kafka_type="INT",
+    ),
+    Setting(
+        "group.max.session.timeout.ms",
+        1800000,
+        int_at_least(1),
+        "Longest session timeout a consumer may ask for",
+        kafka_type="INT",
+    ),
 ]
 
 SETTINGS: Mapping[str, Setting] = {s.name: s for s in _SETTINGS + KAFKA_TOPIC_SETTINGS}  # topic ones last

@@ -38,6 +38,7 @@ KAFKA_TOPIC_SETTINGS = [
         "delete",
         _cleanup_policy,
         "delete (retention), compact (latest value per key), or both",
+        kafka_type="LIST",
     ),
     Setting("delete.retention.ms", 86400000, int_at_least(0), "How long compaction keeps tombstones"),
     Setting(
@@ -68,7 +69,9 @@ KAFKA_TOPIC_SETTINGS = [
         "(CreateTime topics only; Kafka 4's default, an hour)",
     ),
     # 61 bytes of batch header and a few of record: no record fits a smaller batch.
-    Setting("max.message.bytes", 1048588, int_at_least(_SMALLEST_BATCH), "Largest record batch accepted"),
+    Setting(
+        "max.message.bytes", 1048588, int_at_least(_SMALLEST_BATCH), "Largest record batch accepted", kafka_type="INT"
+    ),
     Setting(
         "file.delete.delay.ms",
         60000,
@@ -81,6 +84,7 @@ KAFKA_TOPIC_SETTINGS = [
         int_at_least(14),
         "Seal a partition's ledger once it holds this many bytes, as Kafka rolls a segment (or at "
         "managedLedgerMaxSizePerLedgerMbytes, whichever is smaller)",
+        kafka_type="INT",
     ),
     Setting(
         "segment.ms",
@@ -117,6 +121,7 @@ KAFKA_TOPIC_SETTINGS = [
         int_at_least(1),
         "Accepted, no effect: a produce is answered once its ledger entry is synced to the store, which "
         "keeps the copies (as acks=all with this many replicas in sync would)",
+        kafka_type="INT",
     ),
     Setting(
         "unclean.leader.election.enable",
@@ -141,12 +146,14 @@ KAFKA_TOPIC_SETTINGS = [
         4096,
         int_at_least(0),
         "Accepted, no effect: a ledger's entry table indexes every entry",
+        kafka_type="INT",
     ),
     Setting(
         "segment.index.bytes",
         10485760,
         int_at_least(4),
         "Accepted, no effect: a ledger's entry table indexes every entry",
+        kafka_type="INT",
     ),
     Setting(
         "segment.jitter.ms",

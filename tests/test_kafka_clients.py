@@ -30,7 +30,7 @@ from kafka import TopicPartition as KTopicPartition
 from kafka.admin import ConfigResource as KConfigResource
 from kafka.admin import ConfigResourceType as KConfigResourceType
 from kafka.admin import NewTopic as KNewTopic
-from kafka.protocol.admin import CreateTopicsRequest
+from kafka.protocol.admin import CreateTopicsRequest, DescribeConfigsRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
@@ -377,6 +377,43 @@ def test_admin_clients_alter_a_topics_configs_and_the_server_applies_them_at_onc
     ).values()
     with pytest.raises(KafkaException, match=r"conf/kop\.conf"):
         broker_change.result(30)
+
+
+def test_described_configs_carry_kafkas_types_and_documentation_when_asked(server: KopServer) -> None:
+    """DescribeConfigs reports each setting's type as Kafka's ConfigDef gives it (admin tools show
+    it and check values against it), and its documentation when the request asks for it."""
+    with Broker(server.root) as b:
+        b.create_topic("typed", 1)
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    topic = KConfigResource(KConfigResourceType.TOPIC, "typed")
+    (described,) = admin.describe_configs([topic], config_filter="all")["topic"].values()
+    broker = admin.describe_configs([KConfigResource(KConfigResourceType.BROKER, "0")], config_filter="all")
+    admin.close()
+    types = {k: c["config_type"] for k, c in {**broker["broker"]["0"], **described}.items()}
+    expected = {
+        "retention.ms": "LONG",
+        "max.message.bytes": "INT",
+        "cleanup.policy": "LIST",
+        "min.cleanable.dirty.ratio": "DOUBLE",
+        "unclean.leader.election.enable": "BOOLEAN",
+        "message.timestamp.type": "STRING",
+        "group.consumer.session.timeout.ms": "INT",
+        "ssl.key.password": "PASSWORD",
+    }
+    assert {k: types[k] for k in expected} == expected
+    assert "UNKNOWN" not in types.values()
+    assert all(c["documentation"] is None for c in described.values()), "documentation only when asked"
+    request = wire_request(
+        DescribeConfigsRequest,
+        4,
+        resources=[{"resource_type": 2, "resource_name": "typed", "configuration_keys": ["segment.bytes"]}],
+        include_synonyms=False,
+        include_documentation=True,
+    )
+    with connect(server) as sock:
+        (result,) = call(sock, request).results
+    ((name, documentation),) = [(c.name, c.documentation) for c in result.configs]
+    assert name == "segment.bytes" and "roll" in documentation
 
 
 def test_admin_clients_delete_records_and_consumers_start_after_them(server: KopServer) -> None:

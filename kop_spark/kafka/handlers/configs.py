@@ -17,13 +17,22 @@ from kio.schema.errors import ErrorCode
 from ...config import CLOUD_OPTION_PREFIXES
 from ...config_changes import ALTER_OPS, AlterConfigOp
 from ...errors import ConfigError
-from ...settings import SENSITIVE
+from ...settings import SENSITIVE, SETTINGS
 from ..context import NODE_ID, ServerContext
 from ..error_codes import error_code
 from ..messages import RequestHeader, make, response_module
 
 TOPIC, BROKER, GROUP = 2, 4, 32  # Kafka's ConfigResource.Type
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 1, 4, 5, 8  # Kafka's ConfigSource
+CONFIG_TYPES = {
+    "BOOLEAN": 1,
+    "STRING": 2,
+    "INT": 3,
+    "LONG": 5,
+    "DOUBLE": 6,
+    "LIST": 7,
+    "PASSWORD": 9,
+}  # Kafka's ConfigType
 
 
 def _text(value: Any) -> str:
@@ -33,15 +42,14 @@ def _text(value: Any) -> str:
 async def describe_configs(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
     results = [
-        await _resource(ctx, header, m, r.resource_type, r.resource_name, r.configuration_keys)
-        for r in request.resources
+        await _resource(ctx, header, m, r, getattr(request, "include_documentation", False)) for r in request.resources
     ]
     return make(m.DescribeConfigsResponse, throttle_time=datetime.timedelta(0), results=tuple(results))
 
 
-async def _resource(
-    ctx: ServerContext, header: RequestHeader, m: Any, kind: int, name: str, keys: tuple[str, ...] | None
-) -> Any:
+async def _resource(ctx: ServerContext, header: RequestHeader, m: Any, resource: Any, documented: bool) -> Any:
+    kind, name, keys = resource.resource_type, resource.resource_name, resource.configuration_keys
+
     def result(code: ErrorCode, message: str | None, configs: tuple[Any, ...] = ()) -> Any:
         return make(
             m.DescribeConfigsResult,
@@ -86,7 +94,8 @@ async def _resource(
             is_default=sources[k] == DEFAULT_CONFIG,
             is_sensitive=_sensitive(k),
             synonyms=(),
-            documentation=None,
+            config_type=CONFIG_TYPES[SETTINGS[k].config_type] if k in SETTINGS else 0,
+            documentation=SETTINGS[k].doc if documented and k in SETTINGS else None,
         )
         for k, v in sorted(values.items())
         if k in wanted
