@@ -1,6 +1,7 @@
 """DESCRIBE_CONFIGS of topics (their real settings: the store's defaults and the topic's own
 overrides) and of the broker (node 0: every setting of conf/kop.conf in effect; object-store
-settings, which may hold credentials, are reported as sensitive, without their values).
+settings, which may hold credentials, are reported as sensitive, without their values), each
+setting with its type as Kafka's ConfigDef gives it and, when asked, its documentation.
 
 ALTER_CONFIGS and INCREMENTAL_ALTER_CONFIGS change topics' settings (``Broker.alter_topic_config``),
 each topic's all or none, and groups' (``GroupConfigs``: ``kafka-configs --entity-type groups``). The broker's settings are conf/kop.conf's, read at start: a request to
@@ -24,15 +25,8 @@ from ..messages import RequestHeader, make, response_module
 
 TOPIC, BROKER, GROUP = 2, 4, 32  # Kafka's ConfigResource.Type
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 1, 4, 5, 8  # Kafka's ConfigSource
-CONFIG_TYPES = {
-    "BOOLEAN": 1,
-    "STRING": 2,
-    "INT": 3,
-    "LONG": 5,
-    "DOUBLE": 6,
-    "LIST": 7,
-    "PASSWORD": 9,
-}  # Kafka's ConfigType
+# Kafka's ConfigType
+CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "DOUBLE": 6, "LIST": 7, "PASSWORD": 9}
 
 
 def _text(value: Any) -> str:
