@@ -379,14 +379,17 @@ def test_admin_clients_alter_a_topics_configs_and_the_server_applies_them_at_onc
         broker_change.result(30)
 
 
-def test_described_configs_carry_kafkas_types_and_documentation_when_asked(server: KopServer) -> None:
+def test_described_configs_carry_kafkas_types_and_synonyms_and_documentation_when_asked(server: KopServer) -> None:
     """DescribeConfigs reports each setting's type as Kafka's ConfigDef gives it (admin tools show
-    it and check values against it), and its documentation when the request asks for it."""
+    it and check values against it); when asked, where its value comes from (a topic's own setting,
+    then the broker's default it overrides: kafka-configs --describe --all prints these) and its
+    documentation."""
     with Broker(server.root) as b:
-        b.create_topic("typed", 1)
+        b.create_topic("typed", 1, config={"retention.ms": 1000})
     admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
     topic = KConfigResource(KConfigResourceType.TOPIC, "typed")
     (described,) = admin.describe_configs([topic], config_filter="all")["topic"].values()
+    (chained,) = admin.describe_configs([topic], include_synonyms=True, config_filter="all")["topic"].values()
     broker = admin.describe_configs([KConfigResource(KConfigResourceType.BROKER, "0")], config_filter="all")
     admin.close()
     types = {k: c["config_type"] for k, c in {**broker["broker"]["0"], **described}.items()}
@@ -402,7 +405,12 @@ def test_described_configs_carry_kafkas_types_and_documentation_when_asked(serve
     }
     assert {k: types[k] for k in expected} == expected
     assert "UNKNOWN" not in types.values()
-    assert all(c["documentation"] is None for c in described.values()), "documentation only when asked"
+    assert all(not c["synonyms"] and c["documentation"] is None for c in described.values()), "only when asked"
+    synonyms = {k: [(s["value"], s["source"]) for s in chained[k]["synonyms"]] for k in ("retention.ms", "segment.ms")}
+    assert synonyms == {
+        "retention.ms": [("1000", "DYNAMIC_TOPIC_CONFIG"), ("604800000", "DEFAULT_CONFIG")],
+        "segment.ms": [("604800000", "DEFAULT_CONFIG")],
+    }
     request = wire_request(
         DescribeConfigsRequest,
         4,

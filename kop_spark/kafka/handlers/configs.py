@@ -1,7 +1,7 @@
 """DESCRIBE_CONFIGS of topics (their real settings: the store's defaults and the topic's own
 overrides) and of the broker (node 0: every setting of conf/kop.conf in effect; object-store
 settings, which may hold credentials, are reported as sensitive, without their values), each
-setting with its type as Kafka's ConfigDef gives it and, when asked, its documentation.
+setting with its type as Kafka's ConfigDef gives it and, when asked, its synonyms and documentation.
 
 ALTER_CONFIGS and INCREMENTAL_ALTER_CONFIGS change topics' settings (``Broker.alter_topic_config``),
 each topic's all or none, and groups' (``GroupConfigs``: ``kafka-configs --entity-type groups``). The broker's settings are conf/kop.conf's, read at start: a request to
@@ -10,7 +10,7 @@ change them is refused, as Kafka refuses a change to a static broker setting."""
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -35,13 +35,11 @@ def _text(value: Any) -> str:
 
 async def describe_configs(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
-    results = [
-        await _resource(ctx, header, m, r, getattr(request, "include_documentation", False)) for r in request.resources
-    ]
+    results = [await _resource(ctx, header, m, r, request) for r in request.resources]
     return make(m.DescribeConfigsResponse, throttle_time=datetime.timedelta(0), results=tuple(results))
 
 
-async def _resource(ctx: ServerContext, header: RequestHeader, m: Any, resource: Any, documented: bool) -> Any:
+async def _resource(ctx: ServerContext, header: RequestHeader, m: Any, resource: Any, request: Any) -> Any:
     kind, name, keys = resource.resource_type, resource.resource_name, resource.configuration_keys
 
     def result(code: ErrorCode, message: str | None, configs: tuple[Any, ...] = ()) -> Any:
@@ -54,47 +52,70 @@ async def _resource(ctx: ServerContext, header: RequestHeader, m: Any, resource:
             configs=configs,
         )
 
-    defaults = ctx.broker.config
     if kind == TOPIC and not ctx.allowed(header, "DescribeConfigs", "Topic", name):
         return result(ErrorCode.topic_authorization_failed, f"may not describe the configs of topic {name!r}")
     if kind == BROKER and not ctx.allowed(header, "DescribeConfigs", "Cluster"):
         return result(ErrorCode.cluster_authorization_failed, "may not describe the broker's configs")
     if kind == GROUP and not ctx.allowed(header, "DescribeConfigs", "Group", name):
         return result(ErrorCode.group_authorization_failed, f"may not describe the configs of group {name!r}")
-    if kind == TOPIC:
-        try:
-            own = await ctx.call(ctx.broker.topic_config, name, own=True)
-            values = defaults.topic_config(own)
-        except Exception as e:
-            return result(error_code(e, f"describe configs of topic {name!r}"), str(e))
-        sources = {k: DYNAMIC_TOPIC_CONFIG if k in own else DEFAULT_CONFIG for k in values}
-    elif kind == GROUP:
-        own = await ctx.call(ctx.group_configs.own, name)
-        values = await ctx.call(ctx.group_configs.effective, name)
-        sources = {k: GROUP_CONFIG if k in own else DEFAULT_CONFIG for k in values}
-    elif kind == BROKER and name in ("", str(NODE_ID)):
-        values = dict(defaults)
-        sources = dict.fromkeys(values, STATIC_BROKER_CONFIG)
-    else:
+    if kind not in (TOPIC, GROUP) and not (kind == BROKER and name in ("", str(NODE_ID))):
         return result(ErrorCode.invalid_request, f"no config resource of type {kind} named {name!r}")
-    wanted = set(keys) if keys else set(values)
-    configs = tuple(
-        make(
-            m.DescribeConfigsResourceResult,
-            name=k,
-            value=None if _sensitive(k) else _text(v),  # credentials stay here
-            read_only=kind == BROKER,
-            config_source=sources[k],
-            is_default=sources[k] == DEFAULT_CONFIG,
-            is_sensitive=_sensitive(k),
-            synonyms=(),
-            config_type=CONFIG_TYPES[SETTINGS[k].config_type] if k in SETTINGS else 0,
-            documentation=SETTINGS[k].doc if documented and k in SETTINGS else None,
-        )
-        for k, v in sorted(values.items())
-        if k in wanted
+    try:
+        values, own = await _settings(ctx, kind, name)
+    except Exception as e:
+        return result(error_code(e, f"describe configs of {name!r}"), str(e))
+    described = _Described(m, kind, own, ctx.broker.config, request)
+    return result(
+        ErrorCode.none, None, tuple(described.entry(k, v) for k, v in sorted(values.items()) if not keys or k in keys)
     )
-    return result(ErrorCode.none, None, configs)
+
+
+async def _settings(ctx: ServerContext, kind: int, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A resource's settings in effect, and those of them set for it (all of the broker's are)."""
+    if kind == TOPIC:
+        own = await ctx.call(ctx.broker.topic_config, name, own=True)
+        return ctx.broker.config.topic_config(own), own
+    if kind == GROUP:
+        return await ctx.call(ctx.group_configs.effective, name), await ctx.call(ctx.group_configs.own, name)
+    values = dict(ctx.broker.config)
+    return values, values
+
+
+class _Described:
+    """The entries of one resource's settings, as the request asks for them."""
+
+    def __init__(self, m: Any, kind: int, own: dict[str, Any], defaults: Mapping[str, Any], request: Any):
+        self._m, self._kind, self._own, self._defaults = m, kind, own, defaults
+        self._own_source = {TOPIC: DYNAMIC_TOPIC_CONFIG, GROUP: GROUP_CONFIG}.get(kind, STATIC_BROKER_CONFIG)
+        self._synonyms = getattr(request, "include_synonyms", False)
+        self._documented = getattr(request, "include_documentation", False)
+
+    def entry(self, k: str, value: Any) -> Any:
+        setting = SETTINGS.get(k)
+        return make(
+            self._m.DescribeConfigsResourceResult,
+            name=k,
+            value=_shown(k, value),  # credentials stay here
+            read_only=self._kind == BROKER,
+            config_source=self._own_source if k in self._own else DEFAULT_CONFIG,
+            is_default=k not in self._own,
+            is_sensitive=_sensitive(k),
+            synonyms=self._synonyms_of(k) if self._synonyms else (),
+            config_type=CONFIG_TYPES[setting.config_type] if setting else 0,
+            documentation=setting.doc if setting and self._documented else None,
+        )
+
+    def _synonyms_of(self, k: str) -> tuple[Any, ...]:
+        """Where the value comes from, first what decides it, as Kafka lists a topic's own
+        setting before the broker's default it overrides."""
+        chain = [(self._own[k], self._own_source)] if k in self._own else []
+        if self._kind != BROKER:
+            chain.append((self._defaults[k], DEFAULT_CONFIG))
+        return tuple(make(self._m.DescribeConfigsSynonym, name=k, value=_shown(k, v), source=s) for v, s in chain)
+
+
+def _shown(name: str, value: Any) -> str | None:
+    return None if _sensitive(name) else _text(value)
 
 
 def _sensitive(name: str) -> bool:
