@@ -1,7 +1,8 @@
 """What used to lose or hide acknowledged data, each case as a user met it: timestamps taken from
 batch headers, keyless records on compacted topics, long topic names, half-done admin operations,
 errors after the confirming CAS, damaged partitions stopping housekeeping, stores damaged by an
-earlier version, and a writer pile-up of small ledgers."""
+earlier version, a writer pile-up of small ledgers, and a writer failing on a ledger housekeeping
+removed under it."""
 
 import os
 import struct
