@@ -424,6 +424,34 @@ def test_described_configs_carry_kafkas_types_and_synonyms_and_documentation_whe
     assert name == "segment.bytes" and "roll" in documentation
 
 
+def test_settings_conf_changes_are_described_as_the_brokers(tmp_path) -> None:
+    """A setting conf/kop.conf changes from kop's default is STATIC_BROKER_CONFIG, on the broker and
+    on each topic that does not set its own, as Kafka describes what server.properties sets
+    (kafka-configs and the admin UIs show the operator's changes so); the rest are DEFAULT_CONFIG."""
+    with KopServer(str(tmp_path / "store"), conf=["retention.ms=86400000"]) as server:
+        with Broker(server.root) as b:
+            b.create_topic("own", 1, config={"retention.ms": 1000})
+            b.create_topic("plain", 1)
+        admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+        resources = [KConfigResource(KConfigResourceType.TOPIC, t) for t in ("own", "plain")]
+        topics = admin.describe_configs(resources, include_synonyms=True, config_filter="all")["topic"]
+        broker = admin.describe_configs(
+            [KConfigResource(KConfigResourceType.BROKER, "0")], include_synonyms=True, config_filter="all"
+        )["broker"]["0"]
+        admin.close()
+
+    def described(entry: dict[str, Any]) -> tuple[Any, ...]:
+        return entry["value"], entry["config_source"], [(s["value"], s["source"]) for s in entry["synonyms"]]
+
+    dynamic, static = ("1000", "DYNAMIC_TOPIC_CONFIG"), ("86400000", "STATIC_BROKER_CONFIG")
+    default = ("604800000", "DEFAULT_CONFIG")
+    assert described(topics["own"]["retention.ms"]) == (*dynamic, [dynamic, static, default])
+    assert described(topics["plain"]["retention.ms"]) == (*static, [static, default])
+    assert described(broker["retention.ms"]) == (*static, [static, default])
+    assert described(topics["plain"]["segment.ms"]) == (*default, [default])
+    assert described(broker["segment.ms"]) == (*default, [default])
+
+
 def test_admin_clients_delete_records_and_consumers_start_after_them(server: KopServer) -> None:
     with Broker(server.root) as b:
         b.create_topic("dr", 2)

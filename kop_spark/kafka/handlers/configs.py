@@ -2,6 +2,9 @@
 overrides) and of the broker (node 0: every setting of conf/kop.conf in effect; object-store
 settings, which may hold credentials, are reported as sensitive, without their values), each
 setting with its type as Kafka's ConfigDef gives it and, when asked, its synonyms and documentation.
+A setting conf/kop.conf gives a value other than kop's own default is STATIC_BROKER_CONFIG, as one
+set in a Kafka broker's server.properties is; the generated conf/kop.conf names every setting, so
+naming it tells nothing, but changing it is what an operator did.
 
 ALTER_CONFIGS and INCREMENTAL_ALTER_CONFIGS change topics' settings (``Broker.alter_topic_config``),
 each topic's all or none, and groups' (``GroupConfigs``: ``kafka-configs --entity-type groups``). The broker's settings are conf/kop.conf's, read at start: a request to
@@ -78,7 +81,13 @@ async def _settings(ctx: ServerContext, kind: int, name: str) -> tuple[dict[str,
     if kind == GROUP:
         return await ctx.call(ctx.group_configs.effective, name), await ctx.call(ctx.group_configs.own, name)
     values = dict(ctx.broker.config)
-    return values, values
+    return values, {k: v for k, v in values.items() if _set_by_broker(k, v)}
+
+
+def _set_by_broker(name: str, value: Any) -> bool:
+    """Whether conf/kop.conf (or ``--conf``) changed the setting from kop's own default."""
+    setting = SETTINGS.get(name)
+    return setting is None or value != setting.default
 
 
 class _Described:
@@ -91,26 +100,33 @@ class _Described:
         self._documented = getattr(request, "include_documentation", False)
 
     def entry(self, k: str, value: Any) -> Any:
-        setting = SETTINGS.get(k)
+        setting, source = SETTINGS.get(k), self._source(k)
         return make(
             self._m.DescribeConfigsResourceResult,
             name=k,
             value=_shown(k, value),  # credentials stay here
             read_only=self._kind == BROKER,
-            config_source=self._own_source if k in self._own else DEFAULT_CONFIG,
-            is_default=k not in self._own,
+            config_source=source,
+            is_default=source == DEFAULT_CONFIG,
             is_sensitive=_sensitive(k),
             synonyms=self._synonyms_of(k) if self._synonyms else (),
             config_type=CONFIG_TYPES[setting.config_type] if setting else 0,
             documentation=setting.doc if setting and self._documented else None,
         )
 
+    def _source(self, k: str) -> int:
+        if k in self._own:
+            return self._own_source
+        return STATIC_BROKER_CONFIG if _set_by_broker(k, self._defaults[k]) else DEFAULT_CONFIG
+
     def _synonyms_of(self, k: str) -> tuple[Any, ...]:
         """Where the value comes from, first what decides it, as Kafka lists a topic's own
-        setting before the broker's default it overrides."""
+        setting, then the broker's it overrides, then the default."""
         chain = [(self._own[k], self._own_source)] if k in self._own else []
-        if self._kind != BROKER:
-            chain.append((self._defaults[k], DEFAULT_CONFIG))
+        if self._kind != BROKER and _set_by_broker(k, self._defaults[k]):
+            chain.append((self._defaults[k], STATIC_BROKER_CONFIG))
+        if k in SETTINGS:
+            chain.append((SETTINGS[k].default, DEFAULT_CONFIG))
         return tuple(make(self._m.DescribeConfigsSynonym, name=k, value=_shown(k, v), source=s) for v, s in chain)
 
 
