@@ -14,11 +14,16 @@ from typing import Any
 
 from .errors import ConfigError
 from .setting import parse_bool
-from .settings import SETTINGS, TOPIC_SETTINGS
+from .settings import SENSITIVE, SETTINGS, TOPIC_SETTINGS
 
 # Object-store settings go to obstore as they are: the clouds' environment variables in lower
 # case (aws_endpoint_url, aws_access_key_id, azure_storage_account_key, google_service_account...).
 CLOUD_OPTION_PREFIXES = ("aws_", "google_", "azure_")
+
+
+def is_sensitive(name: str) -> bool:
+    """Whether the setting may hold a credential: its value is never shown, logged or described."""
+    return name.startswith(CLOUD_OPTION_PREFIXES) or name in SENSITIVE
 
 
 def parse_value(name: str, value: Any, where: str = "") -> Any:

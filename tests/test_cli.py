@@ -431,8 +431,9 @@ def test_root_and_conf_anywhere_and_from_the_environment(root):
     assert from_env.stdout.split() == ["t"]
     bad = kop(root, "topics", "list", "--conf", "noSuchSetting=1")
     assert bad.returncode == 1 and "--conf" in bad.stderr and "kop config" in bad.stderr
-    settings = kop(root, "config", "--conf", "retention.ms=5").stdout
+    settings = kop(root, "config", "--conf", "retention.ms=5", "--conf", "ssl.key.password=s3cret!").stdout
     assert "retention.ms=5\t(default 604800000; topic)" in settings and "storageRoot=" in settings
+    assert "ssl.key.password=[hidden]\t" in settings and "s3cret!" not in settings, "credentials never in clear"
 
 
 def test_group_resets_warn_refuse_and_mark_dry_runs(root):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import Config
+from ..config import Config, is_sensitive
 from ..errors import ConfigError
 from ..settings import SETTINGS, TOPIC_SETTINGS
 from .common import key_values
@@ -18,8 +18,13 @@ def _config(args: argparse.Namespace) -> int:
         raise ConfigError(f"--conf: {e}") from None
     for name, setting in SETTINGS.items():
         level = "topic" if name in TOPIC_SETTINGS else "broker"
-        print(f"{name}={config[name]}\t(default {setting.default}; {level}) {setting.doc}")
+        print(f"{name}={_shown(name, config[name])}\t(default {setting.default}; {level}) {setting.doc}")
     return 0
+
+
+def _shown(name: str, value: object) -> object:
+    # as a Kafka broker logs its config: a credential set shows as [hidden], never in clear
+    return "[hidden]" if value and is_sensitive(name) else value
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

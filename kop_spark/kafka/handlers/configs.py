@@ -18,10 +18,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...config import CLOUD_OPTION_PREFIXES
+from ...config import is_sensitive
 from ...config_changes import ALTER_OPS, AlterConfigOp
 from ...errors import ConfigError
-from ...settings import SENSITIVE, SETTINGS
+from ...settings import SETTINGS
 from ..context import NODE_ID, ServerContext
 from ..error_codes import error_code
 from ..messages import RequestHeader, make, response_module
@@ -108,7 +108,7 @@ class _Described:
             read_only=self._kind == BROKER,
             config_source=source,
             is_default=source == DEFAULT_CONFIG,
-            is_sensitive=_sensitive(k),
+            is_sensitive=is_sensitive(k),
             synonyms=self._synonyms_of(k) if self._synonyms else (),
             config_type=CONFIG_TYPES[setting.config_type] if setting else 0,
             documentation=setting.doc if setting and self._documented else None,
@@ -131,11 +131,7 @@ class _Described:
 
 
 def _shown(name: str, value: Any) -> str | None:
-    return None if _sensitive(name) else _text(value)
-
-
-def _sensitive(name: str) -> bool:
-    return name.startswith(CLOUD_OPTION_PREFIXES) or name in SENSITIVE
+    return None if is_sensitive(name) else _text(value)
 
 
 async def alter_configs(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
