@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import re
+import resource
 import signal
 import subprocess
 import threading
@@ -17,8 +18,16 @@ _LISTENING = re.compile(r"listening on (\w+)://([\d.]+):(\d+)")
 
 
 class KopServer:
-    def __init__(self, root: str, conf: Sequence[str] = (), port: int = 0, protocols: Sequence[str] = ("PLAINTEXT",)):
+    def __init__(
+        self,
+        root: str,
+        conf: Sequence[str] = (),
+        port: int = 0,
+        protocols: Sequence[str] = ("PLAINTEXT",),
+        open_files: int | None = None,  # the soft limit it starts with, as a shell's ulimit -Sn
+    ):
         self.root = root
+        self.open_files = open_files
         self.conf = list(conf)
         self.port = port
         self.protocols = list(protocols)
@@ -36,6 +45,7 @@ class KopServer:
             stdout=subprocess.DEVNULL,
             text=True,
             env=python_subprocess_env(),
+            preexec_fn=None if self.open_files is None else self._limit_open_files,
         )
         self._lines = queue.Queue()
         threading.Thread(target=self._drain, args=(self.proc, self._lines), daemon=True).start()
@@ -51,6 +61,10 @@ class KopServer:
                     self.bootstrap = self.bootstraps[self.protocols[0]]
                     self.port = int(self.bootstrap.rsplit(":", 1)[1])
                     return self
+
+    def _limit_open_files(self) -> None:
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, hard))
 
     def _drain(self, proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
         assert proc.stderr is not None

@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import resource
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka.protocol.consumer import FetchRequest
 
@@ -243,3 +245,23 @@ def test_a_stop_abandons_a_running_compaction_and_loses_nothing(tmp_path) -> Non
         b.clean_logs("table")
         kept = [b"v%d" % i for i in range(n) if i % 10 or i == n - 10]
         assert [r.value for r in b.fetch("table", 0, 0, max_records=n)] == kept
+
+
+def test_a_topic_of_more_partitions_than_a_shells_open_files_limit_takes_every_record(tmp_path) -> None:
+    """kop serve holds each written partition's open ledger open. Started with a soft limit below
+    the partitions written (a shell's 1024 against a thousand partitions), it raises it to the hard
+    limit, as the JVM does for a Kafka broker: every record is acknowledged and stored."""
+    partitions, soft = 300, 200
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 2 * partitions:
+        pytest.skip("the hard limit on open files is below what the partitions need")
+    with KopServer(str(tmp_path / "store"), open_files=soft) as server:
+        with Broker(server.root) as b:
+            b.create_topic("wide", partitions)
+        failed: list[str] = []
+        p = Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 20, "message.timeout.ms": 60000})
+        for i in range(partitions):
+            p.produce("wide", value=b"%d" % i, partition=i, on_delivery=lambda e, m: e and failed.append(str(e)))
+        assert p.flush(90) == 0 and not failed, failed[:3]
+    with Broker(server.root) as b:
+        stored = [[r.value for r in b.fetch("wide", i, 0)] for i in range(partitions)]
+    assert stored == [[b"%d" % i] for i in range(partitions)]
