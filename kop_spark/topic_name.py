@@ -8,6 +8,7 @@ not ``.`` or ``..``), so a name can never reach outside the store root.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -42,27 +43,7 @@ class TopicName:
     def parse(cls, name: str, default_tenant: str = "public", default_namespace: str = "default") -> TopicName:
         if not isinstance(name, str):
             raise InvalidTopicError(f"topic name must be a string, not {type(name).__name__}")
-        rest = name
-        if "://" in name:
-            if not name.startswith(PERSISTENT):
-                raise InvalidTopicError(f"topic {name!r}: only persistent:// topics are supported")
-            rest = name[len(PERSISTENT) :]
-            parts = rest.split("/")
-            if len(parts) != 3:
-                raise InvalidTopicError(f"topic {name!r}: expected persistent://tenant/namespace/topic")
-        else:
-            parts = rest.split("/")
-            if len(parts) == 1:
-                parts = [default_tenant, default_namespace, parts[0]]
-            elif len(parts) != 3:
-                raise InvalidTopicError(
-                    f"topic {name!r}: expected topic, tenant/namespace/topic or persistent://tenant/namespace/topic"
-                )
-        for part, what in zip(parts, ("tenant", "namespace", "topic name"), strict=False):
-            _check_part(part, what, name)
-        if _PARTITION_SUFFIX.search(parts[2]):
-            raise InvalidTopicError(f"topic {name!r}: names ending in -partition-N are reserved for partitions")
-        return cls(*parts)
+        return _parse(name, default_tenant, default_namespace)
 
     @property
     def full_name(self) -> str:
@@ -86,3 +67,30 @@ TopicPartition = tuple[str, int]
 def partition_label(tp: TopicPartition) -> str:
     """``orders-0``, as Kafka writes a topic partition in messages."""
     return f"{tp[0]}-{tp[1]}"
+
+
+# Names are parsed for every request a partition is named in (each fetch, every few milliseconds
+# for a parked one); a name parses the same each time, and a TopicName is immutable.
+@functools.lru_cache(maxsize=4096)
+def _parse(name: str, default_tenant: str, default_namespace: str) -> TopicName:
+    rest = name
+    if "://" in name:
+        if not name.startswith(PERSISTENT):
+            raise InvalidTopicError(f"topic {name!r}: only persistent:// topics are supported")
+        rest = name[len(PERSISTENT) :]
+        parts = rest.split("/")
+        if len(parts) != 3:
+            raise InvalidTopicError(f"topic {name!r}: expected persistent://tenant/namespace/topic")
+    else:
+        parts = rest.split("/")
+        if len(parts) == 1:
+            parts = [default_tenant, default_namespace, parts[0]]
+        elif len(parts) != 3:
+            raise InvalidTopicError(
+                f"topic {name!r}: expected topic, tenant/namespace/topic or persistent://tenant/namespace/topic"
+            )
+    for part, what in zip(parts, ("tenant", "namespace", "topic name"), strict=False):
+        _check_part(part, what, name)
+    if _PARTITION_SUFFIX.search(parts[2]):
+        raise InvalidTopicError(f"topic {name!r}: names ending in -partition-N are reserved for partitions")
+    return TopicName(*parts)

@@ -950,3 +950,27 @@ def test_segment_bytes_and_segment_ms_seal_a_topics_ledgers_as_kafka_rolls_segme
     assert [l.entries for l in b.view("by-age", 0).ledgers] == [3, 3]
     assert len(b.view("neither", 0).ledgers) == 1
     b.close()
+
+
+def _settle(directory: str) -> None:
+    """Date a directory's last change two seconds back, as if nothing had written there since."""
+    past = time.time() - 2
+    os.utime(directory, (past, past))
+
+
+def test_a_view_is_kept_while_the_log_is_unchanged_and_another_writers_append_is_seen_at_once(tmp_path):
+    """Readers keep a partition's view while the metadata store's probe says the log is unchanged
+    (an idle consumer's fetches look at every partition it reads several times a second); an append
+    by another writer changes what the probe sees, so the next look sees the append."""
+    root = str(tmp_path / "store")
+    with Broker(root) as reader, Broker(root) as writer:
+        reader.create_topic("t", 1)
+        writer.produce("t", [Record(b"0")], partition=0)
+        key_dir = os.path.join(root, "_metadata", *layout.managed_ledger_key(reader.topic_name("t"), 0).split("/"))
+        for n in range(1, 4):
+            _settle(key_dir)
+            first = reader.view("t", 0)
+            assert reader.view("t", 0) is first, "kept while unchanged"
+            writer.produce("t", [Record(b"%d" % n)], partition=0)
+            assert reader.view("t", 0).log_end_offset == n + 1
+        assert [r.value for r in reader.fetch("t", 0, 0)] == [b"0", b"1", b"2", b"3"]

@@ -7,6 +7,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from kop_spark import layout
+from kop_spark.clock import ManualClock
 from kop_spark.errors import BadVersionError
 from kop_spark.storage.metadata.file import FileMetadataStore
 from kop_spark.storage.metadata_store import check_key
@@ -105,3 +106,20 @@ def test_concurrent_processes_never_lose_an_update(tmp_path):
     final = s.get("counter").value
     assert final["n"] == 800
     assert final["by"] == {f"w{i}": 200 for i in range(4)}
+
+
+def test_a_settled_key_has_a_probe_token_and_every_write_changes_it(tmp_path):
+    """A reader keeps what it read while the probe's token stays equal. A key written within the
+    last second has none: a write in the same tick of the filesystem's clock as the one before could
+    leave the directory's times as they were. A settled key has one, and any write changes it."""
+    clock = ManualClock()
+    store = FileMetadataStore(str(tmp_path), clock=clock)
+    assert store.probe("a/b") is None, "absent"
+    version = store.put("a/b", {"n": 1}, 0)
+    assert store.probe("a/b") is None, "just written"
+    clock.advance(2000)
+    token = store.probe("a/b")
+    assert token is not None and store.probe("a/b") == token
+    store.put("a/b", {"n": 2}, version)
+    clock.advance(2000)
+    assert store.probe("a/b") not in (None, token)

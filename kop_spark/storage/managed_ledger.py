@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import NamedTuple
@@ -58,6 +58,25 @@ from .own_ledger import OwnLedger
 from .read_plan import PartitionView
 from .retention import RetentionPolicy, apply_retention, expire_writers, purge_trash, tail_expired
 from .staging import StagedLedger, sealed_ledger
+
+
+class _LatestView:
+    """A log's last view, kept while the metadata store's probe says the log is unchanged: an idle
+    consumer's fetch looks at each partition it reads several times a second, and the read and
+    parse of a partition's metadata cost a hundred times the probe."""
+
+    def __init__(self, store: MetadataStore, key: str, load: Callable[[], _Committed]):
+        self._store, self._key, self._load = store, key, load
+        self._last: tuple[Hashable, PartitionView] | None = None
+
+    def view(self) -> PartitionView:
+        token, last = self._store.probe(self._key), self._last  # probed first: a write after it changes it
+        if token is not None and last is not None and last[0] == token:
+            return last[1]
+        state = self._load()
+        view = PartitionView.of(state.meta, state.version)
+        self._last = None if token is None else (token, view)
+        return view
 
 
 @dataclass(frozen=True)
@@ -162,6 +181,7 @@ class ManagedLedger:
         self._state: _Committed | None = None
         self._own = OwnLedger(self)
         self._appends = GroupCommit(self._commit_appends)
+        self._views = _LatestView(store, key, self._load)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -269,9 +289,9 @@ class ManagedLedger:
         return self._state.meta if self._state is not None else None
 
     def view(self) -> PartitionView:
-        """The log as it stands, read fresh from the metadata store."""
-        state = self._load()
-        return PartitionView.of(state.meta, state.version)
+        """The log as it stands: read fresh from the metadata store, unless the store tells
+        cheaply that it has not changed since the last view."""
+        return self._views.view()
 
     # -- writes ----------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ import abc
 import json
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import NamedTuple
 
 from ..errors import BadVersionError, CorruptMetadataError
@@ -61,6 +61,12 @@ class MetadataStore(abc.ABC):
         if current.value is not None:
             raise BadVersionError(f"metadata key {key} already exists")
         return self.put(key, value, current.version)
+
+    def probe(self, key: str) -> Hashable | None:
+        """A token that stays equal while ``key`` is unchanged, where the backend can tell that at a
+        fraction of a read's cost; None where it cannot (then read). Equal tokens promise that no
+        write came between them; a write may change the token without changing the value."""
+        return None
 
     def check_writable(self) -> None:
         """Raise if no write can succeed here, before a caller writes anything elsewhere."""

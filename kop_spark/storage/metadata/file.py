@@ -11,16 +11,24 @@ safe. Values stay plain JSON, readable with any tool.
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import logging
 import os
 import uuid
+from collections.abc import Hashable
 
+from ...clock import SYSTEM_CLOCK, Clock
 from ...errors import BadVersionError, CorruptMetadataError, StorageError
 from ..fileio import write_all
 from ..metadata_store import MetadataStore, Versioned, check_key
 
 _KEEP_VERSIONS = 4  # older versions are pruned; readers that listed them retry
+# A key's directory changes with every write (a temporary file made, a version linked, old ones
+# pruned), so its status tells a reader cheaply whether the key changed, once the clock is this
+# far past its last change: a write within the filesystem's timestamp granularity of the one
+# before may leave the times as they were (git's "racily clean" entries), a later one may not.
+_SETTLED_MS = 1000
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +38,13 @@ class FileMetadataStore(MetadataStore):
     # a 32- or 128-partition sink commit ran no faster and spent more CPU.
     update_parallelism = 4
 
-    def __init__(self, directory: str, *, sync: bool = True):
+    def __init__(self, directory: str, *, sync: bool = True, clock: Clock = SYSTEM_CLOCK):
         self.directory = os.path.abspath(directory)
         self._sync = sync
+        self._clock = clock
 
     def _dir(self, key: str) -> str:
-        return os.path.join(self.directory, *check_key(key))
+        return _key_dir(self.directory, key)
 
     @staticmethod
     def _versions(d: str) -> list[int]:
@@ -68,6 +77,15 @@ class FileMetadataStore(MetadataStore):
                     f"metadata file {path} is not valid JSON ({e}); `kop repair` restores the last whole version"
                 ) from e
         raise StorageError(f"metadata {d} keeps changing under the reader")
+
+    def probe(self, key: str) -> Hashable | None:
+        try:
+            st = os.stat(self._dir(key))
+        except OSError:
+            return None
+        if st.st_mtime_ns // 1_000_000 > self._clock.now_ms() - _SETTLED_MS:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_ctime_ns
 
     def put(self, key: str, value: dict | None, expected_version: int) -> int:
         d = self._dir(key)
@@ -172,6 +190,11 @@ class FileMetadataStore(MetadataStore):
 
     def __repr__(self) -> str:
         return f"FileMetadataStore({self.directory!r})"
+
+
+@functools.lru_cache(maxsize=1 << 16)  # a parked fetch probes each partition's key many times a second
+def _key_dir(directory: str, key: str) -> str:
+    return os.path.join(directory, *check_key(key))
 
 
 class _KeyLock:
