@@ -25,6 +25,11 @@ OTHER_WRITERS_POLL_S = 0.05
 LOOKS_APART = 10
 
 
+def next_look_in(looked_s: float) -> float:
+    """Seconds a parked fetch whose last look took ``looked_s`` waits before it looks again."""
+    return max(OTHER_WRITERS_POLL_S, LOOKS_APART * looked_s)
+
+
 class _Wanted(NamedTuple):
     topic: str
     partition: int
@@ -49,7 +54,7 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
         left = deadline - time.monotonic()
         if size >= request.min_bytes or errors or left <= 0 or not wanted:
             break
-        await ctx.appends.wait(min(left, max(OTHER_WRITERS_POLL_S, LOOKS_APART * looked)))
+        await ctx.appends.wait(min(left, next_look_in(looked)))
     by_topic: dict[str, list[Any]] = {}
     for w, a in zip(wanted, answers, strict=True):
         by_topic.setdefault(w.topic, []).append(_partition(m, w.partition, a))

@@ -20,7 +20,7 @@ from ..messages import RequestHeader, make, response_module
 from ..share_groups import CLOSE_SESSION, JOIN, LEAVE, ShareGroup, ShareGroupError, TopicPartition
 from ..share_partition import SharePartition
 from ..topic_snapshot import TopicSnapshot
-from .fetch import OTHER_WRITERS_POLL_S
+from .fetch import next_look_in
 
 NO_TIME = datetime.timedelta(0)
 READ_BYTES = 1 << 20  # read for a partition at a time: a fetch acquires max_records, not all that was read
@@ -107,11 +107,12 @@ async def share_fetch(ctx: ServerContext, header: RequestHeader, request: Any) -
     else:
         deadline = time.monotonic() + request.max_wait.total_seconds()
         while True:
+            started = time.monotonic()
             records = await _acquire(ctx, header, g, request.member_id, sorted(session.partitions), request, answers)
             left = deadline - time.monotonic()
             if records or acks or left <= 0:
                 break
-            await ctx.appends.wait(min(left, OTHER_WRITERS_POLL_S))
+            await ctx.appends.wait(min(left, next_look_in(time.monotonic() - started)))
     parts = []
     for tp in sorted(set(answers) | set(records)):
         data, acquired = records.get(tp, (b"", []))
