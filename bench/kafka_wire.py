@@ -15,7 +15,9 @@ broker costs next to nothing.
   500 records (the same durability in a consumer group's terms), itself against plain consume;
 - latency: p99 of produce round trips at 1,000 records/s, and the time from an append by another
   process to a parked consumer receiving it (both for kop alone);
-- kop serve's CPU seconds per million records produced and consumed.
+- kop serve's CPU seconds per million records produced and consumed, and its share of a core while
+  a consumer of 100 partitions waits at their ends (its fetches parked, looking for other
+  processes' appends), against a consumer of one partition.
 
 Rates are the best of three rounds on each side; a round runs both sides, one after the other.
 
@@ -177,6 +179,23 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def idle_cpu(server: KopServer, topic: str, seconds: float = 10) -> float:
+    """kop serve's share of a core while a consumer assigned every partition of ``topic`` at its
+    end waits for records that do not come."""
+    assert server.proc is not None
+    with Broker(server.root) as b:
+        ends = [b.list_offsets(topic, p, "latest") for p in range(b.partitions_for(topic))]
+    c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": f"idle-{topic}"})
+    c.assign([TopicPartition(topic, p, end) for p, end in enumerate(ends)])
+    c.poll(1)  # connected, its fetches parked
+    used, start = cpu_seconds(server.proc.pid), time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        c.poll(0.5)
+    share = (cpu_seconds(server.proc.pid) - used) / (time.perf_counter() - start)
+    c.close()
+    return share
+
+
 def run(n: int = 1_000_000, rounds: int = 3) -> list[tuple[str, float, str, float, str]]:
     """Rows of (benchmark, value, unit, ratio, baseline); rates are the best of ``rounds`` on
     either side, as two cores shared by client and server make single runs noisy. Each round runs
@@ -192,6 +211,7 @@ def run(n: int = 1_000_000, rounds: int = 3) -> list[tuple[str, float, str, floa
                 b.create_topic(f"bench{i}", 1)
                 b.create_topic(f"txn{i}", 1)
             b.create_topic("bench", 1)
+            b.create_topic("wide", 100)
         with KopServer(root, ["share.auto.offset.reset=earliest"]) as server:
             assert server.proc is not None
             for i in range(rounds):
@@ -221,6 +241,7 @@ def run(n: int = 1_000_000, rounds: int = 3) -> list[tuple[str, float, str, floa
             cpu /= rounds
             p99 = produce_p99_ms(server.bootstrap)
             wake = wake_up_ms(root, server.bootstrap)
+            idle_one, idle_wide = idle_cpu(server, "bench"), idle_cpu(server, "wide")
     return [
         ("produce through kop serve", produced, "records/s", produced / mock_produce, "mock cluster's produce"),
         ("consume through kop serve", consumed, "records/s", consumed / mock_produce, "mock cluster's produce"),
@@ -231,6 +252,14 @@ def run(n: int = 1_000_000, rounds: int = 3) -> list[tuple[str, float, str, floa
         ("p99 produce latency at 1,000 records/s", p99, "ms", p99 / mock_p99, "mock cluster's p99 (times as long)"),
         ("mock cluster: p99 produce latency at 1,000 records/s", mock_p99, "ms", 1.0, "itself"),
         ("parked fetch woken by another process's append (median)", wake, "ms", float("nan"), "-"),
+        (
+            "kop serve CPU, idle consumer of 100 partitions",
+            100 * idle_wide,
+            "% of a core",
+            idle_wide / idle_one,
+            "of 1 partition",
+        ),
+        ("kop serve CPU, idle consumer of 1 partition", 100 * idle_one, "% of a core", 1.0, "itself"),
         ("share consume (KIP-932) through kop serve", shared, "records/s", shared / committing, "committing consume"),
         ("consume committing each 500 records", committing, "records/s", committing / consumed, "kop's consume"),
         ("transactional produce through kop serve", txn, "records/s", txn / mock_txn, "mock cluster's"),
