@@ -3,7 +3,8 @@ decoded), up to ``max_bytes`` per partition and in all (at least one batch, as K
 batch larger than the limits still gets through). With less than ``min_bytes`` the fetch is
 parked for up to ``max_wait``: an append through this server wakes it at once, an append by
 another process (Spark, the CLI, another server) is seen at the next look at the log, every
-``OTHER_WRITERS_POLL_S`` (longer for a fetch of many partitions, see ``LOOKS_APART``). An offset outside the log is OFFSET_OUT_OF_RANGE, never a silent resume."""
+``OTHER_WRITERS_POLL_S`` (longer for a fetch of many partitions, see ``LOOKS_APART``). An offset
+outside the log is OFFSET_OUT_OF_RANGE, never a silent resume."""
 
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ async def _read(
 ) -> list[FetchedBatches | ErrorCode]:
     """One look at every partition wanted, all in one call on a worker thread: a parked fetch
     looks again every ``OTHER_WRITERS_POLL_S``, and a hand-off to a thread per partition cost an
-    idle consumer of a hundred partitions a third of a core."""
+    idle consumer of a hundred partitions half a core."""
     refused: dict[int, ErrorCode] = {}
     for i, w in enumerate(wanted):
         try:
