@@ -27,6 +27,8 @@ from kop_spark.errors import (
 )
 from kop_spark.partitioner import partition_for_key
 from kop_spark.record import CompressionType, RecordBatch, TimestampType, build_record_batch
+from kop_spark.storage import managed_ledger
+from kop_spark.storage.metadata.file import FileMetadataStore
 
 NOW = int(time.time() * 1000)
 
@@ -974,3 +976,17 @@ def test_a_view_is_kept_while_the_log_is_unchanged_and_another_writers_append_is
             writer.produce("t", [Record(b"%d" % n)], partition=0)
             assert reader.view("t", 0).log_end_offset == n + 1
         assert [r.value for r in reader.fetch("t", 0, 0)] == [b"0", b"1", b"2", b"3"]
+
+
+@pytest.mark.parametrize("max_age_s", [0.0, 3600.0])
+def test_a_view_is_read_again_once_its_maximum_age_is_past_whatever_the_probe_says(tmp_path, monkeypatch, max_age_s):
+    """A probe that misses a write (a filesystem whose clock runs behind ours could leave the times
+    of a key's directory as they were) hides it for ``VIEW_MAX_AGE_S`` at most."""
+    monkeypatch.setattr(FileMetadataStore, "probe", lambda self, key: "unchanged")
+    monkeypatch.setattr(managed_ledger, "VIEW_MAX_AGE_S", max_age_s)
+    root = str(tmp_path / "store")
+    with Broker(root) as reader, Broker(root) as writer:
+        reader.create_topic("t", 1)
+        assert reader.view("t", 0).log_end_offset == 0
+        writer.produce("t", [Record(b"0")], partition=0)
+        assert reader.view("t", 0).log_end_offset == (1 if max_age_s == 0 else 0)

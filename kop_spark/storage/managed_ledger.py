@@ -30,6 +30,7 @@ One instance is safe to share between threads: writes take its lock.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -59,6 +60,11 @@ from .read_plan import PartitionView
 from .retention import RetentionPolicy, apply_retention, expire_writers, purge_trash, tail_expired
 from .staging import StagedLedger, sealed_ledger
 
+# A view is kept this long at most, so that a filesystem whose clock runs more than a second behind
+# ours (an NFS server's), where a write in the same tick as the one before could leave the probe's
+# token as it was, shows the write within that time all the same.
+VIEW_MAX_AGE_S = 5.0
+
 
 class _LatestView:
     """A log's last view, kept while the metadata store's probe says the log is unchanged: an idle
@@ -67,15 +73,16 @@ class _LatestView:
 
     def __init__(self, store: MetadataStore, key: str, load: Callable[[], _Committed]):
         self._store, self._key, self._load = store, key, load
-        self._last: tuple[Hashable, PartitionView] | None = None
+        self._last: tuple[Hashable, float, PartitionView] | None = None
 
     def view(self) -> PartitionView:
         token, last = self._store.probe(self._key), self._last  # probed first: a write after it changes it
-        if token is not None and last is not None and last[0] == token:
-            return last[1]
+        now = time.monotonic()
+        if token is not None and last is not None and last[0] == token and now - last[1] < VIEW_MAX_AGE_S:
+            return last[2]
         state = self._load()
         view = PartitionView.of(state.meta, state.version)
-        self._last = None if token is None else (token, view)
+        self._last = None if token is None else (token, now, view)
         return view
 
 
