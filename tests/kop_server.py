@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import queue
 import re
-import resource
 import signal
 import subprocess
 import threading
@@ -39,13 +38,14 @@ class KopServer:
 
     def start(self, timeout: float = 60) -> KopServer:
         args = [PYTHON, "-m", "kop_spark.cli", "--root", self.root, *(f"--conf={c}" for c in self.conf)]
+        if self.open_files is not None:  # the shell's ulimit, then exec: the server keeps the shell's pid
+            args = ["/bin/sh", "-c", 'ulimit -Sn "$0" && exec "$@"', str(self.open_files), *args]
         self.proc = subprocess.Popen(
             [*args, "serve", "--listeners", ",".join(f"{p}://127.0.0.1:{self.port}" for p in self.protocols)],
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             text=True,
             env=python_subprocess_env(),
-            preexec_fn=None if self.open_files is None else self._limit_open_files,
         )
         self._lines = queue.Queue()
         threading.Thread(target=self._drain, args=(self.proc, self._lines), daemon=True).start()
@@ -61,10 +61,6 @@ class KopServer:
                     self.bootstrap = self.bootstraps[self.protocols[0]]
                     self.port = int(self.bootstrap.rsplit(":", 1)[1])
                     return self
-
-    def _limit_open_files(self) -> None:
-        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-        resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, hard))
 
     def _drain(self, proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
         assert proc.stderr is not None
