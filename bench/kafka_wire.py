@@ -17,7 +17,9 @@ broker costs next to nothing.
   process to a parked consumer receiving it (both for kop alone);
 - kop serve's CPU seconds per million records produced and consumed, and its share of a core while
   a consumer of 100 partitions waits at their ends (its fetches parked, looking for other
-  processes' appends), against a consumer of one partition.
+  processes' appends), against a consumer of one partition;
+- ListOffsets by time: the time a consumer's ``offsets_for_times`` of 100 partitions takes (one
+  request), against that of one partition.
 
 Rates are the best of three rounds on each side; a round runs both sides, one after the other.
 
@@ -196,6 +198,21 @@ def idle_cpu(server: KopServer, topic: str, seconds: float = 10) -> float:
     return share
 
 
+def offsets_by_time_ms(bootstrap: str, topic: str, partitions: int, rounds: int = 20) -> float:
+    """The median time of a consumer's ``offsets_for_times`` of every partition of ``topic``, the
+    first record at or after time 0 (one batch of each partition decoded)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"times-{topic}"})
+    wanted = [TopicPartition(topic, p, 0) for p in range(partitions)]
+    c.offsets_for_times(wanted, 30)  # connected
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        c.offsets_for_times(wanted, 30)
+        times.append(time.perf_counter() - t)
+    c.close()
+    return statistics.median(times) * 1000
+
+
 def run(n: int = 1_000_000, rounds: int = 3) -> list[tuple[str, float, str, float, str]]:
     """Rows of (benchmark, value, unit, ratio, baseline); rates are the best of ``rounds`` on
     either side, as two cores shared by client and server make single runs noisy. Each round runs
@@ -212,6 +229,8 @@ def run(n: int = 1_000_000, rounds: int = 3) -> list[tuple[str, float, str, floa
                 b.create_topic(f"txn{i}", 1)
             b.create_topic("bench", 1)
             b.create_topic("wide", 100)
+            for p in range(100):
+                b.produce("wide", [Record(value=VALUE)] * 10, p)
         with KopServer(root, ["share.auto.offset.reset=earliest"]) as server:
             assert server.proc is not None
             for i in range(rounds):
@@ -242,6 +261,10 @@ def run(n: int = 1_000_000, rounds: int = 3) -> list[tuple[str, float, str, floa
             p99 = produce_p99_ms(server.bootstrap)
             wake = wake_up_ms(root, server.bootstrap)
             idle_one, idle_wide = idle_cpu(server, "bench"), idle_cpu(server, "wide")
+            times_one, times_wide = (
+                offsets_by_time_ms(server.bootstrap, "bench", 1),
+                offsets_by_time_ms(server.bootstrap, "wide", 100),
+            )
     return [
         ("produce through kop serve", produced, "records/s", produced / mock_produce, "mock cluster's produce"),
         ("consume through kop serve", consumed, "records/s", consumed / mock_produce, "mock cluster's produce"),
@@ -260,6 +283,8 @@ def run(n: int = 1_000_000, rounds: int = 3) -> list[tuple[str, float, str, floa
             "of 1 partition",
         ),
         ("kop serve CPU, idle consumer of 1 partition", 100 * idle_one, "% of a core", 1.0, "itself"),
+        ("offsets_for_times of 100 partitions", times_wide, "ms", times_wide / times_one, "of 1 partition"),
+        ("offsets_for_times of 1 partition", times_one, "ms", 1.0, "itself"),
         ("share consume (KIP-932) through kop serve", shared, "records/s", shared / committing, "committing consume"),
         ("consume committing each 500 records", committing, "records/s", committing / consumed, "kop's consume"),
         ("transactional produce through kop serve", txn, "records/s", txn / mock_txn, "mock cluster's"),

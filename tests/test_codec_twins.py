@@ -17,6 +17,7 @@ from kop_spark.errors import CorruptRecordError, InvalidRecordError
 from kop_spark.partitioner import partition_for_key
 from kop_spark.record import CompressionType, Record, RecordBatch, TimestampType, _speedups, build_record_batch
 from kop_spark.record.arrow import (
+    _SCANNED_IN_PYTHON,
     HEADERS_TYPE,
     ArrowRecordBuilder,
     encode_arrow,
@@ -504,16 +505,23 @@ def test_encoders_split_rows_by_partition_in_one_pass_as_row_by_row(columns, dat
     data=st.data(),
 )
 def test_the_first_record_at_or_after_a_time_is_the_one_a_walk_finds(recs, base, codec, log_append, data):
-    """ListOffsets by time: what the codec finds is what walking the records one by one finds."""
+    """ListOffsets by time: what the codec finds is what walking the records one by one finds, in
+    batches small enough to be scanned in Python and large enough for Arrow's kernels, from any
+    offset on (the log start)."""
+    if data.draw(st.booleans(), label="past the Python scan"):
+        recs = recs * (_SCANNED_IN_PYTHON // len(recs) + 1)
     near = [r.timestamp_ms + d for r in recs for d in (-1, 0, 1)] + [2**40]  # at a record's time, or either side
     target = data.draw(st.one_of(st.integers(0, 2**41 + 10), st.sampled_from(near)))
+    start = data.draw(st.integers(base, base + len(recs)), label="start")
     ts_type = TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME
     batch = RecordBatch(
         build_record_batch(recs, compression=codec, base_offset=base, timestamp_type=ts_type, log_append_time_ms=2**40)
     )
-    walked = next(((r.offset, r.timestamp_ms) for r in batch.records() if r.timestamp_ms >= target), None)
+    walked = next(
+        ((r.offset, r.timestamp_ms) for r in batch.records() if r.offset >= start and r.timestamp_ms >= target), None
+    )
     for c in (compiled, reference):
-        assert first_at_or_after(batch, target, codec=c) == walked
+        assert first_at_or_after(batch, target, start=start, codec=c) == walked
 
 
 @needs_compiled

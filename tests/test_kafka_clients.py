@@ -503,6 +503,29 @@ def test_offsets_by_time_and_the_max_timestamp(server: KopServer) -> None:
         assert b.offset_and_timestamp("ts", 0, T0 + 3) == (0, T0 + 5)
 
 
+def test_offsets_of_many_topics_and_partitions_by_every_spec_in_one_request(server: KopServer) -> None:
+    """librdkafka asks a leader for all its partitions' offsets at once: each partition gets its
+    own answer, whatever its spec and wherever it sits in the request."""
+    with Broker(server.root) as b:
+        for topic in ("lo-a", "lo-b"):
+            b.create_topic(topic, 3)
+            for p in range(3):  # partition p holds p + 2 records, one batch each, times T0 + 10p, T0 + 10p + 1, ...
+                for i in range(p + 2):
+                    b.produce(topic, [Record(value=b"v", timestamp_ms=T0 + 10 * p + i)], p)
+    wanted = {
+        TopicPartition("lo-a", 0): (OffsetSpec.for_timestamp(T0 + 1), (1, T0 + 1)),
+        TopicPartition("lo-a", 1): (OffsetSpec.latest(), (3, -1)),
+        TopicPartition("lo-a", 2): (OffsetSpec.for_timestamp(T0 + 22), (2, T0 + 22)),
+        TopicPartition("lo-b", 0): (OffsetSpec.earliest(), (0, -1)),
+        TopicPartition("lo-b", 1): (OffsetSpec.for_timestamp(T0 + 99), (-1, -1)),
+        TopicPartition("lo-b", 2): (OffsetSpec.max_timestamp(), (3, T0 + 23)),
+    }
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    answers = admin.list_offsets({tp: spec for tp, (spec, _) in wanted.items()})
+    found = {(tp.topic, tp.partition): (f.result(30).offset, f.result(30).timestamp) for tp, f in answers.items()}
+    assert found == {(tp.topic, tp.partition): expected for tp, (_, expected) in wanted.items()}
+
+
 def test_log_append_time_topics_answer_with_the_brokers_time(server: KopServer) -> None:
     """A LogAppendTime topic stamps each batch, and the produce response says with what (Kafka's
     ``log_append_time_ms``): librdkafka hands it to the delivery report; CreateTime topics say -1."""
