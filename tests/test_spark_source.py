@@ -656,6 +656,13 @@ def test_kafka_client_options_and_a_missing_root_are_refused(tmp_path):
         SinkOptions.parse({"kop.root": str(tmp_path), "topic": "t", "kafka.security.protocol": "SSL"})
     SourceOptions.parse({"kop.root": str(tmp_path), "subscribe": "t", "kafka.group.id": "g"}, streaming=False)
     missing = str(tmp_path / "nowhere")
+    # a store setting without its kop. prefix would be ignored, and the default store used
+    for name, meant in (("root", "kop.root"), ("storageRoot", "kop.root"), ("journalsyncdata", "kop.journalSyncData")):
+        with pytest.raises(ConfigError, match=f"option '{name.lower()}' is not an option.*'{meant}'"):
+            SourceOptions.parse({name: missing, "subscribe": "t"}, streaming=False)
+        with pytest.raises(ConfigError, match=f"'{meant}'"):
+            SinkOptions.parse({name: missing, "topic": "t"})
+    SinkOptions.parse({"kop.root": str(tmp_path), "topic": "t", "compression.type": "zstd"})  # the sink's own
     reader = KopBatchReader(SourceOptions.parse({"kop.root": missing, "subscribe": "t"}, streaming=False))
     with pytest.raises(ConfigError, match=f"the store {missing} does not exist"):
         reader.partitions()

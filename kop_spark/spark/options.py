@@ -61,6 +61,7 @@ _DURATION_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60
 # without brokers, and silently ignoring it (kafka.bootstrap.servers above all) would mislead.
 _SOURCE_KAFKA_OPTIONS = {"kafka.group.id"}
 _SINK_KAFKA_OPTIONS = {"kafka.compression.type", "kafka.batch.size", "kafka.buffer.memory"}
+_READ_UNPREFIXED = {"compression.type"}  # the sink's option (Spark's Kafka sink takes kafka.compression.type)
 
 
 def _refuse_kafka_options(opts: Mapping[str, str], honoured: set[str]) -> None:
@@ -237,6 +238,7 @@ def store_options(opts: OptionMap) -> tuple[str, dict[str, str]]:
     ``kop.<setting>`` overrides of conf/kop.conf."""
     conf = {k[4:]: v for k, v in opts.items() if k.startswith("kop.") and k != "kop.root"}
     names = {n.lower(): n for n in SETTINGS}
+    _refuse_unprefixed_settings(opts, names)
     overrides = {}
     for key, value in conf.items():
         if key.startswith(CLOUD_OPTION_PREFIXES):
@@ -253,6 +255,19 @@ def store_options(opts: OptionMap) -> tuple[str, dict[str, str]]:
     if "://" not in root:
         root = os.path.abspath(root)  # executors may run elsewhere: never ship a relative path
     return root, overrides
+
+
+def _refuse_unprefixed_settings(opts: OptionMap, names: Mapping[str, str]) -> None:
+    """A store setting given without its ``kop.`` prefix would be ignored, and a write land in
+    another store than the one meant (the default root): it is refused, naming the option to give."""
+    for name in sorted(opts):
+        if name in ("root", "storageroot"):
+            raise ConfigError(f"option '{name}' is not an option of format('kop'): give the store as option 'kop.root'")
+        if name in names and name not in _READ_UNPREFIXED:
+            raise ConfigError(
+                f"option '{name}' is not an option of format('kop'): a setting of conf/kop.conf is given as "
+                f"option 'kop.{names[name]}'"
+            )
 
 
 def _group_id(opts: OptionMap) -> str | None:
