@@ -7,6 +7,12 @@ read twice: by a batch query, where what is timed is the read, and by an Availab
 query, whose planning and commits (about a second for a Python source) fall on kop and the ceiling
 alike. Ratios are speed relative to each baseline read the same way.
 
+A second group reads a topic of many small partitions (``WIDE`` partitions, a fiftieth of the
+records) by a batch query: a task a partition, as Spark's Kafka source plans it, against
+``maxPartitions=2`` (a task per core, each reading its partitions in turn), and against the ceiling
+read a task a partition too. A Python data source's task costs tens of milliseconds whatever it
+reads, and that is what the group shows.
+
     python bench/spark_read.py [--records 5000000] [--repeat 5]
 """
 
@@ -24,6 +30,8 @@ from kop_spark.record.arrow import encode_arrow
 
 BATCH_RECORDS = 500  # records per produced batch, as the codec benchmark
 SMALL_BATCH_RECORDS = 10
+WIDE = 200  # partitions of the topic of many small partitions
+WIDE_NAME = f"batch, {WIDE} partitions"
 
 
 def produce(root: str, parts, topic: str = "bench", batch_records: int = BATCH_RECORDS) -> None:
@@ -52,7 +60,12 @@ def run(n: int = 5_000_000, repeat: int = 5):
             write_ipc(rb, ipc[-1])
             write_parquet(rb, os.path.join(parquet, f"part-{p}.parquet"))
         schema = spark.read.parquet(parquet).schema
-        del parts
+        wide = [records(n // 50 // WIDE, p) for p in range(WIDE)]
+        produce(root, wide, "wide")
+        wide_ipc = [os.path.join(tmp, f"wide-{p}.arrow") for p in range(WIDE)]
+        for rb, path in zip(wide, wide_ipc, strict=True):
+            write_ipc(rb, path)
+        del parts, wide
         os.sync()  # no writeback of the set-up competing with the timed queries
         runs = [0]
 
@@ -66,12 +79,13 @@ def run(n: int = 5_000_000, repeat: int = 5):
         def batch(load):
             return lambda: load(spark.read).write.format("noop").mode("overwrite").save()
 
-        def kop(topic: str):
+        def kop(topic: str, **options: str):
             return lambda r: (
                 r.format("kop")
                 .option("kop.root", root)
                 .option("subscribe", topic)
                 .option("startingOffsets", "earliest")
+                .options(**options)
                 .load()
             )
 
@@ -81,16 +95,24 @@ def run(n: int = 5_000_000, repeat: int = 5):
             "pre-built Arrow (ceiling)": lambda r: r.format("arrow_ceiling").option("paths", ",".join(ipc)).load(),
             "Parquet": lambda r: r.schema(schema).parquet(parquet),
         }
+        wide_loads = {
+            "kop, a task a partition": kop("wide"),
+            "kop, maxPartitions=2": kop("wide", maxPartitions="2"),
+            "pre-built Arrow, a task a partition (ceiling)": lambda r: (
+                r.format("arrow_ceiling").option("paths", ",".join(wide_ipc)).load()
+            ),
+        }
         queries = {"batch": batch, "stream": stream}
-        times = timed_rounds(
-            {f"{mode}: {name}": query(load) for mode, query in queries.items() for name, load in loads.items()}, repeat
-        )
+        timed = {f"{mode}: {name}": query(load) for mode, query in queries.items() for name, load in loads.items()}
+        timed.update({f"{WIDE_NAME}: {name}": batch(load) for name, load in wide_loads.items()})
+        times = timed_rounds(timed, repeat)
     spark.stop()
     rows = []
     for mode in queries:
         names = [f"{mode}: {name}" for name in loads]
         rows += times.rows(n, names, f"{mode}: pre-built Arrow (ceiling)", f"{mode}: Parquet")
-    return rows
+    wide_names = [f"{WIDE_NAME}: {name}" for name in wide_loads]
+    return rows + times.rows(n // 50 // WIDE * WIDE, wide_names, wide_names[2], wide_names[0])
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kop_spark.errors import CorruptRecordError
 from kop_spark.record import CompressionType, Record, RecordBatch, TimestampType, build_record_batch
 from kop_spark.record.arrow import ArrowRecordBuilder
-from kop_spark.spark.offset_range import OffsetRange, rate_limit, split_ranges
+from kop_spark.spark.offset_range import OffsetRange, pack_ranges, rate_limit, split_ranges
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 maybe_bytes = st.one_of(st.none(), st.binary(max_size=200))
@@ -154,6 +154,29 @@ def test_split_ranges_covers_every_offset_once(sizes, min_parts, max_records):
         assert covered == list(range(1000, 1000 + n))
         if max_records is not None:
             assert all(r.size <= max_records for r in mine)
+
+
+def test_pack_ranges_evens_out_at_most_the_tasks_asked():
+    ranges = [R(0, 0, 90), R(1, 0, 10), R(2, 0, 40), R(3, 0, 50)]
+    assert pack_ranges(ranges, None) == [[r] for r in ranges]  # a task a range, as Spark's Kafka source
+    assert pack_ranges(ranges, 4) == [[r] for r in ranges]
+    # largest first, each to the lightest task: 90 | 50 | 40 + 10
+    assert pack_ranges(ranges, 3) == [[R(0, 0, 90)], [R(3, 0, 50)], [R(1, 0, 10), R(2, 0, 40)]]
+    assert pack_ranges(ranges, 1) == [sorted(ranges)]
+
+
+@given(
+    sizes=st.lists(st.integers(1, 10_000), min_size=1, max_size=40),
+    max_tasks=st.one_of(st.none(), st.integers(1, 50)),
+)
+def test_pack_ranges_reads_every_range_once_in_tasks_about_even(sizes, max_tasks):
+    ranges = [R(p, 7, 7 + n, topic=f"t{p % 3}") for p, n in enumerate(sizes)]
+    tasks = pack_ranges(ranges, max_tasks)
+    assert sorted(r for t in tasks for r in t) == sorted(ranges)
+    assert all(t == sorted(t) and t for t in tasks)
+    assert len(tasks) == (len(ranges) if max_tasks is None else min(max_tasks, len(ranges)))
+    loads = [sum(r.size for r in t) for t in tasks]
+    assert max(loads) - min(loads) <= max(sizes)  # no task is more than a range heavier than another
 
 
 def test_rate_limit_prorates_by_backlog():

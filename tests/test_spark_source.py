@@ -233,6 +233,26 @@ def test_min_partitions_and_max_records_per_partition(spark, root, broker):
     assert len(offsets_of(capped)) == 100
 
 
+def test_max_partitions_reads_several_partitions_a_task_each_in_order(spark, root, broker):
+    broker.create_topic("t", partitions=5)
+    for p in range(5):
+        produce(broker, "t", p, 10 * (p + 1), batch=7)
+    packed = kop(spark, root, subscribe="t", maxPartitions="2")
+    assert packed.rdd.getNumPartitions() == 2
+    # each task holds whole partitions, each in offset order
+    tasks = packed.select("partition", "offset").rdd.glom().collect()
+    for rows in tasks:
+        runs = {}
+        for r in rows:
+            runs.setdefault(r.partition, []).append(r.offset)
+        assert all(offsets == list(range(len(offsets))) for offsets in runs.values())
+    assert sorted(len(rows) for rows in tasks) == [70, 80]  # 40 + 30, and 50 + 20 + 10
+    assert offsets_of(packed) == offsets_of(kop(spark, root, subscribe="t"))
+    assert kop(spark, root, subscribe="t", maxPartitions="9").rdd.getNumPartitions() == 5
+    both = kop(spark, root, subscribe="t", maxPartitions="3", minPartitions="3")
+    assert both.rdd.getNumPartitions() == 3 and len(offsets_of(both)) == 150
+
+
 @pytest.mark.parametrize(
     "options, message",
     [
@@ -253,6 +273,9 @@ def test_min_partitions_and_max_records_per_partition(spark, root, broker):
         ({"subscribe": "t", "failOnDataLoss": "maybe"}, "option 'failOnDataLoss'"),
         ({"subscribe": "t", "minPartitions": "0"}, "Invalid value '0' for option 'minPartitions'"),
         ({"subscribe": "t", "maxRecordsPerPartition": "x"}, "option 'maxRecordsPerPartition'"),
+        ({"subscribe": "t", "maxPartitions": "-1"}, "Invalid value '-1' for option 'maxPartitions'"),
+        ({"subscribe": "t", "maxPartitions": "2", "minPartitions": "3"}, "'minPartitions' \\(3\\) is more than"),
+        ({"subscribe": "t", "maxPartitions": "2", "maxRecordsPerPartition": "9"}, "cannot both be set"),
         ({"subscribe": "t", "kafka.auto.offset.reset": "earliest"}, "'auto.offset.reset' is not supported"),
         ({"subscribe": "t", "kafka.value.deserializer": "x"}, "'value.deserializer' is not supported"),
         ({"subscribe": "t", "kafka.enable.auto.commit": "true"}, "'enable.auto.commit' is not supported"),
@@ -315,20 +338,21 @@ def batch_sizes(q):
     return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
 
 
-def test_stream_restart_from_checkpoint_reads_each_record_once(spark, root, small_ledgers, tmp_path):
+@pytest.mark.parametrize("packed", [{}, {"maxPartitions": "1"}], ids=["a task a partition", "maxPartitions=1"])
+def test_stream_restart_from_checkpoint_reads_each_record_once(spark, root, small_ledgers, tmp_path, packed):
     b = small_ledgers
     b.create_topic("t", partitions=2)
     produce(b, "t", 0, 30, batch=2)
     produce(b, "t", 1, 12)
     out = str(tmp_path / "out")
-    df = kop(spark, root, stream=True, subscribe="t", startingOffsets="earliest", maxOffsetsPerTrigger="7")
+    df = kop(spark, root, stream=True, subscribe="t", startingOffsets="earliest", maxOffsetsPerTrigger="7", **packed)
     q = start(df.select("partition", "offset"), tmp_path, sink="parquet", path=out)
     q.processAllAvailable()
     q.stop()
     produce(b, "t", 0, 5)
     produce(b, "t", 1, 9)
     # startingOffsets only applies to a fresh query: the restart resumes from the checkpoint.
-    df = kop(spark, root, stream=True, subscribe="t", startingOffsets="latest", maxOffsetsPerTrigger="7")
+    df = kop(spark, root, stream=True, subscribe="t", startingOffsets="latest", maxOffsetsPerTrigger="7", **packed)
     q = start(df.select("partition", "offset"), tmp_path, sink="parquet", path=out)
     q.processAllAvailable()
     q.stop()

@@ -4,6 +4,7 @@ Pure functions of offsets, so they are tested without Spark."""
 
 from __future__ import annotations
 
+import heapq
 import math
 from typing import NamedTuple
 
@@ -41,6 +42,21 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None, max_reco
         parts = 1 if r in whole else _part_count(r.size, split_total, split_min)
         out.extend(_divide(r, parts))
     return [r for r in out if r.size > 0]
+
+
+def pack_ranges(ranges: list[OffsetRange], max_tasks: int | None) -> list[list[OffsetRange]]:
+    """The ranges as at most ``max_tasks`` tasks (``maxPartitions``; None: a task a range, as
+    Spark's Kafka source). Largest first, each range goes to the task with the fewest records so
+    far, so the tasks come out about even; a task's ranges are read in topic-partition order."""
+    if max_tasks is None or len(ranges) <= max_tasks:
+        return [[r] for r in ranges]
+    tasks: list[list[OffsetRange]] = [[] for _ in range(max_tasks)]
+    loads = [(0, i) for i in range(max_tasks)]  # (records, task): a heap, ties to the first task
+    for r in sorted(ranges, key=lambda r: (-r.size, r)):
+        records, i = heapq.heappop(loads)
+        tasks[i].append(r)
+        heapq.heappush(loads, (records + r.size, i))
+    return [sorted(t) for t in tasks if t]
 
 
 def _part_count(size: int, total: int, min_partitions: int) -> int:

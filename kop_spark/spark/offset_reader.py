@@ -12,7 +12,7 @@ from ..broker import SPARK_COMMIT, Broker, OffsetAndMetadata
 from ..errors import ConfigError, PartitionNotFoundError, TopicNotFoundError, UnknownTopicOrPartitionError
 from ..storage.read_plan import PartitionView
 from ..topic_name import TopicPartition, partition_label
-from .offset_range import OffsetRange, split_ranges
+from .offset_range import OffsetRange, pack_ranges, split_ranges
 from .options import (
     EARLIEST_OFFSET,
     LATEST_OFFSET,
@@ -26,7 +26,7 @@ from .options import (
     SpecificOffsets,
     SpecificTimestamps,
 )
-from .partition_reader import KopInputPartition, report_data_loss
+from .partition_reader import KopInputPartition, KopInputPartitions, report_data_loss
 
 Views = dict[TopicPartition, PartitionView]
 
@@ -224,22 +224,24 @@ class KopOffsetReader:
             ranges.append(OffsetRange(tp[0], tp[1], lo, hi))
         return split_ranges(ranges, self.options.min_partitions, self.options.max_records_per_partition)
 
-    def plan(self, ranges: list[OffsetRange], views: Views) -> list[KopInputPartition]:
+    def plan(self, ranges: list[OffsetRange], views: Views) -> list[KopInputPartition | KopInputPartitions]:
+        """A Spark partition (task) a range, or several ranges a task with ``maxPartitions``."""
+        tasks = [[self._planned(r, views) for r in task] for task in pack_ranges(ranges, self.options.max_partitions)]
+        return [task[0] if len(task) == 1 else KopInputPartitions(tuple(task)) for task in tasks]
+
+    def _planned(self, r: OffsetRange, views: Views) -> KopInputPartition:
         o = self.options
-        return [
-            KopInputPartition(
-                root=o.root,
-                topic=r.topic,
-                partition=r.partition,
-                start=r.start,
-                end=r.end,
-                ledgers=tuple(views[(r.topic, r.partition)].slices(r.start, r.end)),
-                include_headers=o.include_headers,
-                fail_on_data_loss=o.fail_on_data_loss,
-                conf=tuple(sorted((k, str(v)) for k, v in o.conf.items())),
-            )
-            for r in ranges
-        ]
+        return KopInputPartition(
+            root=o.root,
+            topic=r.topic,
+            partition=r.partition,
+            start=r.start,
+            end=r.end,
+            ledgers=tuple(views[(r.topic, r.partition)].slices(r.start, r.end)),
+            include_headers=o.include_headers,
+            fail_on_data_loss=o.fail_on_data_loss,
+            conf=tuple(sorted((k, str(v)) for k, v in o.conf.items())),
+        )
 
     # -- consumer groups ---------------------------------------------------------------------
 

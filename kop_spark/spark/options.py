@@ -185,6 +185,7 @@ class SourceOptions:
     max_bytes_per_trigger: int | None = None
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
+    max_partitions: int | None = None  # kop's own: small ranges read together, a task's cost shared
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -230,7 +231,23 @@ class SourceOptions:
             max_bytes_per_trigger=opts.positive("maxBytesPerTrigger"),
             min_partitions=opts.positive("minPartitions"),
             max_records_per_partition=opts.positive("maxRecordsPerPartition"),
+            max_partitions=_max_partitions(opts),
         )
+
+
+def _max_partitions(opts: OptionMap) -> int | None:
+    most = opts.positive("maxPartitions")
+    if most is None:
+        return None
+    least = opts.positive("minPartitions")
+    if least is not None and least > most:
+        raise ConfigError(f"option 'minPartitions' ({least}) is more than option 'maxPartitions' ({most})")
+    if "maxRecordsPerPartition" in opts:
+        raise ConfigError(
+            "options 'maxPartitions' and 'maxRecordsPerPartition' cannot both be set: the one bounds the tasks, "
+            "the other each task's records, and a large batch cannot keep both"
+        )
+    return most
 
 
 def store_options(opts: OptionMap) -> tuple[str, dict[str, str]]:
