@@ -27,7 +27,7 @@ from kop_spark.errors import (
 )
 from kop_spark.partitioner import partition_for_key
 from kop_spark.record import CompressionType, RecordBatch, TimestampType, build_record_batch
-from kop_spark.storage import managed_ledger
+from kop_spark.storage import metadata_store
 from kop_spark.storage.metadata.file import FileMetadataStore
 
 NOW = int(time.time() * 1000)
@@ -978,12 +978,34 @@ def test_a_view_is_kept_while_the_log_is_unchanged_and_another_writers_append_is
         assert [r.value for r in reader.fetch("t", 0, 0)] == [b"0", b"1", b"2", b"3"]
 
 
+def test_a_topics_metadata_is_kept_while_unchanged_and_another_brokers_change_is_seen_at_once(tmp_path):
+    """A produce and a Metadata request read their topics' metadata: it is kept while the probe says
+    the topic is unchanged, and another process's change is seen at the next read."""
+    root = str(tmp_path / "store")
+    with Broker(root) as reader, Broker(root) as writer:
+        reader.create_topic("t", 1)
+        key_dir = os.path.join(root, "_metadata", *layout.topic_key(reader.topic_name("t")).split("/"))
+        for n in (2, 3):
+            _settle(key_dir)
+            first = reader.admin.metadata("t")[1]
+            assert reader.admin.metadata("t")[1] is first, "kept while unchanged"
+            writer.create_partitions("t", n)
+            assert reader.partitions_for("t") == n
+            assert [i.partitions for i in reader.topic_infos()] == [n]
+        _settle(key_dir)
+        assert reader.partitions_for("t") == 3
+        writer.delete_topic("t")
+        with pytest.raises(TopicNotFoundError):
+            reader.partitions_for("t")
+        assert reader.topic_infos() == []
+
+
 @pytest.mark.parametrize("max_age_s", [0.0, 3600.0])
 def test_a_view_is_read_again_once_its_maximum_age_is_past_whatever_the_probe_says(tmp_path, monkeypatch, max_age_s):
     """A probe that misses a write (a filesystem whose clock runs behind ours could leave the times
-    of a key's directory as they were) hides it for ``VIEW_MAX_AGE_S`` at most."""
+    of a key's directory as they were) hides it for ``PROBED_MAX_AGE_S`` at most."""
     monkeypatch.setattr(FileMetadataStore, "probe", lambda self, key: "unchanged")
-    monkeypatch.setattr(managed_ledger, "VIEW_MAX_AGE_S", max_age_s)
+    monkeypatch.setattr(metadata_store, "PROBED_MAX_AGE_S", max_age_s)
     root = str(tmp_path / "store")
     with Broker(root) as reader, Broker(root) as writer:
         reader.create_topic("t", 1)

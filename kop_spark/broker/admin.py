@@ -37,7 +37,7 @@ from ..errors import (
 )
 from ..storage.fileio import FileIO, optional_local_dir
 from ..storage.managed_ledger import ManagedLedger
-from ..storage.metadata_store import MetadataStore, Unchanged, update
+from ..storage.metadata_store import MetadataStore, ProbedCache, Unchanged, update
 from ..storage.producer_state import ProducerEntry
 from ..storage.read_plan import PartitionView
 from ..topic_name import TopicName
@@ -92,6 +92,7 @@ class TopicAdmin:
         self._config = config
         self.logs = logs
         self._clock = clock
+        self._topics = ProbedCache(store)  # a produce and a Metadata request read their topics
 
     # -- names -------------------------------------------------------------------------------
 
@@ -125,7 +126,7 @@ class TopicAdmin:
 
     def metadata(self, topic: str) -> tuple[TopicName, TopicMeta]:
         name = self.name(topic)
-        meta = self._store.get(layout.topic_key(name)).value
+        meta = self._topic_meta(layout.topic_key(name))
         if meta is None or not standing(meta):
             raise TopicNotFoundError(f"topic {topic!r} does not exist (as {name.full_name}) in {self._fileio.uri}")
         return name, meta
@@ -339,6 +340,9 @@ class TopicAdmin:
                 out.append((layout.topic_of_key(key), value))
         return out
 
+    def _topic_meta(self, key: str) -> TopicMeta | None:
+        return self._topics.get(key, lambda: self._store.get(key).value)
+
     def info(self, topic: str) -> TopicInfo:
         return self._info(*self.metadata(topic))
 
@@ -349,7 +353,7 @@ class TopicAdmin:
         """Every topic's, by Kafka name."""
         out = []
         for key in self._store.list_keys(layout.TOPICS):
-            meta = self._store.get(key).value
+            meta = self._topic_meta(key)
             if meta is None or not standing(meta):
                 continue
             name = layout.topic_of_key(key)

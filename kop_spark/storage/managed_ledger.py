@@ -30,9 +30,8 @@ One instance is safe to share between threads: writes take its lock.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import NamedTuple
@@ -53,37 +52,12 @@ from .group_commit import AppendRequest, AppendResult, GroupCommit, place
 from .ledger import IOStats, LedgerWriter
 from .ledger_metadata import LogMetadata, WriterRecord
 from .log_cleaner import LogCleaner
-from .metadata_store import MetadataStore
+from .metadata_store import MetadataStore, ProbedCache
 from .offset_map import DEDUPE_BUFFER_BYTES
 from .own_ledger import OwnLedger
 from .read_plan import PartitionView
 from .retention import RetentionPolicy, apply_retention, expire_writers, purge_trash, tail_expired
 from .staging import StagedLedger, sealed_ledger
-
-# A view is kept this long at most, so that a filesystem whose clock runs more than a second behind
-# ours (an NFS server's), where a write in the same tick as the one before could leave the probe's
-# token as it was, shows the write within that time all the same.
-VIEW_MAX_AGE_S = 5.0
-
-
-class _LatestView:
-    """A log's last view, kept while the metadata store's probe says the log is unchanged: an idle
-    consumer's fetch looks at each partition it reads several times a second, and the read and
-    parse of a partition's metadata cost a hundred times the probe."""
-
-    def __init__(self, store: MetadataStore, key: str, load: Callable[[], _Committed]):
-        self._store, self._key, self._load = store, key, load
-        self._last: tuple[Hashable, float, PartitionView] | None = None
-
-    def view(self) -> PartitionView:
-        token, last = self._store.probe(self._key), self._last  # probed first: a write after it changes it
-        now = time.monotonic()
-        if token is not None and last is not None and last[0] == token and now - last[1] < VIEW_MAX_AGE_S:
-            return last[2]
-        state = self._load()
-        view = PartitionView.of(state.meta, state.version)
-        self._last = None if token is None else (token, now, view)
-        return view
 
 
 @dataclass(frozen=True)
@@ -188,7 +162,7 @@ class ManagedLedger:
         self._state: _Committed | None = None
         self._own = OwnLedger(self)
         self._appends = GroupCommit(self._commit_appends)
-        self._views = _LatestView(store, key, self._load)
+        self._views = ProbedCache(store)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -298,7 +272,11 @@ class ManagedLedger:
     def view(self) -> PartitionView:
         """The log as it stands: read fresh from the metadata store, unless the store tells
         cheaply that it has not changed since the last view."""
-        return self._views.view()
+        return self._views.get(self.key, self._fresh_view)
+
+    def _fresh_view(self) -> PartitionView:
+        state = self._load()
+        return PartitionView.of(state.meta, state.version)
 
     # -- writes ----------------------------------------------------------------------------
 

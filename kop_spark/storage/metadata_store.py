@@ -14,9 +14,10 @@ from __future__ import annotations
 import abc
 import json
 import re
+import time
 import zlib
 from collections.abc import Callable, Hashable
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from ..errors import BadVersionError, CorruptMetadataError
 from ..retry import retry_cas
@@ -27,6 +28,12 @@ _SEGMENT = re.compile(r"^[A-Za-z0-9._\-]+$")
 # (1.5 MiB per request) cap what one value may be.
 _COMPRESS_FROM = 16 << 10
 _ZLIB_HEADER = 0x78  # a zlib stream's first byte; JSON starts with '{' or 'n'
+# What a ``ProbedCache`` keeps is kept this long at most, so that a filesystem whose clock runs more
+# than a second behind ours (an NFS server's), where a write in the same tick as the one before
+# could leave the probe's token as it was, shows the write within that time all the same.
+PROBED_MAX_AGE_S = 5.0
+
+T = TypeVar("T")
 
 
 class Versioned(NamedTuple):
@@ -76,6 +83,30 @@ class MetadataStore(abc.ABC):
         """Remove versions of ``key`` that cannot be parsed (torn writes); what was (or would be)
         removed. Only the file backend could ever leave such versions."""
         return []
+
+
+class ProbedCache:
+    """What was read of (or made from) keys of a store, kept while the store's probe says each key
+    is unchanged, ``PROBED_MAX_AGE_S`` at most: a fetch looks at each partition it reads several
+    times a second, and a produce or a Metadata request reads its topics, where the read and parse
+    of a key cost a hundred times the probe (a stat of the key's directory, on the file backend).
+    Backends without a probe read every time."""
+
+    def __init__(self, store: MetadataStore):
+        self._store = store
+        self._kept: dict[str, tuple[Hashable, float, Any]] = {}
+
+    def get(self, key: str, load: Callable[[], T]) -> T:
+        token = self._store.probe(key)  # probed before the load: a write after it changes it
+        kept, now = self._kept.get(key), time.monotonic()
+        if token is not None and kept is not None and kept[0] == token and now - kept[1] < PROBED_MAX_AGE_S:
+            return kept[2]  # what the load gave when the key was as it is
+        value = load()
+        if token is None:
+            self._kept.pop(key, None)
+        else:
+            self._kept[key] = (token, now, value)
+        return value
 
 
 class Unchanged(Exception):
