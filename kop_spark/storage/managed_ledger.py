@@ -272,11 +272,7 @@ class ManagedLedger:
     def view(self) -> PartitionView:
         """The log as it stands: read fresh from the metadata store, unless the store tells
         cheaply that it has not changed since the last view."""
-        return self._views.get(self.key, self._fresh_view)
-
-    def _fresh_view(self) -> PartitionView:
-        state = self._load()
-        return PartitionView.of(state.meta, state.version)
+        return self._views.get(self.key, lambda: PartitionView.of(*self._load()))
 
     # -- writes ----------------------------------------------------------------------------
 
