@@ -388,6 +388,65 @@ def test_bytes_after_a_request_are_ignored_as_kafka_ignores_them(server: KopServ
     assert response_class(request).decode(answer, header=True).topics[0].name == "t"
 
 
+def _answers(request: Any, server: KopServer) -> dict[tuple[str, int], dict[str, Any]]:
+    """Each partition's answer in a Produce or ListOffsets response, by topic and partition."""
+    request.with_header(7, "kop-test")
+    with connect(server) as sock:
+        answer = response_class(request).decode(exchange(sock, bytes(request.encode(header=True))), header=True)
+    body = answer.to_dict()
+    topics = body.get("responses", body.get("topics"))
+    return {
+        (t["name"], p.get("index", p.get("partition_index"))): p
+        for t in topics
+        for p in t.get("partition_responses", t.get("partitions"))
+    }
+
+
+def test_each_partition_of_a_request_gets_its_own_answer(server: KopServer) -> None:
+    # A partition that fails does not fail the request's others: they are answered, and written.
+    with Broker(server.root) as b:
+        end = b.list_offsets("t", 0, "latest")
+    produced = _answers(
+        wire_request(
+            ProduceRequest,
+            9,
+            acks=-1,
+            timeout_ms=5000,
+            topic_data=[
+                {"name": "t", "partition_data": [{"index": 0, "records": BATCH}, {"index": 9, "records": BATCH}]},
+                {"name": "absent", "partition_data": [{"index": 0, "records": BATCH}]},
+            ],
+        ),
+        server,
+    )
+    assert {tp: (p["error_code"], p["base_offset"]) for tp, p in produced.items()} == {
+        ("t", 0): (0, end),
+        ("t", 9): (3, -1),
+        ("absent", 0): (3, -1),
+    }
+    listed = _answers(
+        wire_request(
+            ListOffsetsRequest,
+            7,
+            replica_id=-1,
+            isolation_level=0,
+            topics=[
+                {
+                    "name": "t",
+                    "partitions": [{"partition_index": 0, "timestamp": -1}, {"partition_index": 9, "timestamp": -1}],
+                },
+                {"name": "absent", "partitions": [{"partition_index": 0, "timestamp": -2}]},
+            ],
+        ),
+        server,
+    )
+    assert {tp: (p["error_code"], p["offset"]) for tp, p in listed.items()} == {
+        ("t", 0): (0, end + 1),
+        ("t", 9): (3, -1),
+        ("absent", 0): (3, -1),
+    }
+
+
 @pytest.mark.parametrize(
     "bad",
     [

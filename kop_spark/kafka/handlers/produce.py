@@ -30,8 +30,10 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
         return await _staged(ctx, header, m, request)
     # Queued in request order (this connection's next request waits for it), written later.
     wanted = [(t.name, p.index, p.records) for t in request.topic_data for p in t.partition_data]
-    refused = {i: e for i, (topic, _, _) in enumerate(wanted) if (e := _refusal(ctx, header, topic)) is not None}
-    queued = dict(zip([(t, p) for t, p, _ in wanted], await ctx.call(_queue, ctx, wanted, refused), strict=True))
+    calls = [_refusal(ctx, header, t, p, records) or (t, p, [records]) for t, p, records in wanted]
+    queued = dict(
+        zip([(t, p) for t, p, _ in wanted], await ctx.call_each(ctx.broker.queue_batches, calls), strict=True)
+    )
 
     async def written() -> Any:
         answers = await asyncio.gather(*(_written(ctx, m, tp, wait) for tp, wait in queued.items()))
@@ -103,30 +105,14 @@ def _partition(
     )
 
 
-def _refusal(ctx: ServerContext, header: RequestHeader, topic: str) -> Exception | None:
+def _refusal(
+    ctx: ServerContext, header: RequestHeader, topic: str, partition: int, records: bytes | None
+) -> Exception | None:
     try:
         ctx.authorize(header, "Write", "Topic", topic)
     except Exception as e:
         return e
-    return None
-
-
-def _queue(
-    ctx: ServerContext, wanted: list[tuple[str, int, bytes | None]], refused: dict[int, Exception]
-) -> list[Callable[[], Produced] | Exception]:
-    """Check each partition's batches and queue them for its next write; what is refused, why.
-    One worker call for a request's partitions: a hand-off a partition cost more than the checks."""
-    out: list[Callable[[], Produced] | Exception] = []
-    for i, (topic, partition, records) in enumerate(wanted):
-        try:
-            if i in refused:
-                raise refused[i]
-            if not records:
-                raise InvalidRecordError(f"produce to {topic}-{partition}: no record batches given")
-            out.append(ctx.broker.queue_batches(topic, partition, [records]))
-        except Exception as e:
-            out.append(e)
-    return out
+    return None if records else InvalidRecordError(f"produce to {topic}-{partition}: no record batches given")
 
 
 async def _written(ctx: ServerContext, m: Any, tp: tuple[str, int], wait: Callable[[], Produced] | Exception) -> Any:
