@@ -286,6 +286,34 @@ def test_a_restarted_server_serves_what_it_stored(name: str, running: dict[str, 
     assert s.put("k", {"n": 3}, current.version) > current.version
 
 
+def test_etcd_calls_share_a_kept_connection_which_a_restart_while_idle_does_not_fail(
+    running: dict[str, servers.Server],
+) -> None:
+    server = running["etcd"]
+    s = Backend("etcd", _url("etcd", server), server).open()
+    opened = _connections_to(server.port)
+    v = s.create("k", {"n": 1})
+    for _ in range(20):
+        s.get("k")
+    assert len(_connections_to(server.port) - opened) <= 1
+    server.stop(graceful=True)
+    server.start()
+    assert s.put("k", {"n": 2}, v) > v  # the first call after the restart, on the kept connection
+
+
+def _connections_to(port: int) -> set[str]:
+    """This machine's TCP connections to ``port``, by their client's address, those closed lately
+    (TIME_WAIT, at whichever end closed first) too."""
+    clients = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        here, there = line.split()[1:3]
+        if int(there.split(":")[1], 16) == port:
+            clients.add(here)
+        elif int(here.split(":")[1], 16) == port:
+            clients.add(there)
+    return clients
+
+
 def _wait_stopped(pid: int, timeout_s: float = 10) -> None:
     """Return once every thread of ``pid`` is stopped: ``kill`` returns before a thread running on
     another core has taken the signal, and such a thread could still answer a request."""
