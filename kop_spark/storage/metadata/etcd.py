@@ -108,8 +108,8 @@ class EtcdMetadataStore(MetadataStore):
 
     def _post(self, endpoint: str, api: str, data: bytes, timeout_s: float) -> tuple[int, bytes]:
         """The status and body of one POST, on this thread's kept connection to ``endpoint``. A
-        kept connection found closed (etcd restarted while it idled) is replaced once: the request
-        never reached a server, so sending it again cannot apply a write twice."""
+        kept connection found closed (etcd restarted while it idled) is replaced once. Sending a
+        request again cannot apply a write twice: a write compares the version it replaces."""
         while True:
             connection, kept = self._connections.get(endpoint, timeout_s)
             try:
