@@ -3,6 +3,8 @@ S3 server, Azurite, etcd, ZooKeeper), each ratio against a peer measured in the 
 
 - compare-and-set operations per second of each metadata backend (one key, read and updated in
   turn, as every append does), against the default backend, versioned files on the local disk;
+- looks a second of a parked fetch of 100 partitions where nothing came (each partition's metadata
+  probed, in one request where the backend can), on the backends a server's metadata may be in;
 - produce on an ``s3://`` root (records/s of calls of 100 records), against a plain PUT of the same
   bytes to the same endpoint, the physical limit of that endpoint for writes of that size: one call
   at a time (without grouping: each call is a sealed ledger and a CAS of the partition's metadata in
@@ -29,12 +31,14 @@ import obstore
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kop_spark import Broker, Record
+from kop_spark.broker import PartitionFetch
 from kop_spark.storage.metadata import open_metadata_store
 from kop_spark.storage.metadata_store import update
 from kop_spark.storage.object_store import open_store, parse_location
 from tests import servers
 
 THREADS = 8
+FETCHED_PARTITIONS = 100
 
 
 def per_second(fn: Callable[[int], object], n: int) -> float:
@@ -45,7 +49,7 @@ def per_second(fn: Callable[[int], object], n: int) -> float:
     return n / (time.perf_counter() - t)
 
 
-def cas_rates(running: dict[str, servers.Server], tmp: Path, n: int) -> list[tuple[str, float, float]]:
+def cas_rates(running: dict[str, servers.Server], tmp: Path, n: int) -> list[tuple[str, float, float, str]]:
     space = uuid.uuid4().hex[:8]
     urls = {
         "files (local disk, fsync)": str(tmp / "metadata"),
@@ -60,8 +64,27 @@ def cas_rates(running: dict[str, servers.Server], tmp: Path, n: int) -> list[tup
         store = open_metadata_store(url)
         store.create("k", value)
         rates[name] = per_second(lambda i, s=store: update(s, "k", lambda v: {**v, "next_offset": i}), n)
-    files = rates["files (local disk, fsync)"]
-    return [(name, rate, rate / files) for name, rate in rates.items()]
+    looks = {name: look_rate(tmp / f"looks-{i}", url, n) for i, (name, url) in enumerate(urls.items()) if i < 3}
+    files, files_looks = rates["files (local disk, fsync)"], looks["files (local disk, fsync)"]
+    return [
+        (
+            name,
+            rate,
+            rate / files,
+            f"{looks[name]:,.0f} | {looks[name] / files_looks:.2f}x" if name in looks else "- | -",
+        )
+        for name, rate in rates.items()
+    ]
+
+
+def look_rate(root: Path, url: str, n: int) -> float:
+    """Looks a second of a parked fetch of 100 partitions where nothing came: every partition's
+    metadata probed, none read again."""
+    with Broker(str(root), {"metadataStoreUrl": url + "-looks"}) as b:
+        b.create_topic("t", FETCHED_PARTITIONS)
+        wanted = [PartitionFetch("t", p, 0, 1 << 20) for p in range(FETCHED_PARTITIONS)]
+        time.sleep(1.5)  # the file backend's probe trusts a key's directory times a second after its last write
+        return per_second(lambda i: b.fetch_partitions(wanted, 1 << 20), n)
 
 
 def produce_rates(n: int) -> list[tuple[str, float, float]]:
@@ -108,9 +131,12 @@ def main() -> None:
     ap.add_argument("--produces", type=int, default=200)
     args = ap.parse_args()
     cas, produce = run(args.ops, args.produces)
-    print("| metadata backend | CAS/s | speed vs files on the local disk |")
-    for name, rate, ratio in cas:
-        print(f"| {name} | {rate:,.0f} | {ratio:.2f}x |")
+    print(
+        f"| metadata backend | CAS/s | speed vs files on the local disk | looks/s of a fetch of "
+        f"{FETCHED_PARTITIONS} partitions, nothing new | speed vs files |"
+    )
+    for name, rate, ratio, looks in cas:
+        print(f"| {name} | {rate:,.0f} | {ratio:.2f}x | {looks} |")
     print("| S3 root | records/s | speed vs plain PUT/GET of the same bytes |")
     for name, rate, ratio in produce:
         print(f"| {name} | {rate:,.0f} | {ratio:.2f}x |")

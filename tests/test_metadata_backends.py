@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,15 @@ from typing import NamedTuple
 import pytest
 
 from kop_spark import Broker, Record
-from kop_spark.errors import BadVersionError, ConfigError, MetadataStoreUnavailableError
+from kop_spark.broker import FetchedBatches, PartitionFetch
+from kop_spark.errors import (
+    BadVersionError,
+    ConfigError,
+    MetadataStoreUnavailableError,
+    OffsetOutOfRangeError,
+    PartitionNotFoundError,
+)
+from kop_spark.record import RecordBatch
 from kop_spark.storage.ledger_metadata import LedgerRecord, LogMetadata
 from kop_spark.storage.metadata import open_metadata_store
 from kop_spark.storage.metadata.zookeeper import close_sessions
@@ -103,6 +112,25 @@ def test_list_keys(backend: Backend) -> None:
     assert s.list_keys("topics/x") == ["topics/x", "topics/x/0"]
     assert s.list_keys("nothing") == []
     assert s.list_keys("") == ["sinks/w", "topics/x", "topics/x/0", "topics/y", "topicsz"]
+
+
+def test_probes_of_many_keys_change_only_where_a_write_came(backend: Backend) -> None:
+    """Equal probes promise no write came between them; etcd and ZooKeeper answer for many keys
+    in one request, so they must give a probe of every key there is."""
+    s = backend.open()
+    keys = [f"ml/p{i}" for i in range(140)]  # past one etcd transaction's 128 operations
+    for key in keys:
+        s.create(key, {"k": key})
+    before = s.probe_many([*keys, "ml/absent"])
+    update(s, "ml/p7", lambda v: {**(v or {}), "n": 1})
+    update(s, "ml/p139", lambda v: None)
+    after = s.probe_many([*keys, "ml/absent"])
+    assert set(before) == set(after) == {*keys, "ml/absent"}
+    if backend.name in ("etcd", "zookeeper"):
+        assert None not in [before[k] for k in keys] and before["ml/absent"] is None
+        assert [k for k in keys if before[k] != after[k]] == ["ml/p7", "ml/p139"]
+    for key in ("ml/p7", "ml/p139"):
+        assert before[key] is None or before[key] != after[key]
 
 
 def _large_managed_ledger(ledgers: int) -> dict:
@@ -401,6 +429,46 @@ def test_a_broker_keeps_its_metadata_on_each_backend(backend: Backend, tmp_path:
     assert "OffsetAndMetadata(offset=2" in out.stdout.decode() and out.stdout.decode().strip().endswith(" 10")
     if backend.name != "file":
         assert not (tmp_path / "data" / "_metadata").exists(), "the metadata went to the backend, not beside the data"
+
+
+def test_a_fetch_of_many_partitions_sees_another_brokers_append_at_once_and_reads_only_what_changed(
+    backend: Backend, tmp_path: Path
+) -> None:
+    conf = {"metadataStoreUrl": backend.url}
+    data = str(tmp_path / "data")
+    with Broker(data, conf) as reader, Broker(data, conf) as writer:
+        writer.create_topic("t", 40)
+        wanted = [PartitionFetch("t", p, 0, 1 << 20) for p in range(40)]
+        assert _ends(reader.fetch_partitions(wanted, 1 << 20)) == [0] * 40
+        writer.produce("t", [Record(value=b"x")], 3)
+        requests = _etcd_requests(backend)
+        fetched = reader.fetch_partitions(
+            [*wanted, PartitionFetch("t", 40, 0, 1), PartitionFetch("t", 3, 5, 1)], 1 << 20
+        )
+        if backend.name == "etcd":  # a transaction of probes, partition 3's read, the topic's for partition 40
+            assert _etcd_requests(backend) - requests <= 5, "a read a partition"
+    assert _ends(fetched) == [1 if p == 3 else 0 for p in range(40)] + [PartitionNotFoundError, OffsetOutOfRangeError]
+    assert isinstance(fetched[3], FetchedBatches) and RecordBatch(fetched[3].batches[0]).base_offset == 0
+
+
+def _ends(fetched: list[FetchedBatches | Exception]) -> list[int | type]:
+    """Each partition's high watermark, or the type of its error."""
+    return [f.high_watermark if isinstance(f, FetchedBatches) else type(f) for f in fetched]
+
+
+def _etcd_requests(backend: Backend) -> int:
+    """The reads and transactions etcd has answered, by its own count (its /metrics)."""
+    if backend.server is None or backend.name != "etcd":
+        return 0
+    with urllib.request.urlopen(f"http://127.0.0.1:{backend.server.port}/metrics", timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in lines
+        if line.startswith("grpc_server_handled_total{")
+        and 'grpc_code="OK"' in line
+        and ('grpc_method="Range"' in line or 'grpc_method="Txn"' in line)
+    )
 
 
 def test_a_broker_refuses_a_bad_metadata_url_before_writing(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from ..group.coordinator import OffsetAndMetadata
 from ..storage.staging import StagedLedger
 from .admin import PartitionInfo, TopicDescription, TopicInfo
 from .broker import Broker
-from .fetch import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, FetchedBatches, OffsetSpec
+from .fetch import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, FetchedBatches, OffsetSpec, PartitionFetch
 from .group_configs import GroupConfigs
 from .group_offsets import SPARK_COMMIT
 from .group_snapshots import GroupSnapshots, Snapshot
@@ -31,6 +31,7 @@ __all__ = [
     "MaintenanceReport",
     "OffsetAndMetadata",
     "OffsetSpec",
+    "PartitionFetch",
     "PartitionInfo",
     "Produced",
     "RepairReport",

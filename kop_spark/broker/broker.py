@@ -41,7 +41,7 @@ from ..topic_name import TopicName, TopicPartition
 from .acls import Acls
 from .admin import TopicAdmin, TopicDescription, TopicInfo
 from .credentials import Users
-from .fetch import FetchedBatches, Fetcher, OffsetSpec
+from .fetch import FetchedBatches, Fetcher, OffsetSpec, PartitionFetch
 from .group_offsets import GroupOffsets
 from .live_groups import LiveGroups
 from .log_manager import LogManager
@@ -255,9 +255,9 @@ class Broker:
         """Raw batches from the one holding ``offset`` on, with absolute ``baseOffset`` (a FETCH's)."""
         return self._fetcher.fetch_batches(topic, partition, offset, max_bytes)
 
-    def fetch_partition(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20) -> FetchedBatches:
-        """``fetch_batches`` (one batch at least, more while they fit) and the log's bounds then."""
-        return self._fetcher.fetch_partition(topic, partition, offset, max_bytes)
+    def fetch_partitions(self, wanted: Sequence[PartitionFetch], max_bytes: int) -> list[FetchedBatches | Exception]:
+        """A FETCH's partitions: each one's batches and the log's bounds then, or why not (``Fetcher``)."""
+        return self._fetcher.fetch_partitions(wanted, max_bytes)
 
     def fetch(
         self, topic: str, partition: int, offset: int, max_records: int = 500, max_bytes: int = 50 << 20

@@ -7,6 +7,7 @@ in its new ledger, or is out of range.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from ..errors import FileMissingError, OffsetOutOfRangeError
@@ -14,6 +15,7 @@ from ..record import ConsumerRecord
 from ..record.arrow import first_at_or_after
 from ..storage.fileio import FileIO
 from ..storage.ledger import IOStats
+from ..storage.metadata_store import UNPROBED
 from ..storage.read_plan import PartitionView, ReadEntry
 from .admin import TopicAdmin
 
@@ -31,6 +33,15 @@ class FetchedBatches(NamedTuple):
     batches: list[bytes]
     log_start_offset: int
     high_watermark: int
+
+
+class PartitionFetch(NamedTuple):
+    """A partition of a FETCH: where to read from, and at most how many bytes."""
+
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
 
 
 class Fetcher:
@@ -65,11 +76,27 @@ class Fetcher:
         raise AssertionError("unreachable")
 
     def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int) -> list[bytes]:
-        return self.fetch_partition(topic, partition, offset, max_bytes).batches
+        return [r.batch_bytes() for r in self.read(topic, partition, offset, max_bytes)[1]]
 
-    def fetch_partition(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchedBatches:
-        view, reads = self.read(topic, partition, offset, max_bytes)
-        return FetchedBatches([r.batch_bytes() for r in reads], view.log_start_offset, view.log_end_offset)
+    def fetch_partitions(self, wanted: Sequence[PartitionFetch], max_bytes: int) -> list[FetchedBatches | Exception]:
+        """Each partition's batches from its offset on, and the log's bounds then, or why not; at
+        most ``max_bytes`` in all, but the first partition's first batch whatever its size (KIP-74):
+        a partition past that answers its bounds alone. The partitions' metadata is probed first,
+        in one request where the store can, and read again only where it changed."""
+        probes = self._admin.probes((w.topic, w.partition) for w in wanted)
+        out: list[FetchedBatches | Exception] = []
+        budget = max_bytes
+        for w in wanted:
+            try:
+                view = self._admin.view(w.topic, w.partition, probes.get((w.topic, w.partition), UNPROBED))[1]
+                view, reads = self.read(w.topic, w.partition, w.offset, max(min(w.max_bytes, budget), 1), view=view)
+            except Exception as e:  # that partition's answer; the others go on
+                out.append(e)
+                continue
+            batches = [r.batch_bytes() for r in reads] if budget > 0 else []
+            budget -= sum(len(b) for b in batches)
+            out.append(FetchedBatches(batches, view.log_start_offset, view.log_end_offset))
+        return out
 
     def fetch(self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int) -> list[ConsumerRecord]:
         kafka_topic = self._admin.listed_name(topic)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import NamedTuple
@@ -52,7 +52,7 @@ from .group_commit import AppendRequest, AppendResult, GroupCommit, place
 from .ledger import IOStats, LedgerWriter
 from .ledger_metadata import LogMetadata, WriterRecord
 from .log_cleaner import LogCleaner
-from .metadata_store import MetadataStore, ProbedCache
+from .metadata_store import UNPROBED, MetadataStore, ProbedCache, Unprobed
 from .offset_map import DEDUPE_BUFFER_BYTES
 from .own_ledger import OwnLedger
 from .read_plan import PartitionView
@@ -269,10 +269,10 @@ class ManagedLedger:
         """The metadata as this instance's last CAS left it, if that is known."""
         return self._state.meta if self._state is not None else None
 
-    def view(self) -> PartitionView:
+    def view(self, token: Hashable | Unprobed | None = UNPROBED) -> PartitionView:
         """The log as it stands: read fresh from the metadata store, unless the store tells
-        cheaply that it has not changed since the last view."""
-        return self._views.get(self.key, lambda: PartitionView.of(*self._load()))
+        cheaply that it has not changed since the last view (``token``: its probe, if taken)."""
+        return self._views.get(self.key, lambda: PartitionView.of(*self._load()), token)
 
     # -- writes ----------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import json
 import re
 import time
 import zlib
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 from ..errors import BadVersionError, CorruptMetadataError
@@ -75,6 +75,12 @@ class MetadataStore(abc.ABC):
         write came between them; a write may change the token without changing the value."""
         return None
 
+    def probe_many(self, keys: Sequence[str]) -> dict[str, Hashable | None]:
+        """``probe`` of each key, as one request where a server can answer for many keys at once
+        (etcd, ZooKeeper), though it has no cheaper probe of one: a Kafka fetch reads many
+        partitions, each a key, and a request a key cost a fetch of a hundred a hundred round trips."""
+        return {key: self.probe(key) for key in keys}
+
     def check_writable(self) -> None:
         """Raise if no write can succeed here, before a caller writes anything elsewhere."""
         return None
@@ -83,6 +89,13 @@ class MetadataStore(abc.ABC):
         """Remove versions of ``key`` that cannot be parsed (torn writes); what was (or would be)
         removed. Only the file backend could ever leave such versions."""
         return []
+
+
+class Unprobed:
+    """No probe taken yet (a probe may be None)."""
+
+
+UNPROBED = Unprobed()
 
 
 class ProbedCache:
@@ -96,8 +109,11 @@ class ProbedCache:
         self._store = store
         self._kept: dict[str, tuple[Hashable, float, Any]] = {}
 
-    def get(self, key: str, load: Callable[[], T]) -> T:
-        token = self._store.probe(key)  # probed before the load: a write after it changes it
+    def get(self, key: str, load: Callable[[], T], token: Hashable | Unprobed | None = UNPROBED) -> T:
+        """The value ``load`` gives for ``key``, or the one kept while the key is unchanged;
+        ``token``: the key's probe, taken by the caller (``probe_many``) before this call."""
+        if isinstance(token, Unprobed):
+            token = self._store.probe(key)  # probed before the load: a write after it changes it
         kept, now = self._kept.get(key), time.monotonic()
         if token is not None and kept is not None and kept[0] == token and now - kept[1] < PROBED_MAX_AGE_S:
             return kept[2]  # what the load gave when the key was as it is

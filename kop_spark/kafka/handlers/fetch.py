@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import datetime
 import time
-from typing import Any, NamedTuple
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...broker import FetchedBatches
+from ...broker import FetchedBatches, PartitionFetch
 from ...record import record_count
 from ..context import ServerContext
 from ..error_codes import error_code
@@ -31,17 +31,10 @@ def next_look_in(looked_s: float) -> float:
     return max(OTHER_WRITERS_POLL_S, LOOKS_APART * looked_s)
 
 
-class _Wanted(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    max_bytes: int
-
-
 async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
     wanted = [
-        _Wanted(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+        PartitionFetch(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
         for t in request.topics
         for p in t.partitions
     ]
@@ -73,7 +66,7 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
 
 
 async def _read(
-    ctx: ServerContext, header: RequestHeader, wanted: list[_Wanted], max_bytes: int
+    ctx: ServerContext, header: RequestHeader, wanted: list[PartitionFetch], max_bytes: int
 ) -> list[FetchedBatches | ErrorCode]:
     """One look at every partition wanted, all in one call on a worker thread: a parked fetch
     looks again every ``OTHER_WRITERS_POLL_S``, and a hand-off to a thread per partition cost an
@@ -84,29 +77,15 @@ async def _read(
             ctx.authorize(header, "Read", "Topic", w.topic)
         except Exception as e:
             refused[i] = error_code(e, f"fetch from {w.topic}-{w.partition}")
-    return await ctx.call(_look, ctx, wanted, refused, max_bytes)
+    allowed = [w for i, w in enumerate(wanted) if i not in refused]
+    fetched = iter(await ctx.call(ctx.broker.fetch_partitions, allowed, max_bytes))
+    return [refused[i] if i in refused else _answer(w, next(fetched)) for i, w in enumerate(wanted)]
 
 
-def _look(
-    ctx: ServerContext, wanted: list[_Wanted], refused: dict[int, ErrorCode], max_bytes: int
-) -> list[FetchedBatches | ErrorCode]:
-    out: list[FetchedBatches | ErrorCode] = []
-    budget = max_bytes
-    for i, w in enumerate(wanted):
-        if i in refused:
-            out.append(refused[i])
-            continue
-        limit = max(min(w.max_bytes, budget), 1)
-        try:
-            fetched = ctx.broker.fetch_partition(w.topic, w.partition, w.offset, limit)
-        except Exception as e:
-            out.append(error_code(e, f"fetch from {w.topic}-{w.partition} at {w.offset}"))
-            continue
-        if budget <= 0:  # the first partition's first batch always goes; others wait for the next fetch
-            fetched = fetched._replace(batches=[])
-        budget -= sum(len(b) for b in fetched.batches)
-        out.append(fetched)
-    return out
+def _answer(w: PartitionFetch, fetched: FetchedBatches | Exception) -> FetchedBatches | ErrorCode:
+    if isinstance(fetched, Exception):
+        return error_code(fetched, f"fetch from {w.topic}-{w.partition} at {w.offset}")
+    return fetched
 
 
 def _partition(m: Any, index: int, answer: FetchedBatches | ErrorCode) -> Any:

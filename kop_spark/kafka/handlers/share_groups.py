@@ -277,9 +277,9 @@ async def _read(ctx: ServerContext, sp: SharePartition, tp: TopicPartition, max_
     limit = ctx.share_groups.limit
     position = sp.fetch_position(sp.start_offset, ctx.share_groups.now_ms(), limit)
     try:
-        fetched = await ctx.call(ctx.broker.fetch_partition, tp[0], tp[1], position, max_bytes)
+        fetched = await ctx.call(ctx.broker.fetch_batches, tp[0], tp[1], position, max_bytes)
     except OffsetOutOfRangeError:  # retention removed records in flight
         start = await ctx.call(ctx.broker.list_offsets, tp[0], tp[1], "earliest")
         position = sp.fetch_position(start, ctx.share_groups.now_ms(), limit)
-        fetched = await ctx.call(ctx.broker.fetch_partition, tp[0], tp[1], position, max_bytes)
-    return [RecordBatch(b) for data in fetched.batches for b in split_batches(data)]
+        fetched = await ctx.call(ctx.broker.fetch_batches, tp[0], tp[1], position, max_bytes)
+    return [RecordBatch(b) for data in fetched for b in split_batches(data)]

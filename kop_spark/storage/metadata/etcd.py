@@ -21,11 +21,13 @@ import os
 import threading
 import time
 import urllib.parse
+from collections.abc import Hashable, Sequence
 
 from ...errors import BadVersionError, ConfigError, MetadataStoreUnavailableError, StorageError
 from ..metadata_store import MetadataStore, Versioned, check_key, decode_value, encode_value
 
 _MAX_REQUEST = (3 << 19) - 4096  # etcd's default --max-request-bytes (1.5 MiB), less the envelope
+_MAX_TXN_OPS = 128  # etcd's default --max-txn-ops
 
 
 def parse_etcd_url(url: str) -> tuple[list[str], str]:
@@ -156,6 +158,19 @@ class EtcdMetadataStore(MetadataStore):
         if not reply.get("succeeded"):
             raise BadVersionError(f"metadata {key} is past version {expected_version}")
         return int(reply["header"]["revision"])
+
+    def probe_many(self, keys: Sequence[str]) -> dict[str, Hashable | None]:
+        """Each key's ``mod_revision`` (None if it never existed), read in transactions of ranges
+        that return no values: one request for up to ``_MAX_TXN_OPS`` keys."""
+        out: dict[str, Hashable | None] = {}
+        for at in range(0, len(keys), _MAX_TXN_OPS):
+            chunk = keys[at : at + _MAX_TXN_OPS]
+            ranges = [{"request_range": {"key": _b64(self._key(k)), "keys_only": True}} for k in chunk]
+            reply = self._call("kv/txn", {"success": ranges}, f"probe {chunk[0]} and {len(chunk) - 1} more keys in")
+            for key, answer in zip(chunk, reply.get("responses") or [{}] * len(chunk), strict=True):
+                kvs = answer.get("response_range", {}).get("kvs") or []
+                out[key] = int(kvs[0]["mod_revision"]) if kvs else None
+        return out
 
     def list_keys(self, prefix: str) -> list[str]:
         start = self._prefix.encode() + (("/".join(check_key(prefix)) + "/").encode() if prefix else b"")
