@@ -14,7 +14,7 @@ replaced whole.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import obstore
@@ -24,7 +24,7 @@ from ..metadata_store import MetadataStore, Versioned, check_key, decode_value, 
 from ..object_store import CONDITION_FAILED, MISSING, ObjectLocation, open_store, refused
 
 if TYPE_CHECKING:
-    from obstore import UpdateVersion
+    from obstore import ObjectMeta, UpdateVersion
 
 
 class ObjectMetadataStore(MetadataStore):
@@ -105,6 +105,25 @@ class ObjectMetadataStore(MetadataStore):
             raise BadVersionError(f"metadata {key} is past version {version}")
         return obj
 
+    def probe_many(self, keys: Sequence[str]) -> dict[str, Hashable | None]:
+        """Each key's object's identity (None if it has none, or no object), from listings: a
+        request for up to a thousand keys of one directory, where reading each key cost a fetch
+        of a hundred partitions a hundred requests. A directory is listed from its first key asked
+        to its last, as a topic's partitions lie together. An identity never comes back once
+        replaced: the version is inside the value (see the module)."""
+        out: dict[str, Hashable | None] = dict.fromkeys(keys)
+        by_dir: dict[str, dict[str, str]] = {}
+        for key in keys:
+            path = self._path(key)
+            by_dir.setdefault(path.rpartition("/")[0], {})[path] = key
+        for directory, wanted in by_dir.items():
+            first, last = min(wanted), max(wanted)
+            for meta in self._call("probe", wanted[first], _listed, directory, first, last):
+                if meta["path"] in wanted:
+                    identity = _identity(meta)
+                    out[wanted[meta["path"]]] = None if identity is None else tuple(sorted(identity.items()))
+        return out
+
     def list_keys(self, prefix: str) -> list[str]:
         base = "/".join(check_key(prefix)) if prefix else None
         # Listing is by whole path segments: "a/b.json" is under "a", the key "a" itself is not.
@@ -116,6 +135,17 @@ class ObjectMetadataStore(MetadataStore):
 
     def __repr__(self) -> str:
         return f"ObjectMetadataStore({self.location.display!r})"
+
+
+def _listed(store: Any, directory: str, first: str, last: str) -> list[ObjectMeta]:
+    """The objects of ``directory`` from path ``first`` to ``last``; no page after it is asked for.
+    A listing starts after its offset: ``first`` less its last character comes before it."""
+    out: list[ObjectMeta] = []
+    for chunk in obstore.list(store, directory or None, offset=first[:-1], chunk_size=1000):
+        out.extend(m for m in chunk if m["path"] <= last)
+        if chunk and chunk[-1]["path"] >= last:
+            break
+    return out
 
 
 def _identity(meta: Mapping[str, Any]) -> UpdateVersion | None:
