@@ -19,7 +19,7 @@ from typing import NamedTuple
 import pytest
 
 from kop_spark import Broker, Record
-from kop_spark.broker import FetchedBatches, PartitionFetch
+from kop_spark.broker import FetchedBatches, PartitionFetch, PartitionViews
 from kop_spark.errors import (
     BadVersionError,
     ConfigError,
@@ -447,6 +447,8 @@ def test_a_fetch_of_many_partitions_sees_another_brokers_append_at_once_and_read
         )
         if backend.name == "etcd":  # a transaction of probes, partition 3's read, the topic's for partition 40
             assert _etcd_requests(backend) - requests <= 5, "a read a partition"
+        views = PartitionViews(reader.admin, reader.store).existing([("t", 3), ("t", 40), ("gone", 0), ("t", 0)])
+        assert {tp: v.log_end_offset for tp, v in views.items()} == {("t", 3): 1, ("t", 0): 0}
     assert _ends(fetched) == [1 if p == 3 else 0 for p in range(40)] + [PartitionNotFoundError, OffsetOutOfRangeError]
     assert isinstance(fetched[3], FetchedBatches) and RecordBatch(fetched[3].batches[0]).base_offset == 0
 

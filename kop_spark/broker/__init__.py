@@ -10,6 +10,7 @@ from .group_offsets import SPARK_COMMIT
 from .group_snapshots import GroupSnapshots, Snapshot
 from .live_groups import LiveGroup, LiveMember
 from .maintenance import MaintenanceReport, RepairReport
+from .partition_views import PartitionViews
 from .share_states import SHARE_DONE, ShareRecordState, ShareStates
 from .sink_commits import SINK_HEARTBEAT_MS, SINK_LEASE_MS, SinkCommits
 from .validation import Produced, StagedPartition
@@ -33,6 +34,7 @@ __all__ = [
     "OffsetSpec",
     "PartitionFetch",
     "PartitionInfo",
+    "PartitionViews",
     "Produced",
     "RepairReport",
     "ShareRecordState",

@@ -29,11 +29,9 @@ from ..errors import (
     ConfigError,
     InvalidPartitionsError,
     InvalidTopicError,
-    KopError,
     ManagedLedgerDeletedError,
     OffsetOutOfRangeError,
     PartitionNotFoundError,
-    StorageError,
     TopicAlreadyExistsError,
     TopicNotFoundError,
 )
@@ -42,7 +40,7 @@ from ..storage.managed_ledger import ManagedLedger
 from ..storage.metadata_store import UNPROBED, MetadataStore, ProbedCache, Unchanged, Unprobed, update
 from ..storage.producer_state import ProducerEntry
 from ..storage.read_plan import PartitionView
-from ..topic_name import TopicName, TopicPartition
+from ..topic_name import TopicName
 from .log_manager import LogManager
 
 TopicMeta = dict[str, Any]
@@ -177,7 +175,7 @@ class TopicAdmin:
     def view(
         self, topic: str, partition: int, token: Hashable | Unprobed | None = UNPROBED
     ) -> tuple[ManagedLedger, PartitionView]:
-        """A partition's log and its view; ``token``: its probe, from ``probes``."""
+        """A partition's log and its view; ``token``: its probe, if taken (``PartitionViews``)."""
         ml = self.log(topic, partition)
         try:
             return ml, ml.view(token)
@@ -185,22 +183,6 @@ class TopicAdmin:
             self.logs.forget(self.name(topic))
             self.metadata(topic)  # raises TopicNotFoundError if the topic went away
             raise PartitionNotFoundError(f"partition {partition} of topic {topic!r} has no log") from None
-
-    def probes(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, Hashable | None]:
-        """The partitions' metadata probes for ``view``, taken in one request where the store can
-        (``probe_many``); none for a partition that cannot be read, or where the store does not
-        answer: each partition's view then says why."""
-        keys: dict[TopicPartition, str] = {}
-        for topic, partition in partitions:
-            try:
-                keys[(topic, partition)] = self.log(topic, partition).key
-            except KopError:
-                continue
-        try:
-            probes = self._store.probe_many(list(keys.values()))
-        except StorageError:
-            return {}
-        return {tp: probes[key] for tp, key in keys.items()}
 
     def producers(self, topic: str, partition: int) -> dict[int, ProducerEntry]:
         """The idempotent producers a partition knows and has not yet forgotten

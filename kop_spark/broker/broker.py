@@ -70,7 +70,7 @@ class Broker:
         self.stats = IOStats()
         logs = LogManager(self.store, self.fileio, self.config, self.writer_id, self.stats, clock)
         self.admin = TopicAdmin(self.store, self.fileio, self.config, logs, clock)
-        self._fetcher = Fetcher(self.admin, self.fileio, self.stats)
+        self._fetcher = Fetcher(self.admin, self.store, self.fileio, self.stats)
         self.housekeeping = Housekeeper(self)  # what kop serve runs in the background, stoppable
         self._groups = GroupOffsets(self)
         self.live_groups = LiveGroups(self.store, clock)  # consumer groups' members, as kop serve sees them

@@ -15,9 +15,10 @@ from ..record import ConsumerRecord
 from ..record.arrow import first_at_or_after
 from ..storage.fileio import FileIO
 from ..storage.ledger import IOStats
-from ..storage.metadata_store import UNPROBED
+from ..storage.metadata_store import MetadataStore
 from ..storage.read_plan import PartitionView, ReadEntry
 from .admin import TopicAdmin
+from .partition_views import PartitionViews
 
 EARLIEST_TIMESTAMP = -2  # ListOffsets' special timestamps
 LATEST_TIMESTAMP = -1
@@ -45,8 +46,9 @@ class PartitionFetch(NamedTuple):
 
 
 class Fetcher:
-    def __init__(self, admin: TopicAdmin, fileio: FileIO, stats: IOStats):
+    def __init__(self, admin: TopicAdmin, store: MetadataStore, fileio: FileIO, stats: IOStats):
         self._admin = admin
+        self._views = PartitionViews(admin, store)
         self._fileio = fileio
         self._stats = stats
 
@@ -83,13 +85,13 @@ class Fetcher:
         most ``max_bytes`` in all, but the first partition's first batch whatever its size (KIP-74):
         a partition past that answers its bounds alone. The partitions' metadata is probed first,
         in one request where the store can, and read again only where it changed."""
-        probes = self._admin.probes((w.topic, w.partition) for w in wanted)
         out: list[FetchedBatches | Exception] = []
         budget = max_bytes
-        for w in wanted:
+        for w, found in zip(wanted, self._views.each([(w.topic, w.partition) for w in wanted]), strict=True):
             try:
-                view = self._admin.view(w.topic, w.partition, probes.get((w.topic, w.partition), UNPROBED))[1]
-                view, reads = self.read(w.topic, w.partition, w.offset, max(min(w.max_bytes, budget), 1), view=view)
+                if isinstance(found, Exception):
+                    raise found
+                view, reads = self.read(w.topic, w.partition, w.offset, max(min(w.max_bytes, budget), 1), view=found)
             except Exception as e:  # that partition's answer; the others go on
                 out.append(e)
                 continue

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
-from ..broker import SPARK_COMMIT, Broker, OffsetAndMetadata
-from ..errors import ConfigError, PartitionNotFoundError, TopicNotFoundError, UnknownTopicOrPartitionError
+from ..broker import SPARK_COMMIT, Broker, OffsetAndMetadata, PartitionViews
+from ..errors import ConfigError, PartitionNotFoundError, TopicNotFoundError
 from ..storage.read_plan import PartitionView
 from ..topic_name import TopicPartition, partition_label
 from .offset_range import OffsetRange, pack_ranges, split_ranges
@@ -38,6 +38,7 @@ class KopOffsetReader:
         if not self.broker.root_exists():
             self.broker.close()
             raise ConfigError(f"option 'kop.root': the store {options.root} does not exist")
+        self._views = PartitionViews(self.broker.admin, self.broker.store)
 
     def close(self) -> None:
         self.broker.close()
@@ -69,13 +70,7 @@ class KopOffsetReader:
 
     def views(self, partitions: list[TopicPartition]) -> Views:
         """Views of the partitions that exist; missing ones (deleted topics) are left out."""
-        out = {}
-        for tp in partitions:
-            try:
-                out[tp] = self.broker.view(*tp)
-            except UnknownTopicOrPartitionError:
-                continue
-        return out
+        return self._views.existing(partitions)
 
     def current(self) -> Views:
         """Views of the partitions the subscription covers now."""
