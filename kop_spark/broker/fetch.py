@@ -88,9 +88,10 @@ class Fetcher:
         out: list[FetchedBatches | Exception] = []
         budget = max_bytes
         for w, found in zip(wanted, self._views.each([(w.topic, w.partition) for w in wanted]), strict=True):
+            if isinstance(found, Exception):
+                out.append(found)
+                continue
             try:
-                if isinstance(found, Exception):
-                    raise found
                 view, reads = self.read(w.topic, w.partition, w.offset, max(min(w.max_bytes, budget), 1), view=found)
             except Exception as e:  # that partition's answer; the others go on
                 out.append(e)
