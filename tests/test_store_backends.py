@@ -147,6 +147,36 @@ def test_a_flipped_byte_is_detected_never_returned(store: Store) -> None:
     assert store.broker().verify(), "verify reports the damage"
 
 
+@pytest.mark.parametrize(
+    ("records", "batch_size", "gets"),
+    [
+        (_records("v", 20), 16384, 1),  # a small ledger: trailer, table and entries in one read
+        ([Record(value=os.urandom(100_000)) for _ in range(4)], 16384, 2),  # the table in the tail's read
+        (_records("e", ObjectFileIO.small_read_bytes // 24 + 100), 1, 3),  # the table before it
+    ],
+    ids=["small", "large-entries", "many-entries"],
+)
+def test_a_ledger_on_an_object_store_is_read_in_as_few_requests_as_its_size_allows(
+    running: dict[str, servers.Server], records: list[Record], batch_size: int, gets: int
+) -> None:
+    """Each request to an object store costs tens of milliseconds: what one read of a ledger's
+    tail holds is not asked for again."""
+    root = f"s3://{servers.BUCKET}/s{uuid.uuid4().hex[:12]}"
+    with Broker(root) as b:
+        b.create_topic("t", 1)
+        b.produce("t", records, partition=0, batch_size=batch_size)
+        (ledger,) = b.view("t", 0).ledgers
+    moto_log = running["s3"].log
+    since = len(moto_log.read_text())
+    wanted = records[-100:]  # one read of entries, whatever the ledger holds
+    with Broker(root) as b:
+        got = b.fetch("t", 0, len(records) - len(wanted), max_records=len(wanted))
+    assert [r.value for r in got] == [r.value for r in wanted]
+    name = ledger.file.rsplit("/", 1)[-1]
+    requests = [line for line in moto_log.read_text()[since:].splitlines() if name in line]
+    assert len(requests) == gets, requests
+
+
 def test_retention_drops_old_ledgers_and_their_files(store: Store) -> None:
     clock = ManualClock(1_800_000_000_000)
     conf = {**store.conf, "managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 0}

@@ -75,6 +75,9 @@ class FileIO(abc.ABC):
     """Files under one root URI."""
 
     supports_append: bool = False  # files can be reopened, appended to and renamed
+    # Reads of up to this many bytes cost about what a read of one byte does: a ledger's reader
+    # then takes a small ledger whole rather than its trailer, table and entries in turn.
+    small_read_bytes: int = 0
 
     def __init__(self, uri: str, root: str, *, sync: bool = True):
         self.uri = uri

@@ -227,6 +227,7 @@ class LedgerReader:
     sealed: bool
     stats: IOStats = field(default_factory=IOStats)
     _data_end: int = field(default=0, init=False)
+    _whole: bytes | None = field(default=None, init=False, repr=False)  # the file, where its table's read took it all
 
     def _full(self) -> str:
         return self.fileio.full_path(self.path)
@@ -271,17 +272,28 @@ class LedgerReader:
             raise CorruptRecordError(
                 f"{self._full()}: sealed ledger of {self.length} bytes is too short for its trailer"
             )
-        with self.fileio.open_input(self.path) as f:
-            trailer = f.read_at(TRAILER.size, self.length - TRAILER.size)
-            table_pos, n, _records, table_crc, trailer_crc, magic = TRAILER.unpack(trailer)
-            if magic != TRAILER_MAGIC or crc32c.crc32c(trailer[:24]) != trailer_crc:
-                raise CorruptRecordError(f"{self._full()}: sealed ledger trailer is corrupt")
-            if table_pos + n * TABLE_ROW.size + TRAILER.size != self.length:
-                raise CorruptRecordError(f"{self._full()}: entry table does not fit the sealed ledger")
-            table = f.read_at(n * TABLE_ROW.size, table_pos)
-        self.stats.bytes_read += len(trailer) + len(table)
+        # One read of the tail, as long as the backend reads at the cost of one: on an object store
+        # it holds a small ledger's table, and its entries too, which a read then takes from it.
+        tail_start = self.length - min(self.length, max(TRAILER.size, self.fileio.small_read_bytes))
+        tail = self.fileio.read_at(self.path, tail_start, self.length - tail_start)
+        if len(tail) != self.length - tail_start:
+            raise CorruptRecordError(f"{self._full()}: sealed ledger ends before its confirmed length {self.length}")
+        trailer = tail[-TRAILER.size :]
+        table_pos, n, _records, table_crc, trailer_crc, magic = TRAILER.unpack(trailer)
+        if magic != TRAILER_MAGIC or crc32c.crc32c(trailer[:24]) != trailer_crc:
+            raise CorruptRecordError(f"{self._full()}: sealed ledger trailer is corrupt")
+        if table_pos + n * TABLE_ROW.size + TRAILER.size != self.length:
+            raise CorruptRecordError(f"{self._full()}: entry table does not fit the sealed ledger")
+        if table_pos >= tail_start:
+            table = tail[table_pos - tail_start : -TRAILER.size]
+        else:
+            table = self.fileio.read_at(self.path, table_pos, n * TABLE_ROW.size)
+            self.stats.bytes_read += len(table)
+        self.stats.bytes_read += len(tail)
         if crc32c.crc32c(table) != table_crc:
             raise CorruptRecordError(f"{self._full()}: entry table fails its checksum")
+        if tail_start == 0:
+            self._whole = tail
         return table_pos, [EntryInfo(*r) for r in TABLE_ROW.iter_unpack(table)]
 
     def _scan_rows(self, start: int, end: int) -> list[EntryInfo]:
@@ -325,8 +337,11 @@ class LedgerReader:
         fits = past if past == len(rows) and data_end - start <= max_bytes else past - 1
         last = max(first_entry + 1, min(stop_row, fits))
         stop = rows[last].position if last < len(rows) else data_end
-        data = self.fileio.read_view(self.path, start, stop - start)
-        self.stats.bytes_read += len(data)
+        if self._whole is not None:
+            data: Buffer = memoryview(self._whole)[start:stop]
+        else:
+            data = self.fileio.read_view(self.path, start, stop - start)
+            self.stats.bytes_read += len(data)
         if len(data) != stop - start:
             raise CorruptRecordError(f"{self._full()}: ledger ends before its confirmed length {data_end}")
         return rows[first_entry:last], start, data
