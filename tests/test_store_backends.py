@@ -21,7 +21,8 @@ import pyarrow as pa
 import pytest
 
 from kop_spark import AlterConfigOp, Broker, Record, layout
-from kop_spark.broker import SINK_LEASE_MS
+from kop_spark.broker import SINK_LEASE_MS, FetchedBatches, PartitionFetch
+from kop_spark.broker.partition_views import PartitionViews
 from kop_spark.clock import ManualClock
 from kop_spark.errors import ConfigError, CorruptRecordError, OrphanRemovedError, StorageError, WriteAbortedError
 from kop_spark.kafka.transaction_coordinator import TransactionCoordinator
@@ -33,6 +34,7 @@ from kop_spark.storage.object_fileio import ObjectFileIO
 
 from . import servers
 from .conftest import PYTHON, python_subprocess_env
+from .in_flight_proxy import InFlightProxy
 from .test_crash_and_concurrency import check_log, confirmed_lines, finish_writers, go, start_writer
 
 STORES = ["local", "s3", "s3+etcd", "s3+zookeeper", "gcs", "azure"]
@@ -175,6 +177,46 @@ def test_a_ledger_on_an_object_store_is_read_in_as_few_requests_as_its_size_allo
     name = ledger.file.rsplit("/", 1)[-1]
     requests = [line for line in moto_log.read_text()[since:].splitlines() if name in line]
     assert len(requests) == gets, requests
+
+
+def _in_turn(b: Broker) -> Broker:
+    """``b`` with its reads made one at a time, as a store that serves one at a time has them."""
+    b.fileio.read_parallelism = b.store.read_parallelism = 1
+    return b
+
+
+def _answer(got: FetchedBatches | Exception) -> object:
+    return (type(got), str(got)) if isinstance(got, Exception) else got
+
+
+def test_a_fetch_on_an_object_store_reads_partitions_at_once_and_answers_as_in_turn(
+    running: dict[str, servers.Server],
+) -> None:
+    """Each request to an object store waits tens of milliseconds: a fetch of many partitions
+    reads their changed metadata, and their records, at once. What each partition answers, byte
+    budget (KIP-74's first batch whatever its size), errors and bounds, is what reads in turn give."""
+    root, n = f"s3://{servers.BUCKET}/s{uuid.uuid4().hex[:12]}", 12
+    with Broker(root) as w:
+        w.create_topic("t", n)
+        for size in (100, 300, 50):
+            for p in range(n):
+                w.produce("t", [Record(value=os.urandom(size * 20 if p == 0 else size))], partition=p)
+    wanted = [PartitionFetch("t", p, 99 if p == 5 else 0, 700) for p in range(n)] + [PartitionFetch("t", 99, 0, 700)]
+    with (
+        InFlightProxy(running["s3"].port, gather=4) as proxy,
+        Broker(root, {"aws_endpoint_url": proxy.url}) as b,
+        _in_turn(Broker(root)) as in_turn,
+    ):
+        views = PartitionViews(b.admin, b.store).existing([("t", p) for p in range(n)])
+        assert proxy.most_in_flight >= 4, "the partitions' metadata was read in turn"
+        assert views == PartitionViews(in_turn.admin, in_turn.store).existing([("t", p) for p in range(n)])
+        for budget in (1, 1500, 4000, 50 << 20):
+            proxy.most_in_flight = 0
+            got, expected = b.fetch_partitions(wanted, budget), in_turn.fetch_partitions(wanted, budget)
+            assert [_answer(a) for a in got] == [_answer(e) for e in expected], f"budget {budget}"
+        assert proxy.most_in_flight >= 4, "the partitions' records were read in turn"
+        assert isinstance(got[0], FetchedBatches) and len(got[0].batches[0]) > 700, "the first batch whatever its size"
+        assert all(a.batches for a in got if isinstance(a, FetchedBatches)), "a budget all could read from"
 
 
 def test_retention_drops_old_ledgers_and_their_files(store: Store) -> None:

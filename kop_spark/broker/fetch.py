@@ -7,12 +7,14 @@ in its new ledger, or is out of range.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import NamedTuple
 
 from ..errors import FileMissingError, OffsetOutOfRangeError
 from ..record import ConsumerRecord
 from ..record.arrow import first_at_or_after
+from ..storage.at_once import each_at_once
 from ..storage.fileio import FileIO
 from ..storage.ledger import IOStats
 from ..storage.metadata_store import MetadataStore
@@ -45,6 +47,34 @@ class PartitionFetch(NamedTuple):
     max_bytes: int
 
 
+def _has_records(w: PartitionFetch, view: PartitionView | Exception) -> bool:
+    return isinstance(view, PartitionView) and view.log_start_offset <= w.offset < view.log_end_offset
+
+
+def _wave(limits: Sequence[int], first: int, budget: int) -> int:
+    """How many partitions from ``first`` on can be read at once: at least one, then more while
+    their limits together stay within ``budget`` (all of them once it is spent: bounds alone)."""
+    if budget <= 0:
+        return len(limits) - first
+    n, total = 1, min(limits[first], budget)
+    while first + n < len(limits) and total + min(limits[first + n], budget) <= budget:
+        total += min(limits[first + n], budget)
+        n += 1
+    return n
+
+
+def _within(batches: list[bytes], budget: int) -> list[bytes]:
+    """The batches a read limited to ``budget`` would have given: the first whatever its size,
+    then more while the total stays within it; none once the budget is spent."""
+    if budget <= 0:
+        return []
+    total, n = len(batches[0]) if batches else 0, min(len(batches), 1)
+    while n < len(batches) and total + len(batches[n]) <= budget:
+        total += len(batches[n])
+        n += 1
+    return batches[:n]
+
+
 class Fetcher:
     def __init__(self, admin: TopicAdmin, store: MetadataStore, fileio: FileIO, stats: IOStats):
         self._admin = admin
@@ -60,17 +90,19 @@ class Fetcher:
         max_bytes: int,
         max_records: int | None = None,
         view: PartitionView | None = None,
+        bounds_only: bool = False,
     ) -> tuple[PartitionView, list[ReadEntry]]:
-        """Entries from ``offset`` on, planned from ``view`` (else the metadata now)."""
+        """Entries from ``offset`` on, planned from ``view`` (else the metadata now); none with
+        ``bounds_only``, once the offset is found in range."""
         for attempt in range(_READ_ATTEMPTS):
             if view is None:
                 view = self._admin.view(topic, partition)[1]
             if not isinstance(offset, int) or not view.log_start_offset <= offset <= view.log_end_offset:
                 raise OffsetOutOfRangeError(topic, partition, offset, view.log_start_offset, view.log_end_offset)
-            if offset == view.log_end_offset:
+            if offset == view.log_end_offset or bounds_only:
                 return view, []
             try:
-                return view, view.read(self._fileio, offset, max_bytes, max_records, self._stats)
+                return view, view.read(self._fileio, offset, max(max_bytes, 1), max_records, self._stats)
             except FileMissingError:
                 if attempt == _READ_ATTEMPTS - 1:
                     raise
@@ -84,22 +116,37 @@ class Fetcher:
         """Each partition's batches from its offset on, and the log's bounds then, or why not; at
         most ``max_bytes`` in all, but the first partition's first batch whatever its size (KIP-74):
         a partition past that answers its bounds alone. The partitions' metadata is probed first,
-        in one request where the store can, and read again only where it changed."""
+        in one request where the store can, and read again only where it changed.
+
+        Where the store serves many reads at once, partitions are read together, in waves whose
+        partitions' limits fit in what is left of ``max_bytes``: each then reads what it would have
+        read in turn, and no wave reads past the budget."""
+        views = self._views.each([(w.topic, w.partition) for w in wanted])
+        # what each partition may read: nothing where its view has nothing past its offset
+        limits = [w.max_bytes if _has_records(w, v) else 0 for w, v in zip(wanted, views, strict=True)]
+        at_once = self._fileio.read_parallelism
         out: list[FetchedBatches | Exception] = []
         budget = max_bytes
-        for w, found in zip(wanted, self._views.each([(w.topic, w.partition) for w in wanted]), strict=True):
-            if isinstance(found, Exception):
-                out.append(found)
-                continue
-            try:
-                view, reads = self.read(w.topic, w.partition, w.offset, max(min(w.max_bytes, budget), 1), view=found)
-            except Exception as e:  # that partition's answer; the others go on
-                out.append(e)
-                continue
-            batches = [r.batch_bytes() for r in reads] if budget > 0 else []
-            budget -= sum(len(b) for b in batches)
-            out.append(FetchedBatches(batches, view.log_start_offset, view.log_end_offset))
+        while len(out) < len(wanted):
+            i = len(out)
+            n = _wave(limits, i, budget) if at_once > 1 else 1
+            reads = [functools.partial(self._fetch_one, wanted[k], views[k], budget) for k in range(i, i + n)]
+            reading = sum(1 for limit in limits[i : i + n] if limit)
+            for got in each_at_once(reads, at_once if reading > 1 else 1):
+                if isinstance(got, FetchedBatches):
+                    got = got._replace(batches=_within(got.batches, budget))
+                    budget -= sum(map(len, got.batches))
+                out.append(got)
         return out
+
+    def _fetch_one(self, w: PartitionFetch, found: PartitionView | Exception, budget: int) -> FetchedBatches:
+        if isinstance(found, Exception):
+            raise found
+        if budget <= 0:  # the response is full: the partition's bounds alone, once its offset is checked
+            view, reads = self.read(w.topic, w.partition, w.offset, 0, view=found, bounds_only=True)
+        else:
+            view, reads = self.read(w.topic, w.partition, w.offset, min(w.max_bytes, budget), view=found)
+        return FetchedBatches([r.batch_bytes() for r in reads], view.log_start_offset, view.log_end_offset)
 
     def fetch(self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int) -> list[ConsumerRecord]:
         kafka_topic = self._admin.listed_name(topic)

@@ -5,10 +5,12 @@ was a hundred reads in turn."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, Sequence
+import functools
+from collections.abc import Callable, Hashable, Sequence
 
 from ..errors import KopError, StorageError, UnknownTopicOrPartitionError
-from ..storage.metadata_store import UNPROBED, MetadataStore
+from ..storage.at_once import each_at_once
+from ..storage.metadata_store import UNPROBED, MetadataStore, Unprobed
 from ..storage.read_plan import PartitionView
 from ..topic_name import TopicPartition
 from .admin import TopicAdmin
@@ -18,15 +20,26 @@ class PartitionViews:
     def __init__(self, admin: TopicAdmin, store: MetadataStore):
         self._admin = admin
         self._store = store
+        self._last: dict[TopicPartition, Hashable | None] = {}  # each partition's probe at the last look
 
-    def each(self, partitions: Sequence[TopicPartition]) -> Iterator[PartitionView | Exception]:
-        """Each partition's view, or why there is none, in turn."""
+    def each(self, partitions: Sequence[TopicPartition]) -> list[PartitionView | Exception]:
+        """Each partition's view, or why there is none. Those whose probe changed since the last
+        look are read at once, where the store serves many reads at once; the others' views are
+        kept ones, which a thread would only slow down."""
         probes = self._probes(partitions)
-        for topic, partition in partitions:
-            try:
-                yield self._admin.view(topic, partition, probes.get((topic, partition), UNPROBED))[1]
-            except Exception as e:  # that partition's answer; the others go on
-                yield e
+        changed = [tp for tp in partitions if probes.get(tp) is None or self._last.get(tp) != probes[tp]]
+        reads = each_at_once([self._reading(tp, probes) for tp in changed], self._store.read_parallelism)
+        read = dict(zip(changed, reads, strict=True))
+        self._last.update(probes)
+        return [read[tp] if tp in read else each_at_once([self._reading(tp, probes)], 1)[0] for tp in partitions]
+
+    def _reading(
+        self, tp: TopicPartition, probes: dict[TopicPartition, Hashable | None]
+    ) -> Callable[[], PartitionView]:
+        return functools.partial(self._view, tp, probes.get(tp, UNPROBED))
+
+    def _view(self, tp: TopicPartition, probe: Hashable | Unprobed | None) -> PartitionView:
+        return self._admin.view(*tp, probe)[1]
 
     def existing(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, PartitionView]:
         """The views of the partitions that exist; the others (deleted topics) are left out."""

@@ -78,6 +78,7 @@ class FileIO(abc.ABC):
     # Reads of up to this many bytes cost about what a read of one byte does: a ledger's reader
     # then takes a small ledger whole rather than its trailer, table and entries in turn.
     small_read_bytes: int = 0
+    read_parallelism: int = 1  # reads of different files worth running at once (see ``at_once``)
 
     def __init__(self, uri: str, root: str, *, sync: bool = True):
         self.uri = uri

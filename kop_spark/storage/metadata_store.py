@@ -47,6 +47,8 @@ class MetadataStore(abc.ABC):
     # Updates of different keys worth running at once (a sink commit's partitions): each waits on a
     # server's round trip, which others can overlap.
     update_parallelism = 16
+    # Reads of different keys worth running at once (a fetch's partitions, where they changed).
+    read_parallelism = 16
 
     @abc.abstractmethod
     def get(self, key: str) -> Versioned: ...

@@ -24,6 +24,7 @@ class ObjectFileIO(FileIO):
     # A request's latency (tens of ms on S3 for its first byte) is the transfer of megabytes: a
     # quarter of one stays a small share of it, and reading a small ledger whole saves two requests.
     small_read_bytes = 256 << 10
+    read_parallelism = 16  # each read waits on a round trip, which others can overlap
 
     def __init__(self, uri: str, location: ObjectLocation, options: Mapping[str, str], *, timeout_s: float):
         super().__init__(uri, uri)

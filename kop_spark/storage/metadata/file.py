@@ -37,6 +37,7 @@ class FileMetadataStore(MetadataStore):
     # Updates wait on the filesystem's journal, which takes their fsyncs in turn: past four at once,
     # a 32- or 128-partition sink commit ran no faster and spent more CPU.
     update_parallelism = 4
+    read_parallelism = 1  # a read of a local file waits on no one
 
     def __init__(self, directory: str, *, sync: bool = True, clock: Clock = SYSTEM_CLOCK):
         self.directory = os.path.abspath(directory)
