@@ -10,7 +10,11 @@ S3 server, Azurite, etcd, ZooKeeper), each ratio against a peer measured in the 
   at a time (without grouping: each call is a sealed ledger and a CAS of the partition's metadata in
   the bucket), and from 8 threads at once (the calls that arrive while one is written are grouped
   into one ledger and one CAS);
-- reading a partition back through the Broker, against a plain GET of the same objects.
+- reading a partition back through the Broker, against a plain GET of the same objects;
+- a fetch of 100 partitions each with a new record, and a Spark stream's look at their offsets,
+  on an S3 root behind a proxy that holds each request 20 ms (S3's first-byte latency for small
+  objects; moto on loopback answers in a millisecond): the partitions read at once, against the
+  same Broker reading them in turn.
 
     python bench/object_store.py [--ops 200] [--produces 200]
 """
@@ -18,6 +22,7 @@ S3 server, Azurite, etcd, ZooKeeper), each ratio against a peer measured in the 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import tempfile
@@ -32,13 +37,16 @@ import obstore
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kop_spark import Broker, Record
 from kop_spark.broker import PartitionFetch
+from kop_spark.broker.partition_views import PartitionViews
 from kop_spark.storage.metadata import open_metadata_store
 from kop_spark.storage.metadata_store import update
 from kop_spark.storage.object_store import open_store, parse_location
 from tests import servers
+from tests.in_flight_proxy import InFlightProxy
 
 THREADS = 8
 FETCHED_PARTITIONS = 100
+LATENCY_S = 0.02
 
 
 def per_second(fn: Callable[[int], object], n: int) -> float:
@@ -115,12 +123,51 @@ def produce_rates(n: int) -> list[tuple[str, float, float]]:
     ]
 
 
-def run(ops: int = 200, produces: int = 200) -> tuple[list, list]:
+def changed_reads(s3_port: int, rounds: int = 3) -> list[tuple[str, float, float]]:
+    """Milliseconds, the best of ``rounds``, of a fetch of 100 partitions each with a new record
+    (its metadata and a small ledger to read), and of a look at their offsets after new records,
+    read at once and in turn."""
+    root = f"s3://{servers.BUCKET}/bench-{uuid.uuid4().hex[:8]}"
+    tps = [("t", p) for p in range(FETCHED_PARTITIONS)]
+    best: dict[tuple[str, bool], float] = {}
+
+    def timed(what: tuple[str, bool], fn: Callable[[], object]) -> None:
+        t = time.perf_counter()
+        fn()
+        best[what] = min(best.get(what, float("inf")), (time.perf_counter() - t) * 1000)
+
+    with Broker(root) as writer, InFlightProxy(s3_port, latency_s=LATENCY_S) as proxy:
+        writer.create_topic("t", FETCHED_PARTITIONS)
+
+        def append_to_each() -> None:
+            for topic, p in tps:
+                writer.produce(topic, [Record(value=os.urandom(100))], partition=p)
+
+        for at_once in (True, False):
+            with Broker(root, {"aws_endpoint_url": proxy.url}) as b:
+                if not at_once:
+                    b.fileio.read_parallelism = b.store.read_parallelism = 1
+                views = PartitionViews(b.admin, b.store)
+                for _ in range(rounds):
+                    ends = {tp: v.log_end_offset for tp, v in views.existing(tps).items()}
+                    append_to_each()
+                    wanted = [PartitionFetch(*tp, ends[tp], 1 << 20) for tp in tps]
+                    timed(("fetch", at_once), functools.partial(b.fetch_partitions, wanted, 50 << 20))
+                    append_to_each()
+                    timed(("look", at_once), functools.partial(views.existing, tps))
+    each = f"{FETCHED_PARTITIONS} partitions, each with a new record"
+    return [
+        (f"a fetch of {each}", best["fetch", True], best["fetch", False]),
+        (f"a Spark stream's look at the offsets of {each}", best["look", True], best["look", False]),
+    ]
+
+
+def run(ops: int = 200, produces: int = 200) -> tuple[list, list, list]:
     with tempfile.TemporaryDirectory() as tmp:
         started = servers.start_all(Path(tmp) / "servers")
         running = next(started)
         try:
-            return cas_rates(running, Path(tmp), ops), produce_rates(produces)
+            return cas_rates(running, Path(tmp), ops), produce_rates(produces), changed_reads(running["s3"].port)
         finally:
             started.close()
 
@@ -130,7 +177,7 @@ def main() -> None:
     ap.add_argument("--ops", type=int, default=200)
     ap.add_argument("--produces", type=int, default=200)
     args = ap.parse_args()
-    cas, produce = run(args.ops, args.produces)
+    cas, produce, changed = run(args.ops, args.produces)
     print(
         f"| metadata backend | CAS/s | speed vs files on the local disk | looks/s of a fetch of "
         f"{FETCHED_PARTITIONS} partitions, nothing new | speed vs files |"
@@ -140,6 +187,9 @@ def main() -> None:
     print("| S3 root | records/s | speed vs plain PUT/GET of the same bytes |")
     for name, rate, ratio in produce:
         print(f"| {name} | {rate:,.0f} | {ratio:.2f}x |")
+    print(f"| S3 root, {LATENCY_S * 1000:.0f} ms a request | ms, read at once | ms, read in turn | speed vs in turn |")
+    for name, at_once, in_turn in changed:
+        print(f"| {name} | {at_once:,.0f} | {in_turn:,.0f} | {in_turn / at_once:.2f}x |")
 
 
 if __name__ == "__main__":

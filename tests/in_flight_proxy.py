@@ -1,17 +1,20 @@
 """A TCP proxy on loopback in front of a server, which tells how many requests a client had in
 flight at once: each request is held until ``gather`` are (or ``hold_s`` has passed), so requests
 made at once are seen together however fast the server answers them, and requests made in turn
-are seen one at a time. A request is in flight from its first bytes to its answer's first."""
+are seen one at a time. A request is in flight from its first bytes to its answer's first.
+``latency_s`` holds each request that long at least: an object store's first-byte latency, on
+loopback (the benchmarks')."""
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
 
 
 class InFlightProxy:
-    def __init__(self, port: int, gather: int, hold_s: float = 0.2):
-        self._target, self._gather, self._hold_s = port, gather, hold_s
+    def __init__(self, port: int, gather: int = 1, hold_s: float = 0.2, latency_s: float = 0.0):
+        self._target, self._gather, self._hold_s, self._latency_s = port, gather, hold_s, latency_s
         self._changed = threading.Condition()
         self._in_flight: set[socket.socket] = set()
         self.most_in_flight = 0
@@ -41,11 +44,13 @@ class InFlightProxy:
     def _requests(self, client: socket.socket, server: socket.socket) -> None:
         with client, server:
             while data := _receive(client):
+                due = time.monotonic() + self._latency_s
                 with self._changed:
                     self._in_flight.add(client)
                     self.most_in_flight = max(self.most_in_flight, len(self._in_flight))
                     self._changed.notify_all()
                     self._changed.wait_for(lambda: len(self._in_flight) >= self._gather, self._hold_s)
+                time.sleep(max(0.0, due - time.monotonic()))
                 server.sendall(data)
 
     def _answers(self, server: socket.socket, client: socket.socket) -> None:

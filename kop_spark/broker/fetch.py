@@ -119,20 +119,36 @@ class Fetcher:
         in one request where the store can, and read again only where it changed.
 
         Where the store serves many reads at once, partitions are read together, in waves whose
-        partitions' limits fit in what is left of ``max_bytes``: each then reads what it would have
-        read in turn, and no wave reads past the budget."""
+        partitions' limits fit in what is left of ``max_bytes``: each then answers what it would
+        have read in turn, and no wave reads past the budget."""
         views = self._views.each([(w.topic, w.partition) for w in wanted])
+        if self._fileio.read_parallelism > 1:
+            return self._in_waves(wanted, views, max_bytes)
+        out: list[FetchedBatches | Exception] = []
+        budget = max_bytes
+        for w, found in zip(wanted, views, strict=True):
+            try:
+                got = self._fetch_one(w, found, budget)
+            except Exception as e:  # that partition's answer; the others go on
+                out.append(e)
+                continue
+            budget -= sum(map(len, got.batches))
+            out.append(got)
+        return out
+
+    def _in_waves(
+        self, wanted: Sequence[PartitionFetch], views: Sequence[PartitionView | Exception], max_bytes: int
+    ) -> list[FetchedBatches | Exception]:
         # what each partition may read: nothing where its view has nothing past its offset
         limits = [w.max_bytes if _has_records(w, v) else 0 for w, v in zip(wanted, views, strict=True)]
-        at_once = self._fileio.read_parallelism
         out: list[FetchedBatches | Exception] = []
         budget = max_bytes
         while len(out) < len(wanted):
             i = len(out)
-            n = _wave(limits, i, budget) if at_once > 1 else 1
+            n = _wave(limits, i, budget)
             reads = [functools.partial(self._fetch_one, wanted[k], views[k], budget) for k in range(i, i + n)]
             reading = sum(1 for limit in limits[i : i + n] if limit)
-            for got in each_at_once(reads, at_once if reading > 1 else 1):
+            for got in each_at_once(reads, self._fileio.read_parallelism if reading > 1 else 1):
                 if isinstance(got, FetchedBatches):
                     got = got._replace(batches=_within(got.batches, budget))
                     budget -= sum(map(len, got.batches))

@@ -6,7 +6,7 @@ was a hundred reads in turn."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 
 from ..errors import KopError, StorageError, UnknownTopicOrPartitionError
 from ..storage.at_once import each_at_once
@@ -28,15 +28,20 @@ class PartitionViews:
         kept ones, which a thread would only slow down."""
         probes = self._probes(partitions)
         changed = [tp for tp in partitions if probes.get(tp) is None or self._last.get(tp) != probes[tp]]
-        reads = each_at_once([self._reading(tp, probes) for tp in changed], self._store.read_parallelism)
+        reading = [functools.partial(self._view, tp, probes.get(tp, UNPROBED)) for tp in changed]
+        reads = each_at_once(reading, self._store.read_parallelism)
         read = dict(zip(changed, reads, strict=True))
         self._last.update(probes)
-        return [read[tp] if tp in read else each_at_once([self._reading(tp, probes)], 1)[0] for tp in partitions]
-
-    def _reading(
-        self, tp: TopicPartition, probes: dict[TopicPartition, Hashable | None]
-    ) -> Callable[[], PartitionView]:
-        return functools.partial(self._view, tp, probes.get(tp, UNPROBED))
+        out: list[PartitionView | Exception] = []
+        for tp in partitions:
+            if tp in read:
+                out.append(read[tp])
+                continue
+            try:
+                out.append(self._view(tp, probes.get(tp, UNPROBED)))
+            except Exception as e:  # that partition's answer; the others go on
+                out.append(e)
+        return out
 
     def _view(self, tp: TopicPartition, probe: Hashable | Unprobed | None) -> PartitionView:
         return self._admin.view(*tp, probe)[1]
