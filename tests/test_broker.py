@@ -120,8 +120,8 @@ def test_list_offsets_by_timestamp_across_ledgers(root):
     for s in (300, 100, 200, 500):
         b.produce("t", [Record(b"x", timestamp_ms=NOW + s)], partition=0)
     assert [b.list_offsets("t", 0, NOW + s) for s in (0, 150, 250, 300, 301, 500, 501)] == [0, 0, 0, 0, 3, 3, -1]
-    assert b.offset_and_timestamp("t", 0, NOW + 150) == (0, NOW + 300)
-    assert b.offset_and_timestamp("t", 0, NOW + 301) == (3, NOW + 500)
+    assert b.offsets_and_timestamps([("t", 0, NOW + 150)]) == [(0, NOW + 300)]
+    assert b.offsets_and_timestamps([("t", 0, NOW + 301)]) == [(3, NOW + 500)]
     b.close()
 
 
@@ -267,12 +267,12 @@ def test_delete_records_moves_the_log_start_into_a_ledger_and_drops_the_closed_o
     with pytest.raises(OffsetOutOfRangeError, match="valid offsets are 7"):
         b.fetch("t", 0, 6)
     # the batch holding 6 and 7 was stamped at NOW + 200 + 6 and + 7: a time before 7's finds 7
-    assert b.offset_and_timestamp("t", 0, NOW + 200 + 6) == (7, NOW + 200 + 7)
-    assert b.offset_and_timestamp("t", 0, 0) == (7, NOW + 200 + 7)
+    assert b.offsets_and_timestamps([("t", 0, NOW + 200 + 6)]) == [(7, NOW + 200 + 7)]
+    assert b.offsets_and_timestamps([("t", 0, 0)]) == [(7, NOW + 200 + 7)]
 
     assert b.delete_records("t", 0, 3) == 7  # before the log start: nothing changes
     assert b.delete_records("t", 0, 10) == 10  # the batch of 6 to 8 is wholly before it now
-    assert b.offset_and_timestamp("t", 0, 0) == (10, NOW + 300 + 10)
+    assert b.offsets_and_timestamps([("t", 0, 0)]) == [(10, NOW + 300 + 10)]
     with pytest.raises(OffsetOutOfRangeError, match="offset 16 is out of range"):
         b.delete_records("t", 0, 16)
     b.commit_offsets("g", {("t", 0): 3})

@@ -500,7 +500,7 @@ def test_offsets_by_time_and_the_max_timestamp(server: KopServer) -> None:
     top = answer.result(30)
     assert (top.offset, top.timestamp) == (1, T0 + 9)  # the first record with the largest time
     with Broker(server.root) as b:
-        assert b.offset_and_timestamp("ts", 0, T0 + 3) == (0, T0 + 5)
+        assert b.offsets_and_timestamps([("ts", 0, T0 + 3)]) == [(0, T0 + 5)]
 
 
 def test_offsets_of_many_topics_and_partitions_by_every_spec_in_one_request(server: KopServer) -> None:

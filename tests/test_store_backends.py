@@ -21,7 +21,7 @@ import pyarrow as pa
 import pytest
 
 from kop_spark import AlterConfigOp, Broker, Record, layout
-from kop_spark.broker import SINK_LEASE_MS, FetchedBatches, PartitionFetch
+from kop_spark.broker import SINK_LEASE_MS, FetchedBatches, OffsetSpec, PartitionFetch
 from kop_spark.broker.partition_views import PartitionViews
 from kop_spark.clock import ManualClock
 from kop_spark.errors import ConfigError, CorruptRecordError, OrphanRemovedError, StorageError, WriteAbortedError
@@ -185,8 +185,20 @@ def _in_turn(b: Broker) -> Broker:
     return b
 
 
-def _answer(got: FetchedBatches | Exception) -> object:
+def _answer(got: object) -> object:
     return (type(got), str(got)) if isinstance(got, Exception) else got
+
+
+def _small_ledgers(n: int) -> tuple[str, int]:
+    """An S3 root with a topic of ``n`` partitions, each of three small ledgers (the first
+    partition's first record 2,000 bytes, larger than a fetch's limit below)."""
+    root = f"s3://{servers.BUCKET}/s{uuid.uuid4().hex[:12]}"
+    with Broker(root) as w:
+        w.create_topic("t", n)
+        for size in (100, 300, 50):
+            for p in range(n):
+                w.produce("t", [Record(value=os.urandom(size * 20 if p == 0 else size))], partition=p)
+    return root, n
 
 
 def test_a_fetch_on_an_object_store_reads_partitions_at_once_and_answers_as_in_turn(
@@ -195,12 +207,7 @@ def test_a_fetch_on_an_object_store_reads_partitions_at_once_and_answers_as_in_t
     """Each request to an object store waits tens of milliseconds: a fetch of many partitions
     reads their changed metadata, and their records, at once. What each partition answers, byte
     budget (KIP-74's first batch whatever its size), errors and bounds, is what reads in turn give."""
-    root, n = f"s3://{servers.BUCKET}/s{uuid.uuid4().hex[:12]}", 12
-    with Broker(root) as w:
-        w.create_topic("t", n)
-        for size in (100, 300, 50):
-            for p in range(n):
-                w.produce("t", [Record(value=os.urandom(size * 20 if p == 0 else size))], partition=p)
+    root, n = _small_ledgers(12)
     wanted = [PartitionFetch("t", p, 99 if p == 5 else 0, 700) for p in range(n)] + [PartitionFetch("t", 99, 0, 700)]
     with (
         InFlightProxy(running["s3"].port, gather=4) as proxy,
@@ -217,6 +224,26 @@ def test_a_fetch_on_an_object_store_reads_partitions_at_once_and_answers_as_in_t
         assert proxy.most_in_flight >= 4, "the partitions' records were read in turn"
         assert isinstance(got[0], FetchedBatches) and len(got[0].batches[0]) > 700, "the first batch whatever its size"
         assert all(a.batches for a in got if isinstance(a, FetchedBatches)), "a budget all could read from"
+
+
+def test_offsets_of_many_partitions_on_an_object_store_are_looked_up_at_once_as_in_turn(
+    running: dict[str, servers.Server],
+) -> None:
+    """A ListOffsets of many partitions by time reads a record of each: at once, as a fetch does."""
+    root, n = _small_ledgers(12)
+    specs: list[OffsetSpec] = ["earliest", 0, "max-timestamp", 1 << 60, "latest", 0]
+    wanted = [("t", p, specs[p % len(specs)]) for p in range(n)] + [("t", 99, 0), ("t", 1, "soon")]
+    with (
+        InFlightProxy(running["s3"].port, gather=4) as proxy,
+        Broker(root, {"aws_endpoint_url": proxy.url}) as b,
+        _in_turn(Broker(root)) as in_turn,
+    ):
+        b.offsets_and_timestamps(wanted)  # the views are read now, at once, and kept
+        proxy.most_in_flight = 0
+        got = b.offsets_and_timestamps(wanted)
+        assert proxy.most_in_flight >= 4, "the partitions' records were read in turn"
+        assert [_answer(a) for a in got] == [_answer(e) for e in in_turn.offsets_and_timestamps(wanted)]
+    assert [a[0] for a in got[:6]] == [0, 0, 2, -1, 3, 0] and isinstance(got[-1], ValueError), got
 
 
 def test_retention_drops_old_ledgers_and_their_files(store: Store) -> None:

@@ -4,7 +4,15 @@ from ..group.coordinator import OffsetAndMetadata
 from ..storage.staging import StagedLedger
 from .admin import PartitionInfo, TopicDescription, TopicInfo
 from .broker import Broker
-from .fetch import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, FetchedBatches, OffsetSpec, PartitionFetch
+from .fetch import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    FetchedBatches,
+    OffsetLookup,
+    OffsetSpec,
+    PartitionFetch,
+)
 from .group_configs import GroupConfigs
 from .group_offsets import SPARK_COMMIT
 from .group_snapshots import GroupSnapshots, Snapshot
@@ -31,6 +39,7 @@ __all__ = [
     "LiveMember",
     "MaintenanceReport",
     "OffsetAndMetadata",
+    "OffsetLookup",
     "OffsetSpec",
     "PartitionFetch",
     "PartitionInfo",

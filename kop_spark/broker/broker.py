@@ -41,7 +41,7 @@ from ..topic_name import TopicName, TopicPartition
 from .acls import Acls
 from .admin import TopicAdmin, TopicDescription, TopicInfo
 from .credentials import Users
-from .fetch import FetchedBatches, Fetcher, OffsetSpec, PartitionFetch
+from .fetch import FetchedBatches, Fetcher, OffsetLookup, OffsetSpec, PartitionFetch
 from .group_offsets import GroupOffsets
 from .live_groups import LiveGroups
 from .log_manager import LogManager
@@ -266,10 +266,10 @@ class Broker:
         Control records take offsets but are never returned."""
         return self._fetcher.fetch(topic, partition, offset, max_records, max_bytes)
 
-    def offset_and_timestamp(self, topic: str, partition: int, spec: OffsetSpec) -> tuple[int, int]:
-        """``list_offsets`` with the found record's timestamp (-1 for earliest and latest), and
-        ``"max-timestamp"``: the first record with the partition's largest timestamp. (-1, -1): none."""
-        return self._fetcher.offset_and_timestamp(topic, partition, spec)
+    def offsets_and_timestamps(self, wanted: Sequence[OffsetLookup]) -> list[tuple[int, int] | Exception]:
+        """``list_offsets`` of each (topic, partition, spec), with the found record's timestamp (-1 for
+        earliest and latest), ``"max-timestamp"`` too; (-1, -1): none. Or why not (``Fetcher``)."""
+        return self._fetcher.offsets_and_timestamps(wanted)
 
     def list_offsets(self, topic: str, partition: int, spec: OffsetSpec) -> int:
         """``"earliest"`` (-2): the log start offset; ``"latest"`` (-1): the next offset to be

@@ -26,7 +26,9 @@ EARLIEST_TIMESTAMP = -2  # ListOffsets' special timestamps
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 OffsetSpec = str | int
+OffsetLookup = tuple[str, int, OffsetSpec]  # topic, partition, and what to find
 _READ_ATTEMPTS = 5
+_LOG_BOUNDS = ("earliest", EARLIEST_TIMESTAMP, "latest", LATEST_TIMESTAMP)
 
 
 class FetchedBatches(NamedTuple):
@@ -194,17 +196,29 @@ class Fetcher:
                     break
         return out
 
-    def offset_and_timestamp(self, topic: str, partition: int, spec: OffsetSpec) -> tuple[int, int]:
-        if spec in ("max-timestamp", MAX_TIMESTAMP):
-            return self._max_timestamp(topic, partition)
-        if spec in ("earliest", EARLIEST_TIMESTAMP, "latest", LATEST_TIMESTAMP):
-            return self.list_offsets(topic, partition, spec), -1
-        return self._offset_for_time(topic, partition, spec)
+    def offsets_and_timestamps(self, wanted: Sequence[OffsetLookup]) -> list[tuple[int, int] | Exception]:
+        """Each partition's offset for its spec, with the found record's timestamp, or why not. The
+        partitions' metadata is probed first, in one request where the store can, and lookups that
+        read records run at once where the store serves many reads at once."""
+        views = self._views.each([(topic, partition) for topic, partition, _ in wanted])
+        lookups = [functools.partial(self._offset_and_timestamp, *w, v) for w, v in zip(wanted, views, strict=True)]
+        reading = sum(1 for _, _, spec in wanted if spec not in _LOG_BOUNDS)
+        return each_at_once(lookups, self._fileio.read_parallelism if reading > 1 else 1)
 
-    def _max_timestamp(self, topic: str, partition: int) -> tuple[int, int]:
+    def _offset_and_timestamp(
+        self, topic: str, partition: int, spec: OffsetSpec, view: PartitionView | Exception
+    ) -> tuple[int, int]:
+        if isinstance(view, Exception):
+            raise view
+        if spec in ("max-timestamp", MAX_TIMESTAMP):
+            return self._max_timestamp(topic, partition, view)
+        if spec in _LOG_BOUNDS:
+            return (view.log_start_offset if spec in ("earliest", EARLIEST_TIMESTAMP) else view.log_end_offset), -1
+        return self._offset_for_time(topic, partition, spec, view)
+
+    def _max_timestamp(self, topic: str, partition: int, view: PartitionView) -> tuple[int, int]:
         """Kafka's MAX_TIMESTAMP lookup: the ledger holding the largest timestamp, then the first of
         its records with it (compaction may have dropped that record: then the next best ledger)."""
-        view = self._admin.view(topic, partition)[1]
         ledgers = [l for l in view.ledgers if l.max_timestamp >= 0 and l.end_offset > view.log_start_offset]
         for ledger in sorted(ledgers, key=lambda l: (-l.max_timestamp, l.base_offset)):
             position = max(ledger.base_offset, view.log_start_offset)

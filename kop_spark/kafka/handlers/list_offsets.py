@@ -29,7 +29,9 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
                 wanted.append(ErrorCode.topic_authorization_failed)
             else:
                 wanted.append((t.name, p.partition_index, spec))
-    found = iter(await ctx.call_each(ctx.broker.offset_and_timestamp, wanted))
+    asked = [w for w in wanted if isinstance(w, tuple)]
+    answers = iter(await ctx.call(ctx.broker.offsets_and_timestamps, asked))
+    found = iter([next(answers) if isinstance(w, tuple) else w for w in wanted])
     topics = tuple(
         make(
             m.ListOffsetsTopicResponse,
