@@ -246,6 +246,28 @@ def test_offsets_of_many_partitions_on_an_object_store_are_looked_up_at_once_as_
     assert [a[0] for a in got[:6]] == [0, 0, 2, -1, 3, 0] and isinstance(got[-1], ValueError), got
 
 
+def test_an_object_store_roots_topics_are_listed_in_a_few_requests_and_their_changes_seen(
+    running: dict[str, servers.Server],
+) -> None:
+    """A Metadata request lists every topic: their metadata objects are probed in one listing, and
+    read again only where another broker changed them."""
+    space = f"s{uuid.uuid4().hex[:12]}"
+    root, moto_log = f"s3://{servers.BUCKET}/{space}", running["s3"].log
+    with Broker(root) as other, Broker(root) as b:
+        for i in range(30):
+            other.create_topic(f"t{i}", 1)
+        assert len(b.list_topics()) == 30
+        since = len(moto_log.read_text())
+        assert len(b.list_topics()) == 30
+        requests = [line for line in moto_log.read_text()[since:].splitlines() if space in line]
+        assert len(requests) <= 3, requests
+        other.create_topic("new", 2)
+        other.delete_topic("t0")
+        other.create_partitions("t1", 3)
+        infos = {t.name: t.partitions for t in b.topic_infos()}
+        assert len(infos) == 30 and "t0" not in infos and (infos["new"], infos["t1"]) == (2, 3)
+
+
 def test_retention_drops_old_ledgers_and_their_files(store: Store) -> None:
     clock = ManualClock(1_800_000_000_000)
     conf = {**store.conf, "managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 0}

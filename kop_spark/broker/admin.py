@@ -343,8 +343,8 @@ class TopicAdmin:
                 out.append((layout.topic_of_key(key), value))
         return out
 
-    def _topic_meta(self, key: str) -> TopicMeta | None:
-        return self._topics.get(key, lambda: self._store.get(key).value)
+    def _topic_meta(self, key: str, token: Hashable | Unprobed | None = UNPROBED) -> TopicMeta | None:
+        return self._topics.get(key, lambda: self._store.get(key).value, token)
 
     def info(self, topic: str) -> TopicInfo:
         return self._info(*self.metadata(topic))
@@ -353,10 +353,12 @@ class TopicAdmin:
         return TopicInfo(self.kafka_name(name), topic_id(name, meta), meta["partitions"], self.is_internal(name))
 
     def infos(self, include_internal: bool = False) -> list[TopicInfo]:
-        """Every topic's, by Kafka name."""
+        """Every topic's, by Kafka name: the topics' keys probed in one request where the store can
+        (a Metadata request of a hundred topics on an S3 root was a hundred reads)."""
         out = []
-        for key in self._store.list_keys(layout.TOPICS):
-            meta = self._topic_meta(key)
+        keys = self._store.list_keys(layout.TOPICS)
+        for key, token in self._store.probe_many(keys).items():
+            meta = self._topic_meta(key, token)
             if meta is None or not standing(meta):
                 continue
             name = layout.topic_of_key(key)
