@@ -25,6 +25,7 @@ from kop_spark.broker import SINK_LEASE_MS, FetchedBatches, OffsetSpec, Partitio
 from kop_spark.broker.partition_views import PartitionViews
 from kop_spark.clock import ManualClock
 from kop_spark.errors import ConfigError, CorruptRecordError, OrphanRemovedError, StorageError, WriteAbortedError
+from kop_spark.kafka.store_metrics import store_samples
 from kop_spark.kafka.transaction_coordinator import TransactionCoordinator
 from kop_spark.record import build_record_batch
 from kop_spark.spark.options import SinkOptions
@@ -266,6 +267,28 @@ def test_an_object_store_roots_topics_are_listed_in_a_few_requests_and_their_cha
         other.create_partitions("t1", 3)
         infos = {t.name: t.partitions for t in b.topic_infos()}
         assert len(infos) == 30 and "t0" not in infos and (infos["new"], infos["t1"]) == (2, 3)
+
+
+def test_a_metrics_scrape_of_an_object_store_root_reads_what_changed_in_a_few_requests(
+    running: dict[str, servers.Server],
+) -> None:
+    """A Prometheus scrape of ``kop serve`` reads every partition's offsets: probed together, and
+    read again only where they changed, as another broker's append is seen at the next scrape."""
+    space = f"s{uuid.uuid4().hex[:12]}"
+    root, moto_log = f"s3://{servers.BUCKET}/{space}", running["s3"].log
+    with Broker(root) as other, Broker(root) as b:
+        for topic in ("a", "b"):
+            other.create_topic(topic, 20)
+        for _ in range(2):  # the second takes what the first opened (each partition's log) as kept
+            store_samples(b, {})
+        since = len(moto_log.read_text())
+        store_samples(b, {})
+        requests = [line for line in moto_log.read_text()[since:].splitlines() if space in line]
+        assert len(requests) < 10, f"a request a partition (90 with the offsets topic's): {requests}"
+        other.produce("b", _records("v", 3), partition=7)
+        ends = store_samples(b, {})["kafka_topic_partition_current_offset"]
+        assert [(labels["topic"], labels["partition"], end) for labels, end in ends if end] == [("b", "7", 3)]
+        assert len(ends) == 40
 
 
 def test_retention_drops_old_ledgers_and_their_files(store: Store) -> None:

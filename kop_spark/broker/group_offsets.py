@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import GroupIdNotFoundError, TopicNotFoundError
 from ..group.coordinator import GroupCoordinator, LogRange, OffsetAndMetadata
 from ..topic_name import TopicPartition
+from .partition_views import PartitionViews
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -26,6 +27,7 @@ class _OffsetsTopic:
 
     def __init__(self, broker: Broker):
         self._broker = broker
+        self._views = PartitionViews(broker.admin, broker.store)
 
     def create_topic(self, topic: str, partitions: int | None = None, config: Mapping | None = None) -> None:
         self._broker.admin.create_topic(topic, partitions, config, internal_topics_allowed=True)
@@ -45,6 +47,9 @@ class _OffsetsTopic:
 
     def view(self, topic: str, partition: int) -> LogRange:
         return self._broker.view(topic, partition)
+
+    def views(self, topic: str, partitions: Sequence[int]) -> Sequence[LogRange | Exception]:
+        return self._views.each([(topic, p) for p in partitions])
 
     def compact_partition(self, topic: str, partition: int) -> int | None:
         return self._broker.compact_partition(topic, partition)

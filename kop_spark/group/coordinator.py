@@ -82,6 +82,10 @@ class OffsetsLog(Protocol):
     ) -> int: ...
     def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int = ...) -> list[bytes]: ...
     def view(self, topic: str, partition: int) -> LogRange: ...
+    def views(self, topic: str, partitions: Sequence[int]) -> Sequence[LogRange | Exception]:
+        """Each partition's ``view`` or why not, read together where the store can."""
+        ...
+
     def compact_partition(self, topic: str, partition: int) -> int | None: ...
 
 
@@ -157,10 +161,13 @@ class GroupCoordinator:
     def partition_for(self, group: str) -> int:
         return partition_for_group(group, self.num_partitions)
 
-    def _load(self, p: int) -> _Partition:
-        """The partition's table, brought up to the log end."""
+    def _load(self, p: int, log: LogRange | Exception | None = None) -> _Partition:
+        """The partition's table, brought up to the log end (as ``log`` says, if given)."""
         state = self._partitions.setdefault(p, _Partition())
-        log = self._log.view(self.topic, p)
+        if log is None:
+            log = self._log.view(self.topic, p)
+        elif isinstance(log, Exception):
+            raise log
         start, end = log.log_start_offset, log.log_end_offset
         if state.next_offset < start:
             state.next_offset = start
@@ -291,8 +298,8 @@ class GroupCoordinator:
     def list_groups(self) -> list[str]:
         with self._lock:
             groups: set[str] = set()
-            for p in range(self.num_partitions):
-                groups.update(self._load(p).groups)
+            for p, log in enumerate(self._log.views(self.topic, range(self.num_partitions))):
+                groups.update(self._load(p, log).groups)
             return sorted(groups)
 
     def delete_group(self, group: str) -> bool:

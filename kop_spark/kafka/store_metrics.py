@@ -9,8 +9,9 @@ the dashboards and alerts users built for kafka_exporter work against ``kop serv
 - ``kafka_consumergroup_lag_sum`` (``consumergroup``, ``topic``): the lag over a topic's partitions;
 - ``kafka_consumergroup_members`` (``consumergroup``): the members a group has now.
 
-What a scrape reads (one metadata read a partition, the groups' offsets from the coordinator's
-cache) runs on a worker thread; the members are counted on the event loop, where groups live."""
+What a scrape reads (the partitions' metadata, probed in one request where the store can and read
+at once where it serves many reads at once; the groups' offsets from the coordinator's cache) runs
+on a worker thread; the members are counted on the event loop, where groups live."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from ..broker import Broker
-from ..errors import KopError
+from ..broker.partition_views import PartitionViews
 
 FAMILIES = {
     "kafka_topic_partition_current_offset": "Log end offset of a partition",
@@ -35,17 +36,13 @@ Samples = dict[str, list[tuple[dict[str, str], int]]]  # family -> (labels, valu
 def store_samples(broker: Broker, members: Mapping[str, int]) -> Samples:
     """Every family's samples as the store stands; ``members``: each active group's count."""
     out: Samples = defaultdict(list)
+    partitions = [(t.name, p) for t in broker.topic_infos() for p in range(t.partitions)]
     ends: dict[tuple[str, int], int] = {}
-    for topic in broker.list_topics():
-        try:
-            for p in range(broker.partitions_for(topic)):
-                view = broker.view(topic, p)
-                ends[(topic, p)] = view.log_end_offset
-                labels = {"topic": topic, "partition": str(p)}
-                out["kafka_topic_partition_current_offset"].append((labels, view.log_end_offset))
-                out["kafka_topic_partition_oldest_offset"].append((labels, view.log_start_offset))
-        except KopError:
-            continue  # deleted while the scrape went round
+    for (topic, p), view in PartitionViews(broker.admin, broker.store).existing(partitions).items():
+        ends[(topic, p)] = view.log_end_offset
+        labels = {"topic": topic, "partition": str(p)}
+        out["kafka_topic_partition_current_offset"].append((labels, view.log_end_offset))
+        out["kafka_topic_partition_oldest_offset"].append((labels, view.log_start_offset))
     for group in sorted(set(broker.list_groups()) | set(members)):
         lag_sum: dict[str, int] = defaultdict(int)
         for (topic, p), committed in sorted(broker.fetch_offsets(group).items()):
