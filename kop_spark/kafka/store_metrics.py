@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 from ..broker import Broker
 from ..broker.partition_views import PartitionViews
+from ..errors import KopError
 
 FAMILIES = {
     "kafka_topic_partition_current_offset": "Log end offset of a partition",
@@ -38,7 +39,11 @@ def store_samples(broker: Broker, members: Mapping[str, int]) -> Samples:
     out: Samples = defaultdict(list)
     partitions = [(t.name, p) for t in broker.topic_infos() for p in range(t.partitions)]
     ends: dict[tuple[str, int], int] = {}
-    for (topic, p), view in PartitionViews(broker.admin, broker.store).existing(partitions).items():
+    for (topic, p), view in zip(partitions, PartitionViews(broker.admin, broker.store).each(partitions), strict=True):
+        if isinstance(view, KopError):
+            continue  # deleted while the scrape went round
+        if isinstance(view, Exception):
+            raise view
         ends[(topic, p)] = view.log_end_offset
         labels = {"topic": topic, "partition": str(p)}
         out["kafka_topic_partition_current_offset"].append((labels, view.log_end_offset))
