@@ -169,15 +169,18 @@ def test_a_ledger_on_an_object_store_is_read_in_as_few_requests_as_its_size_allo
         b.create_topic("t", 1)
         b.produce("t", records, partition=0, batch_size=batch_size)
         (ledger,) = b.view("t", 0).ledgers
-    moto_log = running["s3"].log
-    since = len(moto_log.read_text())
+    since = len(running["s3"].log.read_text())
     wanted = records[-100:]  # one read of entries, whatever the ledger holds
     with Broker(root) as b:
         got = b.fetch("t", 0, len(records) - len(wanted), max_records=len(wanted))
     assert [r.value for r in got] == [r.value for r in wanted]
-    name = ledger.file.rsplit("/", 1)[-1]
-    requests = [line for line in moto_log.read_text()[since:].splitlines() if name in line]
+    requests = _requests_since(running["s3"], since, ledger.file.rsplit("/", 1)[-1])
     assert len(requests) == gets, requests
+
+
+def _requests_since(server: servers.Server, since: int, naming: str) -> list[str]:
+    """The requests a server logged past ``since`` (a length of its log) that name ``naming``."""
+    return [line for line in server.log.read_text()[since:].splitlines() if naming in line]
 
 
 def _in_turn(b: Broker) -> Broker:
@@ -253,14 +256,14 @@ def test_an_object_store_roots_topics_are_listed_in_a_few_requests_and_their_cha
     """A Metadata request lists every topic: their metadata objects are probed in one listing, and
     read again only where another broker changed them."""
     space = f"s{uuid.uuid4().hex[:12]}"
-    root, moto_log = f"s3://{servers.BUCKET}/{space}", running["s3"].log
+    root, moto = f"s3://{servers.BUCKET}/{space}", running["s3"]
     with Broker(root) as other, Broker(root) as b:
         for i in range(30):
             other.create_topic(f"t{i}", 1)
         assert len(b.list_topics()) == 30
-        since = len(moto_log.read_text())
+        since = len(moto.log.read_text())
         assert len(b.list_topics()) == 30
-        requests = [line for line in moto_log.read_text()[since:].splitlines() if space in line]
+        requests = _requests_since(moto, since, space)
         assert len(requests) <= 3, requests
         other.create_topic("new", 2)
         other.delete_topic("t0")
@@ -275,15 +278,15 @@ def test_a_metrics_scrape_of_an_object_store_root_reads_what_changed_in_a_few_re
     """A Prometheus scrape of ``kop serve`` reads every partition's offsets: probed together, and
     read again only where they changed, as another broker's append is seen at the next scrape."""
     space = f"s{uuid.uuid4().hex[:12]}"
-    root, moto_log = f"s3://{servers.BUCKET}/{space}", running["s3"].log
+    root, moto = f"s3://{servers.BUCKET}/{space}", running["s3"]
     with Broker(root) as other, Broker(root) as b:
         for topic in ("a", "b"):
             other.create_topic(topic, 20)
         for _ in range(2):  # the second takes what the first opened (each partition's log) as kept
             store_samples(b, {})
-        since = len(moto_log.read_text())
+        since = len(moto.log.read_text())
         store_samples(b, {})
-        requests = [line for line in moto_log.read_text()[since:].splitlines() if space in line]
+        requests = _requests_since(moto, since, space)
         assert len(requests) < 10, f"a request a partition (90 with the offsets topic's): {requests}"
         other.produce("b", _records("v", 3), partition=7)
         ends = store_samples(b, {})["kafka_topic_partition_current_offset"]
