@@ -53,6 +53,11 @@ def _has_records(w: PartitionFetch, view: PartitionView | Exception) -> bool:
     return isinstance(view, PartitionView) and view.log_start_offset <= w.offset < view.log_end_offset
 
 
+def _log_bound(view: PartitionView, spec: OffsetSpec) -> int:
+    """The log start offset for ``"earliest"``, else (``"latest"``) the log end offset."""
+    return view.log_start_offset if spec in ("earliest", EARLIEST_TIMESTAMP) else view.log_end_offset
+
+
 def _wave(limits: Sequence[int], first: int, budget: int) -> int:
     """How many partitions from ``first`` on can be read at once: at least one, then more while
     their limits together stay within ``budget`` (all of them once it is spent: bounds alone)."""
@@ -213,7 +218,7 @@ class Fetcher:
         if spec in ("max-timestamp", MAX_TIMESTAMP):
             return self._max_timestamp(topic, partition, view)
         if spec in _LOG_BOUNDS:
-            return (view.log_start_offset if spec in ("earliest", EARLIEST_TIMESTAMP) else view.log_end_offset), -1
+            return _log_bound(view, spec), -1
         return self._offset_for_time(topic, partition, spec, view)
 
     def _max_timestamp(self, topic: str, partition: int, view: PartitionView) -> tuple[int, int]:
@@ -234,10 +239,8 @@ class Fetcher:
 
     def list_offsets(self, topic: str, partition: int, spec: OffsetSpec) -> int:
         view = self._admin.view(topic, partition)[1]
-        if spec in ("earliest", EARLIEST_TIMESTAMP):
-            return view.log_start_offset
-        if spec in ("latest", LATEST_TIMESTAMP):
-            return view.log_end_offset
+        if spec in _LOG_BOUNDS:
+            return _log_bound(view, spec)
         return self._offset_for_time(topic, partition, spec, view)[0]
 
     def _offset_for_time(

@@ -6,7 +6,7 @@ was a hundred reads in turn."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from ..errors import KopError, StorageError, UnknownTopicOrPartitionError
 from ..storage.at_once import each_at_once
@@ -27,21 +27,19 @@ class PartitionViews:
         look are read at once, where the store serves many reads at once; the others' views are
         kept ones, which a thread would only slow down."""
         probes = self._probes(partitions)
-        changed = [tp for tp in partitions if probes.get(tp) is None or self._last.get(tp) != probes[tp]]
-        reading = [functools.partial(self._view, tp, probes.get(tp, UNPROBED)) for tp in changed]
-        reads = each_at_once(reading, self._store.read_parallelism)
-        read = dict(zip(changed, reads, strict=True))
-        self._last.update(probes)
-        out: list[PartitionView | Exception] = []
+        changed: list[TopicPartition] = []
+        kept: list[TopicPartition] = []
         for tp in partitions:
-            if tp in read:
-                out.append(read[tp])
-                continue
-            try:
-                out.append(self._view(tp, probes.get(tp, UNPROBED)))
-            except Exception as e:  # that partition's answer; the others go on
-                out.append(e)
-        return out
+            (changed if probes.get(tp) is None or self._last.get(tp) != probes[tp] else kept).append(tp)
+        self._last.update(probes)
+        got = dict(zip(changed, each_at_once(self._views(changed, probes), self._store.read_parallelism), strict=True))
+        got.update(zip(kept, each_at_once(self._views(kept, probes), 1), strict=True))
+        return [got[tp] for tp in partitions]
+
+    def _views(
+        self, partitions: list[TopicPartition], probes: dict[TopicPartition, Hashable | None]
+    ) -> list[Callable[[], PartitionView]]:
+        return [functools.partial(self._view, tp, probes.get(tp, UNPROBED)) for tp in partitions]
 
     def _view(self, tp: TopicPartition, probe: Hashable | Unprobed | None) -> PartitionView:
         return self._admin.view(*tp, probe)[1]
