@@ -11,10 +11,11 @@ S3 server, Azurite, etcd, ZooKeeper), each ratio against a peer measured in the 
   the bucket), and from 8 threads at once (the calls that arrive while one is written are grouped
   into one ledger and one CAS);
 - reading a partition back through the Broker, against a plain GET of the same objects;
-- a fetch of 100 partitions each with a new record, and a Spark stream's look at their offsets,
-  on an S3 root behind a proxy that holds each request 20 ms (S3's first-byte latency for small
-  objects; moto on loopback answers in a millisecond): the partitions read at once, against the
-  same Broker reading them in turn.
+- a fetch of 100 partitions each with a new record, a Spark stream's look at their offsets, and a
+  Spark task's read of their new records (and of one partition's 15 new ledgers), on an S3 root
+  behind a proxy that holds each request 20 ms (S3's first-byte latency for small objects; moto on
+  loopback answers in a millisecond): the partitions, or ledgers, read at once, against the same
+  code reading them in turn.
 
     python bench/object_store.py [--ops 200] [--produces 200]
 """
@@ -22,13 +23,15 @@ S3 server, Azurite, etcd, ZooKeeper), each ratio against a peer measured in the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import json
 import os
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -38,8 +41,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kop_spark import Broker, Record
 from kop_spark.broker import PartitionFetch
 from kop_spark.broker.partition_views import PartitionViews
+from kop_spark.spark.batch_reader import KopBatchReader
+from kop_spark.spark.options import SourceOptions
 from kop_spark.storage.metadata import open_metadata_store
 from kop_spark.storage.metadata_store import update
+from kop_spark.storage.object_fileio import ObjectFileIO
 from kop_spark.storage.object_store import open_store, parse_location
 from tests import servers
 from tests.in_flight_proxy import InFlightProxy
@@ -125,8 +131,8 @@ def produce_rates(n: int) -> list[tuple[str, float, float]]:
 
 def changed_reads(s3_port: int, rounds: int = 3) -> list[tuple[str, float, float]]:
     """Milliseconds, the best of ``rounds``, of a fetch of 100 partitions each with a new record
-    (its metadata and a small ledger to read), and of a look at their offsets after new records,
-    read at once and in turn."""
+    (its metadata and a small ledger to read), of a look at their offsets after new records, and
+    of a Spark task's read of new records, read at once and in turn."""
     root = f"s3://{servers.BUCKET}/bench-{uuid.uuid4().hex[:8]}"
     tps = [("t", p) for p in range(FETCHED_PARTITIONS)]
     best: dict[tuple[str, bool], float] = {}
@@ -136,30 +142,60 @@ def changed_reads(s3_port: int, rounds: int = 3) -> list[tuple[str, float, float
         fn()
         best[what] = min(best.get(what, float("inf")), (time.perf_counter() - t) * 1000)
 
-    with Broker(root) as writer, InFlightProxy(s3_port, latency_s=LATENCY_S) as proxy:
+    with (
+        Broker(root, {"managedLedgerMergeInPassing": 0}) as writer,
+        InFlightProxy(s3_port, latency_s=LATENCY_S) as proxy,
+    ):
         writer.create_topic("t", FETCHED_PARTITIONS)
 
-        def append_to_each() -> None:
-            for topic, p in tps:
-                writer.produce(topic, [Record(value=os.urandom(100))], partition=p)
+        def append_to(partitions: list[int]) -> None:
+            for p in partitions:
+                writer.produce("t", [Record(value=os.urandom(100))], partition=p)
 
         for at_once in (True, False):
-            with Broker(root, {"aws_endpoint_url": proxy.url}) as b:
+            with Broker(root, {"aws_endpoint_url": proxy.url}) as b, _reads_in_turn(not at_once):
                 if not at_once:
                     b.fileio.read_parallelism = b.store.read_parallelism = 1
                 views = PartitionViews(b.admin, b.store)
                 for _ in range(rounds):
                     ends = {tp: v.log_end_offset for tp, v in views.existing(tps).items()}
-                    append_to_each()
+                    append_to([p for _, p in tps])
                     wanted = [PartitionFetch(*tp, ends[tp], 1 << 20) for tp in tps]
                     timed(("fetch", at_once), functools.partial(b.fetch_partitions, wanted, 50 << 20))
-                    append_to_each()
+                    timed(("task", at_once), _task_read(root, proxy.url, ends))
+                    ends = {tp: v.log_end_offset for tp, v in views.existing(tps).items()}
+                    append_to([0] * 15)
+                    timed(("ledgers", at_once), _task_read(root, proxy.url, {("t", 0): ends["t", 0]}))
+                    append_to([p for _, p in tps])
                     timed(("look", at_once), functools.partial(views.existing, tps))
     each = f"{FETCHED_PARTITIONS} partitions, each with a new record"
     return [
         (f"a fetch of {each}", best["fetch", True], best["fetch", False]),
         (f"a Spark stream's look at the offsets of {each}", best["look", True], best["look", False]),
+        (f"a Spark task's read of {each} (maxPartitions 1)", best["task", True], best["task", False]),
+        ("a Spark task's read of one partition's 15 new ledgers", best["ledgers", True], best["ledgers", False]),
     ]
+
+
+@contextlib.contextmanager
+def _reads_in_turn(yes: bool) -> Iterator[None]:
+    """A Spark task's files read one at a time, as a store serving one at a time has them."""
+    kept = ObjectFileIO.read_parallelism
+    ObjectFileIO.read_parallelism = 1 if yes else kept
+    try:
+        yield
+    finally:
+        ObjectFileIO.read_parallelism = kept
+
+
+def _task_read(root: str, url: str, starts: dict[tuple[str, int], int]) -> Callable[[], object]:
+    """One Spark task's read of the partitions in ``starts`` from there to their ends, planned now."""
+    starting = {"t": {str(p): start for (_, p), start in starts.items()}}
+    options = {"kop.root": root, "kop.aws_endpoint_url": url, "assign": json.dumps({"t": sorted(p for _, p in starts)})}
+    options |= {"startingOffsets": json.dumps(starting), "maxPartitions": "1"}
+    reader = KopBatchReader(SourceOptions.parse(options, streaming=False))
+    (task,) = reader.partitions()
+    return lambda: sum(batch.num_rows for batch in reader.read(task))
 
 
 def run(ops: int = 200, produces: int = 200) -> tuple[list, list, list]:

@@ -197,10 +197,11 @@ def main() -> None:
         "and a conditional write of one key, as every append does. Produce and fetch on an `s3://` root "
         "(metadata in the bucket) against a plain PUT and GET of the same bytes to the same endpoint: one "
         "produce call at a time (nothing to group), and from eight threads at once, whose calls are grouped "
-        "into one ledger and one CAS while another group is written. Last, reads of many partitions that "
-        f"changed, on an S3 root behind a proxy that holds each request {object_store.LATENCY_S * 1000:.0f} ms "
-        "(S3's first-byte latency for small objects; moto on loopback answers in about a millisecond), read at "
-        "once against the same Broker reading them in turn.",
+        "into one ledger and one CAS while another group is written. Last, reads of many partitions, or "
+        "ledgers, that are new, by a fetch, a stream's look at offsets and a Spark task, on an S3 root behind a "
+        f"proxy that holds each request {object_store.LATENCY_S * 1000:.0f} ms (S3's first-byte latency for "
+        "small objects; moto on loopback answers in about a millisecond), read at once against the same code "
+        "reading them in turn.",
         "",
         *table(
             [

@@ -3,6 +3,7 @@ merged its ledgers (or retention dropped them) reads every offset still there, i
 executor, and reports as data loss only the offsets retention really removed, naming them."""
 
 import time
+import uuid
 
 import pytest
 
@@ -11,6 +12,7 @@ from kop_spark.spark.batch_reader import KopBatchReader
 from kop_spark.spark.micro_batch_stream import KopMicroBatchStream
 from kop_spark.spark.options import SourceOptions
 
+from . import servers
 from .test_spark_source import SPARK_ERRORS
 
 DAY = 86_400_000
@@ -42,7 +44,17 @@ def _merge_everything(root):
         b.enforce_retention("t")  # the merged-away files' grace is zero: gone now
 
 
-def test_a_batch_read_planned_before_maintenance_reads_every_offset(spark, root):
+@pytest.fixture(params=["local", "s3"])
+def any_root(request, root):
+    """A local root, or an S3 one, where a task opens its planned ledgers ahead of their turn."""
+    if request.param == "local":
+        return root
+    request.getfixturevalue("running")
+    return f"s3://{servers.BUCKET}/spark-{uuid.uuid4().hex[:10]}"
+
+
+def test_a_batch_read_planned_before_maintenance_reads_every_offset(spark, any_root):
+    root = any_root
     _small_ledgers(root, 40)
     reader = KopBatchReader(
         SourceOptions.parse({"kop.root": root, "subscribe": "t", "minPartitions": "3"}, streaming=False)

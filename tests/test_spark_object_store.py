@@ -12,9 +12,12 @@ from pathlib import Path
 import pytest
 
 from kop_spark import Broker, Record
+from kop_spark.spark.batch_reader import KopBatchReader
+from kop_spark.spark.options import SourceOptions
 
 from . import servers
 from .conftest import PYTHON, python_subprocess_env
+from .in_flight_proxy import InFlightProxy
 from .test_spark_sink import exactly_once_through_driver_kills
 
 
@@ -82,6 +85,29 @@ def test_a_large_task_output_is_written_as_several_ledgers(spark, s3_root: str) 
     b = Broker(s3_root)
     assert len(b.view("big", 0).ledgers) >= 2, "rolled at 1 MiB instead of holding the task's output whole"
     assert [int(r.key) for r in b.fetch("big", 0, 0, max_records=10_000, max_bytes=1 << 30)] == list(range(3_000))
+
+
+@pytest.mark.parametrize("partitions", [1, 12])
+def test_a_task_opens_its_ledgers_ahead_and_reads_what_it_would_in_turn(
+    running: dict[str, servers.Server], s3_root: str, partitions: int
+) -> None:
+    """Each ledger on an object store is a round trip away, and a stream's tasks read the newest,
+    smallest ones: those planned for a task, one partition's or several's (``maxPartitions``),
+    are opened several at once ahead of their turn."""
+    with Broker(s3_root, {"managedLedgerMergeInPassing": 0}) as b:
+        b.create_topic("t", partitions)
+        for i in range(24 // partitions):
+            for p in range(partitions):
+                b.produce("t", [Record(key=f"k{i}".encode(), value=bytes(i * 50 + 1))], partition=p)
+        expected = _all(b, "t")
+    with InFlightProxy(running["s3"].port, gather=4) as proxy:
+        options = {"kop.root": s3_root, "subscribe": "t", "maxPartitions": "1", "kop.aws_endpoint_url": proxy.url}
+        reader = KopBatchReader(SourceOptions.parse(options, streaming=False))
+        (task,) = reader.partitions()
+        proxy.most_in_flight = 0
+        got = [row for batch in reader.read(task) for row in batch.to_pylist()]
+        assert proxy.most_in_flight >= 4, "the task's ledgers were read in turn"
+    assert sorted((r["partition"], r["offset"], r["key"], r["value"]) for r in got) == expected
 
 
 @pytest.mark.slow

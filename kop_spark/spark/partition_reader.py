@@ -9,7 +9,7 @@ moved its offsets to other files meanwhile: then it reads the metadata to find t
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -72,20 +72,29 @@ _REPLANS = 5
 
 def read_input_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if isinstance(partition, KopInputPartitions):
-        return (batch for p in partition.parts for batch in read_partition(p))
+        return _read_parts(partition.parts)
     if not isinstance(partition, KopInputPartition):
         return iter(())  # Spark's stand-in partition when there is nothing to read
-    return read_partition(partition)
+    return _read_parts((partition,))
 
 
-def read_partition(p: KopInputPartition) -> Iterator[pa.RecordBatch]:
+def _read_parts(parts: Sequence[KopInputPartition]) -> Iterator[pa.RecordBatch]:
+    """The ranges' records in turn, their planned ledgers opened ahead where the store serves
+    reads at once (one task's ranges share a root)."""
+    first = parts[0]
+    with SliceReader(first.root, {k: v for k, v in first.conf if k.startswith(CLOUD_OPTION_PREFIXES)}) as files:
+        files.read_ahead(ledger for p in parts for ledger in p.ledgers)
+        for p in parts:
+            yield from read_partition(p, files)
+
+
+def read_partition(p: KopInputPartition, files: SliceReader) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``[p.start, p.end)`` as Arrow batches in Spark's Kafka source schema.
 
     A task is bound to offsets, not files: when a planned ledger is gone (merged, compacted or
     rolled into another by maintenance, or dropped by retention), the offsets still to read are
     looked up again in the current metadata, as Spark's Kafka source reads by offset. Only
     offsets below the log start now are data loss."""
-    files = SliceReader(p.root, {k: v for k, v in p.conf if k.startswith(CLOUD_OPTION_PREFIXES)})
     builder = ArrowRecordBuilder(p.topic, p.partition, p.include_headers)
     position, ledgers = p.start, p.ledgers
     for attempt in range(_REPLANS + 1):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -40,6 +40,19 @@ def each_at_once(calls: Sequence[Callable[[], T]], parallelism: int) -> list[T |
         ahead.acquire()
         futures.append(pool.submit(run, call))
     return [f.result() for f in futures]
+
+
+def start(call: Callable[[], T]) -> Future[T]:
+    """``call`` running on the shared pool, to be waited for later (a read ahead of its turn); run
+    now, in the caller's thread, when that is one of the pool's."""
+    if getattr(_in_pool, "yes", False):
+        done: Future[T] = Future()
+        try:
+            done.set_result(call())
+        except Exception as e:  # raised where the result is asked for, as from the pool
+            done.set_exception(e)
+        return done
+    return _shared_pool().submit(call)
 
 
 def _result(call: Callable[[], T]) -> T | Exception:

@@ -266,6 +266,16 @@ class LedgerReader:
             _TABLES.put(key, self.length, table)
         return table
 
+    def hold_if_small(self) -> None:
+        """Read the whole ledger now where that costs what a read of any part of it does
+        (``FileIO.small_read_bytes``): its entries are then taken from what was read."""
+        if self._whole is None and self.length <= self.fileio.small_read_bytes:
+            whole = self.fileio.read_at(self.path, 0, self.length)
+            if len(whole) != self.length:
+                raise CorruptRecordError(f"{self._full()}: ledger ends before its confirmed length {self.length}")
+            self.stats.bytes_read += len(whole)
+            self._whole = whole
+
     def _load_sealed_table(self) -> tuple[int, list[EntryInfo]]:
         self.stats.tables_loaded += 1
         if self.length < FILE_HEADER.size + TRAILER.size:

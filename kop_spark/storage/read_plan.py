@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import accumulate
 from operator import attrgetter
@@ -19,10 +19,11 @@ from ..errors import CorruptRecordError
 from ..record import RecordBatch
 from ..record.default_record_batch import with_base_offset
 from .fileio import FileIO, open_fileio
-from .ledger import IOStats, LedgerReader, Recovered, recover
+from .ledger import EntryTable, IOStats, LedgerReader, Recovered, recover
 from .ledger_entry import Entry, EntryRun
 from .ledger_metadata import CleaningMark, LedgerRecord, LogMetadata
 from .producer_state import ProducerEntry
+from .read_ahead import ReadAhead
 
 
 class ReadEntry(NamedTuple):
@@ -57,12 +58,32 @@ class SliceReader:
         """``options``: object-store settings (endpoint, credentials) over the environment's."""
         self._fileio = open_fileio(root, options=options)
         self._stats = stats if stats is not None else IOStats()
+        self._ahead = ReadAhead(self._opened, self._fileio.read_parallelism)
+
+    def read_ahead(self, ledgers: Iterable[LedgerSlice]) -> None:
+        """The ledgers to be read next, in order. Where the store serves many reads at once, each
+        is opened before its turn: its entry table read, and a small ledger whole."""
+        self._ahead.expect(ledgers)
+
+    def close(self) -> None:
+        self._ahead.close()
+
+    def __enter__(self) -> SliceReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _opened(self, ledger: LedgerSlice) -> tuple[LedgerReader, EntryTable]:
+        reader = LedgerReader(self._fileio, ledger.file, ledger.length, ledger.sealed, self._stats)
+        table = reader.table()
+        reader.hold_if_small()  # its table may have come from the cache, and its entries are next
+        return reader, table
 
     def read_runs(self, ledger: LedgerSlice, start: int, end: int, max_bytes: int = 8 << 20) -> Iterator[EntryRun]:
         """The entries of ``ledger`` holding offsets in ``[start, end)``, in runs of ``max_bytes`` at
         most, each verified whole; their batches' ``baseOffset`` is relative to ``ledger.base_offset``."""
-        reader = LedgerReader(self._fileio, ledger.file, ledger.length, ledger.sealed, self._stats)
-        table = reader.table()
+        reader, table = self._ahead.get(ledger)
         k = max(table.find_entry(start - ledger.base_offset), 0)
         last = table.find_entry(end - 1 - ledger.base_offset)
         while k <= last:
