@@ -250,6 +250,22 @@ def test_offsets_of_many_partitions_on_an_object_store_are_looked_up_at_once_as_
     assert [a[0] for a in got[:6]] == [0, 0, 2, -1, 3, 0] and isinstance(got[-1], ValueError), got
 
 
+def test_a_topic_on_an_object_store_is_described_with_its_partitions_read_at_once(
+    running: dict[str, servers.Server],
+) -> None:
+    """``kop topics describe`` and DescribeLogDirs read every partition's metadata."""
+    root, n = _small_ledgers(12)
+    with (
+        InFlightProxy(running["s3"].port, gather=4) as proxy,
+        Broker(root, {"aws_endpoint_url": proxy.url}) as b,
+        _in_turn(Broker(root)) as in_turn,
+    ):
+        described = b.describe_topic("t")
+        assert proxy.most_in_flight >= 4, "the partitions' metadata was read in turn"
+        assert described == in_turn.describe_topic("t")
+    assert [(p.log_end_offset, p.ledgers) for p in described.partitions] == [(3, 3)] * n
+
+
 def test_an_object_store_roots_topics_are_listed_in_a_few_requests_and_their_changes_seen(
     running: dict[str, servers.Server],
 ) -> None:

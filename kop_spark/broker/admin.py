@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,7 @@ from ..storage.managed_ledger import ManagedLedger
 from ..storage.metadata_store import UNPROBED, MetadataStore, ProbedCache, Unchanged, Unprobed, update
 from ..storage.producer_state import ProducerEntry
 from ..storage.read_plan import PartitionView
-from ..topic_name import TopicName
+from ..topic_name import TopicName, TopicPartition
 from .log_manager import LogManager
 
 TopicMeta = dict[str, Any]
@@ -55,6 +55,9 @@ def standing(meta: TopicMeta | None) -> bool:
 
 def topic_id(name: TopicName, meta: TopicMeta) -> uuid.UUID:
     return uuid.uuid5(_TOPIC_IDS, f"{name.full_name}@{meta['created_ms']}")
+
+
+ViewsOf = Callable[[Sequence[TopicPartition]], list[PartitionView | Exception]]
 
 
 @dataclass(frozen=True)
@@ -161,11 +164,13 @@ class TopicAdmin:
         usage = shutil.disk_usage(local)
         return usage.total, usage.free
 
-    def describe(self, topic: str) -> TopicDescription:
+    def describe(self, topic: str, views: ViewsOf) -> TopicDescription:
+        """``views``: the partitions' views, or why not, read together (``PartitionViews.each``)."""
         name, meta = self.metadata(topic)
         parts = []
-        for p in range(meta["partitions"]):
-            view = self.view(topic, p)[1]
+        for p, view in enumerate(views([(topic, p) for p in range(meta["partitions"])])):
+            if isinstance(view, Exception):
+                raise view
             parts.append(
                 PartitionInfo(p, view.log_start_offset, view.log_end_offset, len(view.ledgers), view.size_bytes)
             )

@@ -46,6 +46,7 @@ from .group_offsets import GroupOffsets
 from .live_groups import LiveGroups
 from .log_manager import LogManager
 from .maintenance import Housekeeper, MaintenanceReport, RepairReport
+from .partition_views import PartitionViews
 from .producer_batches import ProducerBatches, next_producer_id
 from .sink_commits import SinkCommits
 from .transactions import Transactions
@@ -147,7 +148,7 @@ class Broker:
         return dict(config) if own else self.config.topic_config(config)
 
     def describe_topic(self, topic: str) -> TopicDescription:
-        return self.admin.describe(topic)
+        return self.admin.describe(topic, PartitionViews(self.admin, self.store).each)
 
     def view(self, topic: str, partition: int) -> PartitionView:
         """The partition's log as it stands: log start and end offsets and the ledgers holding them.
