@@ -250,6 +250,26 @@ def test_offsets_of_many_partitions_on_an_object_store_are_looked_up_at_once_as_
     assert [a[0] for a in got[:6]] == [0, 0, 2, -1, 3, 0] and isinstance(got[-1], ValueError), got
 
 
+def test_a_produce_to_many_partitions_of_an_object_store_topic_reads_its_metadata_once(
+    running: dict[str, servers.Server],
+) -> None:
+    """A PRODUCE's partitions are checked against their topic's settings, read once a request:
+    on an object store each read is a round trip."""
+    root = f"s3://{servers.BUCKET}/s{uuid.uuid4().hex[:12]}"
+    with Broker(root) as b:
+        b.create_topic("t", 12)
+        since = len(running["s3"].log.read_text())
+        wanted = [("t", p, [build_record_batch([Record(value=b"%d" % p)])]) for p in range(12)]
+        queued = b.queue_batches([*wanted, ("t", 12, wanted[0][2]), ("gone", 0, wanted[0][2])])
+        assert [str(q) for q in queued[-2:]] == [
+            "topic 't' has no partition 12: it has partitions 0 to 11",
+            f"topic 'gone' does not exist (as persistent://public/default/gone) in {root}",
+        ]
+        assert [q() if callable(q) else q for q in queued[:-2]] == [(0, 0, -1)] * 12
+    assert len(_requests_since(running["s3"], since, "_metadata/topics/public/default/t.json")) == 1
+    assert [r.value for p in range(12) for r in Broker(root).fetch("t", p, 0)] == [b"%d" % p for p in range(12)]
+
+
 def test_a_topic_on_an_object_store_is_described_with_its_partitions_read_at_once(
     running: dict[str, servers.Server],
 ) -> None:

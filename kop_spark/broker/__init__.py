@@ -21,7 +21,7 @@ from .maintenance import MaintenanceReport, RepairReport
 from .partition_views import PartitionViews
 from .share_states import SHARE_DONE, ShareRecordState, ShareStates
 from .sink_commits import SINK_HEARTBEAT_MS, SINK_LEASE_MS, SinkCommits
-from .validation import Produced, StagedPartition
+from .validation import PartitionBatches, Produced, StagedPartition
 
 __all__ = [
     "EARLIEST_TIMESTAMP",
@@ -41,6 +41,7 @@ __all__ = [
     "OffsetAndMetadata",
     "OffsetLookup",
     "OffsetSpec",
+    "PartitionBatches",
     "PartitionFetch",
     "PartitionInfo",
     "PartitionViews",

@@ -50,7 +50,7 @@ from .partition_views import PartitionViews
 from .producer_batches import ProducerBatches, next_producer_id
 from .sink_commits import SinkCommits
 from .transactions import Transactions
-from .validation import Produced, checked_batches, queued_produce
+from .validation import PartitionBatches, Produced, checked_batches, queued_produces
 
 T = TypeVar("T")
 
@@ -211,11 +211,11 @@ class Broker:
         )
         return self._on_log(topic, lambda: append().base_offset)
 
-    def queue_batches(self, topic: str, partition: int, batches: Sequence[bytes]) -> Callable[[], Produced]:
-        """``produce_batches`` in two steps: check and queue the batches now, in call order; the call
-        returned waits for them, and says what a produce response tells. (A server's pipelining.)"""
-        wait = queued_produce(checked_batches(self, topic, partition, batches, None))
-        return lambda: self._on_log(topic, wait)
+    def queue_batches(self, wanted: Sequence[PartitionBatches]) -> list[Callable[[], Produced] | Exception]:
+        """``produce_batches`` in two steps: check and queue each partition's batches now, in order;
+        each call returned waits for them and says what a produce response tells (a server's
+        pipelining). Or why they were refused."""
+        return queued_produces(self, wanted, self._on_log)
 
     def init_producer_id(self) -> int:
         """A new idempotent producer's id (epoch 0), never handed out twice on this store."""

@@ -4,6 +4,7 @@ stamped by the broker. Spark's staged output passes the same checks (``StagedPar
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 TopicConfig = Mapping[str, Any]
+PartitionBatches = tuple[str, int, Sequence[bytes]]  # (topic, partition, batches) of a PRODUCE
 
 
 def check_size(where: str, batch: bytes | memoryview, topic_config: TopicConfig) -> None:
@@ -166,6 +168,36 @@ def checked_batches(
     checked = [validate_produced(f"{where} {i}", b, cfg, now) for i, b in enumerate(flat)]
     stamped = now if uses_log_append_time(cfg) else -1
     return CheckedProduce(broker.admin.log(topic, partition, meta), checked, now, stamped)
+
+
+def queued_produces(
+    broker: Broker, wanted: Sequence[PartitionBatches], on_log: Callable[[str, Callable[[], Produced]], Produced]
+) -> list[Callable[[], Produced] | Exception]:
+    """``checked_batches`` then ``queued_produce`` for each of a PRODUCE's partitions, each wait run
+    through ``on_log(topic, wait)``; or why it was refused. Each topic's metadata is read once: on
+    an object store that read is a round trip, which a request of a hundred partitions of a topic
+    made a hundred times, in turn."""
+    metas: dict[str, dict[str, Any] | Exception] = {}
+    out: list[Callable[[], Produced] | Exception] = []
+    for topic, partition, batches in wanted:
+        try:
+            if topic not in metas:
+                metas[topic] = _metadata_or_why(broker, topic)
+            meta = metas[topic]
+            if isinstance(meta, Exception):
+                raise meta
+            wait = queued_produce(checked_batches(broker, topic, partition, batches, meta))
+            out.append(functools.partial(on_log, topic, wait))
+        except Exception as e:  # that partition's answer; the others go on
+            out.append(e)
+    return out
+
+
+def _metadata_or_why(broker: Broker, topic: str) -> dict[str, Any] | Exception:
+    try:
+        return broker.admin.metadata(topic)[1]
+    except Exception as e:  # every partition of the topic answers with it
+        return e
 
 
 def queued_produce(checked: CheckedProduce) -> Callable[[], Produced]:

@@ -8,7 +8,7 @@ import asyncio
 import base64
 import functools
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -34,7 +34,6 @@ from .share_groups import ShareGroup, ShareGroupCoordinator
 from .transaction_coordinator import TransactionCoordinator
 
 T = TypeVar("T")
-R = TypeVar("R")
 
 NODE_ID = 0  # one node leads every partition and is controller and coordinator
 
@@ -241,31 +240,11 @@ class ServerContext:
         """Run a blocking Broker call on a worker thread."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
 
-    async def call_each(self, fn: Callable[..., T], calls: Sequence[tuple[Any, ...] | R]) -> list[T | R | Exception]:
-        """``fn(*args)`` for each call's args, all in one worker call: each result, or the exception
-        it raised. A call given as anything but its args (why it was refused before it ran) is
-        answered with itself. A hand-off to a worker thread costs more than a partition's lookup,
-        so a request's partitions share one."""
-        return await self.call(_each, fn, calls)
-
     def close(self) -> None:
         self.membership.close()
         self.consumer_groups.close()
         self.share_groups.close()
         self._executor.shutdown(wait=True)
-
-
-def _each(fn: Callable[..., T], calls: Sequence[tuple[Any, ...] | R]) -> list[T | R | Exception]:
-    out: list[T | R | Exception] = []
-    for args in calls:
-        if not isinstance(args, tuple):
-            out.append(args)
-            continue
-        try:
-            out.append(fn(*args))
-        except Exception as e:
-            out.append(e)
-    return out
 
 
 def cluster_id_of(root: str) -> str:
