@@ -12,13 +12,15 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import obstore
 import pyarrow as pa
 import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from kop_spark import AlterConfigOp, Broker, Record, layout
 from kop_spark.broker import SINK_LEASE_MS, FetchedBatches, OffsetSpec, PartitionFetch
@@ -36,6 +38,7 @@ from kop_spark.storage.object_fileio import ObjectFileIO
 from . import servers
 from .conftest import PYTHON, python_subprocess_env
 from .in_flight_proxy import InFlightProxy
+from .kop_server import KopServer
 from .test_crash_and_concurrency import check_log, confirmed_lines, finish_writers, go, start_writer
 
 STORES = ["local", "s3", "s3+etcd", "s3+zookeeper", "gcs", "azure"]
@@ -577,6 +580,53 @@ def test_a_kafka_transaction_goes_on_through_a_server_restart(store: Store) -> N
     restarted.end("tx", pid, epoch, commit=True)
     assert [r.value for r in b.fetch("out", 0, 0, max_records=10)] == [b"a", b"b", b"c", b"d"]
     assert b.fileio.walk_files(layout.STAGING_DIR) == [] and b.verify() == {}
+
+
+def test_kafka_clients_produce_transact_consume_and_commit_through_kop_serve(store: Store) -> None:
+    """What applications feeding a store run: ``kop serve`` on it, librdkafka's idempotent
+    producer, a transactional one, and a consumer group that subscribes and commits."""
+    with KopServer(store.root, [f"{k}={v}" for k, v in store.conf.items()]) as server:
+        client = {"bootstrap.servers": server.bootstrap}
+        admin = AdminClient(client)
+        for f in admin.create_topics([NewTopic("c", 3, 1)]).values():
+            f.result(30)
+        acked: list[tuple[int, int, bytes]] = []
+        producer = Producer({**client, "enable.idempotence": True, "linger.ms": 5})
+        for i in range(300):
+            producer.produce("c", key=b"k%d" % (i % 7), value=b"v%d" % i, on_delivery=_acked_into(acked))
+        assert producer.flush(60) == 0
+        tx = Producer({**client, "transactional.id": "tx"})
+        tx.init_transactions(30)
+        tx.begin_transaction()
+        for i in range(20):
+            tx.produce("c", value=b"t%d" % i, partition=i % 3)
+        tx.commit_transaction(30)
+        consumer = Consumer({**client, "group.id": "g", "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.subscribe(["c"])
+        got: list[tuple[int, int, bytes]] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 320 and time.monotonic() < deadline:
+            m = consumer.poll(1)
+            if m is not None:
+                assert m.error() is None, m.error()
+                got.append((m.partition(), m.offset(), m.value()))
+        consumer.commit(asynchronous=False)
+        consumer.close()
+    assert sorted(v for _, _, v in got) == sorted([b"v%d" % i for i in range(300)] + [b"t%d" % i for i in range(20)])
+    assert set(acked) <= set(got), "the idempotent producer's records where it was told they are"
+    with store.broker() as b:
+        ends = {("c", p): b.list_offsets("c", p, "latest") for p in range(3)}
+        assert {tp: o.offset for tp, o in b.fetch_offsets("g").items()} == ends
+    for (_, p), end in ends.items():  # continuous: a transaction's records are appended at its commit
+        assert sorted(o for q, o, _ in got if q == p) == list(range(end))
+
+
+def _acked_into(acked: list[tuple[int, int, bytes]]) -> Callable[[Any, Any], None]:
+    def delivered(error: Any, m: Any) -> None:
+        assert error is None, error
+        acked.append((m.partition(), m.offset(), m.value()))
+
+    return delivered
 
 
 def test_cli_commands(store: Store, tmp_path: Path) -> None:
