@@ -4,7 +4,9 @@ a window of one, are opened in the asking thread."""
 
 from __future__ import annotations
 
+import sys
 import threading
+import traceback
 
 import pytest
 
@@ -26,6 +28,15 @@ class Opener:
         return key * key
 
 
+def _pool_stacks() -> str:
+    frames = sys._current_frames()
+    return "\n".join(
+        f"{t.name}:\n{''.join(traceback.format_stack(frames[t.ident]))}"
+        for t in threading.enumerate()
+        if t.name.startswith("kop-reads") and t.ident in frames
+    )
+
+
 def _got(ahead: ReadAhead[int, int], key: int) -> int | str:
     try:
         return ahead.get(key)
@@ -43,7 +54,11 @@ def test_expected_keys_are_opened_ahead_up_to_the_window_at_once() -> None:
 
     ahead = ReadAhead(open_, 4)
     ahead.expect(range(12))
-    assert [_got(ahead, k) for k in range(12)] == [k * k if k != 7 else "ledger 7" for k in range(12)]
+    try:
+        got = [_got(ahead, k) for k in range(12)]
+    except threading.BrokenBarrierError:  # say what held the shared pool's threads, should it be that
+        pytest.fail(f"4 keys were never opened at once; the shared pool's threads were at:\n{_pool_stacks()}")
+    assert got == [k * k if k != 7 else "ledger 7" for k in range(12)]
     assert running.most == 4
     assert all(t.startswith("kop-reads") for threads in opener.threads.values() for t in threads)
 

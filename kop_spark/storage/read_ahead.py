@@ -42,8 +42,10 @@ class ReadAhead(Generic[K, V]):
         for _ in range(skipped):  # asked for past them: they will not be
             self._opening.popleft()[1].cancel()
         opening = self._opening.popleft()[1]
-        self._top_up()
-        return opening.result()
+        try:
+            return opening.result()
+        finally:  # then the next: no more than the window in flight, this one among them
+            self._top_up()
 
     def close(self) -> None:
         """Drop what was opened ahead and not asked for (a reader stopped early, or replanned)."""
