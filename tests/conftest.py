@@ -7,9 +7,12 @@ from pathlib import Path
 import pytest
 
 import kop_spark
+from kop_spark.faults import CRASH_POINTS_ENV
 from kop_spark.storage.metadata.zookeeper import close_sessions
 
 from . import servers
+
+os.environ[CRASH_POINTS_ENV] = "1"  # the tests' processes, and those they start, die where a test asks
 
 
 @pytest.fixture

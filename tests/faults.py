@@ -110,7 +110,7 @@ def injected(monkeypatch, injector: Injector) -> Iterator[Injector]:
 
 def arm_crash_point(root: str, point: str, reached: int) -> None:
     """The next process under local ``root`` to come to ``kop_spark.faults.crash_point`` ``point`` for
-    the ``reached``-th time dies there, as kill -9 would."""
+    the ``reached``-th time dies there, as kill -9 would (conftest lets the tests' processes)."""
     path = os.path.join(root, layout.fault_file(point))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:

@@ -23,10 +23,11 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kop_spark import AlterConfigOp, Broker, Record, layout
-from kop_spark.broker import SINK_LEASE_MS, FetchedBatches, OffsetSpec, PartitionFetch
+from kop_spark.broker import SINK_LEASE_MS, FetchedBatches, OffsetSpec, PartitionFetch, StagedLedger
 from kop_spark.broker.partition_views import PartitionViews
 from kop_spark.clock import ManualClock
 from kop_spark.errors import ConfigError, CorruptRecordError, OrphanRemovedError, StorageError, WriteAbortedError
+from kop_spark.faults import CRASH_POINTS_ENV
 from kop_spark.kafka.store_metrics import store_samples
 from kop_spark.kafka.transaction_coordinator import TransactionCoordinator
 from kop_spark.record import build_record_batch
@@ -271,6 +272,28 @@ def test_a_produce_to_many_partitions_of_an_object_store_topic_reads_its_metadat
         assert [q() if callable(q) else q for q in queued[:-2]] == [(0, 0, -1)] * 12
     assert len(_requests_since(running["s3"], since, "_metadata/topics/public/default/t.json")) == 1
     assert [r.value for p in range(12) for r in Broker(root).fetch("t", p, 0)] == [b"%d" % p for p in range(12)]
+
+
+def test_a_sink_commit_on_an_object_store_looks_for_no_crash_point(
+    running: dict[str, servers.Server], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Crash points are the tests': a user's commit, one step a partition, made a request each."""
+    monkeypatch.delenv(CRASH_POINTS_ENV)
+    root = f"s3://{servers.BUCKET}/s{uuid.uuid4().hex[:12]}"
+    with Broker(root) as b:
+        b.create_topic("t", 2)
+        since = len(running["s3"].log.read_text())
+        for batch in range(2):
+            staged = {("t", p): _staged(b, p, f"_staging/job/{batch}/task") for p in range(2)}
+            b.sink_commits.commit("job", batch, staged, streaming=True)
+        assert [r.value for p in range(2) for r in b.fetch("t", p, 0)] == [b"p0", b"p0", b"p1", b"p1"]
+    assert _requests_since(running["s3"], since, "/_faults/") == []
+
+
+def _staged(b: Broker, partition: int, task_dir: str) -> list[StagedLedger]:
+    staged = b.sink_commits.stage("t", partition, task_dir)
+    staged.append([build_record_batch([Record(b"p%d" % partition)])])
+    return staged.finish()
 
 
 def test_a_topic_on_an_object_store_is_described_with_its_partitions_read_at_once(
