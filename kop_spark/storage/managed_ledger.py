@@ -382,7 +382,8 @@ class ManagedLedger:
             return meta
 
         with self.lock:
-            if already(self._load().meta):
+            self._state = self._load()  # what the CAS below starts from, unless the log moves first
+            if already(self._state.meta):
                 return result[-1]
             self._move_staged([(s.file, path) for s, path in moved if s.file != path])
             # Should the CAS fail, the moved files stay unreferenced until maintenance removes them:
