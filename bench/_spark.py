@@ -14,7 +14,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -120,7 +120,7 @@ class Rounds:
         ]
 
 
-def timed_rounds(runs: dict[str, Callable[[], float | None]], rounds: int) -> Rounds:
+def timed_rounds(runs: Mapping[str, Callable[[], float | None]], rounds: int) -> Rounds:
     """Each run's time in each of ``rounds`` rounds, in seconds, after an untimed round (as JMH's
     warm-up iterations): in it the JVM compiles the plans' hot code and the Python workers import
     and fill their caches, which fell on the first timed round and skewed its ratios. A round runs

@@ -49,7 +49,8 @@ class _CeilingReader(DataSourceStreamReader):
     def partitions(self, start: dict, end: dict):
         return [_File(p) for p in self.paths] if start != end else []
 
-    def read(self, partition: _File) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _File)
         yield from ipc_batches([partition.path])
 
     def commit(self, end: dict) -> None:
@@ -63,7 +64,8 @@ class _CeilingBatchReader(DataSourceReader):
     def partitions(self):
         return [_File(p) for p in self.paths]
 
-    def read(self, partition: _File) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _File)
         yield from ipc_batches([partition.path])
 
 
@@ -179,7 +181,8 @@ class _S3ParquetReader(_CeilingReader):
     def partitions(self, start: dict, end: dict):
         return [_Object(p, self.options) for p in self.paths] if start != end else []
 
-    def read(self, partition: _Object) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _Object)
         import pyarrow.fs
         import pyarrow.parquet as pq
 

@@ -35,6 +35,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, ShareConsumer, TopicPartition
@@ -103,8 +104,9 @@ def consume_rate(bootstrap: str, topic: str = "bench") -> float:
         if time.perf_counter() - t > 600:
             raise TimeoutError(f"consumed {got} of {high - low} records from {bootstrap} in 10 minutes")
         for m in c.consume(10_000, 0.05):
-            if m.error() is None:
-                got, last = got + 1, m.offset()
+            offset = m.offset()
+            if m.error() is None and offset is not None:
+                got, last = got + 1, offset
     rate = got / (time.perf_counter() - t)
     c.close()
     return rate
@@ -140,6 +142,10 @@ def committing_consume_rate(bootstrap: str, topic: str, records: int, per_poll: 
     return rate
 
 
+def _latency_into(latencies: list[float], sent: float) -> Callable[[object, object], None]:
+    return lambda error, message: latencies.append(time.perf_counter() - sent)
+
+
 def produce_p99_ms(bootstrap: str, n: int = 2000, per_second: int = 1000) -> float:
     p = Producer({**PRODUCER, "bootstrap.servers": bootstrap, "linger.ms": 0})
     p.produce("bench", VALUE, partition=0)  # the producer id and connections before the clock
@@ -147,10 +153,7 @@ def produce_p99_ms(bootstrap: str, n: int = 2000, per_second: int = 1000) -> flo
     latencies: list[float] = []
     start = time.perf_counter()
     for i in range(n):
-        sent = time.perf_counter()
-        p.produce(
-            "bench", VALUE, partition=0, on_delivery=lambda e, m, s=sent: latencies.append(time.perf_counter() - s)
-        )
+        p.produce("bench", VALUE, partition=0, on_delivery=_latency_into(latencies, time.perf_counter()))
         p.poll(0)
         wait = start + (i + 1) / per_second - time.perf_counter()
         if wait > 0:

@@ -44,7 +44,7 @@ from kop_spark.broker.partition_views import PartitionViews
 from kop_spark.spark.batch_reader import KopBatchReader
 from kop_spark.spark.options import SourceOptions
 from kop_spark.storage.metadata import open_metadata_store
-from kop_spark.storage.metadata_store import update
+from kop_spark.storage.metadata_store import MetadataStore, update
 from kop_spark.storage.object_fileio import ObjectFileIO
 from kop_spark.storage.object_store import open_store, parse_location
 from tests import servers
@@ -77,7 +77,7 @@ def cas_rates(running: dict[str, servers.Server], tmp: Path, n: int) -> list[tup
     for name, url in urls.items():
         store = open_metadata_store(url)
         store.create("k", value)
-        rates[name] = per_second(lambda i, s=store: update(s, "k", lambda v: {**v, "next_offset": i}), n)
+        rates[name] = per_second(functools.partial(_bump, store), n)
     looks = {name: look_rate(tmp / f"looks-{i}", url, n) for i, (name, url) in enumerate(urls.items())}
     files, files_looks = rates["files (local disk, fsync)"], looks["files (local disk, fsync)"]
     return [
@@ -89,6 +89,10 @@ def cas_rates(running: dict[str, servers.Server], tmp: Path, n: int) -> list[tup
         )
         for name, rate in rates.items()
     ]
+
+
+def _bump(store: MetadataStore, i: int) -> None:
+    update(store, "k", lambda v: {**(v or {}), "next_offset": i})
 
 
 def look_rate(root: Path, url: str, n: int) -> float:

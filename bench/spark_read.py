@@ -41,7 +41,7 @@ def produce(root: str, parts, topic: str = "bench", batch_records: int = BATCH_R
             millis = pc.divide(rb.column("timestamp").cast(pa.int64()), 1000)
             batches = encode_arrow(rb.column("value"), rb.column("key"), millis, batch_bytes=batch_records * 125 - 1)
             for start in range(0, len(batches), 1000):
-                b.produce_batches(topic, p, batches[start : start + 1000])
+                b.produce_batches(topic, p, [bytes(batch) for batch in batches[start : start + 1000]])
 
 
 def run(n: int = 5_000_000, repeat: int = 5):

@@ -38,7 +38,7 @@ def run(n: int = 1_000_000, repeat: int = 3):
 def _run(n: int, repeat: int, port: int, tmp: str):
     env = servers.s3_env(port)
     os.environ.update(env)  # the Broker that produces the records
-    servers._make_bucket(port)
+    servers.make_bucket(port)
     s3_root, local_root = f"s3://{servers.BUCKET}/bench", os.path.join(tmp, "store")
     parts = [records(n // PARTITIONS, p) for p in range(PARTITIONS)]
     produce(s3_root, parts)

@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.request
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 
 from kop_spark.storage.metadata.zookeeper import close_sessions
@@ -238,7 +238,7 @@ def azure_env(port: int) -> dict[str, str]:
     }
 
 
-def start_all(base: Path) -> Iterator[dict[str, Server]]:
+def start_all(base: Path) -> Generator[dict[str, Server], None, None]:
     """Every server, with a bucket and a container named ``BUCKET``; the clouds' environment
     variables point at them while they run. Stopped when the generator is closed."""
     started = {}
