@@ -266,7 +266,7 @@ class ManagedLedger:
 
     @property
     def last_known(self) -> LogMetadata | None:
-        """The metadata as this instance's last CAS left it, if that is known."""
+        """The metadata as this instance last read or wrote it, if that is known."""
         return self._state.meta if self._state is not None else None
 
     def view(self, token: Hashable | Unprobed | None = UNPROBED) -> PartitionView:
