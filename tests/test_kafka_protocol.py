@@ -404,6 +404,7 @@ def _answers(request: Any, server: KopServer) -> dict[tuple[str, int], dict[str,
 
 def test_each_partition_of_a_request_gets_its_own_answer(server: KopServer) -> None:
     # A partition that fails does not fail the request's others: they are answered, and written.
+    # Partitions refused before the store is asked (no records, a spec not served) sit among them.
     with Broker(server.root) as b:
         end = b.list_offsets("t", 0, "latest")
     produced = _answers(
@@ -413,13 +414,21 @@ def test_each_partition_of_a_request_gets_its_own_answer(server: KopServer) -> N
             acks=-1,
             timeout_ms=5000,
             topic_data=[
-                {"name": "t", "partition_data": [{"index": 0, "records": BATCH}, {"index": 9, "records": BATCH}]},
+                {
+                    "name": "t",
+                    "partition_data": [
+                        {"index": 5, "records": None},
+                        {"index": 0, "records": BATCH},
+                        {"index": 9, "records": BATCH},
+                    ],
+                },
                 {"name": "absent", "partition_data": [{"index": 0, "records": BATCH}]},
             ],
         ),
         server,
     )
     assert {tp: (p["error_code"], p["base_offset"]) for tp, p in produced.items()} == {
+        ("t", 5): (87, -1),
         ("t", 0): (0, end),
         ("t", 9): (3, -1),
         ("absent", 0): (3, -1),
@@ -433,7 +442,11 @@ def test_each_partition_of_a_request_gets_its_own_answer(server: KopServer) -> N
             topics=[
                 {
                     "name": "t",
-                    "partitions": [{"partition_index": 0, "timestamp": -1}, {"partition_index": 9, "timestamp": -1}],
+                    "partitions": [
+                        {"partition_index": 5, "timestamp": -4},
+                        {"partition_index": 0, "timestamp": -1},
+                        {"partition_index": 9, "timestamp": -1},
+                    ],
                 },
                 {"name": "absent", "partitions": [{"partition_index": 0, "timestamp": -2}]},
             ],
@@ -441,6 +454,7 @@ def test_each_partition_of_a_request_gets_its_own_answer(server: KopServer) -> N
         server,
     )
     assert {tp: (p["error_code"], p["offset"]) for tp, p in listed.items()} == {
+        ("t", 5): (42, -1),
         ("t", 0): (0, end + 1),
         ("t", 9): (3, -1),
         ("absent", 0): (3, -1),

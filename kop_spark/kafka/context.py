@@ -8,7 +8,7 @@ import asyncio
 import base64
 import functools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -34,6 +34,7 @@ from .share_groups import ShareGroup, ShareGroupCoordinator
 from .transaction_coordinator import TransactionCoordinator
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 NODE_ID = 0  # one node leads every partition and is controller and coordinator
 
@@ -239,6 +240,15 @@ class ServerContext:
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking Broker call on a worker thread."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+
+    async def call_asked(
+        self, fn: Callable[[list[Any]], Sequence[T]], calls: Sequence[tuple[Any, ...] | R]
+    ) -> list[T | R]:
+        """``fn`` of the calls given as tuples (a request's partitions to look up), in one worker
+        call, each answer in its call's place; a call given as anything else (why it was refused
+        before it ran) is answered with itself."""
+        answers = iter(await self.call(fn, [c for c in calls if isinstance(c, tuple)]))
+        return [next(answers) if isinstance(c, tuple) else c for c in calls]
 
     def close(self) -> None:
         self.membership.close()

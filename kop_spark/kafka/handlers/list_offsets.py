@@ -29,9 +29,7 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
                 wanted.append(ErrorCode.topic_authorization_failed)
             else:
                 wanted.append((t.name, p.partition_index, spec))
-    asked = [w for w in wanted if isinstance(w, tuple)]
-    answers = iter(await ctx.call(ctx.broker.offsets_and_timestamps, asked))
-    found = iter([next(answers) if isinstance(w, tuple) else w for w in wanted])
+    found = iter(await ctx.call_asked(ctx.broker.offsets_and_timestamps, wanted))
     topics = tuple(
         make(
             m.ListOffsetsTopicResponse,

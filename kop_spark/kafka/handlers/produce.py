@@ -31,8 +31,9 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
     # Queued in request order (this connection's next request waits for it), written later.
     wanted = [(t.name, p.index, p.records) for t in request.topic_data for p in t.partition_data]
     calls = [_refusal(ctx, header, t, p, records) or (t, p, [records]) for t, p, records in wanted]
-    asked = iter(await ctx.call(ctx.broker.queue_batches, [c for c in calls if isinstance(c, tuple)]))
-    queued = {(t, p): next(asked) if isinstance(c, tuple) else c for (t, p, _), c in zip(wanted, calls, strict=True)}
+    queued = dict(
+        zip([(t, p) for t, p, _ in wanted], await ctx.call_asked(ctx.broker.queue_batches, calls), strict=True)
+    )
 
     async def written() -> Any:
         answers = await asyncio.gather(*(_written(ctx, m, tp, wait) for tp, wait in queued.items()))
