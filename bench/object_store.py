@@ -15,7 +15,10 @@ S3 server, Azurite, etcd, ZooKeeper), each ratio against a peer measured in the 
   Spark task's read of their new records (and of one partition's 15 new ledgers), on an S3 root
   behind a proxy that holds each request 20 ms (S3's first-byte latency for small objects; moto on
   loopback answers in a millisecond): the partitions, or ledgers, read at once, against the same
-  code reading them in turn.
+  code reading them in turn;
+- a Spark task's write of records to 100 partitions, and a transactional produce to 100 partitions,
+  behind the same proxy: the partitions' ledgers written at once, against the same code writing them
+  in turn.
 
     python bench/object_store.py [--ops 200] [--produces 200]
 """
@@ -36,13 +39,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import obstore
+import pyarrow as pa
+from pyspark.sql.types import BinaryType, StructField, StructType
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kop_spark import Broker, Record
 from kop_spark.broker import PartitionFetch
 from kop_spark.broker.partition_views import PartitionViews
+from kop_spark.kafka.transaction_coordinator import TransactionCoordinator
+from kop_spark.record import build_record_batch
 from kop_spark.spark.batch_reader import KopBatchReader
 from kop_spark.spark.options import SourceOptions
+from kop_spark.spark.sink import KopBatchWriter, prepare
 from kop_spark.storage.metadata import open_metadata_store
 from kop_spark.storage.metadata_store import MetadataStore, update
 from kop_spark.storage.object_fileio import ObjectFileIO
@@ -157,7 +165,7 @@ def changed_reads(s3_port: int, rounds: int = 3) -> list[tuple[str, float, float
                 writer.produce("t", [Record(value=os.urandom(100))], partition=p)
 
         for at_once in (True, False):
-            with Broker(root, {"aws_endpoint_url": proxy.url}) as b, _reads_in_turn(not at_once):
+            with Broker(root, {"aws_endpoint_url": proxy.url}) as b, _in_turn("read_parallelism", not at_once):
                 if not at_once:
                     b.fileio.read_parallelism = b.store.read_parallelism = 1
                 views = PartitionViews(b.admin, b.store)
@@ -181,15 +189,57 @@ def changed_reads(s3_port: int, rounds: int = 3) -> list[tuple[str, float, float
     ]
 
 
+def changed_writes(s3_port: int, rounds: int = 3) -> list[tuple[str, float, float]]:
+    """Milliseconds, the best of ``rounds``, of a Spark task's write of records to 100 partitions
+    and of a transactional produce of a record to each of 100 partitions, their ledgers written at
+    once and in turn."""
+    root = f"s3://{servers.BUCKET}/bench-{uuid.uuid4().hex[:8]}"
+    best: dict[tuple[str, bool], float] = {}
+    schema = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
+    keys = [b"k%d" % i for i in range(10 * FETCHED_PARTITIONS)]
+    rows = pa.RecordBatch.from_pydict(
+        {"key": keys, "value": keys}, pa.schema([("key", pa.binary()), ("value", pa.binary())])
+    )
+    with InFlightProxy(s3_port, latency_s=LATENCY_S) as proxy:
+        Broker(root).create_topic("t", FETCHED_PARTITIONS)
+        sink = prepare({"kop.root": root, "topic": "t", "kop.aws_endpoint_url": proxy.url}, schema)
+        for at_once in (True, False):
+            with Broker(root, {"aws_endpoint_url": proxy.url}) as b, _in_turn("write_parallelism", not at_once):
+                coordinator = TransactionCoordinator(b)
+                for i in range(rounds):
+                    t = time.perf_counter()
+                    KopBatchWriter(sink).write(iter([rows]))
+                    best["task", at_once] = min(best.get(("task", at_once), 1e9), (time.perf_counter() - t) * 1000)
+                    tid = f"tx-{at_once}-{i}"
+                    pid, epoch = coordinator.init_producer_id(tid, 60_000)
+                    coordinator.add_partitions(tid, pid, epoch, [("t", p) for p in range(FETCHED_PARTITIONS)])
+                    batch = build_record_batch(
+                        [Record(b"x")], producer_id=pid, producer_epoch=epoch, is_transactional=True
+                    )
+                    t = time.perf_counter()
+                    coordinator.produce_each(tid, [("t", p, batch) for p in range(FETCHED_PARTITIONS)])
+                    best["txn", at_once] = min(best.get(("txn", at_once), 1e9), (time.perf_counter() - t) * 1000)
+                    coordinator.end(tid, pid, epoch, commit=False)
+    return [
+        (
+            f"a Spark task's write of records to {FETCHED_PARTITIONS} partitions",
+            best["task", True],
+            best["task", False],
+        ),
+        (f"a transactional produce to {FETCHED_PARTITIONS} partitions", best["txn", True], best["txn", False]),
+    ]
+
+
 @contextlib.contextmanager
-def _reads_in_turn(yes: bool) -> Iterator[None]:
-    """A Spark task's files read one at a time, as a store serving one at a time has them."""
-    kept = ObjectFileIO.read_parallelism
-    ObjectFileIO.read_parallelism = 1 if yes else kept
+def _in_turn(parallelism: str, yes: bool) -> Iterator[None]:
+    """Files read, or written, one at a time, as a store serving one at a time has them; set on
+    the class, for the Brokers a Spark task makes."""
+    kept = getattr(ObjectFileIO, parallelism)
+    setattr(ObjectFileIO, parallelism, 1 if yes else kept)
     try:
         yield
     finally:
-        ObjectFileIO.read_parallelism = kept
+        setattr(ObjectFileIO, parallelism, kept)
 
 
 def _task_read(root: str, url: str, starts: dict[tuple[str, int], int]) -> Callable[[], object]:
@@ -202,12 +252,18 @@ def _task_read(root: str, url: str, starts: dict[tuple[str, int], int]) -> Calla
     return lambda: sum(batch.num_rows for batch in reader.read(task))
 
 
-def run(ops: int = 200, produces: int = 200) -> tuple[list, list, list]:
+def run(ops: int = 200, produces: int = 200) -> tuple[list, list, list, list]:
     with tempfile.TemporaryDirectory() as tmp:
         started = servers.start_all(Path(tmp) / "servers")
         running = next(started)
         try:
-            return cas_rates(running, Path(tmp), ops), produce_rates(produces), changed_reads(running["s3"].port)
+            port = running["s3"].port
+            return (
+                cas_rates(running, Path(tmp), ops),
+                produce_rates(produces),
+                changed_reads(port),
+                changed_writes(port),
+            )
         finally:
             started.close()
 
@@ -217,7 +273,7 @@ def main() -> None:
     ap.add_argument("--ops", type=int, default=200)
     ap.add_argument("--produces", type=int, default=200)
     args = ap.parse_args()
-    cas, produce, changed = run(args.ops, args.produces)
+    cas, produce, changed, written = run(args.ops, args.produces)
     print(
         f"| metadata backend | CAS/s | speed vs files on the local disk | looks/s of a fetch of "
         f"{FETCHED_PARTITIONS} partitions, nothing new | speed vs files |"
@@ -229,6 +285,9 @@ def main() -> None:
         print(f"| {name} | {rate:,.0f} | {ratio:.2f}x |")
     print(f"| S3 root, {LATENCY_S * 1000:.0f} ms a request | ms, read at once | ms, read in turn | speed vs in turn |")
     for name, at_once, in_turn in changed:
+        print(f"| {name} | {at_once:,.0f} | {in_turn:,.0f} | {in_turn / at_once:.2f}x |")
+    print(f"| S3 root, {LATENCY_S * 1000:.0f} ms a request | ms, written at once | ms, in turn | speed vs in turn |")
+    for name, at_once, in_turn in written:
         print(f"| {name} | {at_once:,.0f} | {in_turn:,.0f} | {in_turn / at_once:.2f}x |")
 
 

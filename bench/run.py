@@ -92,7 +92,7 @@ def main() -> None:
     group_rows = groups.run(history=args.history) + consumer_protocol.run()
     scale_rows = offsets_scale.run()
     compactions = compaction.run(args.compaction_records)
-    cas_rows, s3_rows, changed_rows = object_store.run()
+    cas_rows, s3_rows, changed_rows, written_rows = object_store.run()
     s3_reads = run_apart("spark_s3_read.py", "--records", str(args.s3_records), "--repeat", str(args.rounds))
 
     lines = [
@@ -201,7 +201,8 @@ def main() -> None:
         "ledgers, that are new, by a fetch, a stream's look at offsets and a Spark task, on an S3 root behind a "
         f"proxy that holds each request {object_store.LATENCY_S * 1000:.0f} ms (S3's first-byte latency for "
         "small objects; moto on loopback answers in about a millisecond), read at once against the same code "
-        "reading them in turn.",
+        "reading them in turn; and writes to many partitions, by a Spark task and a transactional produce, "
+        "written at once against the same code writing them in turn.",
         "",
         *table(
             [
@@ -226,6 +227,16 @@ def main() -> None:
                 "speed vs in turn",
             ],
             [(name, f"{a:,.0f}", f"{b:,.0f}", f"{b / a:.2f}x") for name, a, b in changed_rows],
+        ),
+        "",
+        *table(
+            [
+                f"on an S3 root, each request held {object_store.LATENCY_S * 1000:.0f} ms",
+                "ms, written at once",
+                "ms, written in turn",
+                "speed vs in turn",
+            ],
+            [(name, f"{a:,.0f}", f"{b:,.0f}", f"{b / a:.2f}x") for name, a, b in written_rows],
         ),
         "",
         f"## 8. Spark read from S3: {args.s3_records:,} records into the noop sink (best of {args.rounds} rounds, after an untimed one)",

@@ -94,6 +94,11 @@ class Server:
         self.process = None
 
 
+def requests_since(server: Server, since: int, naming: str) -> list[str]:
+    """The requests a server logged past ``since`` (a length of its log) that name ``naming``."""
+    return [line for line in server.log.read_text()[since:].splitlines() if naming in line]
+
+
 def _answers_tcp(port: int) -> Callable[[], bool]:
     def ready() -> bool:
         try:

@@ -9,11 +9,14 @@ import subprocess
 import uuid
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from pyspark.sql.types import BinaryType, StructField, StructType
 
 from kop_spark import Broker, Record
 from kop_spark.spark.batch_reader import KopBatchReader
 from kop_spark.spark.options import SourceOptions
+from kop_spark.spark.sink import KopBatchWriter, prepare
 
 from . import servers
 from .conftest import PYTHON, python_subprocess_env
@@ -108,6 +111,30 @@ def test_a_task_opens_its_ledgers_ahead_and_reads_what_it_would_in_turn(
         got = [row for batch in reader.read(task) for row in batch.to_pylist()]
         assert proxy.most_in_flight >= 4, "the task's ledgers were read in turn"
     assert sorted((r["partition"], r["offset"], r["key"], r["value"]) for r in got) == expected
+
+
+def test_a_task_reads_its_topic_once_and_writes_its_partitions_ledgers_at_once(
+    running: dict[str, servers.Server], s3_root: str
+) -> None:
+    """On an object store each request is a round trip: a task writing to many partitions read its
+    topic's metadata for each, and wrote each partition's ledger and its marker in turn."""
+    Broker(s3_root).create_topic("t", 12)
+    moto, schema = running["s3"], StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
+    rows = pa.RecordBatch.from_pydict(
+        {"key": [b"k%d" % i for i in range(240)], "value": [b"v%d" % i for i in range(240)]},
+        pa.schema([("key", pa.binary()), ("value", pa.binary())]),
+    )
+    with InFlightProxy(moto.port, gather=4) as proxy:
+        writer = KopBatchWriter(prepare({"kop.root": s3_root, "topic": "t", "kop.aws_endpoint_url": proxy.url}, schema))
+        since, proxy.most_in_flight = len(moto.log.read_text()), 0
+        message = writer.write(iter([rows]))
+        assert proxy.most_in_flight >= 4, "the task's ledgers were written in turn"
+        assert len(servers.requests_since(moto, since, "/public/default/t.json")) == 1
+        writer.commit([message])
+    got = _all(Broker(s3_root), "t")
+    assert sorted(v for _, _, _, v in got) == sorted(rows.column("value").to_pylist())
+    offsets = [[o for q, o, _, _ in got if q == p] for p in range(12)]
+    assert all(o and o == list(range(len(o))) for o in offsets), offsets
 
 
 @pytest.mark.slow

@@ -178,13 +178,8 @@ def test_a_ledger_on_an_object_store_is_read_in_as_few_requests_as_its_size_allo
     with Broker(root) as b:
         got = b.fetch("t", 0, len(records) - len(wanted), max_records=len(wanted))
     assert [r.value for r in got] == [r.value for r in wanted]
-    requests = _requests_since(running["s3"], since, ledger.file.rsplit("/", 1)[-1])
+    requests = servers.requests_since(running["s3"], since, ledger.file.rsplit("/", 1)[-1])
     assert len(requests) == gets, requests
-
-
-def _requests_since(server: servers.Server, since: int, naming: str) -> list[str]:
-    """The requests a server logged past ``since`` (a length of its log) that name ``naming``."""
-    return [line for line in server.log.read_text()[since:].splitlines() if naming in line]
 
 
 def _in_turn(b: Broker) -> Broker:
@@ -270,8 +265,38 @@ def test_a_produce_to_many_partitions_of_an_object_store_topic_reads_its_metadat
             f"topic 'gone' does not exist (as persistent://public/default/gone) in {root}",
         ]
         assert [q() if callable(q) else q for q in queued[:-2]] == [(0, 0, -1)] * 12
-    assert len(_requests_since(running["s3"], since, "_metadata/topics/public/default/t.json")) == 1
+    assert len(servers.requests_since(running["s3"], since, "_metadata/topics/public/default/t.json")) == 1
     assert [r.value for p in range(12) for r in Broker(root).fetch("t", p, 0)] == [b"%d" % p for p in range(12)]
+
+
+def test_a_transaction_on_an_object_store_reads_its_topic_once_a_request_and_stages_partitions_at_once(
+    running: dict[str, servers.Server],
+) -> None:
+    """AddPartitionsToTxn checks its partitions against their topic, and a PRODUCE's partitions
+    are checked and staged: on an object store each read is a round trip and each staging a
+    write, which a transaction of many partitions made in turn."""
+    root, moto, topic_json = f"s3://{servers.BUCKET}/s{uuid.uuid4().hex[:12]}", running["s3"], "/public/default/t.json"
+    Broker(root).create_topic("t", 12)
+    with InFlightProxy(moto.port, gather=4) as proxy, Broker(root, {"aws_endpoint_url": proxy.url}) as b:
+        c = TransactionCoordinator(b)
+        pid, epoch = c.init_producer_id("tx", 60_000)
+        since = len(moto.log.read_text())
+        c.add_partitions("tx", pid, epoch, [("t", p) for p in range(11)])
+        added, since = servers.requests_since(moto, since, topic_json), len(moto.log.read_text())
+        proxy.most_in_flight = 0
+        batches = [
+            build_record_batch([Record(b"%d" % p)], producer_id=pid, producer_epoch=epoch, is_transactional=True)
+            for p in range(12)
+        ]
+        answers = c.produce_each("tx", [("t", p, batch) for p, batch in enumerate(batches)])
+        assert proxy.most_in_flight >= 4, "the partitions were staged in turn"
+        produced = servers.requests_since(moto, since, topic_json)
+        c.end("tx", pid, epoch, commit=True)
+    assert (len(added), len(produced)) == (1, 1), "the topic was read more than once a request"
+    assert answers[:11] == [None] * 11 and "partition was not added" in str(answers[11])
+    assert [[r.value for r in Broker(root).fetch("t", p, 0)] for p in range(12)] == [[b"%d" % p] for p in range(11)] + [
+        []
+    ]
 
 
 def test_a_sink_commit_on_an_object_store_reads_each_partition_once_and_no_crash_point(
@@ -287,7 +312,7 @@ def test_a_sink_commit_on_an_object_store_reads_each_partition_once_and_no_crash
         for batch in range(2):
             staged = {("t", p): _staged(b, p, f"_staging/job/{batch}/task") for p in range(2)}
             b.sink_commits.commit("job", batch, staged, streaming=True)
-        requests = _requests_since(running["s3"], since, "")
+        requests = servers.requests_since(running["s3"], since, "")
         assert [r.value for p in range(2) for r in b.fetch("t", p, 0)] == [b"p0", b"p0", b"p1", b"p1"]
     assert not [r for r in requests if "/_faults/" in r]
     reads = [r for r in requests if '"GET ' in r and "/t-partition-" in r and ".json" in r]
@@ -329,7 +354,7 @@ def test_an_object_store_roots_topics_are_listed_in_a_few_requests_and_their_cha
         assert len(b.list_topics()) == 30
         since = len(moto.log.read_text())
         assert len(b.list_topics()) == 30
-        requests = _requests_since(moto, since, space)
+        requests = servers.requests_since(moto, since, space)
         assert len(requests) <= 3, requests
         other.create_topic("new", 2)
         other.delete_topic("t0")
@@ -352,7 +377,7 @@ def test_a_metrics_scrape_of_an_object_store_root_reads_what_changed_in_a_few_re
             store_samples(b, {})
         since = len(moto.log.read_text())
         store_samples(b, {})
-        requests = _requests_since(moto, since, space)
+        requests = servers.requests_since(moto, since, space)
         assert len(requests) < 10, f"a request a partition (90 with the offsets topic's): {requests}"
         other.produce("b", _records("v", 3), partition=7)
         ends = store_samples(b, {})["kafka_topic_partition_current_offset"]

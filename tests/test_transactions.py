@@ -114,6 +114,32 @@ def test_a_transaction_appears_whole_at_its_commit_with_its_offsets(broker):
     assert _values(broker, "out", 1) == [b"c", b"e"]
 
 
+def test_each_partition_of_a_transactional_produce_gets_its_own_answer(broker):
+    """A PRODUCE's partitions are checked and staged together: one refused (not in the
+    transaction, its topic gone, a batch not transactional) leaves the others staged, and each
+    answer is its own."""
+    broker.create_topic("gone", 1)
+    c = TransactionCoordinator(broker)
+    pid, epoch = _open(c)
+    c.add_partitions(TID, pid, epoch, [("gone", 0)])
+    broker.delete_topic("gone")
+    answers = c.produce_each(
+        TID,
+        [
+            ("gone", 0, _batch(pid, epoch, 0, b"y")),
+            ("in", 0, _batch(pid, epoch, 0, b"x")),
+            ("out", 1, _batch(pid, epoch, 0, b"b")),
+            ("out", 0, build_record_batch([Record(b"plain")])),
+            ("out", 0, _batch(pid, epoch, 0, b"a")),
+        ],
+    )
+    assert [type(a).__name__ for a in answers] == [
+        "TopicNotFoundError", "InvalidTxnStateError", "NoneType", "InvalidRecordError", "NoneType",
+    ]  # fmt: skip
+    c.end(TID, pid, epoch, commit=True)
+    assert _values(broker, "out", 0) == [b"a"] and _values(broker, "out", 1) == [b"b"]
+
+
 @pytest.mark.parametrize("restarts", [False, True], ids=["one server", "a restart after each produce"])
 def test_an_abort_leaves_nothing_and_the_next_transaction_commits(broker, restarts):
     c = TransactionCoordinator(broker)

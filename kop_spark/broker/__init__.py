@@ -20,7 +20,7 @@ from .live_groups import LiveGroup, LiveMember
 from .maintenance import MaintenanceReport, RepairReport
 from .partition_views import PartitionViews
 from .share_states import SHARE_DONE, ShareRecordState, ShareStates
-from .sink_commits import SINK_HEARTBEAT_MS, SINK_LEASE_MS, SinkCommits
+from .sink_commits import SINK_HEARTBEAT_MS, SINK_LEASE_MS, SinkCommits, StagingTopic
 from .validation import PartitionBatches, Produced, StagedPartition
 
 __all__ = [
@@ -53,6 +53,7 @@ __all__ = [
     "Snapshot",
     "StagedLedger",
     "StagedPartition",
+    "StagingTopic",
     "TopicDescription",
     "TopicInfo",
 ]

@@ -36,15 +36,17 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from functools import partial
 from types import MappingProxyType
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import layout
 from ..errors import BadVersionError, OrphanRemovedError, UnknownTopicOrPartitionError
 from ..faults import crash_point
 from ..group.coordinator import OffsetAndMetadata
+from ..storage.at_once import each_at_once
 from ..storage.metadata_store import Unchanged, update
 from ..storage.staging import LedgerStager, StagedLedger, staged_run, task_stager
 from ..topic_name import TopicPartition
+from .admin import TopicMeta
 from .validation import StagedPartition
 
 if TYPE_CHECKING:
@@ -154,6 +156,17 @@ def _unexpired(marks: dict, older_than_ms: int) -> dict:
     return out
 
 
+class StagingTopic(NamedTuple):
+    """A topic as a writer stages output for it: its metadata, read once for all its partitions
+    (on an object store each read is a round trip, which a task writing a hundred partitions
+    made a hundred times, in turn)."""
+
+    name: str
+    partitions: int
+    config: Mapping[str, Any]  # the settings in effect
+    meta: TopicMeta
+
+
 class SinkCommits:
     """The batch records of a store, and the commits that apply them."""
 
@@ -162,9 +175,16 @@ class SinkCommits:
         self._store = broker.store
         self._clock = broker.clock
 
+    def staging_topic(self, topic: str) -> StagingTopic:
+        """``topic``, to stage output for (not an internal one)."""
+        admin = self._broker.admin
+        admin.refuse_internal(topic, "write to")
+        _, meta = admin.metadata(topic)
+        return StagingTopic(topic, meta["partitions"], self._broker.config.topic_config(meta.get("config")), meta)
+
     def stage(
         self,
-        topic: str,
+        topic: str | StagingTopic,
         partition: int,
         task_dir: str,
         ledger_id: Callable[[int], int] | None = None,
@@ -173,13 +193,13 @@ class SinkCommits:
         resume: bool = False,
     ) -> StagedPartition:
         """Start staging ledgers for one partition, in ``task_dir`` (under the root), that no reader
-        sees until a commit appends them. A Spark task stages its output this way. ``ledger_id(n)``
-        names the n-th ledger (random by default); ``resume`` takes up those staged before under
-        the same names (``staged_run``); ``durable`` as ``StagedPartition``'s."""
+        sees until a commit appends them. A Spark task stages its output this way. ``topic``: its
+        name, or ``staging_topic``'s look at it; ``ledger_id(n)`` names the n-th ledger (random by
+        default); ``resume`` takes up those staged before under the same names (``staged_run``);
+        ``durable`` as ``StagedPartition``'s."""
         b = self._broker
-        b.admin.refuse_internal(topic, "write to")
-        _, meta = b.admin.metadata(topic)
-        log = b.admin.log(topic, partition, meta)  # checks the partition
+        target = self.staging_topic(topic) if isinstance(topic, str) else topic
+        log = b.admin.log(target.name, partition, target.meta)  # checks the partition
         roll_mb = b.config["managedLedgerMaxSizePerLedgerMbytes"]
         if not b.fileio.supports_append:  # built in memory before they are written
             roll_mb = min(roll_mb, b.config["wholeLedgerMaxSizeMbytes"])
@@ -190,18 +210,26 @@ class SinkCommits:
             named = None if ledger_id is None else ledger_id(next(names))
             return task_stager(b.fileio, log.ledger_path, task_dir, named)
 
-        config = b.config.topic_config(meta.get("config"))
         return StagedPartition(
-            topic,
+            target.name,
             partition,
             stager,
             roll_mb << 20,
-            config,
+            target.config,
             self._clock,
             b.fileio.delete,
             durable=durable,
             sealed=sealed,
         )
+
+    def finish_each(self, staged: Sequence[StagedPartition]) -> list[tuple[StagedLedger, ...]]:
+        """Each partition's staged ledgers, sealed (``StagedPartition.finish``): at once where
+        ledgers are written whole when sealed, each a round trip; raises the first failure."""
+        sealed = each_at_once([s.finish for s in staged], self._broker.fileio.write_parallelism)
+        failed = next((done for done in sealed if isinstance(done, Exception)), None)
+        if failed is not None:
+            raise failed
+        return [done for done in sealed if not isinstance(done, Exception)]
 
     def commit(
         self,

@@ -24,7 +24,7 @@ naming it (KIP-360).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -40,13 +40,22 @@ from ..errors import (
     UnknownProducerIdError,
 )
 from ..group.coordinator import OffsetAndMetadata
+from ..storage.at_once import each_at_once
 from ..storage.metadata_store import Unchanged, update
 from ..storage.producer_state import BATCHES_RETAINED, ProducerEntry, check_producers
 from ..storage.staging import StagedLedger, last_batches
 from ..topic_name import TopicPartition
+from .admin import TopicMeta
 from .producer_batches import next_producer_id
-from .sink_commits import COMMITTING, SINK_LEASE_MS, GroupOffsets, offsets_from_json, offsets_to_json
-from .validation import StagedPartition, checked_batches
+from .sink_commits import (
+    COMMITTING,
+    SINK_LEASE_MS,
+    GroupOffsets,
+    StagingTopic,
+    offsets_from_json,
+    offsets_to_json,
+)
+from .validation import StagedPartition, checked_batches, topic_metadata
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -114,6 +123,14 @@ class TransactionState(NamedTuple):
             )
 
 
+class StagedAppend(NamedTuple):
+    """A produce's batches for a partition of a transaction, and its producers' sequences there."""
+
+    partition: TransactionPartition
+    batches: Sequence[bytes]
+    sequences: ProducerSequences
+
+
 class TransactionPartition:
     """A partition's share of a transaction: produced batches, checked as a produce checks them,
     staged until the transaction ends."""
@@ -124,15 +141,16 @@ class TransactionPartition:
         self.partition = partition
         self._staged = staged
 
-    def append(self, batches: Sequence[bytes], sequences: ProducerSequences) -> None:
+    def append(self, batches: Sequence[bytes], sequences: ProducerSequences, meta: TopicMeta | None = None) -> None:
         """Stage a produce's record batches, refused whole if one fails the broker's checks, and
         not again if they are a retry of batches staged already. ``sequences``: the producers'
-        last batches in this partition, as an idempotent partition keeps them (checked, updated)."""
+        last batches in this partition, as an idempotent partition keeps them (checked, updated);
+        ``meta``: the topic's, as the request read it (read here if not given)."""
         where = f"transactional produce to {self.topic}-{self.partition}"
         followed = dict(sequences)
         if check_producers(followed, batches, where, -1, self._broker.clock.now_ms()) is not None:
             return  # a retry
-        checked = checked_batches(self._broker, self.topic, self.partition, batches, None)
+        checked = checked_batches(self._broker, self.topic, self.partition, batches, meta)
         self._staged.append_checked(checked.batches, checked.now)
         sequences.update(followed)
 
@@ -311,15 +329,48 @@ class Transactions:
         return self._change(state.transactional_id, complete)
 
     def stage(
-        self, state: TransactionState, topic: str, partition: int, *, resume: bool = False
-    ) -> TransactionPartition:
-        """Start staging a partition's batches for the Ongoing transaction of ``state``, each produce
-        durable before it is answered; ``resume``: go on from what a server that stopped staged."""
+        self,
+        state: TransactionState,
+        partitions: Iterable[TopicPartition],
+        *,
+        resume: bool = False,
+        topics: Mapping[str, StagingTopic] | None = None,
+    ) -> dict[TopicPartition, TransactionPartition]:
+        """Start staging partitions' batches for the Ongoing transaction of ``state``, each produce
+        durable before it is answered; ``resume``: go on from what a server that stopped staged.
+        Each topic is read once, unless ``topics`` has it already."""
+        sinks = self._broker.sink_commits
         task_dir = layout.staging_task_dir(state.writer, state.transaction, "producer")
-        staged = self._broker.sink_commits.stage(
-            topic, partition, task_dir, partial(_ledger_id, state, (topic, partition)), durable=True, resume=resume
-        )
-        return TransactionPartition(self._broker, topic, partition, staged)
+        wanted = list(partitions)
+        topics = dict(topics or {})
+        for topic, _ in wanted:
+            if topic not in topics:
+                topics[topic] = sinks.staging_topic(topic)
+        return {
+            (topic, p): TransactionPartition(
+                self._broker,
+                topic,
+                p,
+                sinks.stage(
+                    topics[topic], p, task_dir, partial(_ledger_id, state, (topic, p)), durable=True, resume=resume
+                ),
+            )
+            for topic, p in wanted
+        }
+
+    def append_each(self, appends: Sequence[StagedAppend]) -> list[Exception | None]:
+        """Stage each partition's produced batches (``TransactionPartition.append``), or why not:
+        at once, with each topic read once; on an object store each is a write, and each read a
+        round trip, which a produce of a hundred partitions made in turn."""
+        metas = topic_metadata(self._broker, [a.partition.topic for a in appends])
+        calls: list[Callable[[], None] | Exception] = []
+        for a in appends:
+            meta = metas[a.partition.topic]
+            calls.append(
+                meta if isinstance(meta, Exception) else partial(a.partition.append, a.batches, a.sequences, meta)
+            )
+        staged = iter(each_at_once([c for c in calls if callable(c)], self._broker.fileio.write_parallelism))
+        return [next(staged) if callable(c) else c for c in calls]
 
     def take_up(self, state: TransactionState, holder: str) -> TransactionState | None:
         """The Ongoing transaction of ``state``, which the server that held it left, now held by

@@ -5,7 +5,7 @@ stamped by the broker. Spark's staged output passes the same checks (``StagedPar
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..clock import Clock
@@ -20,11 +20,13 @@ from ..errors import (
 from ..record import RecordBatch, TimestampType, split_batches
 from ..record.arrow import RecordsSummary, summarize
 from ..record.default_record_batch import with_log_append_time, with_timestamps
+from ..storage.at_once import each_at_once
 from ..storage.staging import LedgerStager, StagedLedger
 from ..topic_settings import LONG_MAX
 
 if TYPE_CHECKING:
     from ..storage.managed_ledger import ManagedLedger
+    from .admin import TopicMeta
     from .broker import Broker
 
 TopicConfig = Mapping[str, Any]
@@ -177,12 +179,10 @@ def queued_produces(
     through ``on_log(topic, wait)``; or why it was refused. Each topic's metadata is read once: on
     an object store that read is a round trip, which a request of a hundred partitions of a topic
     made a hundred times, in turn."""
-    metas: dict[str, dict[str, Any] | Exception] = {}
+    metas = topic_metadata(broker, [topic for topic, _, _ in wanted])
     out: list[Callable[[], Produced] | Exception] = []
     for topic, partition, batches in wanted:
         try:
-            if topic not in metas:
-                metas[topic] = _metadata_or_why(broker, topic)
             meta = metas[topic]
             if isinstance(meta, Exception):
                 raise meta
@@ -193,11 +193,12 @@ def queued_produces(
     return out
 
 
-def _metadata_or_why(broker: Broker, topic: str) -> dict[str, Any] | Exception:
-    try:
-        return broker.admin.metadata(topic)[1]
-    except Exception as e:  # every partition of the topic answers with it
-        return e
+def topic_metadata(broker: Broker, topics: Iterable[str]) -> dict[str, TopicMeta | Exception]:
+    """Each topic's metadata, read once (at once), or why it cannot be had: every partition of a
+    request to it answers with that."""
+    wanted = list(dict.fromkeys(topics))
+    read = each_at_once([functools.partial(broker.admin.metadata, t) for t in wanted], broker.store.read_parallelism)
+    return {t: r if isinstance(r, Exception) else r[1] for t, r in zip(wanted, read, strict=True)}
 
 
 def queued_produce(checked: CheckedProduce) -> Callable[[], Produced]:

@@ -32,6 +32,7 @@ from ..broker.transactions import (
     COMPLETE_COMMIT,
     ONGOING,
     ProducerSequences,
+    StagedAppend,
     TransactionPartition,
     TransactionState,
 )
@@ -142,7 +143,7 @@ class TransactionCoordinator:
         if taken is not None:
             held.state = taken
             try:
-                held.take_up({tp: self._transactions.stage(taken, *tp, resume=True) for tp in taken.partitions})
+                held.take_up(self._transactions.stage(taken, taken.partitions, resume=True))
                 return
             except CorruptRecordError as e:
                 log.error("transactional id %r: its transaction is lost, and aborted: %s", taken.transactional_id, e)
@@ -179,13 +180,12 @@ class TransactionCoordinator:
         with self._holding(held):
             self._owned(held, producer_id, epoch)
             wanted = [tp for tp in dict.fromkeys(partitions) if tp not in held.staging]
-            admin = self._broker.admin
-            metas = {topic: admin.metadata(topic)[1] for topic, _ in wanted}
+            sinks = self._broker.sink_commits
+            topics = {topic: sinks.staging_topic(topic) for topic in dict.fromkeys(t for t, _ in wanted)}
             for topic, p in wanted:
-                admin.check_partition(topic, p, metas[topic])
+                self._broker.admin.check_partition(topic, p, topics[topic].meta)
             self._add(held, partitions=wanted)
-            for topic, p in wanted:
-                held.staging[(topic, p)] = self._transactions.stage(held.state, topic, p)
+            held.staging.update(self._transactions.stage(held.state, wanted, topics=topics))
 
     def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group: str) -> None:
         """AddOffsetsToTxn: the group's offsets may be sent with TxnOffsetCommit."""
@@ -214,21 +214,41 @@ class TransactionCoordinator:
 
     def produce(self, transactional_id: str, topic: str, partition: int, records: bytes) -> None:
         """A transactional produce to one partition: staged, or not again if it was a retry."""
+        (refused,) = self.produce_each(transactional_id, [(topic, partition, records)])
+        if refused is not None:
+            raise refused
+
+    def produce_each(self, transactional_id: str, wanted: Sequence[tuple[str, int, bytes]]) -> list[Exception | None]:
+        """A transactional PRODUCE: each partition's records staged (or not again, if a retry), or
+        why not. The partitions are staged at once and each topic is read once: on an object
+        store each staging is a write and each read a round trip, which a request of a hundred
+        partitions made in turn."""
         held = self._held(transactional_id)
+        with self._holding(held):
+            answers: list[StagedAppend | Exception] = []
+            for topic, partition, records in wanted:
+                try:
+                    answers.append(self._append_of(held, topic, partition, records))
+                except Exception as e:  # that partition's answer; the others go on
+                    answers.append(e)
+            staged = iter(self._transactions.append_each([a for a in answers if isinstance(a, StagedAppend)]))
+            return [next(staged) if isinstance(a, StagedAppend) else a for a in answers]
+
+    def _append_of(self, held: _Producer, topic: str, partition: int, records: bytes) -> StagedAppend:
+        """A partition's produced records, to be staged: they are transactional, their producer
+        owns the transaction, and it has the partition."""
         where = f"transactional produce to {topic}-{partition}"
         batches = [bytes(b) for b in split_batches(records)]
-        views = [RecordBatch(b) for b in batches]
-        if not views:
+        if not batches:
             raise InvalidRecordError(f"{where}: no record batches given")
-        with self._holding(held):
-            for v in views:
-                if not v.is_transactional:
-                    raise InvalidRecordError(f"{where}: a batch without the transactional flag")
-                self._owned(held, v.producer_id, v.producer_epoch)
-            staged = held.staging.get((topic, partition))
-            if held.state.state != ONGOING or staged is None:
-                raise InvalidTxnStateError(f"{where}: the partition was not added to the transaction")
-            staged.append(batches, held.sequences.setdefault((topic, partition), {}))
+        for v in map(RecordBatch, batches):
+            if not v.is_transactional:
+                raise InvalidRecordError(f"{where}: a batch without the transactional flag")
+            self._owned(held, v.producer_id, v.producer_epoch)
+        staged = held.staging.get((topic, partition))
+        if held.state.state != ONGOING or staged is None:
+            raise InvalidTxnStateError(f"{where}: the partition was not added to the transaction")
+        return StagedAppend(staged, batches, held.sequences.setdefault((topic, partition), {}))
 
     def end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
         """EndTxn: commit or abort. Sent again after it succeeded, it succeeds again."""

@@ -24,7 +24,7 @@ from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from ..broker import SINK_HEARTBEAT_MS, Broker, StagedLedger, StagedPartition
+from ..broker import SINK_HEARTBEAT_MS, Broker, StagedLedger, StagedPartition, StagingTopic
 from ..errors import (
     InvalidRecordError,
     PartitionNotFoundError,
@@ -83,8 +83,7 @@ class _TaskOutput:
         self._sinks = self._broker.sink_commits
         self._dir = self._sinks.task_dir(writer, batch_id, f"{self.task}-{attempt}-{uuid.uuid4().hex[:8]}")
         self._heartbeat = _HEARTBEATS.start(partial(self._sinks.heartbeat, self._dir))
-        self._partitions: dict[str, int] = {}
-        self._batch_bytes: dict[str, int] = {}
+        self._topics: dict[str, StagingTopic] = {}
         self._staged: dict[tuple[str, int], StagedPartition] = {}
         # Each topic's partitions' encoded batches, reused by every Arrow batch: they are copied
         # into the staged ledgers before the next is encoded.
@@ -92,20 +91,19 @@ class _TaskOutput:
         self._accumulator = RecordAccumulator(options.buffer_memory)
         self._round_robin = self.task
 
+    def _topic(self, topic: str) -> StagingTopic:
+        found = self._topics.get(topic)
+        if found is None:
+            found = self._topics[topic] = _ensure_topic(self._broker, topic, self.options)
+        return found
+
     def partitions_of(self, topic: str) -> int:
-        n = self._partitions.get(topic)
-        if n is None:
-            n = self._partitions[topic] = _ensure_topic(self._broker, topic, self.options)
-        return n
+        return self._topic(topic).partitions
 
     def batch_bytes(self, topic: str) -> int:
         if self.options.batch_size is not None:
             return self.options.batch_size
-        size = self._batch_bytes.get(topic)
-        if size is None:
-            limit = self._broker.topic_config(topic)["max.message.bytes"]
-            size = self._batch_bytes[topic] = min(DEFAULT_BATCH_BYTES, limit // 2)
-        return size
+        return min(DEFAULT_BATCH_BYTES, self._topic(topic).config["max.message.bytes"] // 2)
 
     def add_arrow(self, rb: pa.RecordBatch) -> None:
         if rb.num_rows == 0:
@@ -174,13 +172,15 @@ class _TaskOutput:
     def _stage(self, topic: str, partition: int, batches: list[bytes | memoryview]) -> None:
         staged = self._staged.get((topic, partition))
         if staged is None:
-            staged = self._staged[(topic, partition)] = self._sinks.stage(topic, partition, self._dir)
+            staged = self._staged[(topic, partition)] = self._sinks.stage(self._topic(topic), partition, self._dir)
         staged.append(batches)
 
     def finish(self) -> KopCommitMessage:
         for topic, rows in self._accumulator.drain():
             self._encode(topic, rows)
-        staged = tuple((t, p, ledger) for (t, p), s in sorted(self._staged.items()) for ledger in s.finish())
+        targets = sorted(self._staged)
+        sealed = self._sinks.finish_each([self._staged[tp] for tp in targets])
+        staged = tuple((t, p, ledger) for (t, p), ledgers in zip(targets, sealed, strict=True) for ledger in ledgers)
         _HEARTBEATS.stop(self._heartbeat)
         # Looked at once all is written: an abort after the look finds, and deletes, all of it.
         if self.batch_job and self._sinks.aborted(self.writer):
@@ -199,9 +199,9 @@ class _TaskOutput:
         self._broker.close()
 
 
-def _ensure_topic(broker: Broker, topic: str, options: SinkOptions) -> int:
+def _ensure_topic(broker: Broker, topic: str, options: SinkOptions) -> StagingTopic:
     try:
-        return broker.partitions_for(topic)
+        return broker.sink_commits.staging_topic(topic)
     except TopicNotFoundError:
         if not options.auto_create:
             raise TopicNotFoundError(
@@ -212,7 +212,7 @@ def _ensure_topic(broker: Broker, topic: str, options: SinkOptions) -> int:
         broker.create_topic(topic, options.num_partitions)
     except TopicAlreadyExistsError:
         pass  # another task got there first
-    return broker.partitions_for(topic)
+    return broker.sink_commits.staging_topic(topic)
 
 
 def _write(

@@ -79,6 +79,7 @@ class FileIO(abc.ABC):
     # then takes a small ledger whole rather than its trailer, table and entries in turn.
     small_read_bytes: int = 0
     read_parallelism: int = 1  # reads of different files worth running at once (see ``at_once``)
+    write_parallelism: int = 1  # and writes
 
     def __init__(self, uri: str, root: str, *, sync: bool = True):
         self.uri = uri

@@ -25,6 +25,7 @@ class ObjectFileIO(FileIO):
     # quarter of one stays a small share of it, and reading a small ledger whole saves two requests.
     small_read_bytes = 256 << 10
     read_parallelism = 16  # each read waits on a round trip, which others can overlap
+    write_parallelism = 16  # as each write does
 
     def __init__(self, uri: str, location: ObjectLocation, options: Mapping[str, str], *, timeout_s: float):
         super().__init__(uri, uri)

@@ -44,9 +44,12 @@ class LedgerStager:
     """Writes one ledger that is not yet part of a partition: entries get relative indexes from 0,
     and ``finish`` seals it."""
 
-    def __init__(self, fileio: FileIO, path: str, ledger_id: int | None = None, direct: bool = False):
+    def __init__(
+        self, fileio: FileIO, path: str, ledger_id: int | None = None, direct: bool = False, marker: str | None = None
+    ):
         self.path = path
         self._fileio = fileio
+        self._marker = marker  # written just before the ledger is (see ``task_stager``)
         ledger_id = new_ledger_id() if ledger_id is None else ledger_id
         self._writer = LedgerWriter.create(fileio, path, ledger_id, direct)
         self._rows: list[EntryInfo] = []
@@ -73,6 +76,8 @@ class LedgerStager:
         self._writer.sync()
 
     def finish(self) -> StagedLedger:
+        if self._marker is not None:
+            self._fileio.write_whole(self._marker, b"")
         length = self._writer.seal(self._rows, self._records)
         self._writer.close()
         max_ts = max((r.max_timestamp for r in self._rows), default=-1)
@@ -107,13 +112,14 @@ def task_stager(
     """A ledger a task stages for a partition: in ``task_dir``, to be moved in when it is appended;
     on an object store (no rename) at its final name ``ledger_path(id)``, where it will stay, named
     first by a marker in ``task_dir`` (maintenance takes an unreferenced ledger for an orphan unless
-    a marker names it, and deletes a gone job's marked ledgers only once it has condemned them)."""
+    a marker names it, and deletes a gone job's marked ledgers only once it has condemned them).
+    The ledger is built in memory there, and its marker written just before it: a task's many
+    partitions then write theirs at once, when it finishes, not in turn as they are begun."""
     ledger_id = new_ledger_id() if ledger_id is None else ledger_id
     path = staged_path(fileio, ledger_path, task_dir, ledger_id)
     if fileio.supports_append:  # written whole and read only once appended: around the page cache
         return LedgerStager(fileio, path, ledger_id, direct=True)
-    fileio.write_whole(staged_marker_file(task_dir, ledger_id), b"")
-    return LedgerStager(fileio, path, ledger_id)
+    return LedgerStager(fileio, path, ledger_id, marker=staged_marker_file(task_dir, ledger_id))
 
 
 def staged_path(fileio: FileIO, ledger_path: Callable[[int], str], task_dir: str, ledger_id: int) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -52,18 +53,26 @@ async def _staged(ctx: ServerContext, header: RequestHeader, m: Any, request: An
     """A transactional produce: staged until the transaction commits, when the batches get their
     offsets (``TransactionCoordinator``); so it answers offset -1."""
     tid = request.transactional_id
-    done: dict[tuple[str, int], Any] = {}
-    for t in request.topic_data:
-        for p in t.partition_data:
-            try:
-                ctx.authorize(header, "Write", "TransactionalId", tid)
-                ctx.authorize(header, "Write", "Topic", t.name)
-                await ctx.call(ctx.transactions.produce, tid, t.name, p.index, p.records or b"")
-                done[(t.name, p.index)] = _partition(m, p.index, ErrorCode.none)
-                _count(ctx, t.name, p.index, p.records)
-            except Exception as e:
-                done[(t.name, p.index)] = _refused(m, p.index, e, f"transactional produce to {t.name}-{p.index}")
+    wanted = [(t.name, p.index, p.records) for t in request.topic_data for p in t.partition_data]
+    calls = [_txn_refusal(ctx, header, tid, t) or (t, p, records or b"") for t, p, records in wanted]
+    staged = await ctx.call_asked(functools.partial(ctx.transactions.produce_each, tid), calls)
+    done = {}
+    for (t, p, records), refused in zip(wanted, staged, strict=True):
+        if refused is None:
+            done[(t, p)] = _partition(m, p, ErrorCode.none)
+            _count(ctx, t, p, records)
+        else:
+            done[(t, p)] = _refused(m, p, refused, f"transactional produce to {t}-{p}")
     return None if request.acks == 0 else _answer(m, request, lambda t, p: done[(t.name, p.index)])
+
+
+def _txn_refusal(ctx: ServerContext, header: RequestHeader, transactional_id: str, topic: str) -> Exception | None:
+    try:
+        ctx.authorize(header, "Write", "TransactionalId", transactional_id)
+        ctx.authorize(header, "Write", "Topic", topic)
+    except Exception as e:
+        return e
+    return None
 
 
 def _count(ctx: ServerContext, topic: str, partition: int, records: bytes | None) -> None:
