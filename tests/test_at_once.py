@@ -4,6 +4,8 @@ exception in order, nested use never waiting on itself, and a forked child with 
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 import threading
 from collections.abc import Callable
 
@@ -72,6 +74,35 @@ def test_calls_made_from_a_call_run_in_turn_and_never_wait_on_the_pool() -> None
     worker.start()
     worker.join(WAIT_S * 2)
     assert done == [[1, 2]] * POOL_THREADS
+
+
+def test_ctrl_c_raises_once_the_calls_running_have_ended_and_begins_no_more() -> None:
+    """The caller's clean-up after Ctrl-C (a Spark task discarding the ledgers it staged) must not
+    race a call still writing one."""
+    interrupted, second_running, ended = threading.Event(), threading.Event(), []
+
+    def on_sigint(*_: object) -> None:
+        interrupted.set()
+        raise KeyboardInterrupt
+
+    def ctrl_c() -> None:
+        second_running.wait(WAIT_S)
+        os.kill(os.getpid(), signal.SIGINT)
+        interrupted.wait(WAIT_S)
+        ended.append("ctrl-c")
+
+    def writing() -> None:
+        second_running.set()
+        threading.Event().wait(0.5)  # a write still under way when Ctrl-C comes
+        ended.append("writing")
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            each_at_once([ctrl_c, writing, lambda: ended.append("begun after")], 2)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert sorted(ended) == ["ctrl-c", "writing"]
 
 
 def _in_a_child(answers: multiprocessing.Queue) -> None:

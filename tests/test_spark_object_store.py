@@ -4,6 +4,7 @@ processes (local-cluster) need no disk shared with the driver. Reads and writes 
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import uuid
@@ -14,9 +15,11 @@ import pytest
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from kop_spark import Broker, Record
+from kop_spark.errors import StorageError
 from kop_spark.spark.batch_reader import KopBatchReader
 from kop_spark.spark.options import SourceOptions
 from kop_spark.spark.sink import KopBatchWriter, prepare
+from kop_spark.storage.object_fileio import ObjectFileIO
 
 from . import servers
 from .conftest import PYTHON, python_subprocess_env
@@ -32,6 +35,16 @@ def s3_root(running: dict[str, servers.Server]) -> str:
 @pytest.fixture(params=["s3", "gs"])
 def cloud_root(request: pytest.FixtureRequest, running: dict[str, servers.Server]) -> str:
     return f"{request.param}://{servers.BUCKET}/spark-{uuid.uuid4().hex[:10]}"
+
+
+_KEY_VALUE = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
+
+
+def _rows(n: int) -> pa.RecordBatch:
+    keys = [b"k%d" % i for i in range(n)]
+    return pa.RecordBatch.from_pydict(
+        {"key": keys, "value": keys}, pa.schema([("key", pa.binary()), ("value", pa.binary())])
+    )
 
 
 def _all(b: Broker, topic: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
@@ -119,13 +132,11 @@ def test_a_task_reads_its_topic_once_and_writes_its_partitions_ledgers_at_once(
     """On an object store each request is a round trip: a task writing to many partitions read its
     topic's metadata for each, and wrote each partition's ledger and its marker in turn."""
     Broker(s3_root).create_topic("t", 12)
-    moto, schema = running["s3"], StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
-    rows = pa.RecordBatch.from_pydict(
-        {"key": [b"k%d" % i for i in range(240)], "value": [b"v%d" % i for i in range(240)]},
-        pa.schema([("key", pa.binary()), ("value", pa.binary())]),
-    )
+    moto, rows = running["s3"], _rows(240)
     with InFlightProxy(moto.port, gather=4) as proxy:
-        writer = KopBatchWriter(prepare({"kop.root": s3_root, "topic": "t", "kop.aws_endpoint_url": proxy.url}, schema))
+        writer = KopBatchWriter(
+            prepare({"kop.root": s3_root, "topic": "t", "kop.aws_endpoint_url": proxy.url}, _KEY_VALUE)
+        )
         since, proxy.most_in_flight = len(moto.log.read_text()), 0
         message = writer.write(iter([rows]))
         assert proxy.most_in_flight >= 4, "the task's ledgers were written in turn"
@@ -135,6 +146,33 @@ def test_a_task_reads_its_topic_once_and_writes_its_partitions_ledgers_at_once(
     assert sorted(v for _, _, _, v in got) == sorted(rows.column("value").to_pylist())
     offsets = [[o for q, o, _, _ in got if q == p] for p in range(12)]
     assert all(o and o == list(range(len(o))) for o in offsets), offsets
+
+
+@pytest.mark.parametrize("fault", ["KeyboardInterrupt before", "KeyboardInterrupt after", "StorageError after"])
+@pytest.mark.parametrize("at", [1, 8, 24])
+def test_a_task_whose_ledger_writes_fail_at_once_leaves_nothing_behind(
+    s3_root: str, monkeypatch: pytest.MonkeyPatch, fault: str, at: int
+) -> None:
+    """The partitions' ledgers are written together: one that fails, or Ctrl-C, while others are
+    still being written must leave none of them, nor their markers."""
+    Broker(s3_root).create_topic("t", 12)
+    uploads, upload = itertools.count(1), ObjectFileIO.write_whole
+
+    def failing(fileio: ObjectFileIO, path: str, data: bytes) -> None:
+        if next(uploads) != at:
+            return upload(fileio, path, data)
+        if fault.endswith("after"):
+            upload(fileio, path, data)
+        raise KeyboardInterrupt if fault.startswith("Keyboard") else StorageError(f"injected at {path}")
+
+    monkeypatch.setattr(ObjectFileIO, "write_whole", failing)
+    writer = KopBatchWriter(prepare({"kop.root": s3_root, "topic": "t"}, _KEY_VALUE))
+    with pytest.raises(KeyboardInterrupt if fault.startswith("Keyboard") else StorageError):
+        writer.write(iter([_rows(240)]))
+    monkeypatch.undo()
+    with Broker(s3_root) as b:
+        assert [f for f, _ in b.fileio.walk_files("") if "/_metadata/" not in f"/{f}"] == []
+        assert _all(b, "t") == []
 
 
 @pytest.mark.slow

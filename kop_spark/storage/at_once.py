@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -35,11 +35,19 @@ def each_at_once(calls: Sequence[Callable[[], T]], parallelism: int) -> list[T |
         finally:
             ahead.release()
 
-    futures = []
-    for call in calls:
-        ahead.acquire()
-        futures.append(pool.submit(run, call))
-    return [f.result() for f in futures]
+    futures: list[Future[T | Exception]] = []
+    try:
+        for call in calls:
+            ahead.acquire()
+            futures.append(pool.submit(run, call))
+        return [f.result() for f in futures]
+    except BaseException:
+        # Interrupted (Ctrl-C): the calls not begun never are, and those running are waited for,
+        # so that the caller's clean-up (a task discarding what it staged) races no write.
+        for f in futures:
+            f.cancel()
+        wait(futures)
+        raise
 
 
 def start(call: Callable[[], T]) -> Future[T]:
