@@ -18,7 +18,9 @@ S3 server, Azurite, etcd, ZooKeeper), each ratio against a peer measured in the 
   code reading them in turn;
 - a Spark task's write of records to 100 partitions, and a transactional produce to 100 partitions,
   behind the same proxy: the partitions' ledgers written at once, against the same code writing them
-  in turn.
+  in turn;
+- idle consumers' parked fetches of a topic, each looking again as one does: the LIST requests a
+  second when looks share a listing taken within their wait, against each taking its own.
 
     python bench/object_store.py [--ops 200] [--produces 200]
 """
@@ -46,6 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kop_spark import Broker, Record
 from kop_spark.broker import PartitionFetch
 from kop_spark.broker.partition_views import PartitionViews
+from kop_spark.kafka.handlers.fetch import next_look_in
 from kop_spark.kafka.transaction_coordinator import TransactionCoordinator
 from kop_spark.record import build_record_batch
 from kop_spark.spark.batch_reader import KopBatchReader
@@ -189,6 +192,40 @@ def changed_reads(s3_port: int, rounds: int = 3) -> list[tuple[str, float, float
     ]
 
 
+def idle_looks(s3: servers.Server, consumers: int = 8, seconds: float = 5.0) -> list[tuple[str, float, float]]:
+    """LIST requests a second of ``consumers`` idle consumers' parked fetches of a topic of 100
+    partitions, each looking again as a parked fetch does, through a proxy holding each request
+    20 ms: looks that share a listing taken within their wait, against each taking its own."""
+    root = f"s3://{servers.BUCKET}/bench-{uuid.uuid4().hex[:8]}"
+    Broker(root).create_topic("t", FETCHED_PARTITIONS)
+    wanted = [PartitionFetch("t", p, 0, 1 << 20) for p in range(FETCHED_PARTITIONS)]
+    rates = {}
+    with InFlightProxy(s3.port, latency_s=LATENCY_S) as proxy:
+        for share in (True, False):
+            with Broker(root, {"aws_endpoint_url": proxy.url}) as b:
+                b.fetch_partitions(wanted, 50 << 20)  # the partitions' logs opened
+                since, until = len(s3.log.read_text()), time.monotonic() + seconds
+                with ThreadPoolExecutor(consumers) as pool:
+                    looking = [pool.submit(_idle_consumer, b, wanted, share, until) for _ in range(consumers)]
+                    for f in looking:
+                        f.result()
+                listings = [r for r in servers.requests_since(s3, since, '"GET ') if "list-type=2" in r]
+                rates[share] = len(listings) / seconds
+    what = f"LIST requests a second of {consumers} idle consumers of {FETCHED_PARTITIONS} partitions"
+    return [(what, rates[True], rates[False])]
+
+
+def _idle_consumer(b: Broker, wanted: list[PartitionFetch], share: bool, until: float) -> None:
+    """A parked fetch's looks until ``until``, as the FETCH handler makes them."""
+    within_s = 0.0
+    while time.monotonic() < until:
+        started = time.monotonic()
+        b.fetch_partitions(wanted, 50 << 20, within_s)
+        wait_s = next_look_in(time.monotonic() - started)
+        time.sleep(wait_s)
+        within_s = max(within_s, wait_s) if share else 0.0
+
+
 def changed_writes(s3_port: int, rounds: int = 3) -> list[tuple[str, float, float]]:
     """Milliseconds, the best of ``rounds``, of a Spark task's write of records to 100 partitions
     and of a transactional produce of a record to each of 100 partitions, their ledgers written at
@@ -252,7 +289,7 @@ def _task_read(root: str, url: str, starts: dict[tuple[str, int], int]) -> Calla
     return lambda: sum(batch.num_rows for batch in reader.read(task))
 
 
-def run(ops: int = 200, produces: int = 200) -> tuple[list, list, list, list]:
+def run(ops: int = 200, produces: int = 200) -> tuple[list, list, list, list, list]:
     with tempfile.TemporaryDirectory() as tmp:
         started = servers.start_all(Path(tmp) / "servers")
         running = next(started)
@@ -263,6 +300,7 @@ def run(ops: int = 200, produces: int = 200) -> tuple[list, list, list, list]:
                 produce_rates(produces),
                 changed_reads(port),
                 changed_writes(port),
+                idle_looks(running["s3"]),
             )
         finally:
             started.close()
@@ -273,7 +311,7 @@ def main() -> None:
     ap.add_argument("--ops", type=int, default=200)
     ap.add_argument("--produces", type=int, default=200)
     args = ap.parse_args()
-    cas, produce, changed, written = run(args.ops, args.produces)
+    cas, produce, changed, written, looks = run(args.ops, args.produces)
     print(
         f"| metadata backend | CAS/s | speed vs files on the local disk | looks/s of a fetch of "
         f"{FETCHED_PARTITIONS} partitions, nothing new | speed vs files |"
@@ -289,6 +327,9 @@ def main() -> None:
     print(f"| S3 root, {LATENCY_S * 1000:.0f} ms a request | ms, written at once | ms, in turn | speed vs in turn |")
     for name, at_once, in_turn in written:
         print(f"| {name} | {at_once:,.0f} | {in_turn:,.0f} | {in_turn / at_once:.2f}x |")
+    print(f"| S3 root, {LATENCY_S * 1000:.0f} ms a request | looks sharing a listing | each its own | fewer |")
+    for name, shared, own in looks:
+        print(f"| {name} | {shared:,.1f} | {own:,.1f} | {own / shared:.2f}x |")
 
 
 if __name__ == "__main__":

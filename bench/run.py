@@ -92,7 +92,7 @@ def main() -> None:
     group_rows = groups.run(history=args.history) + consumer_protocol.run()
     scale_rows = offsets_scale.run()
     compactions = compaction.run(args.compaction_records)
-    cas_rows, s3_rows, changed_rows, written_rows = object_store.run()
+    cas_rows, s3_rows, changed_rows, written_rows, look_rows = object_store.run()
     s3_reads = run_apart("spark_s3_read.py", "--records", str(args.s3_records), "--repeat", str(args.rounds))
 
     lines = [
@@ -237,6 +237,16 @@ def main() -> None:
                 "speed vs in turn",
             ],
             [(name, f"{a:,.0f}", f"{b:,.0f}", f"{b / a:.2f}x") for name, a, b in written_rows],
+        ),
+        "",
+        *table(
+            [
+                f"on an S3 root, each request held {object_store.LATENCY_S * 1000:.0f} ms",
+                "looks sharing a listing",
+                "each its own",
+                "fewer",
+            ],
+            [(name, f"{a:,.1f}", f"{b:,.1f}", f"{b / a:.2f}x") for name, a, b in look_rows],
         ),
         "",
         f"## 8. Spark read from S3: {args.s3_records:,} records into the noop sink (best of {args.rounds} rounds, after an untimed one)",

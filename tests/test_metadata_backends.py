@@ -133,6 +133,32 @@ def test_probes_of_many_keys_change_only_where_a_write_came(backend: Backend) ->
         assert before[key] is None or before[key] != after[key]
 
 
+def test_recent_probes_stand_in_for_a_parked_look_but_never_past_a_write_through_the_store(backend: Backend) -> None:
+    """A parked fetch looks again every 50 ms for other processes' writes; on an object store each
+    look was a LIST, billed, one for each idle consumer of a topic. A probe taken that recently may
+    stand in, but never past a write through the same store: a fetch that its server wakes for its
+    own append must see it. Another process's write is seen by the next look that takes none."""
+    s, other = backend.open(), backend.open()
+    keys = [f"ml/p{i}" for i in range(5)]
+    for key in keys:
+        s.create(key, {"k": key})
+    since = len(backend.server.log.read_text()) if backend.name == "s3" and backend.server else 0
+    before = s.probe_many(keys, 60)
+    update(other, "ml/p1", lambda v: {**(v or {}), "n": 1})
+    shared = s.probe_many(keys, 60)
+    fresh = s.probe_many(keys)
+    update(s, "ml/p3", lambda v: {**(v or {}), "n": 1})
+    after_own = s.probe_many(keys, 60)
+    kept = backend.name in ("s3", "gcs", "azure")
+    assert shared == (before if kept else fresh)
+    changed = [k for k in keys if fresh[k] is None or fresh[k] != before[k]]
+    assert changed == (keys if backend.name == "file" else ["ml/p1"])  # files written moments ago probe None
+    assert after_own["ml/p3"] is None or after_own["ml/p3"] != fresh["ml/p3"]
+    if backend.name == "s3" and backend.server:
+        listings = [r for r in servers.requests_since(backend.server, since, '"GET ') if "list-type=2" in r]
+        assert len(listings) == 3, "the second look listed again, or the look after a write here did not"
+
+
 def _large_managed_ledger(ledgers: int) -> dict:
     now = 1_790_000_000_000
     records = [

@@ -269,6 +269,20 @@ def test_a_produce_to_many_partitions_of_an_object_store_topic_reads_its_metadat
     assert [r.value for p in range(12) for r in Broker(root).fetch("t", p, 0)] == [b"%d" % p for p in range(12)]
 
 
+def test_a_servers_first_fetch_of_many_partitions_reads_their_topic_once(running: dict[str, servers.Server]) -> None:
+    """A partition's log is opened on its first use, which needs its topic's metadata: a server's
+    first look at a hundred partitions on an object store read it a hundred times, in turn."""
+    root, moto = f"s3://{servers.BUCKET}/s{uuid.uuid4().hex[:12]}", running["s3"]
+    with Broker(root) as writer:
+        writer.create_topic("t", 12)
+        writer.produce("t", [Record(b"x")], partition=5)
+    with Broker(root) as b:
+        since = len(moto.log.read_text())
+        fetched = b.fetch_partitions([PartitionFetch("t", p, 0, 1 << 20) for p in range(12)], 1 << 20)
+    assert len(servers.requests_since(moto, since, "/public/default/t.json")) == 1
+    assert [f.high_watermark for f in fetched if isinstance(f, FetchedBatches)] == [int(p == 5) for p in range(12)]
+
+
 def test_a_transaction_on_an_object_store_reads_its_topic_once_a_request_and_stages_partitions_at_once(
     running: dict[str, servers.Server],
 ) -> None:

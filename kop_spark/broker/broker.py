@@ -238,13 +238,6 @@ class Broker:
         ml = self.admin.log(topic, partition)
         return self._on_log(topic, lambda: ml.append_ledgers(staged, sink_key))
 
-    def forget_sink(self, topic: str, partition: int, writer: str) -> None:
-        """Drop ``writer``'s record of its last batch in a partition (see ``SinkCommits``)."""
-        try:
-            self.admin.log(topic, partition).forget_sink(writer)
-        except (ManagedLedgerDeletedError, TopicNotFoundError):
-            pass
-
     @property
     def sink_commits(self) -> SinkCommits:
         """Exactly-once sink commits: batch records, all or nothing across partitions."""
@@ -256,9 +249,11 @@ class Broker:
         """Raw batches from the one holding ``offset`` on, with absolute ``baseOffset`` (a FETCH's)."""
         return self._fetcher.fetch_batches(topic, partition, offset, max_bytes)
 
-    def fetch_partitions(self, wanted: Sequence[PartitionFetch], max_bytes: int) -> list[FetchedBatches | Exception]:
+    def fetch_partitions(
+        self, wanted: Sequence[PartitionFetch], max_bytes: int, probes_within_s: float = 0.0
+    ) -> list[FetchedBatches | Exception]:
         """A FETCH's partitions: each one's batches and the log's bounds then, or why not (``Fetcher``)."""
-        return self._fetcher.fetch_partitions(wanted, max_bytes)
+        return self._fetcher.fetch_partitions(wanted, max_bytes, probes_within_s)
 
     def fetch(
         self, topic: str, partition: int, offset: int, max_records: int = 500, max_bytes: int = 50 << 20

@@ -119,7 +119,9 @@ class Fetcher:
     def fetch_batches(self, topic: str, partition: int, offset: int, max_bytes: int) -> list[bytes]:
         return [r.batch_bytes() for r in self.read(topic, partition, offset, max_bytes)[1]]
 
-    def fetch_partitions(self, wanted: Sequence[PartitionFetch], max_bytes: int) -> list[FetchedBatches | Exception]:
+    def fetch_partitions(
+        self, wanted: Sequence[PartitionFetch], max_bytes: int, probes_within_s: float = 0.0
+    ) -> list[FetchedBatches | Exception]:
         """Each partition's batches from its offset on, and the log's bounds then, or why not; at
         most ``max_bytes`` in all, but the first partition's first batch whatever its size (KIP-74):
         a partition past that answers its bounds alone. The partitions' metadata is probed first,
@@ -127,8 +129,10 @@ class Fetcher:
 
         Where the store serves many reads at once, partitions are read together, in waves whose
         partitions' limits fit in what is left of ``max_bytes``: each then answers what it would
-        have read in turn, and no wave reads past the budget."""
-        views = self._views.each([(w.topic, w.partition) for w in wanted])
+        have read in turn, and no wave reads past the budget. ``probes_within_s``: probes taken
+        here that recently may stand in (``MetadataStore.probe_many``), as for a parked fetch
+        looking again for other processes' appends."""
+        views = self._views.each([(w.topic, w.partition) for w in wanted], probes_within_s)
         if self._fileio.read_parallelism > 1:
             return self._in_waves(wanted, views, max_bytes)
         out: list[FetchedBatches | Exception] = []

@@ -10,10 +10,11 @@ from collections.abc import Callable, Hashable, Sequence
 
 from ..errors import KopError, StorageError, UnknownTopicOrPartitionError
 from ..storage.at_once import each_at_once
+from ..storage.managed_ledger import ManagedLedger
 from ..storage.metadata_store import UNPROBED, MetadataStore, Unprobed
 from ..storage.read_plan import PartitionView
 from ..topic_name import TopicPartition
-from .admin import TopicAdmin
+from .admin import TopicAdmin, TopicMeta
 
 
 class PartitionViews:
@@ -22,11 +23,14 @@ class PartitionViews:
         self._store = store
         self._last: dict[TopicPartition, Hashable | None] = {}  # each partition's probe at the last look
 
-    def each(self, partitions: Sequence[TopicPartition]) -> list[PartitionView | Exception]:
+    def each(
+        self, partitions: Sequence[TopicPartition], probes_within_s: float = 0.0
+    ) -> list[PartitionView | Exception]:
         """Each partition's view, or why there is none. Those whose probe changed since the last
         look are read at once, where the store serves many reads at once; the others' views are
-        kept ones, which a thread would only slow down."""
-        probes = self._probes(partitions)
+        kept ones, which a thread would only slow down. ``probes_within_s``: as the store's
+        ``probe_many`` takes it."""
+        probes = self._probes(partitions, probes_within_s)
         changed: list[TopicPartition] = []
         kept: list[TopicPartition] = []
         for tp in partitions:
@@ -54,17 +58,35 @@ class PartitionViews:
                 raise view
         return out
 
-    def _probes(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, Hashable | None]:
+    def _probes(self, partitions: Sequence[TopicPartition], within_s: float) -> dict[TopicPartition, Hashable | None]:
         """None for a partition that cannot be read, or where the store does not answer: its view
         then says why."""
         keys: dict[TopicPartition, str] = {}
+        metas: dict[str, TopicMeta | KopError] = {}
         for topic, partition in partitions:
             try:
-                keys[(topic, partition)] = self._admin.log(topic, partition).key
+                keys[(topic, partition)] = self._log(topic, partition, metas).key
             except KopError:
                 continue
         try:
-            probes = self._store.probe_many(list(keys.values()))
+            probes = self._store.probe_many(list(keys.values()), within_s)
         except StorageError:
             return {}
         return {tp: probes[key] for tp, key in keys.items()}
+
+    def _log(self, topic: str, partition: int, metas: dict[str, TopicMeta | KopError]) -> ManagedLedger:
+        """A partition's open log. One not yet open needs its topic's metadata, read once a look:
+        on an object store each read is a round trip, which a server's first look at a hundred
+        partitions made a hundred times, in turn."""
+        ml = self._admin.logs.cached(self._admin.name(topic), partition)
+        if ml is not None:
+            return ml
+        if topic not in metas:
+            try:
+                metas[topic] = self._admin.metadata(topic)[1]
+            except KopError as e:  # every partition of the topic is left out with it
+                metas[topic] = e
+        meta = metas[topic]
+        if isinstance(meta, KopError):
+            raise meta
+        return self._admin.log(topic, partition, meta)

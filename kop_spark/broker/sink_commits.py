@@ -39,7 +39,13 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import layout
-from ..errors import BadVersionError, OrphanRemovedError, UnknownTopicOrPartitionError
+from ..errors import (
+    BadVersionError,
+    ManagedLedgerDeletedError,
+    OrphanRemovedError,
+    TopicNotFoundError,
+    UnknownTopicOrPartitionError,
+)
 from ..faults import crash_point
 from ..group.coordinator import OffsetAndMetadata
 from ..storage.at_once import each_at_once
@@ -305,8 +311,15 @@ class SinkCommits:
             # Only once the record is gone: a partition that has forgotten the batch would take it
             # again from whoever completed the record next. A crash in between leaves traces that
             # expire with transactional.id.expiration.ms, as a streaming query's do.
-            forgets = [partial(broker.forget_sink, t, p, key[0]) for (t, p), _ in partitions]
+            forgets = [partial(self._forget, t, p, key[0]) for (t, p), _ in partitions]
             self._each_partition(forgets, "sink-forget")
+
+    def _forget(self, topic: str, partition: int, writer: str) -> None:
+        """Drop ``writer``'s record of its last batch in a partition."""
+        try:
+            self._broker.admin.log(topic, partition).forget_sink(writer)
+        except (ManagedLedgerDeletedError, TopicNotFoundError):
+            pass  # the topic is gone, and the record with it
 
     def _each_partition(self, steps: Sequence[Callable[[], object]], point: str) -> None:
         """Run one step a partition, as many at once as the metadata store takes (each is a CAS of its

@@ -77,10 +77,12 @@ class MetadataStore(abc.ABC):
         write came between them; a write may change the token without changing the value."""
         return None
 
-    def probe_many(self, keys: Sequence[str]) -> dict[str, Hashable | None]:
+    def probe_many(self, keys: Sequence[str], within_s: float = 0.0) -> dict[str, Hashable | None]:
         """``probe`` of each key, as one request where a server can answer for many keys at once
         (etcd, ZooKeeper), though it has no cheaper probe of one: a Kafka fetch reads many
-        partitions, each a key, and a request a key cost a fetch of a hundred a hundred round trips."""
+        partitions, each a key, and a request a key cost a fetch of a hundred a hundred round trips.
+        ``within_s``: probes this store took that recently may stand in, where it keeps them (an
+        object store, whose probe is a billed listing); never past a write through this store."""
         return {key: self.probe(key) for key in keys}
 
     def check_writable(self) -> None:

@@ -3,8 +3,10 @@ decoded), up to ``max_bytes`` per partition and in all (at least one batch, as K
 batch larger than the limits still gets through). With less than ``min_bytes`` the fetch is
 parked for up to ``max_wait``: an append through this server wakes it at once, an append by
 another process (Spark, the CLI, another server) is seen at the next look at the log, every
-``OTHER_WRITERS_POLL_S`` (longer for a fetch of many partitions, see ``LOOKS_APART``). An offset
-outside the log is OFFSET_OUT_OF_RANGE, never a silent resume."""
+``OTHER_WRITERS_POLL_S`` (longer where a look takes long, see ``LOOKS_APART``). Such a look may
+take what another fetch's look probed within as long as this one waits between its own (on an
+object store, a listing of a topic's partitions, which idle consumers of the topic then share,
+where each listed apart). An offset outside the log is OFFSET_OUT_OF_RANGE, never a silent resume."""
 
 from __future__ import annotations
 
@@ -39,16 +41,20 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
         for p in t.partitions
     ]
     deadline = time.monotonic() + request.max_wait.total_seconds()
+    probes_within_s = 0.0  # the first look sees every append made before the request
     while True:
         started = time.monotonic()
-        answers = await _read(ctx, header, wanted, request.max_bytes)
+        answers = await _read(ctx, header, wanted, request.max_bytes, probes_within_s)
         looked = time.monotonic() - started
         size = sum(len(b) for a in answers if isinstance(a, FetchedBatches) for b in a.batches)
         errors = any(not isinstance(a, FetchedBatches) for a in answers)
         left = deadline - time.monotonic()
         if size >= request.min_bytes or errors or left <= 0 or not wanted:
             break
-        await ctx.appends.wait(min(left, next_look_in(looked)))
+        wait_s = next_look_in(looked)
+        await ctx.appends.wait(min(left, wait_s))
+        # A probe another fetch took since is as fresh as this one's own look would have been.
+        probes_within_s = max(probes_within_s, wait_s)
     by_topic: dict[str, list[Any]] = {}
     for w, a in zip(wanted, answers, strict=True):
         by_topic.setdefault(w.topic, []).append(_partition(m, w.partition, a))
@@ -66,7 +72,7 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
 
 
 async def _read(
-    ctx: ServerContext, header: RequestHeader, wanted: list[PartitionFetch], max_bytes: int
+    ctx: ServerContext, header: RequestHeader, wanted: list[PartitionFetch], max_bytes: int, probes_within_s: float
 ) -> list[FetchedBatches | ErrorCode]:
     """One look at every partition wanted, all in one call on a worker thread: a parked fetch
     looks again every ``OTHER_WRITERS_POLL_S``, and a hand-off to a thread per partition cost an
@@ -78,7 +84,7 @@ async def _read(
         except Exception as e:
             refused[i] = error_code(e, f"fetch from {w.topic}-{w.partition}")
     allowed = [w for i, w in enumerate(wanted) if i not in refused]
-    fetched = iter(await ctx.call(ctx.broker.fetch_partitions, allowed, max_bytes))
+    fetched = iter(await ctx.call(ctx.broker.fetch_partitions, allowed, max_bytes, probes_within_s))
     return [refused[i] if i in refused else _answer(w, next(fetched)) for i, w in enumerate(wanted)]
 
 

@@ -159,7 +159,7 @@ class EtcdMetadataStore(MetadataStore):
             raise BadVersionError(f"metadata {key} is past version {expected_version}")
         return int(reply["header"]["revision"])
 
-    def probe_many(self, keys: Sequence[str]) -> dict[str, Hashable | None]:
+    def probe_many(self, keys: Sequence[str], within_s: float = 0.0) -> dict[str, Hashable | None]:
         """Each key's ``mod_revision`` (None if it never existed), read in transactions of ranges
         that return no values: one request for up to ``_MAX_TXN_OPS`` keys."""
         out: dict[str, Hashable | None] = {}

@@ -13,8 +13,10 @@ replaced whole.
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Hashable, Mapping, Sequence
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import obstore
@@ -37,6 +39,7 @@ class ObjectMetadataStore(MetadataStore):
         # re-reading for it would double every write's cost.
         self._objects: dict[str, tuple[int, UpdateVersion]] = {}
         self._lock = threading.Lock()
+        self._listings = _RecentListings()
 
     def _call(self, action: str, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -87,6 +90,7 @@ class ObjectMetadataStore(MetadataStore):
             raise StorageError(f"cannot write metadata {key}: {self.location.display} does not exist") from None
         except CONDITION_FAILED:
             raise BadVersionError(f"metadata {key} is past version {expected_version}") from None
+        self._listings.wrote(self._path(key).rpartition("/")[0])
         written = _identity(result)
         with self._lock:
             if written is not None:
@@ -105,12 +109,13 @@ class ObjectMetadataStore(MetadataStore):
             raise BadVersionError(f"metadata {key} is past version {version}")
         return obj
 
-    def probe_many(self, keys: Sequence[str]) -> dict[str, Hashable | None]:
+    def probe_many(self, keys: Sequence[str], within_s: float = 0.0) -> dict[str, Hashable | None]:
         """Each key's object's identity (None if it has none, or no object), from listings: a
         request for up to a thousand keys of one directory, where reading each key cost a fetch
         of a hundred partitions a hundred requests. A directory is listed from its first key asked
         to its last, as a topic's partitions lie together. An identity never comes back once
-        replaced: the version is inside the value (see the module)."""
+        replaced: the version is inside the value (see the module). A listing taken here within
+        ``within_s``, with no write here since, stands in for a new one."""
         out: dict[str, Hashable | None] = dict.fromkeys(keys)
         by_dir: dict[str, dict[str, str]] = {}
         for key in keys:
@@ -118,7 +123,8 @@ class ObjectMetadataStore(MetadataStore):
             by_dir.setdefault(path.rpartition("/")[0], {})[path] = key
         for directory, wanted in by_dir.items():
             first, last = min(wanted), max(wanted)
-            for meta in self._call("probe", wanted[first], _listed, directory, first, last):
+            listing = functools.partial(self._call, "probe", wanted[first], _listed, directory, first, last)
+            for meta in self._listings.listed(directory, first, last, within_s, listing):
                 if meta["path"] in wanted:
                     identity = _identity(meta)
                     out[wanted[meta["path"]]] = None if identity is None else tuple(sorted(identity.items()))
@@ -135,6 +141,40 @@ class ObjectMetadataStore(MetadataStore):
 
     def __repr__(self) -> str:
         return f"ObjectMetadataStore({self.location.display!r})"
+
+
+class _RecentListings:
+    """Each directory's last listing, kept for probes that may take one a little old: a consumer's
+    parked fetch looks at its partitions every 50 ms, a LIST request each on an object store (and
+    billed), and each idle consumer of a topic listed its partitions apart. A write through this
+    store drops its directory's listing, and one under way when the write ends is not kept: a fetch
+    this server wakes for its own append lists again."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: dict[str, tuple[float, str, str, list[ObjectMeta]]] = {}  # (taken at, first, last, metas)
+        self._writes: dict[str, int] = {}  # writes made here, by directory
+
+    def listed(
+        self, directory: str, first: str, last: str, within_s: float, listing: Callable[[], list[ObjectMeta]]
+    ) -> list[ObjectMeta]:
+        """The objects of ``directory`` from ``first`` to ``last``: those of a listing of them
+        taken within ``within_s``, or of ``listing()`` now."""
+        now = time.monotonic()
+        with self._lock:
+            kept, writes = self._kept.get(directory), self._writes.get(directory, 0)
+        if kept is not None and now - kept[0] <= within_s and kept[1] <= first and last <= kept[2]:
+            return kept[3]
+        metas = listing()
+        with self._lock:
+            if self._writes.get(directory, 0) == writes:
+                self._kept[directory] = (now, first, last, metas)
+        return metas
+
+    def wrote(self, directory: str) -> None:
+        with self._lock:
+            self._writes[directory] = self._writes.get(directory, 0) + 1
+            self._kept.pop(directory, None)
 
 
 def _listed(store: Any, directory: str, first: str, last: str) -> list[ObjectMeta]:

@@ -149,7 +149,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             raise BadVersionError(f"metadata {key} is past version {expected_version}") from None
         return int(stat.version) + 1
 
-    def probe_many(self, keys: Sequence[str]) -> dict[str, Hashable | None]:
+    def probe_many(self, keys: Sequence[str], within_s: float = 0.0) -> dict[str, Hashable | None]:
         """Each key's znode's creation and last modification (None if it never existed), asked
         all at once: the answers come back in order on the one session, so the keys cost a round
         trip between them, not one each."""
