@@ -299,18 +299,24 @@ def test_a_transaction_on_an_object_store_reads_its_topic_once_a_request_and_sta
         added, since = servers.requests_since(moto, since, topic_json), len(moto.log.read_text())
         proxy.most_in_flight = 0
         batches = [
-            build_record_batch([Record(b"%d" % p)], producer_id=pid, producer_epoch=epoch, is_transactional=True)
+            build_record_batch(
+                [Record(b"%d" % p)], producer_id=pid, producer_epoch=epoch, base_sequence=0, is_transactional=True
+            )
             for p in range(12)
         ]
         answers = c.produce_each("tx", [("t", p, batch) for p, batch in enumerate(batches)])
         assert proxy.most_in_flight >= 4, "the partitions were staged in turn"
         produced = servers.requests_since(moto, since, topic_json)
+        again = build_record_batch(
+            [Record(b"again")], producer_id=pid, producer_epoch=epoch, base_sequence=1, is_transactional=True
+        )
+        # A partition named twice in a request, then a retry there and in another partition.
+        twice = c.produce_each("tx", [("t", 1, again), ("t", 1, batches[1]), ("t", 2, batches[2])])
         c.end("tx", pid, epoch, commit=True)
     assert (len(added), len(produced)) == (1, 1), "the topic was read more than once a request"
-    assert answers[:11] == [None] * 11 and "partition was not added" in str(answers[11])
-    assert [[r.value for r in Broker(root).fetch("t", p, 0)] for p in range(12)] == [[b"%d" % p] for p in range(11)] + [
-        []
-    ]
+    assert answers[:11] == [None] * 11 and "partition was not added" in str(answers[11]) and twice == [None] * 3
+    expected = [[b"%d" % p, *([b"again"] if p == 1 else [])] for p in range(11)] + [[]]
+    assert [[r.value for r in Broker(root).fetch("t", p, 0)] for p in range(12)] == expected
 
 
 def test_a_sink_commit_on_an_object_store_reads_each_partition_once_and_no_crash_point(

@@ -6,16 +6,18 @@ commit leaves it all or nothing, completed exactly once when the client sends En
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import os
+import threading
 import time
 
 import pytest
 
 from kop_spark import Broker, Record, layout
 from kop_spark.broker import SINK_LEASE_MS, OffsetAndMetadata
-from kop_spark.broker.transactions import COMPLETE_ABORT, COMPLETE_COMMIT, ONGOING
+from kop_spark.broker.transactions import COMPLETE_ABORT, COMPLETE_COMMIT, ONGOING, TransactionPartition
 from kop_spark.clock import SYSTEM_CLOCK, Clock, ManualClock
 from kop_spark.errors import (
     InvalidProducerIdMappingError,
@@ -138,6 +140,33 @@ def test_each_partition_of_a_transactional_produce_gets_its_own_answer(broker):
     ]  # fmt: skip
     c.end(TID, pid, epoch, commit=True)
     assert _values(broker, "out", 0) == [b"a"] and _values(broker, "out", 1) == [b"b"]
+
+
+def test_a_partition_named_twice_in_a_produce_is_staged_in_turn(broker, monkeypatch):
+    """Partitions are staged at once where the store writes many at once; a partition's staging
+    takes one append at a time, so one a request names twice is staged in turn."""
+    broker.fileio.write_parallelism = 4  # as on an object store
+    c = TransactionCoordinator(broker)
+    pid, epoch = _open(c)
+    lock, active, most = threading.Lock(), collections.Counter(), collections.Counter()
+    append = TransactionPartition.append
+
+    def watched(self, *args):
+        with lock:
+            active[self.partition] += 1
+            most[self.partition] = max(most[self.partition], active[self.partition])
+        threading.Event().wait(0.2)  # an append still under way when another could begin
+        try:
+            return append(self, *args)
+        finally:
+            with lock:
+                active[self.partition] -= 1
+
+    monkeypatch.setattr(TransactionPartition, "append", watched)
+    wanted = [("out", 0, _batch(pid, epoch, 0, b"a")), ("out", 0, _batch(pid, epoch, 1, b"b"))]
+    assert c.produce_each(TID, [*wanted, ("out", 1, _batch(pid, epoch, 0, b"c"))]) == [None] * 3
+    c.end(TID, pid, epoch, commit=True)
+    assert most == {0: 1, 1: 1} and _values(broker, "out", 0) == [b"a", b"b"]
 
 
 @pytest.mark.parametrize("restarts", [False, True], ids=["one server", "a restart after each produce"])

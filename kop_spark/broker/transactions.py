@@ -369,7 +369,10 @@ class Transactions:
             calls.append(
                 meta if isinstance(meta, Exception) else partial(a.partition.append, a.batches, a.sequences, meta)
             )
-        staged = iter(each_at_once([c for c in calls if callable(c)], self._broker.fileio.write_parallelism))
+        # A partition named twice in a request is staged in turn: its staging takes one append at a time.
+        apart = len({id(a.partition) for a in appends}) == len(appends)
+        parallelism = self._broker.fileio.write_parallelism if apart else 1
+        staged = iter(each_at_once([c for c in calls if callable(c)], parallelism))
         return [next(staged) if callable(c) else c for c in calls]
 
     def take_up(self, state: TransactionState, holder: str) -> TransactionState | None:
