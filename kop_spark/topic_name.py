@@ -59,6 +59,11 @@ class TopicName:
         return f"{self.tenant}/{self.namespace}/{self.local_name}"
 
 
+def collides(a: str, b: str) -> bool:
+    """Kafka's ``Topic.hasCollision``: different names whose metric names are the same."""
+    return a != b and a.replace(".", "_") == b.replace(".", "_")
+
+
 # A topic (as its user names it) and a partition of it: Kafka's TopicPartition, as a plain tuple so
 # that users' ``("orders", 0)`` keys are ones.
 TopicPartition = tuple[str, int]

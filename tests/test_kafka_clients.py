@@ -35,6 +35,7 @@ from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
 from kop_spark import Broker, Record
+from kop_spark.errors import InvalidTopicError
 from kop_spark.record import build_record_batch
 
 from .kafka_wire import call, connect, wire_request
@@ -253,6 +254,27 @@ def test_admin_clients_create_grow_describe_and_delete_topics(server: KopServer)
         f.result(30)
     with Broker(server.root) as b:
         assert "adm" not in b.list_topics()
+
+
+def test_a_topic_whose_name_collides_with_another_in_metric_names_is_refused(server: KopServer) -> None:
+    """Kafka refuses ``a_b`` beside ``a.b`` (INVALID_TOPIC_EXCEPTION): metric names replace '.'
+    with '_', so the two topics' metrics would be one. Once ``a.b`` is deleted, ``a_b`` may be."""
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    for f in admin.create_topics([NewTopic("orders.eu", 1, 1), NewTopic("orders-eu", 1, 1)]).values():
+        f.result(30)
+    (refused,) = admin.create_topics([NewTopic("orders_eu", 1, 1)]).values()
+    with pytest.raises(KafkaException, match="TOPIC_EXCEPTION,val=17") as caught:  # librdkafka's name
+        refused.result(30)
+    assert "Topic 'orders_eu' collides with existing topic: orders.eu" in str(caught.value)
+    for f in admin.delete_topics(["orders.eu"]).values():
+        f.result(30)
+    for f in admin.create_topics([NewTopic("orders_eu", 1, 1)]).values():
+        f.result(30)
+    with Broker(server.root) as b:
+        assert b.list_topics() == ["orders-eu", "orders_eu"]
+        with pytest.raises(InvalidTopicError, match="collides with existing topic: orders_eu"):
+            b.create_topic("orders.eu", 1)
+        b.create_topic("tenant2/ns/orders.eu", 1)  # another namespace: other metric names
 
 
 def test_topics_are_created_with_the_configs_kafka_streams_gives_its_internal_topics(server: KopServer) -> None:

@@ -40,7 +40,7 @@ from ..storage.managed_ledger import ManagedLedger
 from ..storage.metadata_store import UNPROBED, MetadataStore, ProbedCache, Unchanged, Unprobed, update
 from ..storage.producer_state import ProducerEntry
 from ..storage.read_plan import PartitionView
-from ..topic_name import TopicName, TopicPartition
+from ..topic_name import TopicName, TopicPartition, collides
 from .log_manager import LogManager
 
 TopicMeta = dict[str, Any]
@@ -252,12 +252,23 @@ class TopicAdmin:
             current = self._store.get(key)
         if current.value is not None:
             raise TopicAlreadyExistsError(f"topic {topic!r} already exists")
+        self._refuse_collision(topic, name)
         self._create_logs(name, range(n))
         value = {"partitions": n, "config": overrides, "created_ms": self._clock.now_ms()}
         try:
             self._store.put(key, value, current.version)
         except BadVersionError:
             raise TopicAlreadyExistsError(f"topic {topic!r} already exists") from None
+
+    def _refuse_collision(self, topic: str, name: TopicName) -> None:
+        """Kafka's refusal of a name that differs from a topic's only by '.' for '_': metric names
+        replace one with the other, so the two topics' metrics would be one."""
+        if "." not in name.local_name and "_" not in name.local_name:
+            return
+        for key in self._store.list_keys(layout.topic_key(name).rpartition("/")[0]):
+            other = layout.topic_of_key(key)
+            if collides(other.local_name, name.local_name) and standing(self._topic_meta(key)):
+                raise InvalidTopicError(f"Topic '{topic}' collides with existing topic: {self.kafka_name(other)}")
 
     def _create_logs(self, name: TopicName, partitions: Iterable[int]) -> None:
         for p in partitions:
