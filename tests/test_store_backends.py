@@ -269,6 +269,23 @@ def test_a_produce_to_many_partitions_of_an_object_store_topic_reads_its_metadat
     assert [r.value for p in range(12) for r in Broker(root).fetch("t", p, 0)] == [b"%d" % p for p in range(12)]
 
 
+def test_a_topic_on_an_object_store_is_created_and_deleted_with_its_partitions_at_once(
+    running: dict[str, servers.Server],
+) -> None:
+    """Each partition's log is a key of its own, created and deleted in a round trip each: a topic
+    of a hundred partitions took a hundred in turn."""
+    root = f"s3://{servers.BUCKET}/s{uuid.uuid4().hex[:12]}"
+    with InFlightProxy(running["s3"].port, gather=4) as proxy, Broker(root, {"aws_endpoint_url": proxy.url}) as b:
+        b.create_topic("t", 12)
+        created, proxy.most_in_flight = proxy.most_in_flight, 0
+        b.produce("t", [Record(b"x")], partition=11)
+        b.delete_topic("t")
+        deleted = proxy.most_in_flight
+        b.create_topic("t", 12)
+        assert [b.list_offsets("t", p, "latest") for p in range(12)] == [0] * 12
+    assert min(created, deleted) >= 4, (created, deleted)
+
+
 def test_a_servers_first_fetch_of_many_partitions_reads_their_topic_once(running: dict[str, servers.Server]) -> None:
     """A partition's log is opened on its first use, which needs its topic's metadata: a server's
     first look at a hundred partitions on an object store read it a hundred times, in turn."""

@@ -13,6 +13,7 @@ Kafka's random ids do.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import uuid
@@ -35,6 +36,7 @@ from ..errors import (
     TopicAlreadyExistsError,
     TopicNotFoundError,
 )
+from ..storage.at_once import all_at_once
 from ..storage.fileio import FileIO, optional_local_dir
 from ..storage.managed_ledger import ManagedLedger
 from ..storage.metadata_store import UNPROBED, MetadataStore, ProbedCache, Unchanged, Unprobed, update
@@ -51,6 +53,21 @@ _TOPIC_IDS = uuid.UUID("6b6f702d-7370-6172-6b2d-746f70696373")  # the namespace 
 def standing(meta: TopicMeta | None) -> bool:
     """A topic's key names a topic that exists: written, and not being deleted."""
     return meta is not None and not meta.get("deleting")
+
+
+def _create_log(store: MetadataStore, key: str) -> None:
+    try:
+        ManagedLedger.create(store, key)
+    except BadVersionError:
+        pass  # left by an earlier create that crashed half way, or made by a racing one: reuse it
+
+
+def _delete_log(ml: ManagedLedger) -> None:
+    try:
+        ml.delete()
+        ml.purge()  # files whose grace is zero go now
+    except ManagedLedgerDeletedError:
+        pass
 
 
 def topic_id(name: TopicName, meta: TopicMeta) -> uuid.UUID:
@@ -271,11 +288,10 @@ class TopicAdmin:
                 raise InvalidTopicError(f"Topic '{topic}' collides with existing topic: {self.kafka_name(other)}")
 
     def _create_logs(self, name: TopicName, partitions: Iterable[int]) -> None:
-        for p in partitions:
-            try:
-                ManagedLedger.create(self._store, layout.managed_ledger_key(name, p))
-            except BadVersionError:
-                pass  # left by an earlier create that crashed half way, or made by a racing one: reuse it
+        """At once: on an object store or etcd each is a round trip, and a topic of a hundred
+        partitions took a hundred in turn."""
+        keys = [layout.managed_ledger_key(name, p) for p in partitions]
+        all_at_once([functools.partial(_create_log, self._store, key) for key in keys], self._store.update_parallelism)
 
     def create_partitions(self, topic: str, total: int) -> None:
         self.refuse_internal(topic, "add partitions to")  # its groups would move to other partitions
@@ -336,13 +352,8 @@ class TopicAdmin:
 
     def finish_deletion(self, name: TopicName, meta: TopicMeta) -> None:
         self.logs.forget(name)
-        for p in range(meta["partitions"]):
-            ml = self.logs.open(name, p, meta)
-            try:
-                ml.delete()
-                ml.purge()  # files whose grace is zero go now
-            except ManagedLedgerDeletedError:
-                pass
+        logs = [self.logs.open(name, p, meta) for p in range(meta["partitions"])]
+        all_at_once([functools.partial(_delete_log, ml) for ml in logs], self._store.update_parallelism)
 
         def remove(current: TopicMeta | None) -> None:
             if current is None or not current.get("deleting"):

@@ -48,7 +48,7 @@ from ..errors import (
 )
 from ..faults import crash_point
 from ..group.coordinator import OffsetAndMetadata
-from ..storage.at_once import each_at_once
+from ..storage.at_once import all_at_once
 from ..storage.metadata_store import Unchanged, update
 from ..storage.staging import LedgerStager, StagedLedger, staged_run, task_stager
 from ..topic_name import TopicPartition
@@ -231,11 +231,7 @@ class SinkCommits:
     def finish_each(self, staged: Sequence[StagedPartition]) -> list[tuple[StagedLedger, ...]]:
         """Each partition's staged ledgers, sealed (``StagedPartition.finish``): at once where
         ledgers are written whole when sealed, each a round trip; raises the first failure."""
-        sealed = each_at_once([s.finish for s in staged], self._broker.fileio.write_parallelism)
-        failed = next((done for done in sealed if isinstance(done, Exception)), None)
-        if failed is not None:
-            raise failed
-        return [done for done in sealed if not isinstance(done, Exception)]
+        return all_at_once([s.finish for s in staged], self._broker.fileio.write_parallelism)
 
     def commit(
         self,

@@ -50,6 +50,16 @@ def each_at_once(calls: Sequence[Callable[[], T]], parallelism: int) -> list[T |
         raise
 
 
+def all_at_once(calls: Sequence[Callable[[], T]], parallelism: int) -> list[T]:
+    """Each call's result, in order, as ``each_at_once`` runs them; the first exception raised
+    once every call has run (so none is left half done behind it)."""
+    done = each_at_once(calls, parallelism)
+    failed = next((d for d in done if isinstance(d, Exception)), None)
+    if failed is not None:
+        raise failed
+    return [d for d in done if not isinstance(d, Exception)]
+
+
 def start(call: Callable[[], T]) -> Future[T]:
     """``call`` running on the shared pool, to be waited for later (a read ahead of its turn); run
     now, in the caller's thread, when that is one of the pool's."""
