@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -54,12 +55,15 @@ class Injector:
         self.fault = fault
         self.steps = 0
         self.fired: str | None = None
+        self._lock = threading.Lock()  # steps taken at once (a topic's partitions deleted together) count apart
 
     def step(self, name: str, call: Callable, *args, **kwargs):
-        self.steps += 1
-        if self.steps != self.at or self.fault is None:
+        with self._lock:
+            self.steps += 1
+            step = self.steps
+        if step != self.at or self.fault is None:
             return call(*args, **kwargs)
-        self.fired = f"{self.fault} {name} (step {self.steps})"
+        self.fired = f"{self.fault} {name} (step {step})"
         if self.fault.make is None:
             return self._short(name, call, *args)
         if not self.fault.after:
