@@ -181,11 +181,12 @@ class SinkCommits:
         self._store = broker.store
         self._clock = broker.clock
 
-    def staging_topic(self, topic: str) -> StagingTopic:
-        """``topic``, to stage output for (not an internal one)."""
+    def staging_topic(self, topic: str, meta: TopicMeta | None = None) -> StagingTopic:
+        """``topic``, to stage output for (not an internal one); ``meta``: its metadata, read here
+        if not given."""
         admin = self._broker.admin
         admin.refuse_internal(topic, "write to")
-        _, meta = admin.metadata(topic)
+        meta = admin.metadata(topic)[1] if meta is None else meta
         return StagingTopic(topic, meta["partitions"], self._broker.config.topic_config(meta.get("config")), meta)
 
     def stage(

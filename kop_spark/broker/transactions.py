@@ -334,18 +334,18 @@ class Transactions:
         partitions: Iterable[TopicPartition],
         *,
         resume: bool = False,
-        topics: Mapping[str, StagingTopic] | None = None,
+        metas: Mapping[str, TopicMeta] | None = None,
     ) -> dict[TopicPartition, TransactionPartition]:
         """Start staging partitions' batches for the Ongoing transaction of ``state``, each produce
         durable before it is answered; ``resume``: go on from what a server that stopped staged.
-        Each topic is read once, unless ``topics`` has it already."""
+        Each topic is read once, unless ``metas`` has it already."""
         sinks = self._broker.sink_commits
         task_dir = layout.staging_task_dir(state.writer, state.transaction, "producer")
         wanted = list(partitions)
-        topics = dict(topics or {})
+        topics: dict[str, StagingTopic] = {}
         for topic, _ in wanted:
             if topic not in topics:
-                topics[topic] = sinks.staging_topic(topic)
+                topics[topic] = sinks.staging_topic(topic, (metas or {}).get(topic))
         return {
             (topic, p): TransactionPartition(
                 self._broker,

@@ -180,12 +180,14 @@ class TransactionCoordinator:
         with self._holding(held):
             self._owned(held, producer_id, epoch)
             wanted = [tp for tp in dict.fromkeys(partitions) if tp not in held.staging]
-            sinks = self._broker.sink_commits
-            topics = {topic: sinks.staging_topic(topic) for topic in dict.fromkeys(t for t, _ in wanted)}
+            admin = self._broker.admin
+            metas = {topic: admin.metadata(topic)[1] for topic in dict.fromkeys(t for t, _ in wanted)}
             for topic, p in wanted:
-                self._broker.admin.check_partition(topic, p, topics[topic].meta)
+                admin.check_partition(topic, p, metas[topic])
             self._add(held, partitions=wanted)
-            held.staging.update(self._transactions.stage(held.state, wanted, topics=topics))
+            # An internal topic is refused here, once the transaction has begun, as Kafka refuses
+            # its produce: the client can abort it and go on.
+            held.staging.update(self._transactions.stage(held.state, wanted, metas=metas))
 
     def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group: str) -> None:
         """AddOffsetsToTxn: the group's offsets may be sent with TxnOffsetCommit."""
