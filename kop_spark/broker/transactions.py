@@ -51,7 +51,6 @@ from .sink_commits import (
     COMMITTING,
     SINK_LEASE_MS,
     GroupOffsets,
-    StagingTopic,
     offsets_from_json,
     offsets_to_json,
 )
@@ -341,22 +340,14 @@ class Transactions:
         Each topic is read once, unless ``metas`` has it already."""
         sinks = self._broker.sink_commits
         task_dir = layout.staging_task_dir(state.writer, state.transaction, "producer")
-        wanted = list(partitions)
-        topics: dict[str, StagingTopic] = {}
-        for topic, _ in wanted:
-            if topic not in topics:
-                topics[topic] = sinks.staging_topic(topic, (metas or {}).get(topic))
-        return {
-            (topic, p): TransactionPartition(
-                self._broker,
-                topic,
-                p,
-                sinks.stage(
-                    topics[topic], p, task_dir, partial(_ledger_id, state, (topic, p)), durable=True, resume=resume
-                ),
-            )
-            for topic, p in wanted
-        }
+        wanted, metas = list(partitions), metas or {}
+        topics = {t: sinks.staging_topic(t, metas.get(t)) for t in dict.fromkeys(t for t, _ in wanted)}
+        out = {}
+        for topic, p in wanted:
+            ledger_id = partial(_ledger_id, state, (topic, p))
+            staged = sinks.stage(topics[topic], p, task_dir, ledger_id, durable=True, resume=resume)
+            out[(topic, p)] = TransactionPartition(self._broker, topic, p, staged)
+        return out
 
     def append_each(self, appends: Sequence[StagedAppend]) -> list[Exception | None]:
         """Stage each partition's produced batches (``TransactionPartition.append``), or why not:
