@@ -336,6 +336,31 @@ def test_a_transaction_on_an_object_store_reads_its_topic_once_a_request_and_sta
     assert [[r.value for r in Broker(root).fetch("t", p, 0)] for p in range(12)] == expected
 
 
+def test_a_restarted_server_takes_up_a_transactions_partitions_at_once(running: dict[str, servers.Server]) -> None:
+    """Taken up, each partition's staged ledgers are found and resealed, reads a round trip each
+    on an object store; the producer's next request waits on them."""
+    root = f"s3://{servers.BUCKET}/s{uuid.uuid4().hex[:12]}"
+    Broker(root).create_topic("t", 12)
+
+    def batch(seq: int, value: bytes) -> bytes:
+        return build_record_batch(
+            [Record(value)], producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True
+        )
+
+    first = TransactionCoordinator(Broker(root))
+    pid, epoch = first.init_producer_id("tx", 60_000)
+    first.add_partitions("tx", pid, epoch, [("t", p) for p in range(12)])
+    assert first.produce_each("tx", [("t", p, batch(0, b"%d" % p)) for p in range(12)]) == [None] * 12
+    with InFlightProxy(running["s3"].port, gather=4) as proxy, Broker(root, {"aws_endpoint_url": proxy.url}) as b:
+        restarted = TransactionCoordinator(b)
+        proxy.most_in_flight = 0
+        restarted.produce("tx", "t", 0, batch(1, b"more"))
+        assert proxy.most_in_flight >= 4, "the partitions were taken up in turn"
+        restarted.end("tx", pid, epoch, commit=True)
+    expected = [[b"%d" % p, *([b"more"] if p == 0 else [])] for p in range(12)]
+    assert [[r.value for r in Broker(root).fetch("t", p, 0)] for p in range(12)] == expected
+
+
 def test_a_sink_commit_on_an_object_store_reads_each_partition_once_and_no_crash_point(
     running: dict[str, servers.Server], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -40,7 +40,7 @@ from ..errors import (
     UnknownProducerIdError,
 )
 from ..group.coordinator import OffsetAndMetadata
-from ..storage.at_once import each_at_once
+from ..storage.at_once import all_at_once, each_at_once
 from ..storage.metadata_store import Unchanged, update
 from ..storage.producer_state import BATCHES_RETAINED, ProducerEntry, check_producers
 from ..storage.staging import StagedLedger, last_batches
@@ -342,12 +342,16 @@ class Transactions:
         task_dir = layout.staging_task_dir(state.writer, state.transaction, "producer")
         wanted, metas = list(partitions), metas or {}
         topics = {t: sinks.staging_topic(t, metas.get(t)) for t in dict.fromkeys(t for t, _ in wanted)}
-        out = {}
-        for topic, p in wanted:
-            ledger_id = partial(_ledger_id, state, (topic, p))
-            staged = sinks.stage(topics[topic], p, task_dir, ledger_id, durable=True, resume=resume)
-            out[(topic, p)] = TransactionPartition(self._broker, topic, p, staged)
-        return out
+        calls = [
+            partial(
+                sinks.stage, topics[t], p, task_dir, partial(_ledger_id, state, (t, p)), durable=True, resume=resume
+            )
+            for t, p in wanted
+        ]
+        # Taken up, each partition's staged ledgers are found and resealed: reads, at once where
+        # the store serves many, as a restarted server's first answer to the producer waits on them.
+        staged = all_at_once(calls, self._broker.fileio.read_parallelism if resume else 1)
+        return {(t, p): TransactionPartition(self._broker, t, p, s) for (t, p), s in zip(wanted, staged, strict=True)}
 
     def append_each(self, appends: Sequence[StagedAppend]) -> list[Exception | None]:
         """Stage each partition's produced batches (``TransactionPartition.append``), or why not:
