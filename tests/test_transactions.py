@@ -118,8 +118,8 @@ def test_a_transaction_appears_whole_at_its_commit_with_its_offsets(broker):
 
 def test_each_partition_of_a_transactional_produce_gets_its_own_answer(broker):
     """A PRODUCE's partitions are checked and staged together: one refused (not in the
-    transaction, its topic gone, a batch not transactional) leaves the others staged, and each
-    answer is its own."""
+    transaction, its topic gone, a batch not transactional, a sequence out of order) leaves the
+    others staged, and each answer is its own."""
     broker.create_topic("gone", 1)
     c = TransactionCoordinator(broker)
     pid, epoch = _open(c)
@@ -133,10 +133,12 @@ def test_each_partition_of_a_transactional_produce_gets_its_own_answer(broker):
             ("out", 1, _batch(pid, epoch, 0, b"b")),
             ("out", 0, build_record_batch([Record(b"plain")])),
             ("out", 0, _batch(pid, epoch, 0, b"a")),
+            ("out", 0, _batch(pid, epoch, 5, b"gap")),  # refused as it is staged
         ],
     )
     assert [type(a).__name__ for a in answers] == [
         "TopicNotFoundError", "InvalidTxnStateError", "NoneType", "InvalidRecordError", "NoneType",
+        "OutOfOrderSequenceError",
     ]  # fmt: skip
     c.end(TID, pid, epoch, commit=True)
     assert _values(broker, "out", 0) == [b"a"] and _values(broker, "out", 1) == [b"b"]

@@ -353,19 +353,24 @@ class Transactions:
         staged = all_at_once(calls, self._broker.fileio.read_parallelism if resume else 1)
         return {(t, p): TransactionPartition(self._broker, t, p, s) for (t, p), s in zip(wanted, staged, strict=True)}
 
-    def append_each(self, appends: Sequence[StagedAppend]) -> list[Exception | None]:
-        """Stage each partition's produced batches (``TransactionPartition.append``), or why not:
-        at once, with each topic read once; on an object store each is a write, and each read a
-        round trip, which a produce of a hundred partitions made in turn."""
-        metas = topic_metadata(self._broker, [a.partition.topic for a in appends])
+    def append_each(self, appends: Sequence[StagedAppend | Exception]) -> list[Exception | None]:
+        """Stage each partition's produced batches (``TransactionPartition.append``), or why not
+        (one refused before, given as its error, is answered with it): at once, with each topic
+        read once; on an object store each is a write, and each read a round trip, which a produce
+        of a hundred partitions made in turn."""
+        staging = [a for a in appends if isinstance(a, StagedAppend)]
+        metas = topic_metadata(self._broker, [a.partition.topic for a in staging])
         calls: list[Callable[[], None] | Exception] = []
         for a in appends:
+            if isinstance(a, Exception):
+                calls.append(a)
+                continue
             meta = metas[a.partition.topic]
             calls.append(
                 meta if isinstance(meta, Exception) else partial(a.partition.append, a.batches, a.sequences, meta)
             )
         # A partition named twice in a request is staged in turn: its staging takes one append at a time.
-        apart = len({id(a.partition) for a in appends}) == len(appends)
+        apart = len({id(a.partition) for a in staging}) == len(staging)
         parallelism = self._broker.fileio.write_parallelism if apart else 1
         staged = iter(each_at_once([c for c in calls if callable(c)], parallelism))
         return [next(staged) if callable(c) else c for c in calls]

@@ -233,8 +233,7 @@ class TransactionCoordinator:
                     answers.append(self._append_of(held, topic, partition, records))
                 except Exception as e:  # that partition's answer; the others go on
                     answers.append(e)
-            staged = iter(self._transactions.append_each([a for a in answers if isinstance(a, StagedAppend)]))
-            return [next(staged) if isinstance(a, StagedAppend) else a for a in answers]
+            return self._transactions.append_each(answers)
 
     def _append_of(self, held: _Producer, topic: str, partition: int, records: bytes) -> StagedAppend:
         """A partition's produced records, to be staged: they are transactional, their producer
