@@ -417,8 +417,9 @@ def main() -> None:
         "taking turns fence each other's ledgers; runs of small ledgers are merged in passing, so the "
         "ledger list, and the metadata every commit rewrites, stay short.",
         f"- Object stores (no target): a produce on S3 runs at {s3_rows[0][2]:.2f}x a plain PUT of its bytes one "
-        f"call at a time and {s3_rows[1][2]:.2f}x when eight threads' calls are grouped. Each group is an upload and "
-        "a CAS of the partition's metadata object (a GET and a conditional PUT): three requests where the plain "
+        f"call at a time and {s3_rows[1][2]:.2f}x when eight threads' calls are grouped. Each group reads its topic's "
+        "metadata, uploads its ledger and records it by a conditional PUT of the partition's metadata object "
+        "(read again only when another writer changed it): three requests where the plain "
         f"PUT is one. A fetch ({s3_rows[2][2]:.2f}x a GET) reads the metadata object where it changed, and the "
         "ledger: in one read under 256 KiB, else its tail (entry table) and then the entries. A fetch of "
         f"{object_store.FETCHED_PARTITIONS} partitions that changed reads them at once, "

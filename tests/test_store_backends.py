@@ -33,8 +33,10 @@ from kop_spark.kafka.transaction_coordinator import TransactionCoordinator
 from kop_spark.record import build_record_batch
 from kop_spark.spark.options import SinkOptions
 from kop_spark.spark.sink import KopBatchWriter
+from kop_spark.storage import managed_ledger
 from kop_spark.storage.fileio import takes_whole_files_only
 from kop_spark.storage.object_fileio import ObjectFileIO
+from kop_spark.storage.orphans import remove_orphans
 
 from . import servers
 from .conftest import PYTHON, python_subprocess_env
@@ -298,6 +300,62 @@ def test_a_servers_first_fetch_of_many_partitions_reads_their_topic_once(running
         fetched = b.fetch_partitions([PartitionFetch("t", p, 0, 1 << 20) for p in range(12)], 1 << 20)
     assert len(servers.requests_since(moto, since, "/public/default/t.json")) == 1
     assert [f.high_watermark for f in fetched if isinstance(f, FetchedBatches)] == [int(p == 5) for p in range(12)]
+
+
+def test_a_produce_on_an_object_store_is_a_read_of_its_topic_an_upload_and_a_cas(
+    running: dict[str, servers.Server],
+) -> None:
+    """Before its CAS, a produce looked that the ledger it had just uploaded was not removed as an
+    orphan meanwhile: a fourth request, which the CAS going through makes needless."""
+    root, moto = f"s3://{servers.BUCKET}/s{uuid.uuid4().hex[:12]}", running["s3"]
+    with Broker(root) as b:
+        b.create_topic("t", 1)
+        b.produce("t", [Record(b"a")], partition=0)
+        since = len(moto.log.read_text())
+        b.produce("t", [Record(b"b")], partition=0)
+        requests = servers.requests_since(moto, since, "")
+    assert [r.split('"')[1].split()[0] for r in requests] == ["GET", "PUT", "PUT"], requests
+    assert ("/topics/" in requests[0], ".ledger " in requests[1], "/managed-ledgers/" in requests[2]) == (True,) * 3
+    assert [r.value for r in Broker(root).fetch("t", 0, 0)] == [b"a", b"b"]
+
+
+@pytest.mark.parametrize("meanwhile", ["another writer appends", "orphan removal takes the upload"])
+def test_a_produce_whose_cas_loses_after_its_upload_refers_only_to_a_ledger_in_place(
+    running: dict[str, servers.Server], monkeypatch: pytest.MonkeyPatch, meanwhile: str
+) -> None:
+    """A produce's CAS that loses is tried again on a fresh read, with the ledger it uploaded: that
+    one, if it is still there; a new one, if orphan removal took it meanwhile (condemned by a CAS,
+    deleted, acquitted by another: the fresh read shows nothing of it)."""
+    root, moto = f"s3://{servers.BUCKET}/s{uuid.uuid4().hex[:12]}", running["s3"]
+    b, other = Broker(root), Broker(root)
+    b.create_topic("t", 1)
+    b.produce("t", [Record(b"a")], partition=0)
+    real_upload, raced = managed_ledger.sealed_ledger, []
+
+    def upload_then_race(fileio: Any, path: Any, appends: Any) -> StagedLedger:
+        ledger = real_upload(fileio, path, appends)
+        if not raced:
+            raced.append(ledger.file)
+            if meanwhile == "another writer appends":
+                other.produce("t", [Record(b"other")], partition=0)
+            else:
+                data = other.fileio.walk_files(layout.data_dir(other.topic_name("t"), 0))
+                assert remove_orphans(other.managed_ledger("t", 0), data, 0) == [ledger.file]
+        return ledger
+
+    monkeypatch.setattr(managed_ledger, "sealed_ledger", upload_then_race)
+    since = len(moto.log.read_text())
+    b.produce("t", [Record(b"b")], partition=0)
+    monkeypatch.undo()
+    uploads = [r for r in servers.requests_since(moto, since, ".ledger ") if '"PUT ' in r]
+    fresh = Broker(root)
+    values = [r.value for r in fresh.fetch("t", 0, 0)]
+    if meanwhile == "another writer appends":
+        assert (values, len(uploads)) == ([b"a", b"other", b"b"], 2), "the retry uploaded its ledger again"
+    else:
+        assert (values, len(uploads)) == ([b"a", b"b"], 2)
+        assert raced[0] not in {l.file for l in fresh.view("t", 0).ledgers}
+    assert fresh.verify() == {}
 
 
 def test_a_transaction_on_an_object_store_reads_its_topic_once_a_request_and_stages_partitions_at_once(

@@ -130,6 +130,12 @@ def _check_added_files(name: str, fileio: FileIO, committed: LogMetadata, new: L
             raise OrphanRemovedError(f"{name}: {f} was removed as an orphan before it was referred to")
 
 
+def _in_place(fileio: FileIO, file: str, meta: LogMetadata) -> bool:
+    """Whether a ledger uploaded by an attempt whose CAS lost may be referred to by this one:
+    not removed as an orphan meanwhile (as ``_check_added_files`` looks)."""
+    return file not in meta.condemned and fileio.exists(file)
+
+
 class ManagedLedger:
     """One partition's log. Safe to use from several processes at once, and from several threads
     through one instance; one instance per writer."""
@@ -221,12 +227,13 @@ class ManagedLedger:
     def apply(self, change: Change, *, allow_deleted: bool = False, new_files: bool = False) -> None:
         """Apply ``change`` by CAS, again on a fresh read whenever another writer got there first.
         ``change(meta, now)`` edits a copy of the metadata and returns it (or None for no change).
-        With ``new_files`` (files made afresh by each attempt), one lost to orphan removal is retried too."""
+        ``new_files``: every file the change starts referring to it made, or found in place, after
+        the read of ``meta``. Such files need no look before the CAS (on an object store, a request
+        each produce): condemning one takes a CAS, which would fail this one."""
         with self.lock:  # interleaved CASes could leave a stale last-known state to decide on
-            lost = (BadVersionError, OrphanRemovedError) if new_files else (BadVersionError,)
-            retry_cas(self.name, lambda: self._update(change, allow_deleted), lost=lost)
+            retry_cas(self.name, lambda: self._update(change, allow_deleted, new_files))
 
-    def _update(self, change: Change, allow_deleted: bool) -> None:
+    def _update(self, change: Change, allow_deleted: bool, new_files: bool = False) -> None:
         """Read-modify-CAS once, with retention and trash handling folded into the same CAS.
         Raises BadVersionError when another writer got there first."""
         state = self._state if self._state is not None else self._load(allow_deleted)
@@ -253,7 +260,8 @@ class ManagedLedger:
         if new == state.meta:
             self._state = state
             return
-        _check_added_files(self.name, self.fileio, state.meta, new)
+        if not new_files:
+            _check_added_files(self.name, self.fileio, state.meta, new)
         version = self.store.put(self.key, new.to_json(), state.version)
         self._state = _Committed(new, version)
 
@@ -331,11 +339,11 @@ class ManagedLedger:
                 position, rows = self._own.write(meta, now, appends)
                 meta.confirm(len(rows), count, position, max(r.max_timestamp for r in rows), now)
             else:  # an object store: the group's appends are a sealed ledger of their own, uploaded once
-                which = tuple(id(r) for r in writes)
-                if which not in sealed:  # a retry that found one of them already applied writes anew
-                    sealed[which] = sealed_ledger(self.fileio, self.ledger_path, appends)
+                ledger = sealed.get(which := tuple(id(r) for r in writes))  # else some were applied: write anew
+                if ledger is None or not _in_place(self.fileio, ledger.file, meta):
+                    ledger = sealed[which] = sealed_ledger(self.fileio, self.ledger_path, appends)
                 meta.fence_tail()
-                meta.add_ledger(sealed[which].record(sealed[which].file, base, now))
+                meta.add_ledger(ledger.record(ledger.file, base, now))
             return meta
 
         with self.lock:
