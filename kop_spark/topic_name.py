@@ -59,6 +59,11 @@ class TopicName:
         return f"{self.tenant}/{self.namespace}/{self.local_name}"
 
 
+def has_collision_chars(name: str) -> bool:
+    """Kafka's ``Topic.hasCollisionChars``: a name that may collide with another (see ``collides``)."""
+    return "." in name or "_" in name
+
+
 def collides(a: str, b: str) -> bool:
     """Kafka's ``Topic.hasCollision``: different names whose metric names are the same."""
     return a != b and a.replace(".", "_") == b.replace(".", "_")

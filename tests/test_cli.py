@@ -144,6 +144,16 @@ def test_errors_are_clear_and_exit_1(root):
     assert out.returncode == 1 and "error: topic 'missing' does not exist" in out.stderr and root in out.stderr
     out = kop(root, "topics", "create", "bad name!")
     assert out.returncode == 1 and "'bad name!'" in out.stderr
+    warning = (  # kafka-topics' words
+        "WARNING: Due to limitations in metric names, topics with a period ('.') or underscore ('_') could "
+        "collide. To avoid issues it is best to use either, but not both."
+    )
+    out = kop(root, "topics", "create", "public/default/orders.eu")
+    assert out.returncode == 0 and out.stdout.splitlines() == [warning, "Created topic public/default/orders.eu."]
+    out = kop(root, "topics", "create", "orders_eu")
+    assert out.returncode == 1 and "Topic 'orders_eu' collides with existing topic: orders.eu" in out.stderr
+    assert out.stdout.splitlines() == [warning]
+    assert warning not in kop(root, "topics", "create", "orders-us").stdout
     kop(root, "topics", "create", "t")
     out = kop(root, "consume", "t", "--partition", "0", "--offset", "5")
     assert out.returncode == 1 and "offset 5 is out of range for t-0" in out.stderr

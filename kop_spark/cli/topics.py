@@ -10,12 +10,21 @@ import sys
 from ..broker import Broker
 from ..config_changes import AlterConfigOp
 from ..errors import KopError
+from ..topic_name import has_collision_chars
 from .common import key_values, open_broker
+
+# kafka-topics' own words, printed before it creates such a topic.
+COLLISION_WARNING = (
+    "WARNING: Due to limitations in metric names, topics with a period ('.') or underscore ('_') could "
+    "collide. To avoid issues it is best to use either, but not both."
+)
 
 
 def _topics(args: argparse.Namespace) -> int:
     with open_broker(args) as b:
         if args.action == "create":
+            if has_collision_chars(args.topic.rpartition("/")[2]):
+                print(COLLISION_WARNING)
             b.create_topic(args.topic, args.partitions, key_values(args.config, "--config"))
             print(f"Created topic {args.topic}.")
         elif args.action == "list":
