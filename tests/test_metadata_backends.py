@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -14,6 +15,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import NamedTuple
 
 import pytest
@@ -30,8 +32,8 @@ from kop_spark.errors import (
 from kop_spark.record import RecordBatch
 from kop_spark.storage.ledger_metadata import LedgerRecord, LogMetadata
 from kop_spark.storage.metadata import open_metadata_store
-from kop_spark.storage.metadata.zookeeper import close_sessions
-from kop_spark.storage.metadata_store import MetadataStore, Versioned, update
+from kop_spark.storage.metadata.zookeeper import Watches, close_sessions
+from kop_spark.storage.metadata_store import UNPROBED, MetadataStore, Versioned, update
 
 from . import servers
 from .conftest import PYTHON, python_subprocess_env
@@ -258,6 +260,107 @@ def test_a_holder_killed_mid_operation_leaves_the_store_whole(backend: Backend) 
         before = n
     assert update(s, "counter", lambda v: {**v, "n": v["n"] + 1})
     assert s.get("counter").value["n"] == before + 1
+
+
+def test_zookeeper_looks_at_watched_keys_ask_the_server_nothing_until_it_tells_of_a_change(
+    running: dict[str, servers.Server],
+) -> None:
+    """A parked fetch looks at its partitions several times a second, and a produce reads its
+    topic: on ZooKeeper each look asked the server about every key. A key read or probed once is
+    watched, and looks at it ask nothing until ZooKeeper tells of its next change."""
+    server = running["zookeeper"]
+    url = _url("zookeeper", server)
+    s = Backend("zookeeper", url, server).open()
+    keys = [f"ml/p{i}" for i in range(30)]
+    for key in keys:
+        s.create(key, {"k": key})
+    first = s.probe_many(keys)
+    s.create("topic", {"partitions": 1})
+    assert s.probe("topic") is None  # never looked at: read it, which watches it
+    topic = s.get("topic")
+    received = _zookeeper_packets(server.port)[0]
+    looks = [s.probe_many(keys) for _ in range(20)]
+    singles = {key: s.probe(key) for key in [*keys, "topic"]}
+    assert _zookeeper_packets(server.port)[0] - received <= 5, "looks at unchanged keys asked the server"
+    assert looks == [first] * 20 and singles == {**first, "topic": singles["topic"]} and None not in singles.values()
+    # A key only read and written (a CAS's) is not watched: each write would cost an event.
+    s.create("cas", {"n": 0})
+    sent = _zookeeper_packets(server.port)[1]
+    for _ in range(20):
+        update(s, "cas", lambda v: {"n": v["n"] + 1})
+    assert _zookeeper_packets(server.port)[1] - sent <= 2 * 20 + 5, "the CAS's reads set watches"
+    assert s.get("topic") == topic
+    _update_elsewhere(url, "ml/p7")
+    changed = _await_change(s, keys, first)
+    assert changed == ["ml/p7"] and s.get("ml/p7").value == {"k": "ml/p7", "n": 1}
+    # A write through this process's session is seen at once, told of or not yet.
+    update(Backend("zookeeper", url, server).open(), "ml/p3", lambda v: {**(v or {}), "n": 1})
+    assert s.probe("ml/p3") is None and s.probe_many(["ml/p3"])["ml/p3"] != first["ml/p3"]
+
+
+def test_a_zookeeper_session_that_lost_its_connection_watches_its_keys_again(
+    running: dict[str, servers.Server],
+) -> None:
+    """kazoo drops every watch when its connection is lost, and sets none again: a key watched
+    before would have looked unchanged for ever after."""
+    server = running["zookeeper"]
+    url = _url("zookeeper", server)
+    s = Backend("zookeeper", url, server).open()
+    s.create("k", {"n": 0})
+    s.create("other", {"n": 0})
+    before = s.probe_many(["k"])
+    server.stop(graceful=True)
+    server.start()
+    _eventually(lambda: s.get("other"))  # reconnected; "k" untouched since its watch was lost
+    _update_elsewhere(url, "k")
+    assert _await_change(s, ["k"], before) == ["k"]
+
+
+def test_a_watch_told_of_a_change_before_its_answer_is_kept_keeps_nothing() -> None:
+    """kazoo hands watch events to a thread of their own, which may run before the thread that
+    asked keeps the answer: kept then, the token would stand for ever, its watch spent."""
+    watches, event = Watches(), SimpleNamespace(path="/ml/p0")
+    mark = watches.mark("/ml/p0")
+    watches.told(event)  # the change the watch set by that request tells of
+    watches.keep("/ml/p0", mark, (1, 2))
+    assert watches.look("/ml/p0") is UNPROBED
+    mark = watches.mark("/ml/p0")
+    watches.away()
+    watches.keep("/ml/p0", mark, (1, 3))
+    assert watches.look("/ml/p0") is UNPROBED
+    watches.keep("/ml/p0", watches.mark("/ml/p0"), (1, 4))
+    assert watches.look("/ml/p0") == (1, 4)
+
+
+def _zookeeper_packets(port: int) -> tuple[int, int]:
+    """The packets a ZooKeeper server has received and sent (its ``srvr`` command)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(b"srvr")
+        answer = b"".join(iter(lambda: conn.recv(4096), b"")).decode()
+    received, sent = (int(answer.split(f"{name}: ", 1)[1].split()[0]) for name in ("Received", "Sent"))
+    return received, sent
+
+
+def _update_elsewhere(url: str, key: str) -> None:
+    """Add ``n: 1`` to ``key`` from another process: another ZooKeeper session."""
+    code = (
+        "import sys; from kop_spark.storage.metadata import open_metadata_store; "
+        "from kop_spark.storage.metadata_store import update; "
+        "update(open_metadata_store(sys.argv[1], timeout_s=10), sys.argv[2], lambda v: {**v, 'n': 1})"
+    )
+    subprocess.run([PYTHON, "-c", code, url, key], env=python_subprocess_env(), check=True, timeout=60)
+
+
+def _await_change(s: MetadataStore, keys: list[str], before: dict, timeout_s: float = 10) -> list[str]:
+    """The keys whose probes differ from ``before``, once one does: ZooKeeper tells of another
+    session's change as its server applies it, after that session was answered."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now = s.probe_many(keys)
+        changed = [k for k in keys if now[k] != before[k]]
+        if changed or time.monotonic() > deadline:
+            return changed
+        time.sleep(0.01)
 
 
 def test_a_process_done_with_zookeeper_ends_its_sessions_and_a_store_used_after_opens_another(

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import obstore
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kop_spark import AlterConfigOp, Broker, Record, layout
@@ -791,6 +791,27 @@ def test_kafka_clients_produce_transact_consume_and_commit_through_kop_serve(sto
         assert {tp: o.offset for tp, o in b.fetch_offsets("g").items()} == ends
     for (_, p), end in ends.items():  # continuous: a transaction's records are appended at its commit
         assert sorted(o for q, o, _ in got if q == p) == list(range(end))
+
+
+def test_a_fetch_parked_in_kop_serve_wakes_when_another_process_appends(store: Store) -> None:
+    """A parked fetch looks again for what other processes append: by a listing on an object
+    store, by asking etcd, and on ZooKeeper by the key's watch, which asks nothing until told."""
+    store.broker().create_topic("p", 1)
+    with KopServer(store.root, [f"{k}={v}" for k, v in store.conf.items()]) as server:
+        consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "p", "fetch.wait.max.ms": 30_000})
+        consumer.assign([TopicPartition("p", 0, 0)])
+        assert consumer.poll(1) is None  # parked at the log end
+        value = uuid.uuid4().bytes
+        with store.broker() as b:
+            b.produce("p", [Record(value=value)], 0)
+        started = time.monotonic()
+        m = consumer.poll(20)
+        waited = time.monotonic() - started
+        consumer.close()
+    assert m is not None and m.value() == value
+    # Well within the 5 s a kept view of a partition stands at most (PROBED_MAX_AGE_S), which a
+    # look that missed the change would wait out.
+    assert waited < 3, f"the 30 s fetch wait was cut short only after {waited:.1f} s"
 
 
 def _acked_into(acked: list[tuple[int, int, bytes]]) -> Callable[[Any, Any], None]:

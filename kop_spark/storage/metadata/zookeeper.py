@@ -16,7 +16,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 from ...errors import BadVersionError, ConfigError, MetadataStoreUnavailableError, StorageError
-from ..metadata_store import MetadataStore, Versioned, check_key, decode_value, encode_value
+from ..metadata_store import UNPROBED, MetadataStore, Unprobed, Versioned, check_key, decode_value, encode_value
 
 try:
     from kazoo import exceptions as zk_errors
@@ -30,14 +30,72 @@ _sessions: dict[tuple[str, int], _Session] = {}
 _sessions_lock = threading.Lock()
 
 
+class Watches:
+    """The znodes a session watches, each with its probe token, kept until ZooKeeper tells of its
+    next change (a watch fires once), a write through this session changes it, or the session is
+    away (what changed meanwhile may go untold). So a look at unchanged keys asks the server
+    nothing, as Pulsar's metadata cache does: a parked fetch looks at its partitions several times
+    a second, and a produce reads its topic.
+
+    Only znodes looked at (probed) are watched: reads set a watch on them, and a watch on a key
+    only read and written (a CAS's) would cost an event at each write. A token is kept only if
+    nothing was told of its znode between the request that set the watch and the answer being
+    kept: kazoo hands events to a thread of their own, which may run first."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tokens: dict[str, Hashable | None] = {}
+        self._told: dict[str, int] = {}  # changes told of (or made here), each znode's
+        self._away = 0  # times the session was away
+        self._looked_at: set[str] = set()
+
+    def mark(self, path: str) -> tuple[int, int]:
+        """Taken before a request that sets a watch on ``path``; ``keep`` its answer with it."""
+        with self._lock:
+            return self._away, self._told.get(path, 0)
+
+    def keep(self, path: str, mark: tuple[int, int], token: Hashable | None) -> None:
+        with self._lock:
+            if mark == (self._away, self._told.get(path, 0)):
+                self._tokens[path] = token
+
+    def look(self, path: str) -> Hashable | Unprobed | None:
+        """The token kept for ``path`` (UNPROBED if none); reads of it set a watch from now on."""
+        with self._lock:
+            self._looked_at.add(path)
+            return self._tokens.get(path, UNPROBED)
+
+    def looked_at(self, path: str) -> bool:
+        with self._lock:
+            return path in self._looked_at
+
+    def changed(self, path: str) -> None:
+        with self._lock:
+            self._told[path] = self._told.get(path, 0) + 1
+            self._tokens.pop(path, None)
+
+    def told(self, event: Any) -> None:
+        """kazoo's watch callback. One naming no znode follows ``away``: kazoo drops every watch
+        when its connection is lost, and sets none again."""
+        if event.path is not None:
+            self.changed(event.path)
+
+    def away(self) -> None:
+        with self._lock:
+            self._away += 1
+            self._tokens.clear()
+
+
 class _Session:
-    """A kazoo client that keeps (re)connecting in the background, and whether it is connected.
+    """A kazoo client that keeps (re)connecting in the background, whether it is connected, and the
+    znodes it watches.
 
     Requests are sent only while connected: kazoo would queue them while it reconnects and send
     them whenever the server is back, long after the caller was told they failed."""
 
     def __init__(self, hosts: str, session_timeout_s: float):
         self._connected = threading.Event()
+        self.watches = Watches()
         self.client = KazooClient(
             hosts=hosts, timeout=session_timeout_s, connection_retry={"max_tries": -1, "max_delay": 1}
         )
@@ -49,6 +107,7 @@ class _Session:
             self._connected.set()
         else:
             self._connected.clear()
+            self.watches.away()
 
     def wait_connected(self, timeout_s: float) -> bool:
         return self._connected.wait(timeout_s) and self.client.connected
@@ -124,10 +183,15 @@ class ZooKeeperMetadataStore(MetadataStore):
         return f"{self.chroot}/{'/'.join(check_key(key))}"
 
     def get(self, key: str) -> Versioned:
+        session, path = self._session(), self._path(key)
+        watches = session.watches
+        watch, mark = watches.told if watches.looked_at(path) else None, watches.mark(path)
         try:
-            data, stat = self._wait(f"read {key} from", self._client().get_async(self._path(key)))
+            data, stat = self._wait(f"read {key} from", session.client.get_async(path, watch=watch))
         except zk_errors.NoNodeError:
             return Versioned(None, 0)
+        if watch is not None:
+            watches.keep(path, mark, (stat.czxid, stat.mzxid))
         # A znode made only as the parent of deeper keys holds no data: an absent key.
         value = decode_value(data, f"{key} in ZooKeeper {self.hosts}") if data else None
         return Versioned(value if isinstance(value, dict) else None, stat.version + 1)
@@ -139,7 +203,8 @@ class ZooKeeperMetadataStore(MetadataStore):
                 f"metadata {key}: {len(data)} bytes (compressed) is more than a znode holds in ZooKeeper "
                 f"{self.hosts} (jute.maxbuffer, {_MAX_ZNODE} bytes by default)"
             )
-        client = self._client()
+        session = self._session()
+        client = session.client
         try:
             if expected_version == 0:
                 self._wait(f"create {key} in", client.create_async(path, data, makepath=True))
@@ -147,19 +212,37 @@ class ZooKeeperMetadataStore(MetadataStore):
             stat = self._wait(f"write {key} to", client.set_async(path, data, version=expected_version - 1))
         except (zk_errors.NodeExistsError, zk_errors.BadVersionError, zk_errors.NoNodeError):
             raise BadVersionError(f"metadata {key} is past version {expected_version}") from None
+        finally:
+            # The watch's event, sent before the answer, may not have been handed on yet; a write
+            # that failed for want of an answer may have been made.
+            session.watches.changed(path)
         return int(stat.version) + 1
 
+    def probe(self, key: str) -> Hashable | None:
+        """The token of a key this session watches (see ``Watches``), asking nothing; else None,
+        for the caller to read it, which sets the watch."""
+        token = self._session().watches.look(self._path(key))
+        return None if isinstance(token, Unprobed) else token
+
     def probe_many(self, keys: Sequence[str], within_s: float = 0.0) -> dict[str, Hashable | None]:
-        """Each key's znode's creation and last modification (None if it never existed), asked
-        all at once: the answers come back in order on the one session, so the keys cost a round
-        trip between them, not one each."""
-        client = self._client()
-        asked = [(key, client.exists_async(self._path(key))) for key in keys]
-        out: dict[str, Hashable | None] = {}
-        for key, call in asked:
+        """Each key's znode's creation and last modification (None if it never existed): kept
+        while watched (see ``Watches``), else asked all at once, setting a watch: the answers come
+        back in order on the one session, so the keys cost a round trip between them, not one each."""
+        session = self._session()
+        watches, out = session.watches, {}
+        asked = []
+        for key in keys:
+            path = self._path(key)
+            token = watches.look(path)
+            if isinstance(token, Unprobed):
+                asked.append((key, path, watches.mark(path), session.client.exists_async(path, watch=watches.told)))
+            else:
+                out[key] = token
+        for key, path, mark, call in asked:
             stat = self._wait(f"probe {key} in", call)
             out[key] = None if stat is None else (stat.czxid, stat.mzxid)
-        return out
+            watches.keep(path, mark, out[key])
+        return {key: out[key] for key in keys}
 
     def list_keys(self, prefix: str) -> list[str]:
         client = self._client()
