@@ -10,11 +10,13 @@ from __future__ import annotations
 import random
 import threading
 import time
+import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from . import servers
 from .kop_server import KopServer
 
 PARTITIONS = 3
@@ -139,8 +141,16 @@ def _wrongs(acked: Acked, read: dict) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_compacted_topic_under_load_keeps_every_keys_latest_value(tmp_path) -> None:
-    with KopServer(str(tmp_path / "store"), _CONF) as server:
+@pytest.mark.parametrize("root", ["local", "s3+zookeeper"])
+def test_a_compacted_topic_under_load_keeps_every_keys_latest_value(tmp_path, request, root: str) -> None:
+    """On an object store with its metadata in ZooKeeper too: ledgers are uploaded whole, and the
+    partitions' keys are watched."""
+    store, conf = str(tmp_path / "store"), _CONF
+    if root == "s3+zookeeper":
+        running, space = request.getfixturevalue("running"), uuid.uuid4().hex[:12]
+        store = f"s3://{servers.BUCKET}/{space}"
+        conf = [*_CONF, f"metadataStoreUrl=zk:127.0.0.1:{running['zookeeper'].port}/{space}"]
+    with KopServer(store, conf) as server:
         admin = AdminClient({"bootstrap.servers": server.bootstrap})
         for f in admin.create_topics([NewTopic("soak", PARTITIONS, 1, config=_TOPIC)]).values():
             f.result(30)

@@ -17,7 +17,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import obstore
 
@@ -143,6 +143,16 @@ class ObjectMetadataStore(MetadataStore):
         return f"ObjectMetadataStore({self.location.display!r})"
 
 
+class _Listing(NamedTuple):
+    taken_at: float  # time.monotonic()
+    first: str
+    last: str
+    objects: list[ObjectMeta]
+
+    def covers(self, first: str, last: str, within_s: float, now: float) -> bool:
+        return now - self.taken_at <= within_s and self.first <= first and last <= self.last
+
+
 class _RecentListings:
     """Each directory's last listing, kept for probes that may take one a little old: a consumer's
     parked fetch looks at its partitions every 50 ms, a LIST request each on an object store (and
@@ -152,7 +162,7 @@ class _RecentListings:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._kept: dict[str, tuple[float, str, str, list[ObjectMeta]]] = {}  # (taken at, first, last, metas)
+        self._kept: dict[str, _Listing] = {}
         self._writes: dict[str, int] = {}  # writes made here, by directory
 
     def listed(
@@ -163,13 +173,13 @@ class _RecentListings:
         now = time.monotonic()
         with self._lock:
             kept, writes = self._kept.get(directory), self._writes.get(directory, 0)
-        if kept is not None and now - kept[0] <= within_s and kept[1] <= first and last <= kept[2]:
-            return kept[3]
-        metas = listing()
+        if kept is not None and kept.covers(first, last, within_s, now):
+            return kept.objects
+        objects = listing()
         with self._lock:
             if self._writes.get(directory, 0) == writes:
-                self._kept[directory] = (now, first, last, metas)
-        return metas
+                self._kept[directory] = _Listing(now, first, last, objects)
+        return objects
 
     def wrote(self, directory: str) -> None:
         with self._lock:
