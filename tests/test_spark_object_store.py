@@ -15,8 +15,11 @@ import pytest
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from kop_spark import Broker, Record
+from kop_spark.clock import ManualClock
 from kop_spark.errors import StorageError
+from kop_spark.spark._compat import ReadAllAvailable
 from kop_spark.spark.batch_reader import KopBatchReader
+from kop_spark.spark.micro_batch_stream import KopMicroBatchStream
 from kop_spark.spark.options import SourceOptions
 from kop_spark.spark.sink import KopBatchWriter, prepare
 from kop_spark.storage.object_fileio import ObjectFileIO
@@ -191,3 +194,33 @@ def test_executors_in_their_own_processes_need_no_shared_disk(s3_root: str) -> N
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == list(range(300))
+
+
+@pytest.mark.parametrize("where", ["s3", "local", "s3, minFetchPeriod 0"])
+def test_an_idle_stream_looks_at_a_store_billed_by_the_request_once_a_min_fetch_period(
+    running: dict[str, servers.Server], tmp_path: Path, where: str
+) -> None:
+    """Spark asks an idle stream for its latest offsets every 10 ms (pollingDelay). On an object
+    store each look listed the partitions and read the topic: some 60 billed requests a second."""
+    moto, space = running["s3"], f"s{uuid.uuid4().hex[:12]}"
+    root = str(tmp_path / space) if where == "local" else f"s3://{servers.BUCKET}/{space}"
+    Broker(root).create_topic("t", 2)
+    options = {"kop.root": root, "subscribe": "t", "startingOffsets": "earliest"}
+    if where.endswith("0"):
+        options["minFetchPeriod"] = "0"
+    clock = ManualClock()
+    stream = KopMicroBatchStream(SourceOptions.parse(options, streaming=True), clock=clock)
+    start, limit = stream.initialOffset(), ReadAllAvailable()
+    since = len(moto.log.read_text())
+    assert [stream.latestOffset(start, limit) for _ in range(20)] == [start] * 20
+    listings = [r for r in servers.requests_since(moto, since, space) if "list-type=2" in r]
+    assert len(listings) == (20 if where.endswith("0") else 1 if where == "s3" else 0)
+    Broker(root).produce("t", [Record(b"x")], partition=1)
+    waiting = where == "s3"
+    clock.advance(399)
+    assert stream.latestOffset(start, limit) == (start if waiting else {"t": {"0": 0, "1": 1}})
+    clock.advance(1)
+    assert (end := stream.latestOffset(start, limit)) == {"t": {"0": 0, "1": 1}}
+    Broker(root).produce("t", [Record(b"y")], partition=0)
+    assert stream.latestOffset(end, limit) == {"t": {"0": 1, "1": 1}}, "a batch's first look waits for nothing"
+    stream.stop()

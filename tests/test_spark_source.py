@@ -271,6 +271,7 @@ def test_max_partitions_reads_several_partitions_a_task_each_in_order(spark, roo
             "option 'startingOffsetsByTimestampStrategy'",
         ),
         ({"subscribe": "t", "failOnDataLoss": "maybe"}, "option 'failOnDataLoss'"),
+        ({"subscribe": "t", "minFetchPeriod": "soon"}, "option 'minFetchPeriod': expected a duration"),
         ({"subscribe": "t", "minPartitions": "0"}, "Invalid value '0' for option 'minPartitions'"),
         ({"subscribe": "t", "maxRecordsPerPartition": "x"}, "option 'maxRecordsPerPartition'"),
         ({"subscribe": "t", "maxPartitions": "-1"}, "Invalid value '-1' for option 'maxPartitions'"),

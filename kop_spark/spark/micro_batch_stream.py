@@ -5,6 +5,7 @@ offsets committed as batches complete. Offsets are ``source_offset``'s JSON."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -27,6 +28,14 @@ from .partition_reader import read_input_partition
 Offset = dict[str, dict[str, int]]
 
 
+class _Look(NamedTuple):
+    """A look at the store for the latest offsets: when, for a batch starting where, what it saw."""
+
+    at_ms: int
+    start: Offset
+    views: Views
+
+
 class KopMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions, clock: Clock = SYSTEM_CLOCK):
         self.options = options
@@ -38,6 +47,7 @@ class KopMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._committed: PartitionOffsets | None = None
         self._last_end: Offset | None = None  # where the next batch starts, as far as this reader knows
         self._latest: PartitionOffsets | None = None  # as of the last latestOffset(), for progress
+        self._last_look: _Look | None = None
 
     @property
     def _reader(self) -> KopOffsetReader:
@@ -46,8 +56,8 @@ class KopMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._offset_reader
 
     def __getstate__(self) -> dict[str, object]:
-        # Spark pickles the reader to ship ``read`` to executors, which need no broker.
-        return {**self.__dict__, "_offset_reader": None}
+        # Spark pickles the reader to ship ``read`` to executors, which need no broker, nor views.
+        return {**self.__dict__, "_offset_reader": None, "_last_look": None}
 
     # -- offsets -----------------------------------------------------------------------------
 
@@ -96,7 +106,7 @@ class KopMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # is when the group learns of it; ``commit(end)`` alone would come one batch late (or never,
         # for the last batch of a run).
         begin = source_offset.from_json(start)
-        views = self._reader.current()  # one metadata read per partition and trigger
+        views = self._current(start)
         if self._initial is None or start != self._initial:
             self._commit_group(begin, views)
         if self._available_now is not None:
@@ -108,6 +118,16 @@ class KopMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # that are gone drop out of the offsets (partitions() reports the loss).
         begin = {tp: begin[tp] if tp in begin else views[tp].log_start_offset for tp in latest}
         return source_offset.to_json(self._admit(begin, latest, limit, views))
+
+    def _current(self, start: Offset) -> Views:
+        """The subscribed partitions' views: the last look's, while the stream waits at the same
+        ``start`` and it is less than ``minFetchPeriod`` old; else a look at the store."""
+        now, last = self._clock.now_ms(), self._last_look
+        if last is not None and last.start == start and now - last.at_ms < self._reader.min_fetch_period_ms:
+            return last.views
+        views = self._reader.current()
+        self._last_look = _Look(now, start, views)
+        return views
 
     def _admit(
         self, begin: PartitionOffsets, latest: PartitionOffsets, limit: ReadLimit, views: Views

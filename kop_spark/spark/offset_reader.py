@@ -29,6 +29,11 @@ from .options import (
 from .partition_reader import KopInputPartition, KopInputPartitions, report_data_loss
 
 Views = dict[TopicPartition, PartitionView]
+# An idle stream's looks at a store billed by the request, at least this far apart: Spark asks for
+# the latest offsets every 10 ms while nothing comes (spark.sql.streaming.pollingDelay), and each
+# look is a LIST of the partitions and a GET of the topic on an object store. Databricks' Kinesis
+# source (minFetchPeriod) waits as long between its own fetches.
+BILLED_MIN_FETCH_PERIOD_MS = 400
 
 
 class KopOffsetReader:
@@ -42,6 +47,15 @@ class KopOffsetReader:
 
     def close(self) -> None:
         self.broker.close()
+
+    @property
+    def min_fetch_period_ms(self) -> int:
+        """``minFetchPeriod``, or the store's: ``BILLED_MIN_FETCH_PERIOD_MS`` where each request is
+        billed, none where a look is cheap (local files, ZooKeeper's watches, etcd)."""
+        given = self.options.min_fetch_period_ms
+        if given is not None:
+            return given
+        return BILLED_MIN_FETCH_PERIOD_MS if self.broker.store.requests_billed else 0
 
     def report_data_loss(self, message: str) -> None:
         """Fail or log, per ``failOnDataLoss``."""

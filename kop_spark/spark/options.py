@@ -186,6 +186,7 @@ class SourceOptions:
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     max_partitions: int | None = None  # kop's own: small ranges read together, a task's cost shared
+    min_fetch_period_ms: int | None = None  # None: the store's (``KopOffsetReader.min_fetch_period_ms``)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -232,6 +233,7 @@ class SourceOptions:
             min_partitions=opts.positive("minPartitions"),
             max_records_per_partition=opts.positive("maxRecordsPerPartition"),
             max_partitions=_max_partitions(opts),
+            min_fetch_period_ms=opts.duration_ms("minFetchPeriod", "0") if "minFetchPeriod" in opts else None,
         )
 
 

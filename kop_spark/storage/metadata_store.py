@@ -49,6 +49,8 @@ class MetadataStore(abc.ABC):
     update_parallelism = 16
     # Reads of different keys worth running at once (a fetch's partitions, where they changed).
     read_parallelism = 16
+    # Whether each request is billed (an object store's): those that poll look less often there.
+    requests_billed = False
 
     @abc.abstractmethod
     def get(self, key: str) -> Versioned: ...

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 
 class ObjectMetadataStore(MetadataStore):
+    requests_billed = True
+
     def __init__(self, location: ObjectLocation, options: Mapping[str, str], *, timeout_s: float):
         self.location = location
         self._store = open_store(location, options, timeout_s)
