@@ -227,9 +227,8 @@ class ManagedLedger:
     def apply(self, change: Change, *, allow_deleted: bool = False, new_files: bool = False) -> None:
         """Apply ``change`` by CAS, again on a fresh read whenever another writer got there first.
         ``change(meta, now)`` edits a copy of the metadata and returns it (or None for no change).
-        ``new_files``: every file the change starts referring to it made, or found in place, after
-        the read of ``meta``. Such files need no look before the CAS (on an object store, a request
-        each produce): condemning one takes a CAS, which would fail this one."""
+        ``new_files``: the change made (or found in place) after the read of ``meta`` every file it
+        adds, which so needs no look (``_check_added_files``): condemning one fails this CAS."""
         with self.lock:  # interleaved CASes could leave a stale last-known state to decide on
             retry_cas(self.name, lambda: self._update(change, allow_deleted, new_files))
 
