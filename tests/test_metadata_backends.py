@@ -3,6 +3,7 @@ ZooKeeper, etcd, S3 (moto's server), GCS (its XML API, ``gcs_process``) and Azur
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -13,12 +14,13 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import NamedTuple
 
 import pytest
+from kazoo.protocol.states import Callback
 
 from kop_spark import Broker, Record
 from kop_spark.broker import FetchedBatches, PartitionFetch, PartitionViews
@@ -31,7 +33,7 @@ from kop_spark.errors import (
 )
 from kop_spark.record import RecordBatch
 from kop_spark.storage.ledger_metadata import LedgerRecord, LogMetadata
-from kop_spark.storage.metadata import open_metadata_store
+from kop_spark.storage.metadata import open_metadata_store, zookeeper
 from kop_spark.storage.metadata.zookeeper import Watches, close_sessions
 from kop_spark.storage.metadata_store import UNPROBED, MetadataStore, Versioned, update
 
@@ -204,7 +206,7 @@ def test_values_at_the_size_of_a_large_managed_ledger(backend: Backend) -> None:
 
 COUNTER = r"""
 import sys
-from kop_spark.storage.metadata import open_metadata_store
+from kop_spark.storage.metadata import open_metadata_store, zookeeper
 from kop_spark.storage.metadata_store import update
 
 store = open_metadata_store(sys.argv[1], timeout_s=10, session_timeout_s=10)
@@ -294,8 +296,34 @@ def test_zookeeper_looks_at_watched_keys_ask_the_server_nothing_until_it_tells_o
     changed = _await_change(s, keys, first)
     assert changed == ["ml/p7"] and s.get("ml/p7").value == {"k": "ml/p7", "n": 1}
     # A write through this process's session is seen at once, told of or not yet.
-    update(Backend("zookeeper", url, server).open(), "ml/p3", lambda v: {**(v or {}), "n": 1})
-    assert s.probe("ml/p3") is None and s.probe_many(["ml/p3"])["ml/p3"] != first["ml/p3"]
+    with _events_held(f"127.0.0.1:{server.port}"):
+        update(Backend("zookeeper", url, server).open(), "ml/p3", lambda v: {**(v or {}), "n": 1})
+        assert s.probe("ml/p3") is None and s.probe_many(["ml/p3"])["ml/p3"] != first["ml/p3"]
+
+
+def test_a_zookeeper_listing_again_asks_nothing_and_sees_every_change(running: dict[str, servers.Server]) -> None:
+    """Every topic is listed for a Metadata request of all topics, and at every look of a Spark
+    stream subscribed by pattern: on ZooKeeper a walk of the tree, a request a znode, each time."""
+    server = running["zookeeper"]
+    url = _url("zookeeper", server)
+    s = Backend("zookeeper", url, server).open()
+    keys = [f"topics/t{i}" for i in range(20)] + ["topics/p/child"]
+    for key in keys:
+        s.create(key, {"k": key})
+    listed = s.list_keys("topics")
+    received = _zookeeper_packets(server.port)[0]
+    assert [s.list_keys("topics") for _ in range(5)] == [listed] * 5 == [sorted(keys)] * 5
+    assert _zookeeper_packets(server.port)[0] - received <= 5, "a listing of unchanged keys asked the server"
+    _update_elsewhere(url, "topics/new")  # a new child of a listed znode
+    _update_elsewhere(url, "topics/p")  # data for a znode that was only a parent
+    deadline = time.monotonic() + 10
+    while len(s.list_keys("topics")) < len(keys) + 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert s.list_keys("topics") == sorted([*keys, "topics/new", "topics/p"])
+    # A key made through this process's session is listed at once, told of or not yet.
+    with _events_held(f"127.0.0.1:{server.port}"):
+        Backend("zookeeper", url, server).open().create("topics/mine", {"k": 1})
+        assert "topics/mine" in s.list_keys("topics")
 
 
 def test_a_zookeeper_session_that_lost_its_connection_watches_its_keys_again(
@@ -307,13 +335,16 @@ def test_a_zookeeper_session_that_lost_its_connection_watches_its_keys_again(
     url = _url("zookeeper", server)
     s = Backend("zookeeper", url, server).open()
     s.create("k", {"n": 0})
+    s.create("dir/a", {"n": 0})
     s.create("other", {"n": 0})
-    before = s.probe_many(["k"])
+    before, listed = s.probe_many(["k"]), s.list_keys("dir")
     server.stop(graceful=True)
     server.start()
-    _eventually(lambda: s.get("other"))  # reconnected; "k" untouched since its watch was lost
+    _eventually(lambda: s.get("other"))  # reconnected; "k" and "dir" untouched since their watches were lost
     _update_elsewhere(url, "k")
+    _update_elsewhere(url, "dir/b")
     assert _await_change(s, ["k"], before) == ["k"]
+    assert listed == ["dir/a"] and s.list_keys("dir") == ["dir/a", "dir/b"]
 
 
 def test_a_watch_told_of_a_change_before_its_answer_is_kept_keeps_nothing() -> None:
@@ -332,6 +363,19 @@ def test_a_watch_told_of_a_change_before_its_answer_is_kept_keeps_nothing() -> N
     assert watches.look("/ml/p0") == (1, 4)
 
 
+@contextlib.contextmanager
+def _events_held(hosts: str) -> Iterator[None]:
+    """Hold up the thread that hands this process's ZooKeeper session's watch events on, as a
+    busy machine may: what happens meanwhile must not wait for them."""
+    release = threading.Event()
+    session = zookeeper._sessions[(hosts, os.getpid())]
+    session.client.handler.dispatch_callback(Callback("watch", lambda: release.wait(30), ()))
+    try:
+        yield
+    finally:
+        release.set()
+
+
 def _zookeeper_packets(port: int) -> tuple[int, int]:
     """The packets a ZooKeeper server has received and sent (its ``srvr`` command)."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
@@ -342,11 +386,11 @@ def _zookeeper_packets(port: int) -> tuple[int, int]:
 
 
 def _update_elsewhere(url: str, key: str) -> None:
-    """Add ``n: 1`` to ``key`` from another process: another ZooKeeper session."""
+    """Add ``n: 1`` to ``key`` (made if need be) from another process: another ZooKeeper session."""
     code = (
         "import sys; from kop_spark.storage.metadata import open_metadata_store; "
         "from kop_spark.storage.metadata_store import update; "
-        "update(open_metadata_store(sys.argv[1], timeout_s=10), sys.argv[2], lambda v: {**v, 'n': 1})"
+        "update(open_metadata_store(sys.argv[1], timeout_s=10), sys.argv[2], lambda v: {**(v or {}), 'n': 1})"
     )
     subprocess.run([PYTHON, "-c", code, url, key], env=python_subprocess_env(), check=True, timeout=60)
 

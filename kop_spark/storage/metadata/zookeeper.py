@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Hashable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...errors import BadVersionError, ConfigError, MetadataStoreUnavailableError, StorageError
 from ..metadata_store import UNPROBED, MetadataStore, Unprobed, Versioned, check_key, decode_value, encode_value
@@ -28,6 +28,11 @@ except ImportError:  # an optional dependency: only stores that use ZooKeeper ne
 _MAX_ZNODE = 0xFFFFF - 1024  # ZooKeeper's default jute.maxbuffer, less the request's own fields
 _sessions: dict[tuple[str, int], _Session] = {}
 _sessions_lock = threading.Lock()
+
+
+class Children(NamedTuple):
+    names: list[str]
+    holds_data: bool  # a key's znode, not one made only as the parent of deeper keys
 
 
 class Watches:
@@ -48,6 +53,7 @@ class Watches:
         self._told: dict[str, int] = {}  # changes told of (or made here), each znode's
         self._away = 0  # times the session was away
         self._looked_at: set[str] = set()
+        self._children: dict[str, Children] = {}
 
     def mark(self, path: str) -> tuple[int, int]:
         """Taken before a request that sets a watch on ``path``; ``keep`` its answer with it."""
@@ -69,10 +75,21 @@ class Watches:
         with self._lock:
             return path in self._looked_at
 
+    def children(self, path: str) -> Children | None:
+        """A listed znode's children, and whether it holds data, while watched."""
+        with self._lock:
+            return self._children.get(path)
+
+    def keep_children(self, path: str, mark: tuple[int, int], children: Children) -> None:
+        with self._lock:
+            if mark == (self._away, self._told.get(path, 0)):
+                self._children[path] = children
+
     def changed(self, path: str) -> None:
         with self._lock:
             self._told[path] = self._told.get(path, 0) + 1
             self._tokens.pop(path, None)
+            self._children.pop(path, None)
 
     def told(self, event: Any) -> None:
         """kazoo's watch callback. One naming no znode follows ``away``: kazoo drops every watch
@@ -84,6 +101,7 @@ class Watches:
         with self._lock:
             self._away += 1
             self._tokens.clear()
+            self._children.clear()
 
 
 class _Session:
@@ -111,6 +129,12 @@ class _Session:
 
     def wait_connected(self, timeout_s: float) -> bool:
         return self._connected.wait(timeout_s) and self.client.connected
+
+
+def _parents(path: str) -> list[str]:
+    """``/a/b/c`` -> [``/a/b``, ``/a``]."""
+    parts = path.strip("/").split("/")
+    return ["/" + "/".join(parts[:n]) for n in range(len(parts) - 1, 0, -1)]
 
 
 def close_sessions(hosts: str | None = None) -> None:
@@ -214,8 +238,10 @@ class ZooKeeperMetadataStore(MetadataStore):
             raise BadVersionError(f"metadata {key} is past version {expected_version}") from None
         finally:
             # The watch's event, sent before the answer, may not have been handed on yet; a write
-            # that failed for want of an answer may have been made.
-            session.watches.changed(path)
+            # that failed for want of an answer may have been made. A create changes its parents'
+            # children too (makepath may have made the parents).
+            for changed in [path, *(_parents(path) if expected_version == 0 else ())]:
+                session.watches.changed(changed)
         return int(stat.version) + 1
 
     def probe(self, key: str) -> Hashable | None:
@@ -247,27 +273,49 @@ class ZooKeeperMetadataStore(MetadataStore):
     def list_keys(self, prefix: str) -> list[str]:
         """The znodes under ``prefix`` that hold data, found a level of the tree at a time: a
         level's znodes are asked for their children (and their own stat) all at once, so that a
-        level costs a round trip, not one a znode (200 topics took 300 ms, asked in turn)."""
-        client = self._client()
+        level costs a round trip, not one a znode (200 topics took 300 ms, asked in turn). What
+        was listed is watched (see ``Watches``): listed again unchanged, it asks nothing."""
+        session = self._session()
         out: list[str] = []
         level = [prefix] if prefix else []
         if not prefix:
             try:
-                level = self._wait("list", client.get_children_async(self.chroot or "/"))
+                level = self._wait("list", session.client.get_children_async(self.chroot or "/"))
             except zk_errors.NoNodeError:
                 return []
         while level:
-            asked = [(key, client.get_children_async(self._path(key), include_data=True)) for key in level]
+            listed = self._children_of(session, level)
             level = []
-            for key, call in asked:
-                try:
-                    children, stat = self._wait(f"list {key} in", call)
-                except zk_errors.NoNodeError:
-                    continue
-                if stat.dataLength:
+            for key, children in listed.items():
+                if children.holds_data:
                     out.append(key)
-                level.extend(f"{key}/{c}" for c in children)
+                level.extend(f"{key}/{c}" for c in children.names)
         return sorted(k for k in out if k != "zookeeper" and not k.startswith("zookeeper/"))
+
+    def _children_of(self, session: _Session, keys: list[str]) -> dict[str, Children]:
+        """Each key's children and whether it holds data: kept while watched, else asked all at
+        once, watching them (and, where it holds none yet, its data: a put may give it some)."""
+        watches, client, out, asked = session.watches, session.client, {}, []
+        for key in keys:
+            path = self._path(key)
+            kept = watches.children(path)
+            if kept is not None:
+                out[key] = kept
+                continue
+            mark, call = watches.mark(path), client.get_children_async(path, watch=watches.told, include_data=True)
+            asked.append((key, path, mark, call))
+        for key, path, mark, call in asked:
+            try:
+                names, stat = self._wait(f"list {key} in", call)
+                if not stat.dataLength:  # a put may give it data, which no child watch tells of
+                    stat = self._wait(f"list {key} in", client.exists_async(path, watch=watches.told))
+            except zk_errors.NoNodeError:
+                continue
+            if stat is None:
+                continue  # gone meanwhile
+            out[key] = Children(names, bool(stat.dataLength))
+            watches.keep_children(path, mark, out[key])
+        return {key: out[key] for key in keys if key in out}
 
     def __repr__(self) -> str:
         return f"ZooKeeperMetadataStore({self.url!r})"
