@@ -206,7 +206,7 @@ def test_values_at_the_size_of_a_large_managed_ledger(backend: Backend) -> None:
 
 COUNTER = r"""
 import sys
-from kop_spark.storage.metadata import open_metadata_store, zookeeper
+from kop_spark.storage.metadata import open_metadata_store
 from kop_spark.storage.metadata_store import update
 
 store = open_metadata_store(sys.argv[1], timeout_s=10, session_timeout_s=10)

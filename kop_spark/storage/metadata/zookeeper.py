@@ -183,9 +183,6 @@ class ZooKeeperMetadataStore(MetadataStore):
             raise self._unavailable("connect to")
         return session
 
-    def _client(self) -> Any:
-        return self._session().client
-
     def _unavailable(self, action: str) -> MetadataStoreUnavailableError:
         return MetadataStoreUnavailableError(
             f"cannot {action} ZooKeeper {self.hosts} (metadataStoreUrl {self.url}): no answer within "
