@@ -121,18 +121,17 @@ def _appended_already(
 
 
 def _check_added_files(name: str, fileio: FileIO, committed: LogMetadata, new: LogMetadata) -> None:
-    """Files a change starts referring to must not be orphans condemned by maintenance. An
-    orphan is condemned by one CAS, deleted, then acquitted by another: while condemned, the
-    list says so; once acquitted, it is already gone, which a look at the file tells, since
-    ``committed`` (read after the acquitting CAS) is what this change is based on."""
+    """Files a change starts referring to must not be orphans condemned by maintenance."""
     for f in new.referenced() - committed.referenced():
-        if f in new.condemned or not fileio.exists(f):
+        if not _in_place(fileio, f, new):
             raise OrphanRemovedError(f"{name}: {f} was removed as an orphan before it was referred to")
 
 
 def _in_place(fileio: FileIO, file: str, meta: LogMetadata) -> bool:
-    """Whether a ledger uploaded by an attempt whose CAS lost may be referred to by this one:
-    not removed as an orphan meanwhile (as ``_check_added_files`` looks)."""
+    """Whether ``file``, not yet referred to, may be by a change to ``meta``: not removed as an
+    orphan. An orphan is condemned by one CAS, deleted, then acquitted by another: while
+    condemned, the list says so; once acquitted, it is already gone, which a look at the file
+    tells, as long as ``meta`` was read after the acquitting CAS (read afresh for this change)."""
     return file not in meta.condemned and fileio.exists(file)
 
 
