@@ -34,7 +34,7 @@ from kop_spark.errors import (
 from kop_spark.record import RecordBatch
 from kop_spark.storage.ledger_metadata import LedgerRecord, LogMetadata
 from kop_spark.storage.metadata import open_metadata_store, zookeeper
-from kop_spark.storage.metadata.zookeeper import Watches, close_sessions
+from kop_spark.storage.metadata.zookeeper import Children, Watches, close_sessions
 from kop_spark.storage.metadata_store import UNPROBED, MetadataStore, Versioned, update
 
 from . import servers
@@ -354,7 +354,8 @@ def test_a_watch_told_of_a_change_before_its_answer_is_kept_keeps_nothing() -> N
     mark = watches.mark("/ml/p0")
     watches.told(event)  # the change the watch set by that request tells of
     watches.keep("/ml/p0", mark, (1, 2))
-    assert watches.look("/ml/p0") is UNPROBED
+    watches.keep_children("/ml/p0", mark, Children(["x"], True))
+    assert watches.look("/ml/p0") is UNPROBED and watches.children("/ml/p0") is None
     mark = watches.mark("/ml/p0")
     watches.away()
     watches.keep("/ml/p0", mark, (1, 3))

@@ -58,11 +58,14 @@ class Watches:
     def mark(self, path: str) -> tuple[int, int]:
         """Taken before a request that sets a watch on ``path``; ``keep`` its answer with it."""
         with self._lock:
-            return self._away, self._told.get(path, 0)
+            return self._mark(path)
+
+    def _mark(self, path: str) -> tuple[int, int]:
+        return self._away, self._told.get(path, 0)
 
     def keep(self, path: str, mark: tuple[int, int], token: Hashable | None) -> None:
         with self._lock:
-            if mark == (self._away, self._told.get(path, 0)):
+            if mark == self._mark(path):  # nothing told of it since the request
                 self._tokens[path] = token
 
     def look(self, path: str) -> Hashable | Unprobed | None:
@@ -82,7 +85,7 @@ class Watches:
 
     def keep_children(self, path: str, mark: tuple[int, int], children: Children) -> None:
         with self._lock:
-            if mark == (self._away, self._told.get(path, 0)):
+            if mark == self._mark(path):
                 self._children[path] = children
 
     def changed(self, path: str) -> None:
