@@ -16,7 +16,6 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import NamedTuple
 
 import pytest
@@ -33,8 +32,10 @@ from kop_spark.errors import (
 )
 from kop_spark.record import RecordBatch
 from kop_spark.storage.ledger_metadata import LedgerRecord, LogMetadata
-from kop_spark.storage.metadata import open_metadata_store, zookeeper
-from kop_spark.storage.metadata.zookeeper import Children, Watches, close_sessions
+from kop_spark.storage.metadata import etcd_watch, open_metadata_store, zookeeper
+from kop_spark.storage.metadata.etcd import EtcdMetadataStore
+from kop_spark.storage.metadata.watches import Watches
+from kop_spark.storage.metadata.zookeeper import Children, close_sessions
 from kop_spark.storage.metadata_store import UNPROBED, MetadataStore, Versioned, update
 
 from . import servers
@@ -350,18 +351,153 @@ def test_a_zookeeper_session_that_lost_its_connection_watches_its_keys_again(
 def test_a_watch_told_of_a_change_before_its_answer_is_kept_keeps_nothing() -> None:
     """kazoo hands watch events to a thread of their own, which may run before the thread that
     asked keeps the answer: kept then, the token would stand for ever, its watch spent."""
-    watches, event = Watches(), SimpleNamespace(path="/ml/p0")
+    watches = Watches()
     mark = watches.mark("/ml/p0")
-    watches.told(event)  # the change the watch set by that request tells of
+    watches.changed("/ml/p0")  # the change the watch set by that request tells of
     watches.keep("/ml/p0", mark, (1, 2))
-    watches.keep_children("/ml/p0", mark, Children(["x"], True))
-    assert watches.look("/ml/p0") is UNPROBED and watches.children("/ml/p0") is None
+    watches.keep_listing("/ml/p0", mark, Children(["x"], True))
+    assert watches.look("/ml/p0") is UNPROBED and watches.listing("/ml/p0") is None
     mark = watches.mark("/ml/p0")
     watches.away()
     watches.keep("/ml/p0", mark, (1, 3))
     assert watches.look("/ml/p0") is UNPROBED
     watches.keep("/ml/p0", watches.mark("/ml/p0"), (1, 4))
     assert watches.look("/ml/p0") == (1, 4)
+    # etcd's watch is one stream: while it is down, and until it stands again, nothing is kept.
+    watches.away(standing=False)
+    mark = watches.mark("/ml/p0")
+    watches.keep("/ml/p0", mark, (1, 5))
+    watches.standing()
+    watches.keep_listing("/ml/p0", mark, Children(["y"], True))
+    assert watches.look("/ml/p0") is UNPROBED and watches.listing("/ml/p0") is None
+    watches.keep("/ml/p0", watches.mark("/ml/p0"), (1, 6))
+    assert watches.look("/ml/p0") == (1, 6)
+
+
+def test_etcd_looks_at_unchanged_keys_ask_nothing_while_its_watch_stands(running: dict[str, servers.Server]) -> None:
+    """As on ZooKeeper, but by one watch of every key of the store (as Pulsar's etcd store keeps),
+    started by the first look: a process that only reads and writes (a producer's) starts none,
+    since the watch brings it every write's value."""
+    server = running["etcd"]
+    backend = Backend("etcd", _url("etcd", server), server)
+    writer = _etcd(Backend("etcd", _url("etcd", server), server))
+    writer.create("cas", {"n": 0})
+    for _ in range(5):
+        update(writer, "cas", lambda v: {"n": v["n"] + 1})
+    assert etcd_watch.running_watch(writer.endpoints, _prefix_of(writer)) is None, "a CAS started a watch"
+    s = _etcd(backend)
+    keys = [f"ml/p{i}" for i in range(30)]
+    for key in [*keys, "topic"]:
+        s.create(key, {"k": key})
+    _await_standing(s)  # from here on, what is kept stands until told of a change
+    first = s.probe_many(keys)
+    assert s.probe("topic") is None  # never looked at: read it, which keeps it
+    topic = s.get("topic")
+    requests = _etcd_requests(backend)
+    looks = [s.probe_many(keys) for _ in range(20)]
+    singles = {key: s.probe(key) for key in [*keys, "topic"]}
+    assert _etcd_requests(backend) == requests, "looks at unchanged keys asked etcd"
+    assert looks == [first] * 20 and singles == {**first, "topic": singles["topic"]} and None not in singles.values()
+    assert s.get("topic") == topic
+    _update_elsewhere(backend.url, "ml/p7")
+    assert _await_change(s, keys, first) == ["ml/p7"] and s.get("ml/p7").value == {"k": "ml/p7", "n": 1}
+    # A write through this process is seen at once, told of or not yet.
+    with _etcd_events_held(s):
+        update(_etcd(backend), "ml/p3", lambda v: {**(v or {}), "n": 1})
+        assert s.probe("ml/p3") is None and s.probe_many(["ml/p3"])["ml/p3"] != first["ml/p3"]
+
+
+def test_an_etcd_listing_again_asks_nothing_and_sees_every_key_made(running: dict[str, servers.Server]) -> None:
+    server = running["etcd"]
+    backend = Backend("etcd", _url("etcd", server), server)
+    s = _etcd(backend)
+    keys = [f"topics/t{i}" for i in range(20)] + ["topics/p/child"]
+    for key in keys:
+        s.create(key, {"k": key})
+    _await_standing(s)
+    listed, everything = s.list_keys("topics"), s.list_keys("")
+    requests = _etcd_requests(backend)
+    assert [s.list_keys("topics") for _ in range(5)] == [listed] * 5 == [sorted(keys)] * 5
+    assert s.list_keys("") == everything == sorted(keys)
+    assert _etcd_requests(backend) == requests, "a listing of unchanged keys asked etcd"
+    _update_elsewhere(backend.url, "topics/p")  # a key where there was only a parent
+    _update_elsewhere(backend.url, "topics/p/child")  # a change of a listed key's value lists nothing new
+    _update_elsewhere(backend.url, "topics/new")
+    deadline = time.monotonic() + 10
+    while len(s.list_keys("topics")) < len(keys) + 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert s.list_keys("topics") == s.list_keys("") == sorted([*keys, "topics/new", "topics/p"])
+    assert s.list_keys("topics/p") == ["topics/p", "topics/p/child"]
+    with _etcd_events_held(s):
+        _etcd(backend).create("topics/mine", {"k": 1})
+        assert "topics/mine" in s.list_keys("topics") and "topics/mine" in s.list_keys("")
+
+
+def test_an_etcd_watch_whose_stream_broke_keeps_nothing_from_before(running: dict[str, servers.Server]) -> None:
+    """A change made while the watch was down (here between etcd's restart and the watch made
+    again) is told by no stream: what was kept before must go with the stream."""
+    server = running["etcd"]
+    url = _url("etcd", server)
+    s = _etcd(Backend("etcd", url, server))
+    s.create("k", {"n": 0})
+    s.create("dir/a", {"n": 0})
+    _await_standing(s)
+    before, listed = s.probe_many(["k"]), s.list_keys("dir")
+    with etcd_watch._watchers_lock:  # holds the watch's thread before it watches again
+        server.stop(graceful=True)
+        server.start()
+        _update_elsewhere(url, "k")
+        _update_elsewhere(url, "dir/b")
+    assert _await_change(s, ["k"], before) == ["k"]
+    assert listed == ["dir/a"] and s.list_keys("dir") == ["dir/a", "dir/b"]
+
+
+def test_an_etcd_watch_no_one_looks_through_stops(
+    running: dict[str, servers.Server], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(etcd_watch, "IDLE_S", 0.5)
+    server = running["etcd"]
+    s = _etcd(Backend("etcd", _url("etcd", server), server))
+    s.create("k", {"n": 0})
+    watch = _await_standing(s)
+    watch._thread.join(10)
+    assert not watch._thread.is_alive() and etcd_watch.running_watch(s.endpoints, _prefix_of(s)) is None
+    assert _await_standing(s) is not watch and s.probe_many(["k"]) == {"k": s.get("k").version}
+
+
+def _etcd(backend: Backend) -> EtcdMetadataStore:
+    store = backend.open()
+    assert isinstance(store, EtcdMetadataStore)
+    return store
+
+
+def _prefix_of(store: EtcdMetadataStore) -> bytes:
+    return store._prefix.encode()
+
+
+def _await_standing(s: EtcdMetadataStore) -> etcd_watch.EtcdWatch:
+    """The store's watch, started by a look, once it stands (until then, looks ask etcd)."""
+    deadline = time.monotonic() + 10
+    while True:
+        s.probe_many([])
+        watch = etcd_watch.running_watch(s.endpoints, _prefix_of(s))
+        if watch is not None and watch.watches.mark("") is not None:
+            return watch
+        assert time.monotonic() < deadline, "the etcd watch never stood"
+        time.sleep(0.01)
+
+
+@contextlib.contextmanager
+def _etcd_events_held(s: EtcdMetadataStore) -> Iterator[None]:
+    """Hold up the etcd watch's thread at its next event, as a busy machine may."""
+    watch, release = _await_standing(s), threading.Event()
+    told = watch._told
+    watch._told = lambda key, event: (release.wait(30), told(key, event))  # type: ignore[method-assign]  # held
+    try:
+        yield
+    finally:
+        release.set()
+        del watch._told
 
 
 @contextlib.contextmanager

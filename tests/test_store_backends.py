@@ -795,7 +795,7 @@ def test_kafka_clients_produce_transact_consume_and_commit_through_kop_serve(sto
 
 def test_a_fetch_parked_in_kop_serve_wakes_when_another_process_appends(store: Store) -> None:
     """A parked fetch looks again for what other processes append: by a listing on an object
-    store, by asking etcd, and on ZooKeeper by the key's watch, which asks nothing until told."""
+    store, and on ZooKeeper and etcd by watches, which ask nothing until told."""
     store.broker().create_topic("p", 1)
     with KopServer(store.root, [f"{k}={v}" for k, v in store.conf.items()]) as server:
         consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "p", "fetch.wait.max.ms": 30_000})

@@ -16,7 +16,8 @@ from collections.abc import Hashable, Sequence
 from typing import Any, NamedTuple
 
 from ...errors import BadVersionError, ConfigError, MetadataStoreUnavailableError, StorageError
-from ..metadata_store import UNPROBED, MetadataStore, Unprobed, Versioned, check_key, decode_value, encode_value
+from ..metadata_store import MetadataStore, Unprobed, Versioned, check_key, decode_value, encode_value
+from .watches import Watches
 
 try:
     from kazoo import exceptions as zk_errors
@@ -35,76 +36,16 @@ class Children(NamedTuple):
     holds_data: bool  # a key's znode, not one made only as the parent of deeper keys
 
 
-class Watches:
-    """The znodes a session watches, each with its probe token, kept until ZooKeeper tells of its
-    next change (a watch fires once), a write through this session changes it, or the session is
-    away (what changed meanwhile may go untold). So a look at unchanged keys asks the server
-    nothing, as Pulsar's metadata cache does: a parked fetch looks at its partitions several times
-    a second, and a produce reads its topic.
-
-    Only znodes looked at (probed) are watched: reads set a watch on them, and a watch on a key
-    only read and written (a CAS's) would cost an event at each write. A token is kept only if
-    nothing was told of its znode between the request that set the watch and the answer being
-    kept: kazoo hands events to a thread of their own, which may run first."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._tokens: dict[str, Hashable | None] = {}
-        self._told: dict[str, int] = {}  # changes told of (or made here), each znode's
-        self._away = 0  # times the session was away
-        self._looked_at: set[str] = set()
-        self._children: dict[str, Children] = {}
-
-    def mark(self, path: str) -> tuple[int, int]:
-        """Taken before a request that sets a watch on ``path``; ``keep`` its answer with it."""
-        with self._lock:
-            return self._mark(path)
-
-    def _mark(self, path: str) -> tuple[int, int]:
-        return self._away, self._told.get(path, 0)
-
-    def keep(self, path: str, mark: tuple[int, int], token: Hashable | None) -> None:
-        with self._lock:
-            if mark == self._mark(path):  # nothing told of it since the request
-                self._tokens[path] = token
-
-    def look(self, path: str) -> Hashable | Unprobed | None:
-        """The token kept for ``path`` (UNPROBED if none); reads of it set a watch from now on."""
-        with self._lock:
-            self._looked_at.add(path)
-            return self._tokens.get(path, UNPROBED)
-
-    def looked_at(self, path: str) -> bool:
-        with self._lock:
-            return path in self._looked_at
-
-    def children(self, path: str) -> Children | None:
-        """A listed znode's children, and whether it holds data, while watched."""
-        with self._lock:
-            return self._children.get(path)
-
-    def keep_children(self, path: str, mark: tuple[int, int], children: Children) -> None:
-        with self._lock:
-            if mark == self._mark(path):
-                self._children[path] = children
-
-    def changed(self, path: str) -> None:
-        with self._lock:
-            self._told[path] = self._told.get(path, 0) + 1
-            self._tokens.pop(path, None)
-            self._children.pop(path, None)
+class _ZooKeeperWatches(Watches):
+    """The znodes a session watches (see ``Watches``). Only znodes looked at (probed) are
+    watched: reads set a watch on them, and a watch on a key only read and written (a CAS's)
+    would cost an event at each write. A watch fires once: its event drops what was kept."""
 
     def told(self, event: Any) -> None:
         """kazoo's watch callback. One naming no znode follows ``away``: kazoo drops every watch
         when its connection is lost, and sets none again."""
         if event.path is not None:
             self.changed(event.path)
-
-    def away(self) -> None:
-        with self._lock:
-            self._away += 1
-            self._tokens.clear()
-            self._children.clear()
 
 
 class _Session:
@@ -116,7 +57,7 @@ class _Session:
 
     def __init__(self, hosts: str, session_timeout_s: float):
         self._connected = threading.Event()
-        self.watches = Watches()
+        self.watches = _ZooKeeperWatches()
         self.client = KazooClient(
             hosts=hosts, timeout=session_timeout_s, connection_retry={"max_tries": -1, "max_delay": 1}
         )
@@ -298,7 +239,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         watches, client, out, asked = session.watches, session.client, {}, []
         for key in keys:
             path = self._path(key)
-            kept = watches.children(path)
+            kept = watches.listing(path)
             if kept is not None:
                 out[key] = kept
                 continue
@@ -314,7 +255,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             if stat is None:
                 continue  # gone meanwhile
             out[key] = Children(names, bool(stat.dataLength))
-            watches.keep_children(path, mark, out[key])
+            watches.keep_listing(path, mark, out[key])
         return {key: out[key] for key in keys if key in out}
 
     def __repr__(self) -> str:
