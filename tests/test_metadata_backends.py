@@ -376,15 +376,17 @@ def test_a_watch_told_of_a_change_before_its_answer_is_kept_keeps_nothing() -> N
 
 def test_etcd_looks_at_unchanged_keys_ask_nothing_while_its_watch_stands(running: dict[str, servers.Server]) -> None:
     """As on ZooKeeper, but by one watch of every key of the store (as Pulsar's etcd store keeps),
-    started by the first look: a process that only reads and writes (a producer's) starts none,
-    since the watch brings it every write's value."""
+    started by looks at many keys (a fetch's, a stream's): a process that only reads and writes
+    keys and looks at one (a producer's at its topic) starts none, since the watch brings it
+    every write's value."""
     server = running["etcd"]
     backend = Backend("etcd", _url("etcd", server), server)
     writer = _etcd(Backend("etcd", _url("etcd", server), server))
     writer.create("cas", {"n": 0})
     for _ in range(5):
+        assert writer.probe("cas") is None
         update(writer, "cas", lambda v: {"n": v["n"] + 1})
-    assert etcd_watch.running_watch(writer.endpoints, _prefix_of(writer)) is None, "a CAS started a watch"
+    assert etcd_watch.running_watch(writer.endpoints, _prefix_of(writer)) is None, "a producer started a watch"
     s = _etcd(backend)
     keys = [f"ml/p{i}" for i in range(30)]
     for key in [*keys, "topic"]:
