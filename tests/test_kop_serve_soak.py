@@ -141,15 +141,19 @@ def _wrongs(acked: Acked, read: dict) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("root", ["local", "s3+zookeeper"])
+@pytest.mark.parametrize("root", ["local", "s3+zookeeper", "s3+etcd"])
 def test_a_compacted_topic_under_load_keeps_every_keys_latest_value(tmp_path, request, root: str) -> None:
-    """On an object store with its metadata in ZooKeeper too: ledgers are uploaded whole, and the
-    partitions' keys are watched."""
+    """On an object store with its metadata in ZooKeeper or etcd too: ledgers are uploaded whole,
+    and the partitions' keys are watched."""
     store, conf = str(tmp_path / "store"), _CONF
-    if root == "s3+zookeeper":
+    if root.startswith("s3+"):
         running, space = request.getfixturevalue("running"), uuid.uuid4().hex[:12]
         store = f"s3://{servers.BUCKET}/{space}"
-        conf = [*_CONF, f"metadataStoreUrl=zk:127.0.0.1:{running['zookeeper'].port}/{space}"]
+        metadata = {
+            "s3+zookeeper": f"zk:127.0.0.1:{running['zookeeper'].port}/{space}",
+            "s3+etcd": f"etcd:http://127.0.0.1:{running['etcd'].port}/{space}",
+        }[root]
+        conf = [*_CONF, f"metadataStoreUrl={metadata}"]
     with KopServer(store, conf) as server:
         admin = AdminClient({"bootstrap.servers": server.bootstrap})
         for f in admin.create_topics([NewTopic("soak", PARTITIONS, 1, config=_TOPIC)]).values():
