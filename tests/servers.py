@@ -99,6 +99,28 @@ def requests_since(server: Server, since: int, naming: str) -> list[str]:
     return [line for line in server.log.read_text()[since:].splitlines() if naming in line]
 
 
+def zookeeper_packets(port: int) -> tuple[int, int]:
+    """The packets a ZooKeeper server has received and sent (its ``srvr`` command)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(b"srvr")
+        answer = b"".join(iter(lambda: conn.recv(4096), b"")).decode()
+    received, sent = (int(answer.split(f"{name}: ", 1)[1].split()[0]) for name in ("Received", "Sent"))
+    return received, sent
+
+
+def etcd_requests(port: int) -> int:
+    """The reads and transactions an etcd server has answered, by its own count (its /metrics)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in lines
+        if line.startswith("grpc_server_handled_total{")
+        and 'grpc_code="OK"' in line
+        and ('grpc_method="Range"' in line or 'grpc_method="Txn"' in line)
+    )
+
+
 def _answers_tcp(port: int) -> Callable[[], bool]:
     def ready() -> bool:
         try:

@@ -7,12 +7,10 @@ import contextlib
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -281,17 +279,17 @@ def test_zookeeper_looks_at_watched_keys_ask_the_server_nothing_until_it_tells_o
     s.create("topic", {"partitions": 1})
     assert s.probe("topic") is None  # never looked at: read it, which watches it
     topic = s.get("topic")
-    received = _zookeeper_packets(server.port)[0]
+    received = servers.zookeeper_packets(server.port)[0]
     looks = [s.probe_many(keys) for _ in range(20)]
     singles = {key: s.probe(key) for key in [*keys, "topic"]}
-    assert _zookeeper_packets(server.port)[0] - received <= 5, "looks at unchanged keys asked the server"
+    assert servers.zookeeper_packets(server.port)[0] - received <= 5, "looks at unchanged keys asked the server"
     assert looks == [first] * 20 and singles == {**first, "topic": singles["topic"]} and None not in singles.values()
     # A key only read and written (a CAS's) is not watched: each write would cost an event.
     s.create("cas", {"n": 0})
-    sent = _zookeeper_packets(server.port)[1]
+    sent = servers.zookeeper_packets(server.port)[1]
     for _ in range(20):
         update(s, "cas", lambda v: {"n": v["n"] + 1})
-    assert _zookeeper_packets(server.port)[1] - sent <= 2 * 20 + 5, "the CAS's reads set watches"
+    assert servers.zookeeper_packets(server.port)[1] - sent <= 2 * 20 + 5, "the CAS's reads set watches"
     assert s.get("topic") == topic
     _update_elsewhere(url, "ml/p7")
     changed = _await_change(s, keys, first)
@@ -312,9 +310,9 @@ def test_a_zookeeper_listing_again_asks_nothing_and_sees_every_change(running: d
     for key in keys:
         s.create(key, {"k": key})
     listed = s.list_keys("topics")
-    received = _zookeeper_packets(server.port)[0]
+    received = servers.zookeeper_packets(server.port)[0]
     assert [s.list_keys("topics") for _ in range(5)] == [listed] * 5 == [sorted(keys)] * 5
-    assert _zookeeper_packets(server.port)[0] - received <= 5, "a listing of unchanged keys asked the server"
+    assert servers.zookeeper_packets(server.port)[0] - received <= 5, "a listing of unchanged keys asked the server"
     _update_elsewhere(url, "topics/new")  # a new child of a listed znode
     _update_elsewhere(url, "topics/p")  # data for a znode that was only a parent
     deadline = time.monotonic() + 10
@@ -513,15 +511,6 @@ def _events_held(hosts: str) -> Iterator[None]:
         yield
     finally:
         release.set()
-
-
-def _zookeeper_packets(port: int) -> tuple[int, int]:
-    """The packets a ZooKeeper server has received and sent (its ``srvr`` command)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
-        conn.sendall(b"srvr")
-        answer = b"".join(iter(lambda: conn.recv(4096), b"")).decode()
-    received, sent = (int(answer.split(f"{name}: ", 1)[1].split()[0]) for name in ("Received", "Sent"))
-    return received, sent
 
 
 def _update_elsewhere(url: str, key: str) -> None:
@@ -771,18 +760,7 @@ def _ends(fetched: list[FetchedBatches | Exception]) -> list[int | type]:
 
 
 def _etcd_requests(backend: Backend) -> int:
-    """The reads and transactions etcd has answered, by its own count (its /metrics)."""
-    if backend.server is None or backend.name != "etcd":
-        return 0
-    with urllib.request.urlopen(f"http://127.0.0.1:{backend.server.port}/metrics", timeout=10) as r:
-        lines = r.read().decode().splitlines()
-    return sum(
-        int(float(line.rsplit(" ", 1)[1]))
-        for line in lines
-        if line.startswith("grpc_server_handled_total{")
-        and 'grpc_code="OK"' in line
-        and ('grpc_method="Range"' in line or 'grpc_method="Txn"' in line)
-    )
+    return servers.etcd_requests(backend.server.port) if backend.server and backend.name == "etcd" else 0
 
 
 def test_a_broker_refuses_a_bad_metadata_url_before_writing(tmp_path: Path) -> None:
