@@ -19,6 +19,7 @@ knows the layout (docs/ledger-format.md draws it)::
     kafka/share-groups/<group>/<topic>/<n>                       a share group's state of a partition
     kafka/users/<user>                                           a SASL/SCRAM user's credentials
     kafka/transactions/txn-<digest>                              a transactional id's producer and state
+    kafka/metric-names/<tenant>/<ns>/<topic with '.' as '_'>     the topic holding a metric name
 
 Pulsar names managed ledgers tenant/namespace/persistent/topic; so does this layout.
 """
@@ -128,6 +129,12 @@ def user_key(name: str) -> str:
 
 def topic_key(name: TopicName) -> str:
     return f"{TOPICS}/{name.tenant}/{name.namespace}/{name.local_name}"
+
+
+def metric_name_key(name: TopicName) -> str:
+    """Where the topic holding a name's metric name is named (``broker.metric_names``): '.' and
+    '_' read alike there."""
+    return f"{KAFKA}/metric-names/{name.tenant}/{name.namespace}/{name.local_name.replace('.', '_')}"
 
 
 def topic_of_key(key: str) -> TopicName:

@@ -15,6 +15,7 @@ from .test_crash_and_concurrency import check_log, finish_writers, go, start_wri
 
 HOUSEKEEPER = __file__.replace("test_concurrency.py", "housekeeper_process.py")
 COMMITTER = __file__.replace("test_concurrency.py", "committer_process.py")
+CREATOR = __file__.replace("test_concurrency.py", "creator_process.py")
 
 
 def _start(script, *args):
@@ -145,3 +146,26 @@ def test_first_group_commits_of_two_processes_on_a_new_store(tmp_path):
         assert out.split()[-1] == "20"
     b = Broker(root)
     assert {g: b.fetch_offsets(g)[("t", 0)].offset for g in committers} == {"first": 20, "second": 20}
+
+
+def test_of_processes_creating_colliding_names_at_once_one_keeps_its_topic(tmp_path):
+    """Kafka refuses a topic whose name differs from another's only by '.' for '_' (one metric
+    name), and its one controller creates topics in turn; here any process may create one. Each
+    round, two processes create "rN.x" and "rN_x" at the same moment."""
+    root = str(tmp_path / "store")
+    Broker(root).create_topic("warm", 1)
+    creators = [_start(CREATOR, root) for _ in range(2)]
+    outcomes = []
+    for n in range(40):
+        for p, name in zip(creators, (f"r{n}.x", f"r{n}_x"), strict=True):
+            p.stdin.write(f"{name}\n")
+            p.stdin.flush()
+        outcomes.append(sorted(p.stdout.readline().strip() for p in creators))
+    for p in creators:
+        p.stdin.close()
+        assert p.wait(60) == 0
+    standing = Broker(root).list_topics()
+    both = [n for n in range(40) if f"r{n}.x" in standing and f"r{n}_x" in standing]
+    assert both == [], f"rounds where both colliding topics stand: {both}"
+    assert outcomes == [["InvalidTopicError", "made"]] * 40
+    assert len(standing) == 1 + 40, "a round where neither stands"

@@ -42,7 +42,8 @@ from ..storage.managed_ledger import ManagedLedger
 from ..storage.metadata_store import UNPROBED, MetadataStore, ProbedCache, Unchanged, Unprobed, update
 from ..storage.producer_state import ProducerEntry
 from ..storage.read_plan import PartitionView
-from ..topic_name import TopicName, TopicPartition, collides
+from ..topic_name import TopicName, TopicPartition
+from . import metric_names
 from .log_manager import LogManager
 
 TopicMeta = dict[str, Any]
@@ -269,23 +270,20 @@ class TopicAdmin:
             current = self._store.get(key)
         if current.value is not None:
             raise TopicAlreadyExistsError(f"topic {topic!r} already exists")
-        self._refuse_collision(topic, name)
+        claimed = metric_names.claim(self._store, name, self._stands, self.kafka_name)
         self._create_logs(name, range(n))
         value = {"partitions": n, "config": overrides, "created_ms": self._clock.now_ms()}
         try:
             self._store.put(key, value, current.version)
         except BadVersionError:
             raise TopicAlreadyExistsError(f"topic {topic!r} already exists") from None
+        taker = metric_names.confirm(self._store, name, claimed)
+        if taker is not None:  # a creator of a colliding name took the claim while this one was made
+            self._delete(topic, name)
+            raise InvalidTopicError(f"Topic '{topic}' collides with existing topic: {self.kafka_name(taker)}")
 
-    def _refuse_collision(self, topic: str, name: TopicName) -> None:
-        """Kafka's refusal of a name that differs from a topic's only by '.' for '_': metric names
-        replace one with the other, so the two topics' metrics would be one."""
-        if "." not in name.local_name and "_" not in name.local_name:
-            return
-        for key in self._store.list_keys(layout.topic_key(name).rpartition("/")[0]):
-            other = layout.topic_of_key(key)
-            if collides(other.local_name, name.local_name) and standing(self._topic_meta(key)):
-                raise InvalidTopicError(f"Topic '{topic}' collides with existing topic: {self.kafka_name(other)}")
+    def _stands(self, name: TopicName) -> bool:
+        return standing(self._store.get(layout.topic_key(name)).value)
 
     def _create_logs(self, name: TopicName, partitions: Iterable[int]) -> None:
         """At once: on an object store or etcd each is a round trip, and a topic of a hundred
@@ -339,8 +337,9 @@ class TopicAdmin:
 
     def delete_topic(self, topic: str) -> None:
         self.refuse_internal(topic, "delete")
-        name = self.name(topic)
+        self._delete(topic, self.name(topic))
 
+    def _delete(self, topic: str, name: TopicName) -> None:
         def mark(meta: TopicMeta | None) -> TopicMeta:
             if meta is None or not standing(meta):
                 raise TopicNotFoundError(f"topic {topic!r} does not exist (as {name.full_name}) in {self._fileio.uri}")
