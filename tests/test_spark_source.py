@@ -292,8 +292,10 @@ def test_bad_batch_options_are_named(spark, root, broker, options, message):
 
 @pytest.mark.parametrize("option", ["endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"])
 def test_endings_are_refused_in_streaming(spark, root, broker, tmp_path, option):
+    """The refusal ends the trace the user reads: PySpark's stream runner stops the reader it
+    made in a ``finally``, and its UnboundLocalError followed ours where making one raised."""
     broker.create_topic("t", partitions=1)
-    with pytest.raises(SPARK_ERRORS, match="not valid in streaming queries"):
+    with pytest.raises(SPARK_ERRORS, match="not valid in streaming queries") as caught:
         q = (
             kop(spark, root, stream=True, subscribe="t", **{option: "1"})
             .writeStream.format("noop")
@@ -304,6 +306,7 @@ def test_endings_are_refused_in_streaming(spark, root, broker, tmp_path, option)
             q.processAllAvailable()
         finally:
             q.stop()
+    assert "UnboundLocalError" not in str(caught.value)
 
 
 # -- streaming ------------------------------------------------------------------------------------

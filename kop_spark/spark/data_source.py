@@ -6,6 +6,8 @@ executors with what the driver planned (``partition_reader``, ``sink``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
     DataSource,
@@ -16,7 +18,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..errors import ConfigError
+from ..errors import ConfigError, KopError
 from .batch_reader import KopBatchReader
 from .micro_batch_stream import KopMicroBatchStream
 from .options import OptionMap, SourceOptions
@@ -44,9 +46,12 @@ class KopDataSource(DataSource):
         return KopBatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        options = SourceOptions.parse(self.options, streaming=True)
-        self._check_schema(schema, options)
-        return KopMicroBatchStream(options)
+        try:
+            options = SourceOptions.parse(self.options, streaming=True)
+            self._check_schema(schema, options)
+            return KopMicroBatchStream(options)
+        except KopError as e:
+            return RefusedStream(e)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:
@@ -55,6 +60,30 @@ class KopDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         return KopStreamWriter(prepare(self.options, schema), schema)
+
+
+class RefusedStream(DataSourceStreamReader):
+    """A stream whose options were refused, raising the refusal at Spark's first call. PySpark's
+    stream runner stops the reader it made in a ``finally``: one whose making raised leaves it
+    none, and the runner's own UnboundLocalError would end the trace the user reads, after ours."""
+
+    def __init__(self, refusal: KopError):
+        self.refusal = refusal
+
+    def initialOffset(self) -> dict:
+        raise self.refusal
+
+    def latestOffset(self, start: dict | None = None, limit: object = None) -> dict:
+        raise self.refusal
+
+    def partitions(self, start: dict, end: dict) -> list:
+        raise self.refusal
+
+    def read(self, partition: object) -> Iterator[tuple]:
+        raise self.refusal
+
+    def stop(self) -> None:
+        pass
 
 
 def register(spark: SparkSession) -> None:
