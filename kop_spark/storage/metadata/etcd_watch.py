@@ -96,7 +96,7 @@ class EtcdWatch:
         start = prefix or b"\0"  # from NUL on is every key
         create = {"create_request": {"key": b64(start), "range_end": b64(prefix_end(start))}}
         with _connect(endpoint) as sock:
-            for line in _stream(sock, endpoint, "/v3/watch", json.dumps(create).encode()):
+            for line in streamed_lines(sock, endpoint, "/v3/watch", json.dumps(create).encode()):
                 if self._idle():
                     return
                 if line.strip():
@@ -138,7 +138,7 @@ def _connect(endpoint: str) -> socket.socket:
     return sock
 
 
-def _stream(sock: socket.socket, endpoint: str, api: str, body: bytes) -> Iterator[bytes]:
+def streamed_lines(sock: socket.socket, endpoint: str, api: str, body: bytes) -> Iterator[bytes]:
     """The lines of a streamed answer to a POST, each as it comes; a second without one yields
     ``b""`` (so that the caller may stop)."""
     host = urllib.parse.urlsplit(endpoint).netloc
