@@ -1,8 +1,8 @@
 """What used to lose or hide acknowledged data, each case as a user met it: timestamps taken from
 batch headers, keyless records on compacted topics, long topic names, half-done admin operations,
 errors after the confirming CAS, damaged partitions stopping housekeeping, stores damaged by an
-earlier version, a writer pile-up of small ledgers, and a writer failing on a ledger housekeeping
-removed under it."""
+earlier version, a writer pile-up of small ledgers, a writer failing on a ledger housekeeping
+removed under it, and an abort failing on a task still writing."""
 
 import os
 import struct
@@ -22,6 +22,7 @@ from kop_spark.errors import (
 )
 from kop_spark.record import TimestampType, build_record_batch
 from kop_spark.record.default_record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, MAX_TIMESTAMP_OFFSET
+from kop_spark.storage.local_fileio import LocalFileIO
 from kop_spark.storage.metadata.file import FileMetadataStore
 
 from .faults import FAULTS, Injector, injected
@@ -422,3 +423,33 @@ def test_a_file_condemned_deleted_and_acquitted_before_the_cas_is_never_referred
     fresh = Broker(root)
     assert fresh.verify() == {}
     assert [r.value for r in fresh.fetch("t", 0, 0)] == [b"v0", b"v1", b"v2", b"v3"]
+
+
+def test_a_tree_a_writer_adds_to_while_it_is_removed_is_removed_whole(tmp_path):
+    """Spark aborts a failed job while one of its tasks may still be writing into the job's
+    staging: a file made there after the removal listed the directory failed the abort with
+    "Directory not empty" (seen once in CI)."""
+    io = LocalFileIO(str(tmp_path))
+    raced = 0
+    for trial in range(5):
+        top = tmp_path / f"_staging/job{trial}"
+        (top / "0").mkdir(parents=True)
+        for i in range(3000):  # enough for the removal to be under way when the writer adds one
+            (top / "0" / f"{i}.ledger").touch()
+
+        def add_a_ledger_once_removal_began(top=top) -> None:
+            nonlocal raced
+            while len(os.listdir(top / "0")) == 3000:
+                pass
+            try:
+                (top / "late.ledger").touch()
+                raced += 1
+            except FileNotFoundError:
+                pass  # the removal was done first
+
+        writer = threading.Thread(target=add_a_ledger_once_removal_began)
+        writer.start()
+        io.delete_tree(f"_staging/job{trial}")
+        writer.join()
+        assert not top.exists()
+    assert raced, "no ledger was made while a removal was under way"

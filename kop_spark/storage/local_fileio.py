@@ -7,6 +7,7 @@ filesystem.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import shutil
@@ -19,6 +20,7 @@ from ..errors import FileMissingError, StorageError
 from .direct_file import DirectFile, open_direct
 from .fileio import FileIO, NewFile, WholeFile, storage_error, write_all
 
+_DELETE_TREE_ATTEMPTS = 10
 _IOV_MAX = 1024  # buffers one pwritev takes on Linux and the BSDs
 _WRITEBACK_BYTES = 8 << 20
 _FADV_DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", None)
@@ -270,14 +272,19 @@ class LocalFileIO(FileIO):
             raise storage_error("touch", full, e) from e
 
     def delete_tree(self, path: str) -> None:
-        """Delete a directory and everything in it; nothing if it does not exist."""
+        """Delete a directory and everything in it; nothing if it does not exist. A file made
+        in it meanwhile (a task still writing into its job's staging as the job is aborted,
+        which removes what it makes after) is taken by a removal again."""
         full = self._require_local("delete", path)
-        try:
-            shutil.rmtree(full)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            raise storage_error("delete", full, e) from e
+        for attempt in range(_DELETE_TREE_ATTEMPTS):
+            try:
+                shutil.rmtree(full)
+                return
+            except FileNotFoundError:
+                return
+            except OSError as e:
+                if e.errno != errno.ENOTEMPTY or attempt == _DELETE_TREE_ATTEMPTS - 1:
+                    raise storage_error("delete", full, e) from e
 
     def walk_files(self, path: str) -> list[tuple[str, float]]:
         """``(path relative to the root, modification time in seconds)`` of every file under ``path``."""
