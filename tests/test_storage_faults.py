@@ -428,7 +428,7 @@ def test_a_file_condemned_deleted_and_acquitted_before_the_cas_is_never_referred
 def test_a_tree_a_writer_adds_to_while_it_is_removed_is_removed_whole(tmp_path):
     """Spark aborts a failed job while one of its tasks may still be writing into the job's
     staging: a file made there after the removal listed the directory failed the abort with
-    "Directory not empty" (seen once in CI)."""
+    "Directory not empty" (seen once in a full test run)."""
     io = LocalFileIO(str(tmp_path))
     raced = 0
     for trial in range(5):
