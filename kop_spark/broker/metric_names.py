@@ -3,11 +3,11 @@ one), held across processes: Kafka's one controller creates topics in turn, wher
 creators are any number of processes. A claim key per metric name names the topic holding it.
 
 A creator claims the name (a compare-and-set), makes its topic, then confirms the claim by a
-second compare-and-set from the version it wrote, whose point is the version it makes. A claim whose topic does not stand (being made,
-its maker dead, or deleted since) may be taken over; the maker whose claim was taken finds its
-confirmation refused, and removes the topic it made. So of racing creators of colliding names
-one keeps its topic: a taker's compare-and-set and the confirmation of the claim it takes cannot
-both go through.
+second compare-and-set from the version it wrote (the new version is the point). A claim whose
+topic does not stand (being made, its maker dead, or deleted since) may be taken over; the maker
+whose claim was taken finds its confirmation refused, and removes the topic it made. So of racing
+creators of colliding names one keeps its topic: a taker's compare-and-set and the confirmation
+of the claim it takes cannot both go through. A maker killed between the two leaves both.
 """
 
 from __future__ import annotations
