@@ -59,6 +59,11 @@ class TopicName:
         return f"{self.tenant}/{self.namespace}/{self.local_name}"
 
 
+# Kafka's offsets topic, which kop keeps in its metadata namespace (kafkaMetadataTenant/Namespace)
+# as KoP does: the bare name is the one Kafka's tools and monitors read it by.
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
 def has_collision_chars(name: str) -> bool:
     """Kafka's ``Topic.hasCollisionChars``: a name that may collide with another (see ``collides``)."""
     return "." in name or "_" in name

@@ -100,34 +100,36 @@ def test_a_record_of_a_type_not_known_here_is_skipped(tmp_path, caplog) -> None:
     assert "unknown type (key version 12)" in caplog.text
 
 
-def test_a_kafka_client_is_refused_as_kafka_refuses_it(tmp_path) -> None:
+@pytest.mark.parametrize("offsets", [OFFSETS, "__consumer_offsets"])
+def test_a_kafka_client_is_refused_as_kafka_refuses_it(tmp_path, offsets: str) -> None:
     """Produce: INVALID_TOPIC_EXCEPTION, Kafka's for an append to an internal topic; the admin
-    requests likewise. The group's offsets are there after a restart, read from the topic."""
+    requests likewise, by its full name or by Kafka's. The group's offsets are there after a
+    restart, read from the topic."""
     root = str(tmp_path / "store")
     with Broker(root) as b:
         b.create_topic("t", 1)
         b.commit_offsets("g", {("t", 0): 3})
-        p = partition_for_group("g", b.partitions_for(OFFSETS))
+        p = partition_for_group("g", b.partitions_for(offsets))
     with KopServer(root) as server:
         delivered: list[KafkaError | None] = []
         producer = Producer({"bootstrap.servers": server.bootstrap, "message.send.max.retries": 0})
         producer.produce(
-            OFFSETS, key=b"junk", value=b"garbage", partition=p, on_delivery=lambda e, m: delivered.append(e)
+            offsets, key=b"junk", value=b"garbage", partition=p, on_delivery=lambda e, m: delivered.append(e)
         )
         producer.flush(30)
         assert [e.code() if e else None for e in delivered] == [KafkaError.TOPIC_EXCEPTION]
         admin = AdminClient({"bootstrap.servers": server.bootstrap})
         for future in (
-            admin.delete_topics([OFFSETS])[OFFSETS],
-            admin.create_partitions([NewPartitions(OFFSETS, 60)])[OFFSETS],
-            admin.create_topics([NewTopic(OFFSETS, 1)])[OFFSETS],
+            admin.delete_topics([offsets])[offsets],
+            admin.create_partitions([NewPartitions(offsets, 60)])[offsets],
+            admin.create_topics([NewTopic(offsets, 1)])[offsets],
         ):
             with pytest.raises(KafkaException) as refused:
                 future.result(30)
             assert refused.value.args[0].code() == KafkaError.TOPIC_EXCEPTION, refused.value
-        described = admin.describe_topics(TopicCollection([OFFSETS]))[OFFSETS].result(30)
+        described = admin.describe_topics(TopicCollection([offsets]))[offsets].result(30)
         assert described.is_internal and len(described.partitions) == 50
-        _transaction_to(OFFSETS, p, server)
+        _transaction_to(offsets, p, server)
         del producer, admin  # before the server stops: they would log its going
     with KopServer(root) as server:
         consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "g"})
@@ -152,3 +154,34 @@ def _transaction_to(topic: str, partition: int, server: KopServer) -> None:
     producer.begin_transaction()
     producer.produce("t", value=b"next")
     producer.commit_transaction(30)
+
+
+def test_kafka_tools_read_the_offsets_topic_by_its_bare_name(tmp_path) -> None:
+    """``kcat -t __consumer_offsets``, a lag monitor reading commits as they come: Kafka's own name
+    for the topic, and Kafka's own records (OffsetCommitKey and OffsetCommitValue) in it."""
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        b.create_topic("t", 1)
+        b.commit_offsets("g", {("t", 0): 3})
+        p = partition_for_group("g", b.partitions_for(OFFSETS))
+    with KopServer(root) as server:
+        consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "monitor"})
+        try:
+            consumer.assign([KafkaTopicPartition("__consumer_offsets", p, 0)])
+            # the group's records, up to its offset commit (key version 0 or 1; 2 is its metadata)
+            read = [consumer.poll(30) for _ in range(_end_of(consumer, p))]
+        finally:
+            consumer.close()
+    assert all(m is not None and m.error() is None for m in read), read
+    [(key, value)] = [(m.key(), m.value()) for m in read if struct.unpack_from(">h", m.key())[0] in (0, 1)]
+    version, group_length = struct.unpack_from(">hh", key)
+    group = key[4 : 4 + group_length].decode()
+    (topic_length,) = struct.unpack_from(">h", key, 4 + group_length)
+    topic = key[6 + group_length : 6 + group_length + topic_length].decode()
+    (partition,) = struct.unpack_from(">i", key, 6 + group_length + topic_length)
+    assert (version, group, topic, partition) == (1, "g", "t", 0)
+    assert struct.unpack_from(">q", value, 2)[0] == 3  # the value's offset, after its version
+
+
+def _end_of(consumer: Consumer, partition: int) -> int:
+    return consumer.get_watermark_offsets(KafkaTopicPartition("__consumer_offsets", partition), timeout=30)[1]

@@ -42,7 +42,7 @@ from ..storage.managed_ledger import ManagedLedger
 from ..storage.metadata_store import UNPROBED, MetadataStore, ProbedCache, Unchanged, Unprobed, update
 from ..storage.producer_state import ProducerEntry
 from ..storage.read_plan import PartitionView
-from ..topic_name import TopicName, TopicPartition
+from ..topic_name import OFFSETS_TOPIC, TopicName, TopicPartition
 from . import metric_names
 from .log_manager import LogManager
 
@@ -118,7 +118,10 @@ class TopicAdmin:
     # -- names -------------------------------------------------------------------------------
 
     def name(self, topic: str) -> TopicName:
-        return TopicName.parse(topic, self._config["kafkaTenant"], self._config["kafkaNamespace"])
+        c = self._config
+        if topic == OFFSETS_TOPIC:  # as Kafka's tools name it; tenant/ns/__consumer_offsets is a user's
+            return TopicName(c["kafkaMetadataTenant"], c["kafkaMetadataNamespace"], topic)
+        return TopicName.parse(topic, c["kafkaTenant"], c["kafkaNamespace"])
 
     def kafka_name(self, name: TopicName) -> str:
         return name.kafka_name(self._config["kafkaTenant"], self._config["kafkaNamespace"])

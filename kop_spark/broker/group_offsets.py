@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import GroupIdNotFoundError, TopicNotFoundError
 from ..group.coordinator import GroupCoordinator, LogRange, OffsetAndMetadata
-from ..topic_name import TopicPartition
+from ..topic_name import OFFSETS_TOPIC, TopicPartition
 from .partition_views import PartitionViews
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class GroupOffsets:
                 b, c = self._broker, self._broker.config
                 self._coordinator = GroupCoordinator(
                     _OffsetsTopic(b),
-                    f"{c['kafkaMetadataTenant']}/{c['kafkaMetadataNamespace']}/__consumer_offsets",
+                    f"{c['kafkaMetadataTenant']}/{c['kafkaMetadataNamespace']}/{OFFSETS_TOPIC}",
                     c["offsetsTopicNumPartitions"],
                     retention_ms=c["offsetsRetentionMinutes"] * 60_000,
                     metadata_max_size=c["offsetMetadataMaxSize"],
