@@ -439,9 +439,9 @@ def test_a_tree_a_writer_adds_to_while_it_is_removed_is_removed_whole(tmp_path):
 
         def add_a_ledger_once_removal_began(top=top) -> None:
             nonlocal raced
-            while len(os.listdir(top / "0")) == 3000:
-                pass
             try:
+                while len(os.listdir(top / "0")) == 3000:
+                    pass
                 (top / "late.ledger").touch()
                 raced += 1
             except FileNotFoundError:
