@@ -29,7 +29,7 @@ from collections.abc import Hashable, Sequence
 
 from ...errors import BadVersionError, ConfigError, MetadataStoreUnavailableError, StorageError
 from ..metadata_store import MetadataStore, Unprobed, Versioned, check_key, decode_value, encode_value
-from .etcd_watch import b64, parents, prefix_end, running_watch, watch_of
+from .etcd_watch import b64, prefix_end, running_watch, watch_of
 from .watches import Watches
 
 _MAX_REQUEST = (3 << 19) - 4096  # etcd's default --max-request-bytes (1.5 MiB), less the envelope
@@ -136,15 +136,17 @@ class EtcdMetadataStore(MetadataStore):
         """The key in etcd: the store's prefix, then the key."""
         return self._prefix + "/".join(check_key(key))
 
-    def _watches(self, start: bool) -> Watches | None:
-        """What the watch of the store's keys kept; ``start``: starting the watch if it is not
-        running (a look), else None then (a read or a write)."""
-        prefix = self._prefix.encode()
-        watch = watch_of(self.endpoints, prefix) if start else running_watch(self.endpoints, prefix)
+    def _watching(self) -> Watches:
+        """What the watch of the store's keys kept, started if it is not running (for a look)."""
+        return watch_of(self.endpoints, self._prefix.encode()).watches
+
+    def _watched(self) -> Watches | None:
+        """What the watch of the store's keys kept, if it runs (for a read or a write)."""
+        watch = running_watch(self.endpoints, self._prefix.encode())
         return None if watch is None else watch.watches
 
     def get(self, key: str) -> Versioned:
-        path, watches = self._path(key), self._watches(start=False)
+        path, watches = self._path(key), self._watched()
         mark = watches.mark(path) if watches is not None and watches.looked_at(path) else None
         reply = self._call("kv/range", {"key": b64(path.encode())}, f"read {key} from")
         kvs = reply.get("kvs") or []
@@ -174,10 +176,9 @@ class EtcdMetadataStore(MetadataStore):
         finally:
             # The watch's event may come after the answer; a write that failed for want of an
             # answer may have been made. A key made is a change of its parents' listings too.
-            watches = self._watches(start=False)
+            watches = self._watched()
             if watches is not None:
-                for changed in [path, *(parents(path) if expected_version == 0 else ())]:
-                    watches.changed(changed)
+                watches.written(path, made=expected_version == 0)
         if not reply.get("succeeded"):
             raise BadVersionError(f"metadata {key} is past version {expected_version}")
         return int(reply["header"]["revision"])
@@ -188,7 +189,7 @@ class EtcdMetadataStore(MetadataStore):
         produce's at its topic, a Spark task's) starts no watch: that would bring every write
         in the store to every producer and task for a minute, where only looks again and
         again (``probe_many``, ``list_keys``: a fetch's, a stream's) are worth it."""
-        watches = self._watches(start=False)
+        watches = self._watched()
         if watches is None:
             return None
         token = watches.look(self._path(key))
@@ -198,32 +199,30 @@ class EtcdMetadataStore(MetadataStore):
         """Each key's ``mod_revision`` (None if it never existed): kept while the watch stands,
         else read in transactions of ranges that return no values, one request for up to
         ``_MAX_TXN_OPS`` keys."""
-        watches = self._watches(start=True)
-        assert watches is not None
+        watches, paths = self._watching(), {key: self._path(key) for key in keys}
         out: dict[str, Hashable | None] = {}
         asked = []
-        for key in keys:
-            token = watches.look(self._path(key))
+        for key, path in paths.items():
+            token = watches.look(path)
             if isinstance(token, Unprobed):
                 asked.append(key)
             else:
                 out[key] = token
         for at in range(0, len(asked), _MAX_TXN_OPS):
             chunk = asked[at : at + _MAX_TXN_OPS]
-            marks = [watches.mark(self._path(k)) for k in chunk]
-            ranges = [{"request_range": {"key": b64(self._path(k).encode()), "keys_only": True}} for k in chunk]
+            marks = [watches.mark(paths[k]) for k in chunk]
+            ranges = [{"request_range": {"key": b64(paths[k].encode()), "keys_only": True}} for k in chunk]
             reply = self._call("kv/txn", {"success": ranges}, f"probe {chunk[0]} and {len(chunk) - 1} more keys in")
             answers = reply.get("responses") or [{}] * len(chunk)
             for key, mark, answer in zip(chunk, marks, answers, strict=True):
                 kvs = answer.get("response_range", {}).get("kvs") or []
                 out[key] = int(kvs[0]["mod_revision"]) if kvs else None
-                watches.keep(self._path(key), mark, out[key])
+                watches.keep(paths[key], mark, out[key])
         return {key: out[key] for key in keys}
 
     def list_keys(self, prefix: str) -> list[str]:
         """The keys under ``prefix``: kept while the watch stands and no key under it was made."""
-        watches = self._watches(start=True)
-        assert watches is not None
+        watches = self._watching()
         path = self._path(prefix) if prefix else self._prefix.rstrip("/")
         kept = watches.listing(path)
         if kept is not None:

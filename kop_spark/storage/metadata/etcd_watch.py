@@ -111,16 +111,7 @@ class EtcdWatch:
             self._told(base64.b64decode(event["kv"]["key"]).decode(), event)
 
     def _told(self, key: str, event: dict) -> None:
-        self.watches.changed(key)
-        if event.get("type") == "DELETE" or event["kv"].get("version") == "1":
-            for parent in parents(key):
-                self.watches.changed(parent)
-
-
-def parents(key: str) -> list[str]:
-    """``a/b/c`` -> [``a/b``, ``a``, ``""``]: the listings a key's making or removal changes."""
-    parts = key.split("/")
-    return ["/".join(parts[:n]) for n in range(len(parts) - 1, -1, -1)]
+        self.watches.written(key, made=event.get("type") == "DELETE" or event["kv"].get("version") == "1")
 
 
 def _connect(endpoint: str) -> socket.socket:

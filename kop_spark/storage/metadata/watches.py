@@ -75,6 +75,12 @@ class Watches:
             self._tokens.pop(path, None)
             self._listings.pop(path, None)
 
+    def written(self, path: str, made: bool) -> None:
+        """A write of ``path``, told by the server or made through this process; a key ``made``
+        (or removed) changes its parents' listings too."""
+        for changed in [path, *(_parents(path) if made else ())]:
+            self.changed(changed)
+
     def away(self, standing: bool = True) -> None:
         """Forget everything kept; ``standing=False``: and keep nothing until ``standing()``."""
         with self._lock:
@@ -86,3 +92,9 @@ class Watches:
     def standing(self) -> None:
         with self._lock:
             self._standing = True
+
+
+def _parents(path: str) -> list[str]:
+    """``a/b/c`` -> [``a/b``, ``a``, ``""``], ``/a/b`` -> [``/a``, ``""``]: the listings above it."""
+    parts = path.split("/")
+    return ["/".join(parts[:n]) for n in range(len(parts) - 1, 0, -1)] + ([""] if parts[0] else [])

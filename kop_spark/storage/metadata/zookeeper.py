@@ -75,12 +75,6 @@ class _Session:
         return self._connected.wait(timeout_s) and self.client.connected
 
 
-def _parents(path: str) -> list[str]:
-    """``/a/b/c`` -> [``/a/b``, ``/a``]."""
-    parts = path.strip("/").split("/")
-    return ["/" + "/".join(parts[:n]) for n in range(len(parts) - 1, 0, -1)]
-
-
 def close_sessions(hosts: str | None = None) -> None:
     """Stop this process's session with the ensemble ``hosts`` (with every ensemble: None), for a
     process done with it: a session otherwise keeps reconnecting in the background for as long as
@@ -181,8 +175,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             # The watch's event, sent before the answer, may not have been handed on yet; a write
             # that failed for want of an answer may have been made. A create changes its parents'
             # children too (makepath may have made the parents).
-            for changed in [path, *(_parents(path) if expected_version == 0 else ())]:
-                session.watches.changed(changed)
+            session.watches.written(path, made=expected_version == 0)
         return int(stat.version) + 1
 
     def probe(self, key: str) -> Hashable | None:
