@@ -106,10 +106,7 @@ def test_a_kafka_client_is_refused_as_kafka_refuses_it(tmp_path, offsets: str) -
     requests likewise, by its full name or by Kafka's. The group's offsets are there after a
     restart, read from the topic."""
     root = str(tmp_path / "store")
-    with Broker(root) as b:
-        b.create_topic("t", 1)
-        b.commit_offsets("g", {("t", 0): 3})
-        p = partition_for_group("g", b.partitions_for(offsets))
+    p = _a_group_committed(root)
     with KopServer(root) as server:
         delivered: list[KafkaError | None] = []
         producer = Producer({"bootstrap.servers": server.bootstrap, "message.send.max.retries": 0})
@@ -140,6 +137,14 @@ def test_a_kafka_client_is_refused_as_kafka_refuses_it(tmp_path, offsets: str) -
         assert committed.offset == 3
 
 
+def _a_group_committed(root: str) -> int:
+    """A store where group "g" committed offset 3 of ("t", 0); the group's offsets partition."""
+    with Broker(root) as b:
+        b.create_topic("t", 1)
+        b.commit_offsets("g", {("t", 0): 3})
+        return partition_for_group("g", b.partitions_for(OFFSETS))
+
+
 def _transaction_to(topic: str, partition: int, server: KopServer) -> None:
     """A transactional producer is refused when it adds the partition (abortable, as librdkafka
     takes INVALID_TOPIC_EXCEPTION there), and goes on with its next transaction."""
@@ -160,10 +165,7 @@ def test_kafka_tools_read_the_offsets_topic_by_its_bare_name(tmp_path) -> None:
     """``kcat -t __consumer_offsets``, a lag monitor reading commits as they come: Kafka's own name
     for the topic, and Kafka's own records (OffsetCommitKey and OffsetCommitValue) in it."""
     root = str(tmp_path / "store")
-    with Broker(root) as b:
-        b.create_topic("t", 1)
-        b.commit_offsets("g", {("t", 0): 3})
-        p = partition_for_group("g", b.partitions_for(OFFSETS))
+    p = _a_group_committed(root)
     with KopServer(root) as server:
         consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "monitor"})
         try:
