@@ -73,6 +73,19 @@ def test_topics_produce_consume(root):
     assert kop(root, "topics", "list").stdout == ""
 
 
+def test_topics_list_shows_internal_topics_unless_excluded_as_kafka_topics_does(root):
+    from kop_spark import Broker
+
+    with Broker(root) as b:
+        b.create_topic("events", 1)
+        b.commit_offsets("g", {("events", 0): 1})
+    assert kop(root, "topics", "list").stdout.split() == ["__consumer_offsets", "events"]
+    assert kop(root, "topics", "list", "--exclude-internal").stdout.split() == ["events"]
+    described = kop(root, "topics", "describe").stdout
+    assert "Topic: __consumer_offsets\tFullName: persistent://public/__kafka/__consumer_offsets" in described
+    assert "__consumer_offsets" not in kop(root, "topics", "describe", "--exclude-internal").stdout
+
+
 def test_topics_alter_changes_settings_as_kafka_topics_did(root):
     assert kop(root, "topics", "create", "t", "--config", "retention.ms=60000").returncode == 0
     done = kop(root, "topics", "alter", "t", "--config", "max.message.bytes=2000", "--config",

@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from kafka import KafkaAdminClient
 
 from kop_spark import Broker
 from kop_spark.errors import InvalidTopicError
@@ -81,7 +82,8 @@ def test_a_topic_named_with_underscores_elsewhere_is_an_ordinary_topic(tmp_path)
         assert b.delete_records("__orders", 0, 1) == 1
         assert "__orders" in b.list_topics()
         b.commit_offsets("g", {("__orders", 0): 1})
-        assert OFFSETS not in b.list_topics() and OFFSETS in b.list_topics(include_internal=True)
+        assert "__consumer_offsets" not in b.list_topics()
+        assert "__consumer_offsets" in b.list_topics(include_internal=True)
 
 
 def test_a_record_of_a_type_not_known_here_is_skipped(tmp_path, caplog) -> None:
@@ -187,3 +189,22 @@ def test_kafka_tools_read_the_offsets_topic_by_its_bare_name(tmp_path) -> None:
 
 def _end_of(consumer: Consumer, partition: int) -> int:
     return consumer.get_watermark_offsets(KafkaTopicPartition("__consumer_offsets", partition), timeout=30)[1]
+
+
+def test_a_listing_of_every_topic_shows_the_offsets_topic_as_internal(tmp_path) -> None:
+    """Kafka's Metadata of all topics lists ``__consumer_offsets`` marked internal, so that
+    ``kafka-topics --list`` and kcat -L show it and ``--exclude-internal`` (or a client's
+    ``exclude.internal.topics``) leaves it out; the Broker lists it by the same name."""
+    root = str(tmp_path / "store")
+    _a_group_committed(root)
+    with KopServer(root) as server:
+        listed = AdminClient({"bootstrap.servers": server.bootstrap}).list_topics(timeout=30).topics
+        admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+        try:
+            described = {t["name"]: t for t in admin.describe_topics()}
+        finally:
+            admin.close()
+    assert sorted(listed) == ["__consumer_offsets", "t"] and len(listed["__consumer_offsets"].partitions) == 50
+    assert {name: t["is_internal"] for name, t in described.items()} == {"__consumer_offsets": True, "t": False}
+    with Broker(root) as b:
+        assert b.list_topics() == ["t"] and b.list_topics(include_internal=True) == ["__consumer_offsets", "t"]

@@ -124,6 +124,10 @@ class TopicAdmin:
         return TopicName.parse(topic, c["kafkaTenant"], c["kafkaNamespace"])
 
     def kafka_name(self, name: TopicName) -> str:
+        """The name a topic is listed under: the offsets topic by Kafka's name, as Kafka's tools
+        (``kafka-topics --list``, kcat -L, lag monitors) find it in Metadata."""
+        if name.local_name == OFFSETS_TOPIC and self.is_internal(name):
+            return OFFSETS_TOPIC
         return name.kafka_name(self._config["kafkaTenant"], self._config["kafkaNamespace"])
 
     def listed_name(self, topic: str) -> str:

@@ -28,7 +28,7 @@ def _topics(args: argparse.Namespace) -> int:
             b.create_topic(args.topic, args.partitions, key_values(args.config, "--config"))
             print(f"Created topic {args.topic}.")
         elif args.action == "list":
-            for t in b.list_topics(include_internal=args.include_internal):
+            for t in b.list_topics(include_internal=not args.exclude_internal):
                 print(t)
         elif args.action == "delete":
             b.delete_topic(args.topic)
@@ -36,7 +36,7 @@ def _topics(args: argparse.Namespace) -> int:
         elif args.action == "alter":
             _alter(b, args)
         elif args.action == "describe":
-            names = [args.topic] if args.topic else b.list_topics(include_internal=args.include_internal)
+            names = [args.topic] if args.topic else b.list_topics(include_internal=not args.exclude_internal)
             for t in names:
                 d = b.describe_topic(t)
                 configs = ",".join(f"{k}={v}" for k, v in d.config.items())
@@ -102,7 +102,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     t.add_argument("--partitions", type=int)
     t.add_argument("--config", action="append", metavar="KEY=VALUE", help="topic setting, e.g. retention.ms=3600000")
     t.add_argument("--delete-config", action="append", metavar="KEY", help="alter: back to the default setting")
-    t.add_argument("--include-internal", action="store_true", help="also internal topics such as __consumer_offsets")
+    # As kafka-topics: internal topics (__consumer_offsets) are listed and described unless excluded.
+    t.add_argument("--exclude-internal", action="store_true", help="list: leave out internal topics")
+    t.add_argument("--include-internal", action="store_true", help=argparse.SUPPRESS)  # the default; was a flag
     t.set_defaults(run=_topics)
     d = sub.add_parser("delete-records", help="move partitions' log start up (kafka-delete-records)")
     d.add_argument("--offset-json-file", required=True, help='{"partitions": [{"topic", "partition", "offset"}]}')

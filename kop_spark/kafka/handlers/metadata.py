@@ -22,8 +22,11 @@ NO_TOPIC_ID = uuid.UUID(int=0)  # Kafka's "no id": a topic named, or not found
 
 async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
-    if request.topics is None:  # every topic: those the client may not describe are not mentioned
-        infos = await ctx.call(ctx.broker.topic_infos)
+    if request.topics is None:
+        # every topic, the offsets topic too (marked internal, as Kafka lists it: clients leave it
+        # out of regex subscriptions and listings themselves); those the client may not describe
+        # are not mentioned
+        infos = await ctx.call(ctx.broker.topic_infos, include_internal=True)
         topics = [_found(m, t) for t in infos if ctx.allowed(header, "Describe", "Topic", t.name)]
     else:
         auto_create = (
@@ -31,7 +34,7 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
         )
         by_id = {}
         if any(t.name is None for t in request.topics):  # asked by id: one read of the topics for all
-            by_id = {t.topic_id: t for t in await ctx.call(ctx.broker.topic_infos)}
+            by_id = {t.topic_id: t for t in await ctx.call(ctx.broker.topic_infos, include_internal=True)}
         topics = [await _asked(ctx, header, m, t, auto_create, by_id) for t in request.topics]
     broker = make(
         m.MetadataResponseBroker, node_id=NODE_ID, host=ctx.advertised(header).host, port=ctx.advertised(header).port
