@@ -8,7 +8,8 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch as KBatch
 
 from kop_spark import AlterConfigOp, Broker, Record, layout
-from kop_spark.broker import SINK_LEASE_MS
+from kop_spark.broker import SINK_LEASE_MS, PartitionViews
+from kop_spark.broker.partition_views import SWEEP_S
 from kop_spark.clock import ManualClock
 from kop_spark.errors import (
     ConfigError,
@@ -29,6 +30,7 @@ from kop_spark.partitioner import partition_for_key
 from kop_spark.record import CompressionType, RecordBatch, TimestampType, build_record_batch
 from kop_spark.storage import metadata_store
 from kop_spark.storage.metadata.file import FileMetadataStore
+from kop_spark.storage.read_plan import PartitionView
 
 NOW = int(time.time() * 1000)
 
@@ -1012,3 +1014,23 @@ def test_a_view_is_read_again_once_its_maximum_age_is_past_whatever_the_probe_sa
         assert reader.view("t", 0).log_end_offset == 0
         writer.produce("t", [Record(b"0")], partition=0)
         assert reader.view("t", 0).log_end_offset == (1 if max_age_s == 0 else 0)
+
+
+def test_partition_views_keep_no_probe_of_a_partition_no_look_asked_for_since_the_last_sweep(tmp_path):
+    """A fetch's views keep each partition's last probe, to read only those that changed: one no
+    look asked for between two sweeps goes (a deleted topic's, a consumer's gone elsewhere), so
+    a server keeps no probe of every partition it ever served."""
+    with Broker(str(tmp_path / "store")) as b:
+        b.create_topic("t", 2)
+        b.create_topic("u", 1)
+        now = [0.0]
+        views = PartitionViews(b.admin, b.store, monotonic=lambda: now[0])
+        everything = [("t", 0), ("t", 1), ("u", 0)]
+        assert all(isinstance(v, PartitionView) for v in views.each(everything)) and len(views) == 3
+        now[0] = SWEEP_S / 2
+        views.each([("t", 0)])
+        now[0] = SWEEP_S
+        views.each([("t", 0)])
+        assert len(views) == 3  # all were looked at since the start
+        now[0] = 2 * SWEEP_S
+        assert isinstance(views.each([("t", 0)])[0], PartitionView) and len(views) == 1

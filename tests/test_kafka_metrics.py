@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from kop_spark import Broker
@@ -124,6 +125,29 @@ def test_offsets_and_consumer_lag_under_kafka_exporters_names(server: KopServer)
     assert by_group("kafka_consumergroup_lag") == {("g", "0", "t"): 3, ("g", "1", "t"): 2, ("spark-query", "0", "t"): 6}
     assert by_group("kafka_consumergroup_lag_sum") == {("g", "t"): 5, ("spark-query", "t"): 6}
     assert by_group("kafka_consumergroup_members") == {("g",): 1, ("spark-query",): 0}
+
+
+def test_a_deleted_topics_counts_go_with_it_whoever_deleted_it(server: KopServer) -> None:
+    """As Kafka drops a deleted topic's metrics: deleted through the server, or by another
+    process (seen at the next scrape), a topic's series are served no more; the others stay."""
+    with Broker(server.root) as b:
+        for topic in ("here", "elsewhere"):
+            b.create_topic(topic, 1)
+    producer = Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 0})
+    for topic in ("t", "here", "elsewhere"):
+        producer.produce(topic, value=b"v", partition=0)
+    assert producer.flush(30) == 0
+
+    def counted() -> set[str]:
+        return {dict(labels)["topic"] for labels in _scrape(server).get("kop_server_MESSAGE_IN_total", {})}
+
+    assert counted() == {"t", "here", "elsewhere"}
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    admin.delete_topics(["here"])["here"].result(30)
+    assert counted() == {"t", "elsewhere"}
+    with Broker(server.root) as b:
+        b.delete_topic("elsewhere")
+    assert counted() == {"t"}
 
 
 def test_a_store_that_cannot_be_read_leaves_the_servers_own_metrics_answered() -> None:

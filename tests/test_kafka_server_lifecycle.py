@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from kafka.protocol.consumer import FetchRequest
 
 from kop_spark import Broker, Record, layout
@@ -38,10 +39,12 @@ def _fetch(max_wait_ms: int):
 
 
 @contextlib.contextmanager
-def in_process_server(tmp_path: Any) -> Iterator[tuple[KafkaServer, asyncio.AbstractEventLoop, socket.socket]]:
+def in_process_server(
+    tmp_path: Any, conf: dict[str, Any] | None = None
+) -> Iterator[tuple[KafkaServer, asyncio.AbstractEventLoop, socket.socket]]:
     """A server on an event loop of this process (so a test can look at its connections), and a
     client socket to it."""
-    with Broker(str(tmp_path / "store")) as b:
+    with Broker(str(tmp_path / "store"), conf=conf) as b:
         b.create_topic("t", 1)
         loop = asyncio.new_event_loop()
         server = KafkaServer(b, "PLAINTEXT://127.0.0.1:0")
@@ -265,3 +268,74 @@ def test_a_topic_of_more_partitions_than_a_shells_open_files_limit_takes_every_r
     with Broker(server.root) as b:
         stored = [[r.value for r in b.fetch("wide", i, 0)] for i in range(partitions)]
     assert stored == [[b"%d" % i] for i in range(partitions)]
+
+
+def _held(pid: int, root: str) -> set[str]:
+    """The ledger files of ``root`` a process holds, open or mapped (deleted or not): a deleted
+    file's disk space is freed only once no process holds it."""
+    ledgers = os.path.join(os.path.realpath(root), "ledgers") + os.sep
+    held = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):  # closed since the listing
+            held.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    with open(f"/proc/{pid}/maps") as maps:
+        held.update(line.split(maxsplit=5)[5].strip() for line in maps if len(line.split(maxsplit=5)) == 6)
+    return {os.path.relpath(p.removesuffix(" (deleted)"), ledgers) for p in held if p.startswith(ledgers)}
+
+
+def test_a_deleted_topics_files_are_let_go_whoever_deleted_it(tmp_path) -> None:
+    """A server that wrote and read a topic held its ledger files open: deleted, through this
+    server or by another process (the CLI, another server), their disk space stayed in use, and
+    their descriptors counted against the open files limit, for as long as the server ran."""
+    root = str(tmp_path / "store")
+    with Broker(root) as b:
+        for topic in ("here", "elsewhere", "kept"):
+            b.create_topic(topic, 2)
+    conf = ["file.delete.delay.ms=0", "log.cleaner.backoff.ms=100"]
+    with KopServer(root, conf) as server:
+        assert server.proc is not None
+        p = Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 0})
+        for topic in ("here", "elsewhere", "kept"):
+            for partition in range(2):
+                p.produce(topic, value=b"x" * 1000, partition=partition)
+        assert p.flush(30) == 0
+        c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "g", "auto.offset.reset": "earliest"})
+        c.assign([TopicPartition(t, partition, 0) for t in ("here", "elsewhere", "kept") for partition in range(2)])
+        for _ in range(6):
+            m = c.poll(30)
+            assert m is not None and m.error() is None, m and m.error()
+        c.close()
+        topics = {path.split("-partition-")[0] for path in _held(server.proc.pid, root)}
+        assert {"public/default/here", "public/default/elsewhere", "public/default/kept"} <= topics
+
+        admin = AdminClient({"bootstrap.servers": server.bootstrap})
+        admin.delete_topics(["here"])["here"].result(30)
+        assert not any(path.startswith("public/default/here-") for path in _held(server.proc.pid, root))
+
+        with Broker(root, conf={"file.delete.delay.ms": 0}) as b:
+            b.delete_topic("elsewhere")
+        deadline = time.monotonic() + 30
+        while any(path.startswith("public/default/elsewhere-") for path in _held(server.proc.pid, root)):
+            assert time.monotonic() < deadline, "the server still holds the files of a topic deleted elsewhere"
+            time.sleep(0.05)
+        assert any(path.startswith("public/default/kept-") for path in _held(server.proc.pid, root))
+
+
+def test_a_server_nobody_scrapes_keeps_no_counts_of_topics_deleted_elsewhere(tmp_path) -> None:
+    """Its metrics (``webServicePort``) off, a server still counts what clients produce and fetch,
+    per topic: those of a topic another process deleted go after the next retention pass, so that
+    a server whose topics come and go does not keep every one it ever served."""
+    with in_process_server(tmp_path, {"log.retention.check.interval.ms": 100}) as (server, _, _):
+        assert server.ctx is not None
+        bootstrap = f"{server.bound[0].host}:{server.bound[0].port}"
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+        for topic in ("t", "gone"):
+            p.produce(topic, value=b"v", partition=0)
+        assert p.flush(30) == 0
+        assert server.ctx.metrics.counted_topics() == {"t", "gone"}
+        with Broker(str(tmp_path / "store")) as b:
+            b.delete_topic("gone")
+        deadline = time.monotonic() + 30
+        while server.ctx.metrics.counted_topics() != {"t"}:
+            assert time.monotonic() < deadline, server.ctx.metrics.counted_topics()
+            time.sleep(0.05)

@@ -10,7 +10,7 @@ from kop_spark import layout
 from kop_spark.clock import ManualClock
 from kop_spark.errors import BadVersionError
 from kop_spark.storage.metadata.file import FileMetadataStore
-from kop_spark.storage.metadata_store import check_key
+from kop_spark.storage.metadata_store import PROBED_MAX_AGE_S, ProbedCache, check_key
 
 from .conftest import PYTHON, python_subprocess_env
 
@@ -123,3 +123,24 @@ def test_a_settled_key_has_a_probe_token_and_every_write_changes_it(tmp_path):
     store.put("a/b", {"n": 2}, version)
     clock.advance(2000)
     assert store.probe("a/b") not in (None, token)
+
+
+def test_what_a_probed_cache_keeps_goes_once_no_look_could_take_it(tmp_path):
+    """A kept value past ``PROBED_MAX_AGE_S`` is loaded again by any look, so it goes: a server's
+    topics deleted by another process, or not looked at since, are not kept as long as it runs."""
+    clock = ManualClock()
+    store = FileMetadataStore(str(tmp_path), clock=clock)
+    for key in ("t/a", "t/b", "t/c"):
+        store.put(key, {"k": key}, 0)
+    clock.advance(2000)  # settled: each key has a probe token
+    now = [0.0]
+    cache = ProbedCache(store, monotonic=lambda: now[0])
+    loads: list[str] = []
+
+    def look(key: str) -> dict:
+        return cache.get(key, lambda: loads.append(key) or store.get(key).value)
+
+    assert [look(k) for k in ("t/a", "t/b", "t/a")] == [{"k": "t/a"}, {"k": "t/b"}, {"k": "t/a"}]
+    assert loads == ["t/a", "t/b"] and len(cache) == 2  # the second look at t/a took what was kept
+    now[0] = PROBED_MAX_AGE_S
+    assert look("t/c") == {"k": "t/c"} and len(cache) == 1

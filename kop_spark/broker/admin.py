@@ -232,11 +232,15 @@ class TopicAdmin:
 
     def partition_logs(self, topic: str | None) -> Iterator[tuple[str, TopicName, int, ManagedLedger]]:
         """(topic, name, partition, log) of every partition of ``topic`` or of the store. Topics
-        deleted meanwhile are skipped; deletions left half done are finished first."""
-        if topic is None:
+        deleted meanwhile are skipped; half-done deletions are finished, deleted topics' logs let go."""
+        if topic is not None:
+            topics = [topic]
+        else:
             for name, meta in self._pending_deletions():
                 self.finish_deletion(name, meta)
-        for t in [topic] if topic is not None else self.list_topics(include_internal=True):
+            topics = self.list_topics(include_internal=True)
+            self.logs.release_gone([self.name(t).full_name for t in topics], self._stands)
+        for t in topics:
             try:
                 name, meta = self.metadata(t)
             except TopicNotFoundError:
@@ -357,9 +361,9 @@ class TopicAdmin:
         self.finish_deletion(name, marked.value)
 
     def finish_deletion(self, name: TopicName, meta: TopicMeta) -> None:
-        self.logs.forget(name)
         logs = [self.logs.open(name, p, meta) for p in range(meta["partitions"])]
         all_at_once([functools.partial(_delete_log, ml) for ml in logs], self._store.update_parallelism)
+        self.logs.forget(name)  # once deleted: closing the open logs only lets their files go
 
         def remove(current: TopicMeta | None) -> None:
             if current is None or not current.get("deleting"):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Collection
 from typing import Any
 
 from .. import layout
@@ -91,11 +92,26 @@ class LogManager:
         )
 
     def forget(self, name: TopicName) -> None:
-        """Drop the open logs of a topic that went away."""
+        """Close and drop the open logs of a deleted topic. A writer's file stayed open, holding
+        the deleted file's disk space, for as long as the process ran; closed on a deleted log,
+        it is let go, nothing sealed."""
         with self._lock:
-            for key in [k for k in self._logs if k[0] == name.full_name]:
-                del self._logs[key]
+            keys = [k for k in self._logs if k[0] == name.full_name]
+            for key in keys:
                 self._overrides.pop(key, None)
+            forgotten = [self._logs.pop(key) for key in keys]
+        for ml in forgotten:
+            ml.close()
+
+    def release_gone(self, listed: Collection[str], stands: Callable[[TopicName], bool]) -> None:
+        """``forget`` the topics whose logs are open here that are not ``listed`` (full names) and
+        do not stand: those another process deleted."""
+        with self._lock:
+            others = {full for full, _ in self._logs} - set(listed)
+        for full in others:
+            name = TopicName.parse(full)
+            if not stands(name):  # looked at again: it may have been made anew since the listing
+                self.forget(name)
 
     def close(self) -> None:
         """Seal this broker's open ledgers, so readers get entry tables and no one must fence them."""

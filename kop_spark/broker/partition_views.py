@@ -6,6 +6,7 @@ was a hundred reads in turn."""
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Hashable, Sequence
 
 from ..errors import KopError, StorageError, UnknownTopicOrPartitionError
@@ -16,12 +17,19 @@ from ..storage.read_plan import PartitionView
 from ..topic_name import TopicPartition
 from .admin import TopicAdmin, TopicMeta
 
+# Each partition's last probe is kept until a sweep finds it not looked at since the one before: a
+# server's consumers move on, and topics are deleted, where their probes stayed as long as it ran.
+SWEEP_S = 60.0
+
 
 class PartitionViews:
-    def __init__(self, admin: TopicAdmin, store: MetadataStore):
+    def __init__(self, admin: TopicAdmin, store: MetadataStore, monotonic: Callable[[], float] = time.monotonic):
         self._admin = admin
         self._store = store
         self._last: dict[TopicPartition, Hashable | None] = {}  # each partition's probe at the last look
+        self._looked: set[TopicPartition] = set()  # the partitions looked at since the last sweep
+        self._monotonic = monotonic
+        self._swept_at = monotonic()
 
     def each(
         self, partitions: Sequence[TopicPartition], probes_within_s: float = 0.0
@@ -36,9 +44,23 @@ class PartitionViews:
         for tp in partitions:
             (changed if probes.get(tp) is None or self._last.get(tp) != probes[tp] else kept).append(tp)
         self._last.update(probes)
+        self._sweep(partitions)
         got = dict(zip(changed, each_at_once(self._views(changed, probes), self._store.read_parallelism), strict=True))
         got.update(zip(kept, each_at_once(self._views(kept, probes), 1), strict=True))
         return [got[tp] for tp in partitions]
+
+    def _sweep(self, looked: Sequence[TopicPartition]) -> None:
+        self._looked.update(looked)
+        now = self._monotonic()
+        if now - self._swept_at < SWEEP_S:
+            return
+        # Other threads may look meanwhile: a probe they keep in the old dict is lost, and their
+        # partitions are read as if changed, at once, which is all a lost probe costs.
+        kept, looked_since = list(self._last.items()), self._looked
+        self._last, self._looked, self._swept_at = {tp: p for tp, p in kept if tp in looked_since}, set(), now
+
+    def __len__(self) -> int:
+        return len(self._last)
 
     def _views(
         self, partitions: list[TopicPartition], probes: dict[TopicPartition, Hashable | None]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -63,6 +63,15 @@ class ServerMetrics:
         entry = self._traffic[(way, topic, partition)]
         entry[0] += size
         entry[1] += records
+
+    def counted_topics(self) -> set[str]:
+        return {topic for _, topic, _ in self._traffic}
+
+    def forget_topics(self, topics: Collection[str]) -> None:
+        """Drop the counts of topics gone, as Kafka drops a deleted topic's metrics: a server
+        whose topics come and go would otherwise keep, and serve, every one it ever counted."""
+        for key in [k for k in self._traffic if k[1] in topics]:
+            del self._traffic[key]
 
     def render(self, gauges: dict[str, float]) -> str:
         """Prometheus's text exposition format (0.0.4)."""
@@ -147,7 +156,8 @@ class MetricsEndpoint:
             elif path.split("?", 1)[0].rstrip("/") != "/metrics":
                 status, body = "404 Not Found", f"{path} is not served: GET /metrics\n"
             else:
-                status, body = "200 OK", self._metrics.render(self._gauges()) + await self._read_store()
+                store = await self._read_store()  # first: it drops the counts of topics gone
+                status, body = "200 OK", self._metrics.render(self._gauges()) + store
             data = body.encode()
             writer.write(
                 f"HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"

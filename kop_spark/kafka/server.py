@@ -91,13 +91,14 @@ class KafkaServer:
         """Kafka's log manager and log cleaner, and the rest of kop maintenance, each on a thread
         of its own (requests are not held up), each stopped by a stop mid-way."""
         config, b, stop = self.broker.config, self.broker.housekeeping, self._stopping
-        jobs = [
-            _every(
-                config["log.retention.check.interval.ms"] / 1000,
-                lambda: asyncio.to_thread(b.enforce_retention, None, stop),
-                "apply retention",
-            )
-        ]
+        ctx = self.ctx
+        assert ctx is not None  # started before its housekeeping
+
+        async def retain() -> None:
+            await asyncio.to_thread(b.enforce_retention, None, stop)  # lets go of deleted topics' logs
+            await self._forget_counts_of_gone_topics(ctx)
+
+        jobs = [_every(config["log.retention.check.interval.ms"] / 1000, retain, "apply retention")]
         if config["log.cleaner.enable"]:
             clean = functools.partial(b.clean_logs, None, stop)
             jobs.append(
@@ -118,7 +119,18 @@ class KafkaServer:
 
     async def _offsets_and_lag(self, ctx: ServerContext) -> str:
         members = {g: len(live.members) for g in ctx.active_groups() if (live := ctx.live_group(g)) is not None}
-        return render_gauges(FAMILIES, await ctx.call(store_samples, self.broker, members))
+        samples = await ctx.call(store_samples, self.broker, members)
+        await self._forget_counts_of_gone_topics(ctx)
+        return render_gauges(FAMILIES, samples)
+
+    async def _forget_counts_of_gone_topics(self, ctx: ServerContext) -> None:
+        """Drop the traffic counts of deleted topics (by this server or another process), as Kafka
+        drops a deleted topic's metrics: at each scrape, and after each retention pass, so that a
+        server nobody scrapes does not keep every topic it ever served. Only topics counted before
+        the listing: one made since is not taken for gone."""
+        counted = ctx.metrics.counted_topics()
+        listed = set(await ctx.call(self.broker.list_topics, True))
+        ctx.metrics.forget_topics({t for t in counted if ctx.listed_topic(t) not in listed})
 
     def _gauges(self) -> dict[str, float]:
         return {

@@ -111,16 +111,20 @@ class ProbedCache:
     of a key cost a hundred times the probe (a stat of the key's directory, on the file backend).
     Backends without a probe read every time."""
 
-    def __init__(self, store: MetadataStore):
+    def __init__(self, store: MetadataStore, monotonic: Callable[[], float] = time.monotonic):
         self._store = store
         self._kept: dict[str, tuple[Hashable, float, Any]] = {}
+        self._monotonic = monotonic
+        self._swept_at = monotonic()
 
     def get(self, key: str, load: Callable[[], T], token: Hashable | Unprobed | None = UNPROBED) -> T:
         """The value ``load`` gives for ``key``, or the one kept while the key is unchanged;
         ``token``: the key's probe, taken by the caller (``probe_many``) before this call."""
         if isinstance(token, Unprobed):
             token = self._store.probe(key)  # probed before the load: a write after it changes it
-        kept, now = self._kept.get(key), time.monotonic()
+        kept, now = self._kept.get(key), self._monotonic()
+        if now - self._swept_at >= PROBED_MAX_AGE_S:
+            self._sweep(now)
         if token is not None and kept is not None and kept[0] == token and now - kept[1] < PROBED_MAX_AGE_S:
             return kept[2]  # what the load gave when the key was as it is
         value = load()
@@ -129,6 +133,17 @@ class ProbedCache:
         else:
             self._kept[key] = (token, now, value)
         return value
+
+    def _sweep(self, now: float) -> None:
+        """Drop what is kept past its age, which no look would take: a server's topics deleted by
+        another process, or not looked at since, would otherwise stay for as long as it runs."""
+        self._swept_at = now
+        for key, entry in list(self._kept.items()):  # other threads may add meanwhile
+            if now - entry[1] >= PROBED_MAX_AGE_S and self._kept.get(key) is entry:
+                self._kept.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._kept)
 
 
 class Unchanged(Exception):
