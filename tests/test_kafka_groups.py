@@ -321,3 +321,27 @@ def test_what_a_member_is_told_is_kept_before_it_is_told(tmp_path) -> None:
         broker.close()
 
     asyncio.run(scenario())
+
+
+def test_a_group_its_last_member_left_is_forgotten(tmp_path) -> None:
+    """As Kafka forgets an empty group: a server that saw short-lived group ids (``app-<uuid>``)
+    kept each for as long as it ran. Its offsets stay the store's; a member of its last generation
+    is refused, and a commit outside any generation taken, as by an empty group; the next member
+    starts a generation afresh, as after a restart."""
+
+    async def scenario() -> None:
+        ctx = ServerContext(Broker(str(tmp_path), {"group.initial.rebalance.delay.ms": 0}), {})
+        m = ctx.membership
+        joining = JoinRequest("g", "", None, ("c", "h"), (30_000, 30_000), "consumer", [("range", b"")], False)
+        first = await m.join(joining)
+        await m.sync("g", first.generation, first.member_id, None, {first.member_id: b"all"})
+        assert "g" in m.groups
+        assert m.leave("g", first.member_id, None) == ErrorCode.none
+        assert "g" not in m.groups
+        assert m.validate_commit("g", first.generation, first.member_id, None) == ErrorCode.illegal_generation
+        assert m.validate_commit("g", -1, "", None) == ErrorCode.none
+        again = await m.join(joining)
+        assert again.generation == 1 and again.member_id != first.member_id
+        ctx.close()
+
+    asyncio.run(scenario())

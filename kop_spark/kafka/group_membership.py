@@ -155,6 +155,12 @@ class GroupMembership:
         self._on_change(g.group_id)
         if not g.members:
             g.state, g.protocol, g.leader = GroupState.EMPTY, None, None
+            # Forgotten, as Kafka forgets an empty group (its offsets are the store's, and the
+            # next member starts a generation afresh, as after a restart): a server that saw
+            # short-lived group ids (``app-<uuid>``) kept each one as long as it ran. Not while
+            # a client told MEMBER_ID_REQUIRED is to join with the id it was given.
+            if not g.pending and self.groups.get(g.group_id) is g:
+                del self.groups[g.group_id]
             return
         g.protocol = g.select_protocol()
         if g.leader not in g.members:
