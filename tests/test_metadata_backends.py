@@ -4,7 +4,6 @@ ZooKeeper, etcd, S3 (moto's server), GCS (its XML API, ``gcs_process``) and Azur
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import signal
@@ -18,8 +17,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from kazoo.protocol.states import Callback
 
 from kop_spark import Broker, Record
@@ -466,51 +463,6 @@ def test_an_etcd_watch_no_one_looks_through_stops(
     watch._thread.join(10)
     assert not watch._thread.is_alive() and etcd_watch.running_watch(s.endpoints, _prefix_of(s)) is None
     assert _await_standing(s) is not watch and s.probe_many(["k"]) == {"k": s.get("k").version}
-
-
-@settings(deadline=None, max_examples=100)
-@given(
-    messages=st.lists(st.dictionaries(st.text(max_size=30), st.integers() | st.text(max_size=300)), max_size=6),
-    cuts=st.lists(st.integers(1, 400), max_size=12),
-    read=st.integers(1, 64),
-)
-def test_a_watch_stream_gives_each_message_whatever_chunks_carry_it(
-    messages: list[dict], cuts: list[int], read: int
-) -> None:
-    """The gateway streams a watch as JSON lines in HTTP/1.1 chunks, which may end anywhere in a
-    line (a large value spans several), and a read of the socket may end anywhere in a chunk."""
-    body = b"".join(json.dumps(m).encode() + b"\n" for m in messages)
-    chunked = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in _pieces(body, cuts)) + b"0\r\n\r\n"
-    answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked
-    answer = _Answer([answer[at : at + read] for at in range(0, len(answer), read)])
-    lines = []
-    with pytest.raises(etcd_watch.StreamEnded, match="the stream ended"):
-        for line in etcd_watch.streamed_lines(answer, "http://127.0.0.1:1", "/v3/watch", b"{}"):  # type: ignore[arg-type]  # a socket's recv
-            assert line, "a read found nothing, with the whole answer there"
-            lines.append(json.loads(line))
-    assert lines == messages
-
-
-def _pieces(data: bytes, cuts: list[int]) -> list[bytes]:
-    """``data`` cut after each length in ``cuts`` (the rest in one piece); no empty piece."""
-    out, at = [], 0
-    for cut in cuts:
-        out.append(data[at : at + cut])
-        at += cut
-    return [p for p in [*out, data[at:]] if p]
-
-
-class _Answer:
-    """What a socket's reads give: the answer, a piece a read."""
-
-    def __init__(self, pieces: list[bytes]):
-        self._pieces = pieces
-
-    def sendall(self, data: bytes) -> None:
-        pass
-
-    def recv(self, size: int) -> bytes:
-        return self._pieces.pop(0) if self._pieces else b""
 
 
 def _etcd(backend: Backend) -> EtcdMetadataStore:
