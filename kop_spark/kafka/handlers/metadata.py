@@ -23,9 +23,10 @@ NO_TOPIC_ID = uuid.UUID(int=0)  # Kafka's "no id": a topic named, or not found
 async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     m = response_module(header.api_key, header.api_version)
     if request.topics is None:
-        # every topic, the offsets topic too (marked internal, as Kafka lists it: clients leave it
-        # out of regex subscriptions and listings themselves); those the client may not describe
-        # are not mentioned
+        # every topic, the offsets topic too (marked internal, as Kafka lists it: kafka-topics
+        # --exclude-internal and the Java client's exclude.internal.topics leave it out by that
+        # mark; librdkafka's regex subscriptions do not, as against Kafka); those the client may
+        # not describe are not mentioned
         infos = await ctx.call(ctx.broker.topic_infos, include_internal=True)
         topics = [_found(m, t) for t in infos if ctx.allowed(header, "Describe", "Topic", t.name)]
     else:
