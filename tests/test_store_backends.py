@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -494,15 +496,33 @@ def test_a_metrics_scrape_of_an_object_store_root_reads_what_changed_in_a_few_re
         for topic in ("a", "b"):
             other.create_topic(topic, 20)
         for _ in range(2):  # the second takes what the first opened (each partition's log) as kept
-            store_samples(b, {})
+            store_samples(b, b.topic_infos(True), {})
         since = len(moto.log.read_text())
-        store_samples(b, {})
+        store_samples(b, b.topic_infos(True), {})
         requests = servers.requests_since(moto, since, space)
         assert len(requests) < 10, f"a request a partition (90 with the offsets topic's): {requests}"
         other.produce("b", _records("v", 3), partition=7)
-        ends = store_samples(b, {})["kafka_topic_partition_current_offset"]
+        ends = store_samples(b, b.topic_infos(True), {})["kafka_topic_partition_current_offset"]
         assert [(labels["topic"], labels["partition"], end) for labels, end in ends if end] == [("b", "7", 3)]
         assert len(ends) == 40
+
+
+def test_a_scrape_of_kop_serve_on_an_object_store_lists_the_topics_once(running: dict[str, servers.Server]) -> None:
+    """The samples and the sweep of deleted topics' counts share a scrape's listing: each listing
+    is a LIST request, paid at every scrape of every server."""
+    space = f"s{uuid.uuid4().hex[:12]}"
+    root, moto = f"s3://{servers.BUCKET}/{space}", running["s3"]
+    with Broker(root) as b:
+        b.create_topic("a", 2)
+    with KopServer(root, ["webServicePort=0"]) as server:
+        metrics = re.search(r"metrics at (http://[\d.]+:\d+/metrics)", "".join(server.log))
+        assert metrics, "kop serve did not say where its metrics are"
+        scrape = lambda: urllib.request.urlopen(metrics[1], timeout=30).read().decode()  # noqa: E731 - used twice
+        assert 'kafka_topic_partition_current_offset{topic="a",partition="1"} 0' in scrape()
+        since = len(moto.log.read_text())
+        scrape()
+        listings = servers.requests_since(moto, since, f"prefix={space}/_metadata/{layout.TOPICS}/ ")
+    assert len(listings) == 1, listings  # the probes of the keys listed are asked by directory, after it
 
 
 def test_retention_drops_old_ledgers_and_their_files(store: Store) -> None:

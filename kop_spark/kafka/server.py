@@ -14,9 +14,9 @@ import functools
 import logging
 import signal
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
-from ..broker import Broker, MaintenanceReport
+from ..broker import Broker, MaintenanceReport, TopicInfo
 from .connection import Connection
 from .context import ServerContext
 from .listeners import Listener, parse_listeners
@@ -119,18 +119,24 @@ class KafkaServer:
 
     async def _offsets_and_lag(self, ctx: ServerContext) -> str:
         members = {g: len(live.members) for g in ctx.active_groups() if (live := ctx.live_group(g)) is not None}
-        samples = await ctx.call(store_samples, self.broker, members)
-        await self._forget_counts_of_gone_topics(ctx)
+        counted = ctx.metrics.counted_topics()
+        topics = await ctx.call(self.broker.topic_infos, True)
+        samples = await ctx.call(store_samples, self.broker, topics, members)
+        self._forget_counts_of_topics_not_in(ctx, counted, topics)
         return render_gauges(FAMILIES, samples)
 
     async def _forget_counts_of_gone_topics(self, ctx: ServerContext) -> None:
+        counted = ctx.metrics.counted_topics()
+        self._forget_counts_of_topics_not_in(ctx, counted, await ctx.call(self.broker.topic_infos, True))
+
+    @staticmethod
+    def _forget_counts_of_topics_not_in(ctx: ServerContext, counted: set[str], listed: Sequence[TopicInfo]) -> None:
         """Drop the traffic counts of deleted topics (by this server or another process), as Kafka
         drops a deleted topic's metrics: at each scrape, and after each retention pass, so that a
-        server nobody scrapes does not keep every topic it ever served. Only topics counted before
-        the listing: one made since is not taken for gone."""
-        counted = ctx.metrics.counted_topics()
-        listed = set(await ctx.call(self.broker.list_topics, True))
-        ctx.metrics.forget_topics({t for t in counted if ctx.listed_topic(t) not in listed})
+        server nobody scrapes does not keep every topic it ever served. Only topics ``counted``
+        before the listing: one made since is not taken for gone."""
+        names = {t.name for t in listed}
+        ctx.metrics.forget_topics({t for t in counted if ctx.listed_topic(t) not in names})
 
     def _gauges(self) -> dict[str, float]:
         return {

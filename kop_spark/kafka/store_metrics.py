@@ -16,9 +16,9 @@ on a worker thread; the members are counted on the event loop, where groups live
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from ..broker import Broker
+from ..broker import Broker, TopicInfo
 from ..broker.partition_views import PartitionViews
 from ..errors import KopError
 
@@ -34,10 +34,11 @@ FAMILIES = {
 Samples = dict[str, list[tuple[dict[str, str], int]]]  # family -> (labels, value) each
 
 
-def store_samples(broker: Broker, members: Mapping[str, int]) -> Samples:
-    """Every family's samples as the store stands; ``members``: each active group's count."""
+def store_samples(broker: Broker, topics: Sequence[TopicInfo], members: Mapping[str, int]) -> Samples:
+    """Every family's samples as the store stands: of ``topics`` (the caller's listing, which it
+    may use for more; internal ones are left out) and ``members``: each active group's count."""
     out: Samples = defaultdict(list)
-    partitions = [(t.name, p) for t in broker.topic_infos() for p in range(t.partitions)]
+    partitions = [(t.name, p) for t in topics if not t.internal for p in range(t.partitions)]
     ends: dict[tuple[str, int], int] = {}
     for (topic, p), view in zip(partitions, PartitionViews(broker.admin, broker.store).each(partitions), strict=True):
         if isinstance(view, KopError):
