@@ -525,6 +525,25 @@ def test_a_scrape_of_kop_serve_on_an_object_store_lists_the_topics_once(running:
     assert len(listings) == 1, listings  # the probes of the keys listed are asked by directory, after it
 
 
+def test_a_housekeeping_pass_on_an_object_store_reads_each_topic_once(running: dict[str, servers.Server]) -> None:
+    """kop serve's log cleaner passes every 15 s, and its retention and maintenance passes too: each
+    looked for half-done deletions, listed the topics and read each topic again, three reads a
+    topic a pass; one listing serves them all."""
+    space = f"s{uuid.uuid4().hex[:12]}"
+    root, moto = f"s3://{servers.BUCKET}/{space}", running["s3"]
+    with Broker(root) as b:
+        for topic in ("a", "b", "c"):
+            b.create_topic(topic, 2)
+        b.delete_topic("c")
+        b.housekeeping.clean_logs(None)
+        since = len(moto.log.read_text())
+        b.housekeeping.clean_logs(None)
+        listings = servers.requests_since(moto, since, f"prefix={space}/_metadata/{layout.TOPICS}/ ")
+        reads = servers.requests_since(moto, since, f"{space}/_metadata/{layout.TOPICS}/public/default/")
+    assert len(listings) == 1, listings
+    assert len([r for r in reads if "list-type" not in r]) <= 2, reads  # a and b, if not kept since the last
+
+
 def test_retention_drops_old_ledgers_and_their_files(store: Store) -> None:
     clock = ManualClock(1_800_000_000_000)
     conf = {**store.conf, "managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 0}

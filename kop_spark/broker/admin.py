@@ -234,19 +234,16 @@ class TopicAdmin:
         """(topic, name, partition, log) of every partition of ``topic`` or of the store. Topics
         deleted meanwhile are skipped; half-done deletions are finished, deleted topics' logs let go."""
         if topic is not None:
-            topics = [topic]
-        else:
-            for name, meta in self._pending_deletions():
-                self.finish_deletion(name, meta)
-            topics = self.list_topics(include_internal=True)
-            self.logs.release_gone([self.name(t).full_name for t in topics], self._stands)
-        for t in topics:
-            try:
-                name, meta = self.metadata(t)
-            except TopicNotFoundError:
-                if topic is not None:
-                    raise
-                continue
+            topics = [self.metadata(topic)]
+        else:  # from one listing: a housekeeping pass read each topic of an object store three times
+            listed = self._listed()
+            for name, meta in listed:
+                if not standing(meta):
+                    self.finish_deletion(name, meta)
+            topics = [(name, meta) for name, meta in listed if standing(meta)]
+            self.logs.release_gone([name.full_name for name, _ in topics], self._stands)
+        for name, meta in topics:
+            t = self.kafka_name(name)
             for p in range(meta["partitions"]):
                 yield t, name, p, self.log(t, p, meta)
 
@@ -372,14 +369,6 @@ class TopicAdmin:
 
         update(self._store, layout.topic_key(name), remove)
 
-    def _pending_deletions(self) -> list[tuple[TopicName, TopicMeta]]:
-        out = []
-        for key in self._store.list_keys(layout.TOPICS):
-            value = self._store.get(key).value
-            if value is not None and value.get("deleting"):
-                out.append((layout.topic_of_key(key), value))
-        return out
-
     def _topic_meta(self, key: str, token: Hashable | Unprobed | None = UNPROBED) -> TopicMeta | None:
         return self._topics.get(key, lambda: self._store.get(key).value, token)
 
@@ -390,18 +379,16 @@ class TopicAdmin:
         return TopicInfo(self.kafka_name(name), topic_id(name, meta), meta["partitions"], self.is_internal(name))
 
     def infos(self, include_internal: bool = False) -> list[TopicInfo]:
-        """Every topic's, by Kafka name: the topics' keys probed in one request where the store can
-        (a Metadata request of a hundred topics on an S3 root was a hundred reads)."""
-        out = []
+        """Every topic's, by Kafka name."""
+        infos = [self._info(name, meta) for name, meta in self._listed() if standing(meta)]
+        return sorted((t for t in infos if include_internal or not t.internal), key=lambda t: t.name)
+
+    def _listed(self) -> list[tuple[TopicName, TopicMeta]]:
+        """Every topic key's value, being deleted or not: the keys probed in one request where the
+        store can (a Metadata request of a hundred topics on an S3 root was a hundred reads)."""
         keys = self._store.list_keys(layout.TOPICS)
-        for key, token in self._store.probe_many(keys).items():
-            meta = self._topic_meta(key, token)
-            if meta is None or not standing(meta):
-                continue
-            name = layout.topic_of_key(key)
-            if include_internal or not self.is_internal(name):
-                out.append(self._info(name, meta))
-        return sorted(out, key=lambda t: t.name)
+        metas = ((key, self._topic_meta(key, token)) for key, token in self._store.probe_many(keys).items())
+        return [(layout.topic_of_key(key), meta) for key, meta in metas if meta is not None]
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
         """Kafka names of all topics, sorted."""

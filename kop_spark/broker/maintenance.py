@@ -240,6 +240,8 @@ class Housekeeper:
         for t, _, p, ml in self._broker.admin.partition_logs(topic):
             try:
                 problems = log_recovery.check(ml)
+            except ManagedLedgerDeletedError:
+                continue  # its topic was deleted since the listing
             except KopError as e:
                 problems = [str(e)]
             if problems:
