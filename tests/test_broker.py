@@ -28,7 +28,6 @@ from kop_spark.errors import (
 )
 from kop_spark.partitioner import partition_for_key
 from kop_spark.record import CompressionType, RecordBatch, TimestampType, build_record_batch
-from kop_spark.storage import metadata_store
 from kop_spark.storage.metadata.file import FileMetadataStore
 from kop_spark.storage.read_plan import PartitionView
 
@@ -1005,9 +1004,9 @@ def test_a_topics_metadata_is_kept_while_unchanged_and_another_brokers_change_is
 @pytest.mark.parametrize("max_age_s", [0.0, 3600.0])
 def test_a_view_is_read_again_once_its_maximum_age_is_past_whatever_the_probe_says(tmp_path, monkeypatch, max_age_s):
     """A probe that misses a write (a filesystem whose clock runs behind ours could leave the times
-    of a key's directory as they were) hides it for ``PROBED_MAX_AGE_S`` at most."""
+    of a key's directory as they were) hides it for the store's ``probe_max_age_s`` at most."""
     monkeypatch.setattr(FileMetadataStore, "probe", lambda self, key: "unchanged")
-    monkeypatch.setattr(metadata_store, "PROBED_MAX_AGE_S", max_age_s)
+    monkeypatch.setattr(FileMetadataStore, "probe_max_age_s", max_age_s)
     root = str(tmp_path / "store")
     with Broker(root) as reader, Broker(root) as writer:
         reader.create_topic("t", 1)

@@ -34,7 +34,15 @@ from kop_spark.storage.metadata import etcd_watch, open_metadata_store, zookeepe
 from kop_spark.storage.metadata.etcd import EtcdMetadataStore
 from kop_spark.storage.metadata.watches import Watches
 from kop_spark.storage.metadata.zookeeper import Children, close_sessions
-from kop_spark.storage.metadata_store import UNPROBED, MetadataStore, Versioned, update
+from kop_spark.storage.metadata_store import (
+    PROBED_MAX_AGE_S,
+    PROBED_UNUSED_S,
+    UNPROBED,
+    MetadataStore,
+    ProbedCache,
+    Versioned,
+    update,
+)
 
 from . import servers
 from .conftest import PYTHON, python_subprocess_env
@@ -112,7 +120,7 @@ def test_list_keys(backend: Backend) -> None:
         s.create(key, {"k": key})
     s.put("topics/y", None, s.get("topics/y").version)
     assert s.list_keys("topics") == ["topics/x", "topics/x/0", "topics/y"]
-    assert s.list_keys("topics/x") == ["topics/x", "topics/x/0"]
+    assert s.list_keys("topics/x") == ["topics/x/0"]  # a directory listed, not a key
     assert s.list_keys("nothing") == []
     assert s.list_keys("") == ["sinks/w", "topics/x", "topics/x/0", "topics/y", "topicsz"]
 
@@ -134,6 +142,30 @@ def test_probes_of_many_keys_change_only_where_a_write_came(backend: Backend) ->
         assert [k for k in keys if before[k] != after[k]] == ["ml/p7", "ml/p139"]
     for key in ("ml/p7", "ml/p139"):
         assert before[key] is None or before[key] != after[key]
+
+
+@pytest.mark.parametrize("backend", ["s3", "gcs", "azure"], indirect=True)
+def test_a_value_read_from_an_object_store_is_kept_while_its_e_tag_stands(backend: Backend) -> None:
+    """An object store's probe is the e-tag a listing gives, which every write changes (the
+    version is part of what is stored): what was read stands until then, where a file's probe
+    stands only ``PROBED_MAX_AGE_S``. Each read again was a billed GET: of every topic at each
+    log cleaner pass, of every partition a consumer fetches from, every 5 s."""
+    s, other = backend.open(), backend.open()
+    s.create("k", {"n": 1})
+    now, loads = [0.0], []
+    cache = ProbedCache(s, monotonic=lambda: now[0])
+
+    def look() -> dict:
+        return cache.get("k", lambda: loads.append(now[0]) or s.get("k").value, s.probe_many(["k"])["k"])
+
+    assert look() == {"n": 1}
+    now[0] = 10 * PROBED_MAX_AGE_S
+    assert look() == {"n": 1} and loads == [0.0]
+    update(other, "k", lambda v: {"n": 2})
+    assert look() == {"n": 2} and loads == [0.0, now[0]]
+    now[0] += PROBED_UNUSED_S  # looked at by no one since: a topic deleted elsewhere, say
+    cache.get("j", dict, None)
+    assert len(cache) == 0
 
 
 def test_recent_probes_stand_in_for_a_parked_look_but_never_past_a_write_through_the_store(backend: Backend) -> None:
@@ -427,7 +459,7 @@ def test_an_etcd_listing_again_asks_nothing_and_sees_every_key_made(running: dic
     while len(s.list_keys("topics")) < len(keys) + 2 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert s.list_keys("topics") == s.list_keys("") == sorted([*keys, "topics/new", "topics/p"])
-    assert s.list_keys("topics/p") == ["topics/p", "topics/p/child"]
+    assert s.list_keys("topics/p") == ["topics/p/child"]
     with _etcd_events_held(s):
         _etcd(backend).create("topics/mine", {"k": 1})
         assert "topics/mine" in s.list_keys("topics") and "topics/mine" in s.list_keys("")

@@ -63,8 +63,8 @@ def test_an_idle_stream_asks_nothing_and_its_next_look_sees_an_append_when_told(
     waited = time.monotonic() - told
     stream.stop()
     assert sorted(latest["in"].values()) == [0, 0, 0, 1]
-    # Well within the 5 s a kept view stands at most (PROBED_MAX_AGE_S), which a look that
-    # missed the change would wait out.
+    # Well within the 5 s a kept view stands at most on ZooKeeper and etcd (PROBED_MAX_AGE_S),
+    # which a look that missed the change would wait out.
     assert waited < 3, f"the append was seen only after {waited:.1f} s"
 
 

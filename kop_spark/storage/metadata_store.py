@@ -17,6 +17,7 @@ import re
 import time
 import zlib
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
 from ..errors import BadVersionError, CorruptMetadataError
@@ -32,6 +33,10 @@ _ZLIB_HEADER = 0x78  # a zlib stream's first byte; JSON starts with '{' or 'n'
 # than a second behind ours (an NFS server's), where a write in the same tick as the one before
 # could leave the probe's token as it was, shows the write within that time all the same.
 PROBED_MAX_AGE_S = 5.0
+# What a ``ProbedCache`` keeps goes once no look took it for this long, though its store's tokens
+# are exact: a server's topics deleted by another process would otherwise stay as long as it runs.
+# Longer than the log cleaner's 15 s between passes, which look at every topic.
+PROBED_UNUSED_S = 60.0
 
 T = TypeVar("T")
 
@@ -51,6 +56,10 @@ class MetadataStore(abc.ABC):
     read_parallelism = 16
     # Whether each request is billed (an object store's): those that poll look less often there.
     requests_billed = False
+    # How long a value read may stand while its key's probe token is unchanged. Exact tokens (an
+    # object's e-tag, from a listing made at the probe) stand until the key changes; a file's
+    # modification time, and what a watch last told, only ``PROBED_MAX_AGE_S``.
+    probe_max_age_s = PROBED_MAX_AGE_S
 
     @abc.abstractmethod
     def get(self, key: str) -> Versioned: ...
@@ -64,7 +73,9 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     def list_keys(self, prefix: str) -> list[str]:
-        """Keys under ``prefix`` that were ever written (some may since have been deleted)."""
+        """Keys under ``prefix`` that were ever written (some may since have been deleted), not
+        ``prefix`` itself: what is listed is a directory (``topics``, a group's share states),
+        and asking whether it is a key too cost a read at each listing."""
 
     def create(self, key: str, value: dict) -> int:
         """Create ``key``; ``BadVersionError`` if it already exists."""
@@ -106,14 +117,16 @@ UNPROBED = Unprobed()
 
 class ProbedCache:
     """What was read of (or made from) keys of a store, kept while the store's probe says each key
-    is unchanged, ``PROBED_MAX_AGE_S`` at most: a fetch looks at each partition it reads several
+    is unchanged, its ``probe_max_age_s`` at most: a fetch looks at each partition it reads several
     times a second, and a produce or a Metadata request reads its topics, where the read and parse
-    of a key cost a hundred times the probe (a stat of the key's directory, on the file backend).
+    of a key cost a hundred times the probe (a stat of the key's directory, on the file backend;
+    on an object store, a share of one listing of many keys, where each read is a billed request).
     Backends without a probe read every time."""
 
     def __init__(self, store: MetadataStore, monotonic: Callable[[], float] = time.monotonic):
         self._store = store
-        self._kept: dict[str, tuple[Hashable, float, Any]] = {}
+        self._max_age_s = store.probe_max_age_s
+        self._kept: dict[str, _Kept] = {}
         self._monotonic = monotonic
         self._swept_at = monotonic()
 
@@ -125,25 +138,36 @@ class ProbedCache:
         kept, now = self._kept.get(key), self._monotonic()
         if now - self._swept_at >= PROBED_MAX_AGE_S:
             self._sweep(now)
-        if token is not None and kept is not None and kept[0] == token and now - kept[1] < PROBED_MAX_AGE_S:
-            return kept[2]  # what the load gave when the key was as it is
+        if token is not None and kept is not None and kept.token == token and now - kept.loaded_at < self._max_age_s:
+            kept.used_at = now
+            return kept.value  # what the load gave when the key was as it is
         value = load()
         if token is None:
             self._kept.pop(key, None)
         else:
-            self._kept[key] = (token, now, value)
+            self._kept[key] = _Kept(token, now, now, value)
         return value
 
     def _sweep(self, now: float) -> None:
-        """Drop what is kept past its age, which no look would take: a server's topics deleted by
-        another process, or not looked at since, would otherwise stay for as long as it runs."""
+        """Drop what is kept past its age, which no look would take, and what no look took for
+        ``PROBED_UNUSED_S``: a server's topics deleted by another process, or not looked at since,
+        would otherwise stay for as long as it runs."""
         self._swept_at = now
-        for key, entry in list(self._kept.items()):  # other threads may add meanwhile
-            if now - entry[1] >= PROBED_MAX_AGE_S and self._kept.get(key) is entry:
+        for key, kept in list(self._kept.items()):  # other threads may add meanwhile
+            gone = now - kept.loaded_at >= self._max_age_s or now - kept.used_at >= PROBED_UNUSED_S
+            if gone and self._kept.get(key) is kept:
                 self._kept.pop(key, None)
 
     def __len__(self) -> int:
         return len(self._kept)
+
+
+@dataclass(slots=True)
+class _Kept:
+    token: Hashable
+    loaded_at: float
+    used_at: float
+    value: Any
 
 
 class Unchanged(Exception):

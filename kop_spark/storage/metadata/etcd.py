@@ -233,8 +233,6 @@ class EtcdMetadataStore(MetadataStore):
         body = {"key": b64(start), "range_end": b64(prefix_end(start)), "keys_only": True}
         reply = self._call("kv/range", body, f"list {prefix or 'keys'} in")
         keys = [base64.b64decode(kv["key"]).decode()[len(self._prefix) :] for kv in reply.get("kvs") or []]
-        if prefix and self.get(prefix).version:
-            keys.append(prefix)
         watches.keep_listing(path, mark, tuple(sorted(keys)))
         return sorted(keys)
 

@@ -185,7 +185,7 @@ class FileMetadataStore(MetadataStore):
         out = []
         for dirpath, dirnames, filenames in os.walk(base):
             dirnames.sort()
-            if any(n.endswith(".json") for n in filenames):
+            if dirpath != base and any(n.endswith(".json") for n in filenames):
                 out.append(os.path.relpath(dirpath, self.directory).replace(os.sep, "/"))
         return sorted(out)
 

@@ -14,6 +14,7 @@ replaced whole.
 from __future__ import annotations
 
 import functools
+import math
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 class ObjectMetadataStore(MetadataStore):
     requests_billed = True
+    probe_max_age_s = math.inf  # a probe is the e-tag a listing gives, which a write of other content changes
 
     def __init__(self, location: ObjectLocation, options: Mapping[str, str], *, timeout_s: float):
         self.location = location
@@ -134,12 +136,10 @@ class ObjectMetadataStore(MetadataStore):
 
     def list_keys(self, prefix: str) -> list[str]:
         base = "/".join(check_key(prefix)) if prefix else None
-        # Listing is by whole path segments: "a/b.json" is under "a", the key "a" itself is not.
+        # Listing is by whole path segments: "a/b.json" is under "a", "a.json" (the key "a") is not.
         pages = self._call("list", prefix or "keys", lambda store: list(obstore.list(store, base)))
-        out = [str(m["path"])[: -len(".json")] for page in pages for m in page if str(m["path"]).endswith(".json")]
-        if prefix and self.get(prefix).version:
-            out.append(prefix)
-        return sorted(out)
+        paths = (str(m["path"]) for page in pages for m in page)
+        return sorted(path[: -len(".json")] for path in paths if path.endswith(".json"))
 
     def __repr__(self) -> str:
         return f"ObjectMetadataStore({self.location.display!r})"

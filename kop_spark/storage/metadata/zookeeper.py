@@ -221,7 +221,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             listed = self._children_of(session, level)
             level = []
             for key, children in listed.items():
-                if children.holds_data:
+                if children.holds_data and key != prefix:
                     out.append(key)
                 level.extend(f"{key}/{c}" for c in children.names)
         return sorted(k for k in out if k != "zookeeper" and not k.startswith("zookeeper/"))
