@@ -5,6 +5,8 @@ Hypothesis draws (which it warns of)."""
 from __future__ import annotations
 
 import json
+import socket
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -34,6 +36,31 @@ def test_a_watch_stream_gives_each_message_whatever_chunks_carry_it(
             assert line, "a read found nothing, with the whole answer there"
             lines.append(json.loads(line))
     assert lines == messages
+
+
+def test_a_watch_outlives_an_answer_of_a_shape_etcd_never_sends() -> None:
+    """Watched again, as after a stream that ended: the thread ended, and the process's looks
+    asked etcd every time for as long as it ran."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(10)
+    odd = b'{"result": {"created": true, "events": [{"kv": 5}]}}\n'
+    answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(odd), odd)
+    port = listener.getsockname()[1]
+    watch = etcd_watch.watch_of([f"http://127.0.0.1:{port}"], b"/odd")
+    try:
+        for attempt in ("first", "second, watched again"):
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                pytest.fail(f"no {attempt} watch within 10 s: the watch's thread ended")
+            with conn:
+                conn.recv(65536)
+                conn.sendall(answer)
+                while conn.recv(65536):  # until the watch lets go of it
+                    pass
+    finally:
+        watch.looked_at = time.monotonic() - etcd_watch.IDLE_S  # idle: its thread ends
+        listener.close()
 
 
 def _pieces(data: bytes, cuts: list[int]) -> list[bytes]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import socket
 import ssl
@@ -26,6 +27,8 @@ import urllib.parse
 from collections.abc import Iterator
 
 from .watches import Watches
+
+log = logging.getLogger(__name__)
 
 IDLE_S = 60.0
 # Probes after 2 s idle, 1 s apart, 3 unanswered: a dead peer is found within 5 s.
@@ -77,6 +80,10 @@ class EtcdWatch:
                     self._follow(endpoint)
                 except (OSError, ValueError, KeyError, StreamEnded):
                     pass  # etcd restarted, or is away: watch again, elsewhere or later
+                except Exception as e:
+                    # An answer of a shape etcd never sends (a proxy's?) ended the thread, and with
+                    # it the watch for as long as the process ran: every look asked etcd.
+                    log.warning("etcd watch on %s: %r; watching again", endpoint, e)
                 finally:
                     self.watches.away(standing=False)
                 if self._idle():
