@@ -131,6 +131,13 @@ _SETTINGS = [
         kafka_type="INT",
     ),
     Setting(
+        "kafkaMaxProducersPerPartition",
+        1000,
+        int_at_least(1),
+        "Past this many idempotent producers known to a partition, forget those idle 15 min or more, longest idle first (each append rewrites them all)",
+        kafka_type="INT",
+    ),
+    Setting(
         "transactional.id.expiration.ms",
         604800000,
         int_at_least(1),

@@ -12,6 +12,7 @@ from kop_spark import Broker, Record
 from kop_spark.clock import ManualClock
 from kop_spark.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from kop_spark.record import build_record_batch
+from kop_spark.storage.producer_state import FORGETTABLE_AFTER_MS
 
 
 def batch(pid: int, epoch: int, seq: int, n: int = 2, tag: str = "") -> bytes:
@@ -84,6 +85,25 @@ def test_a_producer_forgotten_after_its_expiry_may_start_anywhere(root: str) -> 
     b.enforce_retention()
     b.produce_batches("t", 0, [batch(7, 0, 9)])
     assert b.list_offsets("t", 0, "latest") == 4
+
+
+def test_past_the_most_a_partition_keeps_producers_idle_long_are_forgotten_longest_idle_first(root: str) -> None:
+    """Every append rewrites a partition's producers, so one that short-lived producers wrote to
+    (each instance of a Java client is a new idempotent producer) appended ever slower, for a day."""
+    clock = ManualClock()
+    b = Broker(root, {"kafkaMaxProducersPerPartition": 3}, clock=clock)
+    b.create_topic("t", 1, config={"retention.ms": -1})
+    for pid in (1, 2, 3, 4):
+        b.produce_batches("t", 0, [batch(pid, 0, 0)])
+        clock.advance(1000)
+    assert set(b.admin.producers("t", 0)) == {1, 2, 3, 4}  # none idle long: a retry may yet come
+    clock.advance(FORGETTABLE_AFTER_MS - 2000)  # 1, 2 and 3 idle that long
+    b.produce_batches("t", 0, [batch(5, 0, 0)])
+    assert set(b.admin.producers("t", 0)) == {3, 4, 5}
+    with pytest.raises(OutOfOrderSequenceError):
+        b.produce_batches("t", 0, [batch(3, 0, 9)])  # still known
+    b.produce_batches("t", 0, [batch(1, 0, 9)])  # forgotten: may start anywhere, as after its expiry
+    assert b.list_offsets("t", 0, "latest") == 12
 
 
 @settings(max_examples=40, deadline=None)

@@ -76,6 +76,7 @@ class LogManager:
             max_bytes_per_ledger=min(c["managedLedgerMaxSizePerLedgerMbytes"] << 20, topic["segment.bytes"]),
             max_ledger_age_ms=min(c["managedLedgerMaxLedgerRolloverTimeMinutes"] * 60_000, _segment_ms(topic)),
             producer_expiration_ms=c["producer.id.expiration.ms"],
+            max_producers=c["kafkaMaxProducersPerPartition"],
             retention_ms=topic["retention.ms"],
             retention_bytes=topic["retention.bytes"],
             file_delete_delay_ms=topic["file.delete.delay.ms"],

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from .fileio import FileIO
 from .ledger_metadata import OPEN, LogMetadata
+from .producer_state import forget_idle_producers
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,7 @@ class RetentionPolicy:
     delete_policy: bool = True  # cleanup.policy has "delete": retention applies
     file_delete_delay_ms: int = 60_000
     producer_expiration_ms: int = 86_400_000
+    max_producers: int = 1000  # kafkaMaxProducersPerPartition: idle ones past it are forgotten early
     sink_expiration_ms: int = 604_800_000  # forget an exactly-once writer's last batch this long after it
 
 
@@ -51,13 +53,15 @@ def tail_expired(meta: LogMetadata, policy: RetentionPolicy, now: int) -> bool:
 
 
 def expire_writers(meta: LogMetadata, policy: RetentionPolicy, now: int) -> None:
-    """Forget idempotent producers and exactly-once writers by time, never by count (as Kafka's
-    producer.id.expiration.ms and transactional.id.expiration.ms)."""
+    """Forget idempotent producers and exactly-once writers by time (as Kafka's
+    producer.id.expiration.ms and transactional.id.expiration.ms), and Kafka producers idle for
+    long past ``max_producers`` too."""
     for table, expiration in ((meta.producers, policy.producer_expiration_ms), (meta.sinks, policy.sink_expiration_ms)):
         for writer in [w for w, r in table.items() if r.ts < now - expiration]:
             del table[writer]
     for producer in [p for p, e in meta.kafka_producers.items() if e.ts < now - policy.producer_expiration_ms]:
         del meta.kafka_producers[producer]
+    forget_idle_producers(meta.kafka_producers, policy.max_producers, now)
 
 
 def purge_trash(fileio: FileIO, committed: LogMetadata, meta: LogMetadata, now: int) -> None:
