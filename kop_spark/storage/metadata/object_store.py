@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 class ObjectMetadataStore(MetadataStore):
     requests_billed = True
-    probe_max_age_s = math.inf  # a probe is the e-tag a listing gives, which a write of other content changes
+    probe_max_age_s = math.inf  # a probe is the e-tag a listing gives: every put stores a new version in it
 
     def __init__(self, location: ObjectLocation, options: Mapping[str, str], *, timeout_s: float):
         self.location = location
