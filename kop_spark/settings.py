@@ -138,6 +138,13 @@ _SETTINGS = [
         kafka_type="INT",
     ),
     Setting(
+        "maxExactlyOnceWritersPerPartition",
+        1000,
+        int_at_least(1),
+        "Past this many exactly-once writers (Spark queries, Kafka transactional ids) a partition remembers, forget those whose batch is finished and idle 15 min or more, at each retention pass",
+        kafka_type="INT",
+    ),
+    Setting(
         "transactional.id.expiration.ms",
         604800000,
         int_at_least(1),

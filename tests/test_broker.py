@@ -29,6 +29,7 @@ from kop_spark.errors import (
 from kop_spark.partitioner import partition_for_key
 from kop_spark.record import CompressionType, RecordBatch, TimestampType, build_record_batch
 from kop_spark.storage.metadata.file import FileMetadataStore
+from kop_spark.storage.producer_state import FORGETTABLE_AFTER_MS
 from kop_spark.storage.read_plan import PartitionView
 
 NOW = int(time.time() * 1000)
@@ -860,9 +861,9 @@ def test_a_partition_that_fails_leaves_the_batch_for_its_completion_and_nothing_
     assert broker.sink_commits.pending() == [] and broker.sink_commits.record("q") is None
 
 
-def _commit_killed_at(root, staged, point, reached):
-    """Commit ``staged`` as batch 0 of batch job ``q`` in a child process that dies, as kill -9
-    would, at the ``reached``-th time it comes to the crash point ``point``."""
+def _commit_killed_at(root, staged, point, reached, streaming=False):
+    """Commit ``staged`` as batch 0 of writer ``q`` (a batch job, or a streaming query) in a child
+    process that dies, as kill -9 would, at the ``reached``-th time it comes to the crash point ``point``."""
     import json
     import subprocess
 
@@ -875,7 +876,7 @@ def _commit_killed_at(root, staged, point, reached):
         "from kop_spark.storage.staging import StagedLedger\n"
         "b = kop_spark.Broker(sys.argv[1])\n"
         "staged = {('t', p): (StagedLedger(*l),) for p, l in enumerate(json.loads(sys.argv[2]))}\n"
-        "b.sink_commits.commit('q', 0, staged, streaming=False)\n"
+        f"b.sink_commits.commit('q', 0, staged, streaming={streaming})\n"
     )
     ledgers = json.dumps([staged[("t", p)][0] for p in range(len(staged))])
     done = subprocess.run([PYTHON, "-c", child, root, ledgers], env=python_subprocess_env(), timeout=120)
@@ -897,6 +898,34 @@ def test_a_driver_killed_in_its_commit_has_appended_the_partitions_before_the_cu
         assert [[r.value for r in b.fetch("t", p, 0)] for p in range(8)] == [
             [b"p%d-%d" % (p, i) for i in range(3)] for p in range(8)
         ]
+
+
+def test_past_the_most_writers_a_partition_keeps_finished_ones_idle_long_are_forgotten(root):
+    """Each Kafka transactional id is an exactly-once writer, and each left its last batch in every
+    partition it wrote for 7 days, rewritten by every append (Flink takes a new id per checkpoint).
+    Past the most, those idle long whose batch is finished go, longest idle first; a batch still
+    committing keeps its traces, so that its completion appends no partition twice."""
+    with Broker(root) as b:
+        b.create_topic("t", partitions=2)
+        staged = _stage_each_partition(b, "t", 2)
+    _commit_killed_at(root, staged, "sink-commit", 1, streaming=True)  # q's batch 0: partition 0 only
+    with Broker(root) as b:
+        for writer in ("w0", "w1", "w2", "w3"):
+            b.sink_commits.commit(writer, 0, _stage_each_partition(b, "t", 2, writer), streaming=True)
+    with Broker(root, {"maxExactlyOnceWritersPerPartition": 2}) as b:
+        b.enforce_retention()
+        assert len(b.admin.log("t", 0).last_known.sinks) == 5  # none idle long: a completer may be under way
+    later = ManualClock(int(time.time() * 1000) + FORGETTABLE_AFTER_MS)
+    with Broker(root, {"maxExactlyOnceWritersPerPartition": 2}, clock=later) as b:
+        b.enforce_retention()
+        traces = [sorted(b.admin.log("t", p).last_known.sinks) for p in range(2)]
+        assert traces == [["spark:q", "spark:w3"], ["spark:w2", "spark:w3"]]
+        (pending,) = b.sink_commits.pending()
+        b.sink_commits.complete(pending)
+        assert [[r.value for r in b.fetch("t", p, 0)][-3:] for p in range(2)] == [
+            [b"p%d-%d" % (p, i) for i in range(3)] for p in range(2)
+        ]
+        assert [b.list_offsets("t", p, "latest") for p in range(2)] == [15, 15]  # q's batch once
 
 
 def test_maintenance_leaves_the_ledgers_of_a_batch_recorded_after_its_tasks_looked_gone(root):

@@ -24,6 +24,7 @@ from ..storage import log_recovery
 from ..storage.orphans import remove_orphans
 from ..storage.read_plan import LedgerRecord
 from .sink_commits import SINK_LEASE_MS
+from .sink_traces import FinishedBatches, forget_finished
 
 if TYPE_CHECKING:
     from ..storage.managed_ledger import ManagedLedger
@@ -125,9 +126,12 @@ class Housekeeper:
 
     def enforce_retention(self, topic: str | None, stop: threading.Event | None = None) -> None:
         report = MaintenanceReport()
-        for t, _, p, ml in _partition_logs(self._broker, topic, stop):
+        b = self._broker
+        most, finished = b.config["maxExactlyOnceWritersPerPartition"], FinishedBatches(b.sink_commits)
+        for t, _, p, ml in _partition_logs(b, topic, stop):
             with report.item(f"{t}-{p}"):
                 ml.enforce_retention()
+                forget_finished(ml, most, finished, b.clock.now_ms())
         report.raise_first()
 
     def clean_logs(self, topic: str | None, stop: threading.Event | None = None) -> MaintenanceReport:

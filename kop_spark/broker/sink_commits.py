@@ -14,7 +14,8 @@ rerun or ``kop maintenance`` completes it.
 
 A streaming query (writer = its query id, stable across restarts) keeps its record, ``done`` after
 each batch, and its batch in each partition, until ``transactional.id.expiration.ms`` after its
-last batch. A batch job (a new writer every time; Spark never reruns one) leaves nothing behind.
+last batch (a partition of many such writers forgets finished ones sooner: ``sink_traces``). A
+batch job (a new writer every time; Spark never reruns one) leaves nothing behind.
 
 Maintenance removes the staged output of jobs that look gone (no task alive for ``SINK_LEASE_MS``).
 A driver that was only slow may still come to commit it, so the ledgers are first *condemned* in the
@@ -308,13 +309,13 @@ class SinkCommits:
             # Only once the record is gone: a partition that has forgotten the batch would take it
             # again from whoever completed the record next. A crash in between leaves traces that
             # expire with transactional.id.expiration.ms, as a streaming query's do.
-            forgets = [partial(self._forget, t, p, key[0]) for (t, p), _ in partitions]
+            forgets = [partial(self._forget, t, p, key) for (t, p), _ in partitions]
             self._each_partition(forgets, "sink-forget")
 
-    def _forget(self, topic: str, partition: int, writer: str) -> None:
-        """Drop ``writer``'s record of its last batch in a partition."""
+    def _forget(self, topic: str, partition: int, key: tuple[str, int]) -> None:
+        """Drop a writer's record of its last batch in a partition: ``key`` = (writer, batch)."""
         try:
-            self._broker.admin.log(topic, partition).forget_sink(writer)
+            self._broker.admin.log(topic, partition).forget_sinks(dict([key]))
         except (ManagedLedgerDeletedError, TopicNotFoundError):
             pass  # the topic is gone, and the record with it
 

@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from typing import NamedTuple
 
 from ..clock import SYSTEM_CLOCK, Clock
@@ -92,6 +92,13 @@ class ManagedLedgerConfig:
             self.max_producers,
             self.sink_expiration_ms,
         )
+
+
+def _without_sinks(batches: Mapping[str, int], meta: LogMetadata, now: int) -> LogMetadata | None:
+    gone = [w for w, batch in batches.items() if w in meta.sinks and meta.sinks[w].seq == batch]
+    for writer in gone:
+        del meta.sinks[writer]
+    return meta if gone else None
 
 
 class _Committed(NamedTuple):
@@ -422,14 +429,10 @@ class ManagedLedger:
         self.apply(lambda meta, now: meta if meta.delete_before(offset, now + delay) else None)
         return self.view().log_start_offset  # as it stands: a racing call may have moved it further
 
-    def forget_sink(self, writer: str) -> None:
-        """Drop a writer's record of its last batch (a batch job's, once its commit is complete:
-        Spark never runs a batch job again, so nothing needs it)."""
-
-        def change(meta: LogMetadata, now: int) -> LogMetadata | None:
-            return None if meta.sinks.pop(writer, None) is None else meta
-
-        self.apply(change)
+    def forget_sinks(self, batches: Mapping[str, int]) -> None:
+        """Drop writers' records of batches no commit can apply again (a batch job's, or one its
+        writer's record says finished), each while still of the batch given."""
+        self.apply(partial(_without_sinks, batches))
 
     def close_tail(self, meta: LogMetadata, now: int) -> LogMetadata | None:
         """A change that closes the open tail: sealed if it is ours, fenced otherwise."""
