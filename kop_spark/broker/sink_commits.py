@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 COMMITTING, DONE = "committing", "done"
+TRACE_PREFIX = "spark:"  # before a writer's name where partitions keep its last batch
 CONDEMNED = "condemned"  # in a writer's key beside its record: {ledger id: when it was condemned, ms}
 ABORTED = "aborted"  # in a batch job's key: when Spark aborted it, ms
 _MARKS = (CONDEMNED, ABORTED)
@@ -294,7 +295,7 @@ class SinkCommits:
     def complete(self, record: SinkBatch) -> None:
         """Append every partition of the batch that is not appended yet, commit its offsets, then
         mark it done (a batch job's record goes instead, then its traces in the partitions)."""
-        key = (f"spark:{record.writer}", record.batch)
+        key = (f"{TRACE_PREFIX}{record.writer}", record.batch)
         partitions = sorted(record.partitions.items())
         broker = self._broker
         appends = [partial(broker.append_staged, t, p, ledgers, key) for (t, p), ledgers in partitions]

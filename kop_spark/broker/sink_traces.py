@@ -17,9 +17,7 @@ from __future__ import annotations
 
 from ..storage.managed_ledger import ManagedLedger
 from ..storage.producer_state import FORGETTABLE_AFTER_MS
-from .sink_commits import DONE, SinkBatch, SinkCommits
-
-_SINK_WRITER = "spark:"  # how a sink commit names its writer in the partitions (``SinkCommits.complete``)
+from .sink_commits import DONE, TRACE_PREFIX, SinkBatch, SinkCommits
 
 
 class FinishedBatches:
@@ -30,9 +28,9 @@ class FinishedBatches:
         self._records: dict[str, SinkBatch | None] = {}
 
     def __call__(self, trace_writer: str, batch: int) -> bool:
-        if not trace_writer.startswith(_SINK_WRITER):
-            return False
-        writer = trace_writer.removeprefix(_SINK_WRITER)
+        if not trace_writer.startswith(TRACE_PREFIX):
+            return False  # of a Broker.append_staged caller of its own, whose batches only it knows
+        writer = trace_writer.removeprefix(TRACE_PREFIX)
         if writer not in self._records:
             self._records[writer] = self._sinks.record(writer)
         record = self._records[writer]
