@@ -29,8 +29,8 @@ from kop_spark.errors import (
 from kop_spark.partitioner import partition_for_key
 from kop_spark.record import CompressionType, RecordBatch, TimestampType, build_record_batch
 from kop_spark.storage.metadata.file import FileMetadataStore
-from kop_spark.storage.producer_state import FORGETTABLE_AFTER_MS
 from kop_spark.storage.read_plan import PartitionView
+from kop_spark.storage.retention import FORGETTABLE_AFTER_MS
 
 NOW = int(time.time() * 1000)
 

@@ -12,7 +12,7 @@ from kop_spark import Broker, Record
 from kop_spark.clock import ManualClock
 from kop_spark.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from kop_spark.record import build_record_batch
-from kop_spark.storage.producer_state import FORGETTABLE_AFTER_MS
+from kop_spark.storage.retention import FORGETTABLE_AFTER_MS
 
 
 def batch(pid: int, epoch: int, seq: int, n: int = 2, tag: str = "") -> bytes:

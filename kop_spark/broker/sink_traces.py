@@ -8,7 +8,7 @@ and checkpoint; Kafka Streams, one per process start): their traces stayed for
 transactional.id.expiration.ms, 7 days.
 
 Past ``maxExactlyOnceWritersPerPartition`` traces in a partition, those idle
-``FORGETTABLE_AFTER_MS`` whose writer's record says their batch is finished are forgotten, longest
+``retention.FORGETTABLE_AFTER_MS`` whose writer's record says their batch is finished are forgotten, longest
 idle first, at each retention pass. Every completer works from the record (Spark's rerun, kop
 maintenance, kop serve's transaction coordinator), so none will apply a finished batch again; a
 batch still committing keeps its traces however long it waits."""
@@ -16,7 +16,7 @@ batch still committing keeps its traces however long it waits."""
 from __future__ import annotations
 
 from ..storage.managed_ledger import ManagedLedger
-from ..storage.producer_state import FORGETTABLE_AFTER_MS
+from ..storage.retention import longest_idle
 from .sink_commits import DONE, TRACE_PREFIX, SinkBatch, SinkCommits
 
 
@@ -41,9 +41,8 @@ class FinishedBatches:
 def forget_finished(ml: ManagedLedger, most: int, finished: FinishedBatches, now: int) -> None:
     """Forget the partition's traces past ``most`` that may go, longest idle first."""
     meta = ml.last_known  # as the retention pass just left it
-    if meta is None or len(meta.sinks) <= most:
+    if meta is None:
         return
-    idle = sorted((r.ts, w, r.seq) for w, r in meta.sinks.items() if r.ts <= now - FORGETTABLE_AFTER_MS)
-    gone = [(w, batch) for _, w, batch in idle if finished(w, batch)][: len(meta.sinks) - most]
+    gone = longest_idle(meta.sinks, most, now, lambda w: finished(w, meta.sinks[w].seq))
     if gone:
-        ml.forget_sinks(dict(gone))
+        ml.forget_sinks({w: meta.sinks[w].seq for w in gone})

@@ -66,7 +66,7 @@ class ManagedLedgerConfig:
     max_bytes_per_ledger: int = 2048 << 20
     max_ledger_age_ms: int = 240 * 60_000
     producer_expiration_ms: int = 86_400_000
-    max_producers: int = 1000  # see producer_state.forget_idle_producers
+    max_producers: int = 1000  # see retention.longest_idle
     retention_ms: int = 604_800_000
     retention_bytes: int = -1
     file_delete_delay_ms: int = 60_000

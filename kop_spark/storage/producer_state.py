@@ -20,10 +20,6 @@ from ..errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from ..record import RecordBatch
 
 BATCHES_RETAINED = 5
-# A producer idle this long may be forgotten early (see ``forget_idle_producers``): a client retries
-# a batch within its delivery.timeout.ms (2 min by default), and a transaction lasts at most
-# transaction.max.timeout.ms (15 min), so no retry of its batches can come after it.
-FORGETTABLE_AFTER_MS = 15 * 60_000
 NO_PRODUCER_ID = -1
 _SEQUENCE_MOD = 1 << 31  # sequences are non-negative int32 and wrap to 0
 
@@ -81,21 +77,6 @@ def check_producers(
         offset += v.offset_span
     producers.update(updated)
     return None
-
-
-def forget_idle_producers(producers: dict[int, ProducerEntry], most: int, now: int) -> None:
-    """Forget the longest idle producers past ``most``, of those idle ``FORGETTABLE_AFTER_MS``.
-    Every append rewrites a partition's producers (they change in its CAS), so a partition that
-    short-lived producers wrote to kept each a day (producer.id.expiration.ms) and appended ever
-    slower: a Java client is idempotent by default, each instance a new producer id, and 5,000 of
-    them made each append 12 times as slow, rewriting 360 KB. A producer forgotten is one this
-    partition knows nothing of, as after its expiration; those active lately are all kept."""
-    excess = len(producers) - most
-    if excess <= 0:
-        return
-    idle = sorted((e.ts, p) for p, e in producers.items() if e.ts <= now - FORGETTABLE_AFTER_MS)
-    for _, producer in idle[:excess]:
-        del producers[producer]
 
 
 def _duplicate(entry: ProducerEntry | None, batch: RecordBatch, where: str) -> int | None:
