@@ -1,5 +1,5 @@
-"""``kop serve`` as the tests run it: a real subprocess on a free loopback port (``:0``, the port
-read back from its "listening on" log line), stopped with SIGTERM or killed with SIGKILL."""
+"""``kop serve`` as the tests run it: a real subprocess on free loopback ports (``servers.free_port``,
+read back from its "listening on" log lines), stopped with SIGTERM or killed with SIGKILL."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 
 from .conftest import PYTHON, python_subprocess_env
+from .servers import free_port
 
 _LISTENING = re.compile(r"listening on (\w+)://([\d.]+):(\d+)")
 
@@ -40,8 +41,11 @@ class KopServer:
         args = [PYTHON, "-m", "kop_spark.cli", "--root", self.root, *(f"--conf={c}" for c in self.conf)]
         if self.open_files is not None:  # the shell's ulimit, then exec: the server keeps the shell's pid
             args = ["/bin/sh", "-c", 'ulimit -Sn "$0" && exec "$@"', str(self.open_files), *args]
+        given = [self.port] if self.port else []
+        ports = given + [free_port() for _ in self.protocols[len(given) :]]
+        listeners = ",".join(f"{p}://127.0.0.1:{n}" for p, n in zip(self.protocols, ports, strict=True))
         self.proc = subprocess.Popen(
-            [*args, "serve", "--listeners", ",".join(f"{p}://127.0.0.1:{self.port}" for p in self.protocols)],
+            [*args, "serve", "--listeners", listeners],
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             text=True,

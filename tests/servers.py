@@ -9,8 +9,10 @@ answers, and can be stopped and started again on the same port and data (for out
 from __future__ import annotations
 
 import glob
+import itertools
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -20,7 +22,7 @@ import time
 import urllib.error
 import urllib.request
 import warnings
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 from kop_spark.storage.metadata.zookeeper import close_sessions
@@ -33,10 +35,34 @@ BUCKET = "kop-test"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
+def _ports_below_the_ephemeral_range() -> Iterator[int]:
+    """Ports the kernel never picks for a bind to port 0 or a connection's own end, in a cycle from
+    a random start: processes of one run seldom meet, and none soon takes again a port it freed."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral = int(f.read().split()[0])
+    ports = range(min(10_000, ephemeral // 2), ephemeral)
+    start = random.Random().randrange(len(ports))
+    return itertools.cycle([*ports[start:], *ports[:start]])  # next() of a C iterator: thread-safe
+
+
+_PORTS = _ports_below_the_ephemeral_range()
+
+
 def free_port() -> int:
+    """A port no one listens on, outside the ephemeral range. A client of a stopped test server
+    keeps dialling its port; were that port ephemeral, Spark could later listen there for a Python
+    worker to connect back, take the client for its worker and fail the query ("Python worker
+    failed to connect back ... Authentication failed": a CI run's notebook on PySpark 4.2)."""
+    return next(port for port in _PORTS if _unused(port))
+
+
+def _unused(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:  # listened on, or closed a moment ago (TIME_WAIT): either way, not this one
+            return False
+        return True
 
 
 def _require(path: str | Path, what: str) -> str:
@@ -291,8 +317,8 @@ def start_all(base: Path) -> Generator[dict[str, Server], None, None]:
 
 
 def start_on_a_free_port(make: Callable[[Path], Server], workdir: Path, attempts: int = 3) -> Server:
-    """A port ``free_port`` found can be taken before the server binds it (by any connection's
-    ephemeral port, from the same range), so a server that does not start is tried on new ports;
+    """A port ``free_port`` found can be taken before the server binds it (by another test process),
+    so a server that does not start is tried on new ports;
     pytest's summary shows each failed start as a warning, with the server's log."""
     for _ in range(attempts - 1):
         server = make(workdir)
