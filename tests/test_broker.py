@@ -519,6 +519,25 @@ def test_deleted_topic_files_removed_after_grace(root):
     assert not os.listdir(ledger_dir)
 
 
+def test_a_deleted_topics_metric_name_claim_goes_with_it_unless_another_took_it(root):
+    b = Broker(root)
+    claims = layout.metric_name_key(b.topic_name("x")).rpartition("/")[0]
+
+    def held() -> dict[str, dict]:
+        return {k: v for k in b.store.list_keys(claims) if (v := b.store.get(k).value) is not None}
+
+    for name in ("orders.eu", "a.b", "plain"):
+        b.create_topic(name, 1)
+    assert set(held()) == {layout.metric_name_key(b.topic_name(n)) for n in ("orders.eu", "a.b")}
+    b.delete_topic("orders.eu")
+    claim = layout.metric_name_key(b.topic_name("a.b"))  # taken over by a_b's creator, as it would be
+    b.store.put(claim, {"topic": "a_b"}, b.store.get(claim).version)  # while a.b is being deleted
+    b.delete_topic("a.b")
+    b.delete_topic("plain")
+    assert held() == {layout.metric_name_key(b.topic_name("a_b")): {"topic": "a_b"}}
+    b.create_topic("orders_eu", 1)  # the name is free again, as before
+
+
 def test_writer_of_deleted_topic_gets_topic_not_found(root):
     writer, admin = Broker(root), Broker(root)
     writer.create_topic("t", 1)

@@ -367,6 +367,7 @@ class TopicAdmin:
                 raise Unchanged
             return None
 
+        metric_names.release(self._store, name)
         update(self._store, layout.topic_key(name), remove)
 
     def _topic_meta(self, key: str, token: Hashable | Unprobed | None = UNPROBED) -> TopicMeta | None:

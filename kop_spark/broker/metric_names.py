@@ -8,10 +8,13 @@ topic does not stand (being made, its maker dead, or deleted since) may be taken
 whose claim was taken finds its confirmation refused, and removes the topic it made. So of racing
 creators of colliding names one keeps its topic: a taker's compare-and-set and the confirmation
 of the claim it takes cannot both go through. A maker killed between the two leaves both.
+A deleted topic's claim goes with it, before its topic key: a store whose topics come and go
+(a topic per test run, per customer) kept one claim per name ever used.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from .. import layout
@@ -60,6 +63,18 @@ def confirm(store: MetadataStore, name: TopicName, version: int | None) -> Topic
         # Taken over, or claimed again by a creator of this same name, whom the topic's own
         # compare-and-set refused: the name is this topic's still.
         return _holder(name, store.get(key).value)
+
+
+def release(store: MetadataStore, name: TopicName) -> None:
+    """Drop ``name``'s claim while its topic, being deleted, no longer stands: only if the claim
+    still names it, and as it was read (a claim taken over meanwhile is the taker's)."""
+    if not has_collision_chars(name.local_name):
+        return
+    key = layout.metric_name_key(name)
+    current = store.get(key)
+    if current.value is not None and _holder(name, current.value) is None:
+        with contextlib.suppress(BadVersionError):
+            store.put(key, None, current.version)
 
 
 def _holder(name: TopicName, claim_value: dict | None) -> TopicName | None:
