@@ -346,6 +346,15 @@ _SETTINGS = [
         "for this long, as a Kafka broker does",
     ),
     Setting(
+        "kafkaMinFetchPeriodMs",
+        0,
+        int_at_least(0),
+        "Least time between kop serve's looks at an object store for appends made by other processes, "
+        "shared by all its fetches of a topic (each look is a billed LIST): a FETCH may answer from a look "
+        "taken this long before it came. 0: each FETCH looks itself first, and sees all acknowledged before it",
+        kafka_type="INT",
+    ),
+    Setting(
         "group.initial.rebalance.delay.ms",
         3000,
         int_at_least(0),

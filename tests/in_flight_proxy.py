@@ -25,6 +25,12 @@ class InFlightProxy:
     def close(self) -> None:
         self._listener.close()
 
+    def wait_in_flight(self, n: int, timeout_s: float = 30) -> None:
+        """Until ``n`` requests are held here at once."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: len(self._in_flight) >= n, timeout_s):
+                raise TimeoutError(f"{n} requests were not in flight at once within {timeout_s} s")
+
     def __enter__(self) -> InFlightProxy:
         return self
 

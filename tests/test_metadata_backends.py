@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -46,6 +47,7 @@ from kop_spark.storage.metadata_store import (
 
 from . import servers
 from .conftest import PYTHON, python_subprocess_env
+from .in_flight_proxy import InFlightProxy
 from .servers import BUCKET
 
 TIMEOUT_S = 3
@@ -192,6 +194,27 @@ def test_recent_probes_stand_in_for_a_parked_look_but_never_past_a_write_through
     if backend.name == "s3" and backend.server:
         listings = [r for r in servers.requests_since(backend.server, since, '"GET ') if "list-type=2" in r]
         assert len(listings) == 3, "the second look listed again, or the look after a write here did not"
+
+
+def test_probes_that_may_take_a_recent_listing_wait_for_one_under_way(running: dict[str, servers.Server]) -> None:
+    """The members of a group look at their partitions at about the same moments: each listed,
+    though any one listing could have stood in for all. A second such probe of a directory waits
+    for the listing under way (held here until a second request comes, or 2 s) and takes it."""
+    moto, url = running["s3"], f"s3://{BUCKET}/t{uuid.uuid4().hex[:12]}/_metadata"
+    keys = [f"ml/p{i}" for i in range(4)]
+    direct = open_metadata_store(url, timeout_s=TIMEOUT_S)
+    for key in keys:
+        direct.create(key, {"k": key})
+    with InFlightProxy(moto.port, gather=2, hold_s=2) as proxy:
+        s = open_metadata_store(url, timeout_s=30, options={"aws_endpoint_url": proxy.url})
+        since = len(moto.log.read_text())
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(s.probe_many, keys, 60)
+            proxy.wait_in_flight(1)
+            second = s.probe_many(keys, 60)
+        assert second == first.result() and all(second.values())
+    listings = [r for r in servers.requests_since(moto, since, '"GET ') if "list-type=2" in r]
+    assert len(listings) == 1, listings
 
 
 def _large_managed_ledger(ledgers: int) -> dict:

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.consumer import FetchRequest
 
 from kop_spark import AlterConfigOp, Broker, Record, layout
 from kop_spark.broker import SINK_LEASE_MS, FetchedBatches, OffsetSpec, PartitionFetch, StagedLedger
@@ -43,6 +44,7 @@ from kop_spark.storage.orphans import remove_orphans
 from . import servers
 from .conftest import PYTHON, python_subprocess_env
 from .in_flight_proxy import InFlightProxy
+from .kafka_wire import call, connect, wire_request
 from .kop_server import KopServer
 from .test_crash_and_concurrency import check_log, confirmed_lines, finish_writers, go, start_writer
 
@@ -523,6 +525,66 @@ def test_a_scrape_of_kop_serve_on_an_object_store_lists_the_topics_once(running:
         scrape()
         listings = servers.requests_since(moto, since, f"prefix={space}/_metadata/{layout.TOPICS}/ ")
     assert len(listings) == 1, listings  # the probes of the keys listed are asked by directory, after it
+
+
+@pytest.mark.parametrize("period_ms", [0, 60_000])
+def test_kafka_min_fetch_period_lets_a_fetch_answer_from_an_earlier_look(
+    running: dict[str, servers.Server], period_ms: int
+) -> None:
+    """Each FETCH's first look is a LIST on an object store, which an idle consumer makes twice a
+    second or more. ``kafkaMinFetchPeriodMs`` lets a FETCH answer from a look taken that long
+    before it: another process's append is seen later, this server's own at once."""
+    root = f"s3://{servers.BUCKET}/s{uuid.uuid4().hex[:12]}"
+    with Broker(root) as b:
+        b.create_topic("t", 1)
+        b.produce("t", [Record(b"a")], 0)
+    with KopServer(root, [f"kafkaMinFetchPeriodMs={period_ms}"]) as server, connect(server) as sock:
+        assert _high_watermark(sock, 0) == 1
+        with Broker(root) as other:
+            other.produce("t", [Record(b"b")], 0)
+        assert _high_watermark(sock, 1) == (2 if period_ms == 0 else 1)
+        producer = Producer({"bootstrap.servers": server.bootstrap})
+        producer.produce("t", b"c", partition=0)
+        assert producer.flush(30) == 0
+        assert _high_watermark(sock, 1) == 3
+
+
+def test_fetches_of_a_topics_partitions_on_one_server_share_a_listing(running: dict[str, servers.Server]) -> None:
+    """A listing of a topic's partitions runs from the first key probed to the last: the members
+    of a group each fetch their own partitions, and one member's listing covered no other's, so
+    each listed apart. A look now probes every partition of the topic the server has open."""
+    space = f"s{uuid.uuid4().hex[:12]}"
+    root, moto = f"s3://{servers.BUCKET}/{space}", running["s3"]
+    with Broker(root) as b:
+        b.create_topic("t", 2)
+    with KopServer(root, ["kafkaMinFetchPeriodMs=60000"]) as server, connect(server) as sock:
+        since = len(moto.log.read_text())
+        for partition in (0, 1, 0, 1, 0, 1):
+            assert _high_watermark(sock, 0, partition) == 0
+        listings = servers.requests_since(moto, since, f"prefix={space}/_metadata/{layout.MANAGED_LEDGERS}/")
+    assert len(listings) == 2, listings  # at partition 0's first fetch, and 1's, which has both open
+
+
+def _high_watermark(sock: Any, offset: int, partition: int = 0) -> int:
+    """What a FETCH from a partition of ``t`` at ``offset`` that waits for nothing says its end is."""
+    wanted = {"partition": partition, "fetch_offset": offset, "partition_max_bytes": 1 << 20}
+    fetch = wire_request(
+        FetchRequest,
+        11,
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[{"topic": "t", "partitions": [wanted]}],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    (answer,) = call(sock, fetch).to_dict()["responses"][0]["partitions"]
+    assert answer["error_code"] == 0, answer
+    return int(answer["high_watermark"])
 
 
 def test_a_housekeeping_pass_on_an_object_store_lists_the_topics_and_reads_none_unchanged(

@@ -27,7 +27,7 @@ class LogManager:
         self._writer_id = writer_id
         self._stats = stats
         self._clock = clock
-        self._logs: dict[tuple[str, int], ManagedLedger] = {}
+        self._logs: dict[str, dict[int, ManagedLedger]] = {}  # by topic (full name), by partition
         self._overrides: dict[tuple[str, int], dict[str, Any]] = {}  # the topic settings each log has
         self._lock = threading.Lock()
 
@@ -35,11 +35,11 @@ class LogManager:
         """The open log of a partition, opened on first use, and given the topic's settings in
         ``topic_meta`` when they changed since (``kop topics alter``, AlterConfigs)."""
         key = (name.full_name, partition)
-        ml = self._logs.get(key)
+        ml = self.cached(name, partition)
         if ml is None:
             ml = self.open(name, partition, topic_meta)
             with self._lock:
-                kept = self._logs.setdefault(key, ml)
+                kept = self._logs.setdefault(name.full_name, {}).setdefault(partition, ml)
                 if kept is ml:
                     self._overrides[key] = topic_meta.get("config") or {}
                 return kept
@@ -51,7 +51,12 @@ class LogManager:
         return ml
 
     def cached(self, name: TopicName, partition: int) -> ManagedLedger | None:
-        return self._logs.get((name.full_name, partition))
+        return self._logs.get(name.full_name, {}).get(partition)
+
+    def cached_of(self, name: TopicName) -> list[ManagedLedger]:
+        """The topic's open logs."""
+        with self._lock:
+            return list(self._logs.get(name.full_name, {}).values())
 
     def open(self, name: TopicName, partition: int, topic_meta: dict[str, Any]) -> ManagedLedger:
         """A new instance on a partition's log, not kept (for a topic being deleted)."""
@@ -97,18 +102,17 @@ class LogManager:
         the deleted file's disk space, for as long as the process ran; closed on a deleted log,
         it is let go, nothing sealed."""
         with self._lock:
-            keys = [k for k in self._logs if k[0] == name.full_name]
-            for key in keys:
-                self._overrides.pop(key, None)
-            forgotten = [self._logs.pop(key) for key in keys]
-        for ml in forgotten:
+            forgotten = self._logs.pop(name.full_name, {})
+            for partition in forgotten:
+                self._overrides.pop((name.full_name, partition), None)
+        for ml in forgotten.values():
             ml.close()
 
     def release_gone(self, listed: Collection[str], stands: Callable[[TopicName], bool]) -> None:
         """``forget`` the topics whose logs are open here that are not ``listed`` (full names) and
         do not stand: those another process deleted."""
         with self._lock:
-            others = {full for full, _ in self._logs} - set(listed)
+            others = set(self._logs) - set(listed)
         for full in others:
             name = TopicName.parse(full)
             if not stands(name):  # looked at again: it may have been made anew since the listing
@@ -117,7 +121,7 @@ class LogManager:
     def close(self) -> None:
         """Seal this broker's open ledgers, so readers get entry tables and no one must fence them."""
         with self._lock:
-            logs, self._logs = list(self._logs.values()), {}
+            logs, self._logs = [ml for by_partition in self._logs.values() for ml in by_partition.values()], {}
         for ml in logs:
             ml.close()
 

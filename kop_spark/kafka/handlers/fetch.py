@@ -6,7 +6,8 @@ another process (Spark, the CLI, another server) is seen at the next look at the
 ``OTHER_WRITERS_POLL_S`` (longer where a look takes long, see ``LOOKS_APART``). Such a look may
 take what another fetch's look probed within as long as this one waits between its own (on an
 object store, a listing of a topic's partitions, which idle consumers of the topic then share,
-where each listed apart). An offset outside the log is OFFSET_OUT_OF_RANGE, never a silent resume."""
+where each listed apart); a FETCH's first look, what was probed within ``kafkaMinFetchPeriodMs``.
+An offset outside the log is OFFSET_OUT_OF_RANGE, never a silent resume."""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ async def handle(ctx: ServerContext, header: RequestHeader, request: Any) -> Any
         for p in t.partitions
     ]
     deadline = time.monotonic() + request.max_wait.total_seconds()
-    probes_within_s = 0.0  # the first look sees every append made before the request
+    # At 0, the first look sees every append made before the request.
+    probes_within_s = ctx.broker.config["kafkaMinFetchPeriodMs"] / 1000
     while True:
         started = time.monotonic()
         answers = await _read(ctx, header, wanted, request.max_bytes, probes_within_s)

@@ -158,25 +158,38 @@ class _Listing(NamedTuple):
 class _RecentListings:
     """Each directory's last listing, kept for probes that may take one a little old: a consumer's
     parked fetch looks at its partitions every 50 ms, a LIST request each on an object store (and
-    billed), and each idle consumer of a topic listed its partitions apart. A write through this
-    store drops its directory's listing, and one under way when the write ends is not kept: a fetch
+    billed), and each idle consumer of a topic listed its partitions apart. Such probes of a
+    directory list in turn, so that one waits for a listing under way rather than make its own
+    beside it: the members of a group look at about the same moments. A write through this store
+    drops its directory's listing, and one under way when the write ends is not kept: a fetch
     this server wakes for its own append lists again."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._kept: dict[str, _Listing] = {}
         self._writes: dict[str, int] = {}  # writes made here, by directory
+        self._in_turn: dict[str, threading.Lock] = {}  # held by a listing that others may take
 
     def listed(
         self, directory: str, first: str, last: str, within_s: float, listing: Callable[[], list[ObjectMeta]]
     ) -> list[ObjectMeta]:
         """The objects of ``directory`` from ``first`` to ``last``: those of a listing of them
         taken within ``within_s``, or of ``listing()`` now."""
+        if within_s <= 0:
+            return self._list(directory, first, last, listing)
+        with self._lock:
+            in_turn = self._in_turn.setdefault(directory, threading.Lock())
+        with in_turn:
+            with self._lock:
+                kept = self._kept.get(directory)
+            if kept is not None and kept.covers(first, last, within_s, time.monotonic()):
+                return kept.objects
+            return self._list(directory, first, last, listing)
+
+    def _list(self, directory: str, first: str, last: str, listing: Callable[[], list[ObjectMeta]]) -> list[ObjectMeta]:
         now = time.monotonic()
         with self._lock:
-            kept, writes = self._kept.get(directory), self._writes.get(directory, 0)
-        if kept is not None and kept.covers(first, last, within_s, now):
-            return kept.objects
+            writes = self._writes.get(directory, 0)
         objects = listing()
         with self._lock:
             if self._writes.get(directory, 0) == writes:
