@@ -22,7 +22,9 @@ from ..errors import (
 )
 from ..storage import log_recovery
 from ..storage.orphans import remove_orphans
-from ..storage.read_plan import LedgerRecord
+from ..storage.read_plan import LedgerRecord, PartitionView
+from ..topic_name import TopicPartition
+from .partition_views import PartitionViews
 from .sink_commits import SINK_LEASE_MS
 from .sink_traces import FinishedBatches, forget_finished
 
@@ -78,7 +80,13 @@ def _partition_logs(
     broker: Broker, topic: str | None, stop: threading.Event | None
 ) -> Iterator[tuple[str, TopicName, int, ManagedLedger]]:
     """Every partition's log, until ``stop`` is set (then ``HousekeepingStoppedError``)."""
-    for item in broker.admin.partition_logs(topic):
+    return _until_stopped(broker.admin.partition_logs(topic), stop)
+
+
+def _until_stopped(
+    logs: Iterable[tuple[str, TopicName, int, ManagedLedger]], stop: threading.Event | None
+) -> Iterator[tuple[str, TopicName, int, ManagedLedger]]:
+    for item in logs:
         if stop is not None and stop.is_set():
             raise HousekeepingStoppedError(f"housekeeping stopped before {item[0]}-{item[2]}")
         yield item
@@ -96,14 +104,20 @@ class Housekeeper:
     def __init__(self, broker: Broker):
         self._broker = broker
         self._uncleanable: set[str] = set()  # partitions a compaction failed on unexpectedly
+        self._views = PartitionViews(broker.admin, broker.store)
 
     def _clean(
-        self, ml: ManagedLedger, partition: str, report: MaintenanceReport, stop: threading.Event | None
+        self,
+        ml: ManagedLedger,
+        partition: str,
+        report: MaintenanceReport,
+        stop: threading.Event | None,
+        view: PartitionView | None = None,
     ) -> None:
         if not ml.config.compact_policy or partition in self._uncleanable:
             return
         try:
-            kept = ml.cleaner.clean(stop)
+            kept = ml.cleaner.clean(stop, view)
         except (KopError, HousekeepingStoppedError, ManagedLedgerDeletedError):
             raise
         except Exception as e:
@@ -136,10 +150,21 @@ class Housekeeper:
 
     def clean_logs(self, topic: str | None, stop: threading.Event | None = None) -> MaintenanceReport:
         report = MaintenanceReport()
-        for t, _, p, ml in _partition_logs(self._broker, topic, stop):
+        logs = list(self._broker.admin.partition_logs(topic))
+        views = self._compacted_views(logs)
+        for t, _, p, ml in _until_stopped(logs, stop):
             with report.item(f"{t}-{p}"):
-                self._clean(ml, f"{t}-{p}", report, stop)
+                self._clean(ml, f"{t}-{p}", report, stop, views.get((t, p)))
         return report
+
+    def _compacted_views(
+        self, logs: list[tuple[str, TopicName, int, ManagedLedger]]
+    ) -> dict[TopicPartition, PartitionView]:
+        """The compacted partitions' views, probed together: a partition read alone is a GET on an
+        object store, and the log cleaner's pass every 15 s read each of the offsets topic's 50."""
+        wanted = [(t, p) for t, _, p, ml in logs if ml.config.compact_policy]
+        views = zip(wanted, self._views.each(wanted), strict=True)
+        return {tp: view for tp, view in views if isinstance(view, PartitionView)}
 
     def maintenance(
         self,

@@ -69,7 +69,7 @@ class LogCleaner:
             view = ml.view()
             return self._compact(list(view.ledgers), view.cleaned_offset, stop) if view.ledgers else 0
 
-    def clean(self, stop: threading.Event | None = None) -> int | None:
+    def clean(self, stop: threading.Event | None = None, view: PartitionView | None = None) -> int | None:
         """What Kafka's log cleaner does in the background: compact the ledgers no writer holds
         open, and none holding records younger than ``min_compaction_lag_ms``, once
         ``min_cleanable_dirty_ratio`` of their bytes came after the last compaction, or the oldest
@@ -77,9 +77,10 @@ class LogCleaner:
         lock, and its swap checks the ledgers are still those it read. An open ledger that is
         itself ``max_compaction_lag_ms`` old is closed first: Kafka rolls such an active segment
         at its next append, and this does not wait for one.
-        Returns the records kept, or None when none was due (or a race lost)."""
+        Returns the records kept, or None when none was due (or a race lost). ``view``: the log's,
+        if the caller has it."""
         ml = self._log
-        config, now, view = ml.config, ml.clock.now_ms(), ml.view()
+        config, now, view = ml.config, ml.clock.now_ms(), view if view is not None else ml.view()
         if _overdue_tail(view, config.max_compaction_lag_ms, now):
             ml.apply(
                 lambda meta, at: (
