@@ -31,7 +31,7 @@ from kop_spark.errors import (
 )
 from kop_spark.record import RecordBatch
 from kop_spark.storage.ledger_metadata import LedgerRecord, LogMetadata
-from kop_spark.storage.metadata import etcd_watch, open_metadata_store, zookeeper
+from kop_spark.storage.metadata import etcd_watch, object_store, open_metadata_store, zookeeper
 from kop_spark.storage.metadata.etcd import EtcdMetadataStore
 from kop_spark.storage.metadata.watches import Watches
 from kop_spark.storage.metadata.zookeeper import Children, close_sessions
@@ -198,23 +198,50 @@ def test_recent_probes_stand_in_for_a_parked_look_but_never_past_a_write_through
 
 def test_probes_that_may_take_a_recent_listing_wait_for_one_under_way(running: dict[str, servers.Server]) -> None:
     """The members of a group look at their partitions at about the same moments: each listed,
-    though any one listing could have stood in for all. A second such probe of a directory waits
-    for the listing under way (held here until a second request comes, or 2 s) and takes it."""
+    though any one listing could have stood in for all. A second such probe of the same keys waits
+    for the listing under way (held here until a second request comes, or 2 s) and takes it; one
+    of other keys of the directory (another topic's) lists beside it."""
     moto, url = running["s3"], f"s3://{BUCKET}/t{uuid.uuid4().hex[:12]}/_metadata"
     keys = [f"ml/p{i}" for i in range(4)]
     direct = open_metadata_store(url, timeout_s=TIMEOUT_S)
     for key in keys:
         direct.create(key, {"k": key})
-    with InFlightProxy(moto.port, gather=2, hold_s=2) as proxy:
+    first, second, at_once, listings = _probe_beside_one_under_way(moto, url, keys, keys)
+    assert second == first and all(second.values()) and (at_once, listings) == (1, 1)
+    _, second, at_once, listings = _probe_beside_one_under_way(moto, url, keys[:2], keys[2:])
+    assert all(second.values()) and (at_once, listings) == (2, 2)
+
+
+def test_listings_of_keys_no_longer_probed_are_dropped_in_time() -> None:
+    """A directory's listings are kept by the keys they cover: a server's consumers move between
+    topics, and a listing of keys no one probes any more would stay as long as the server ran."""
+    now, made = [0.0], []
+    listings = object_store._RecentListings(monotonic=lambda: now[0])
+
+    def listing(name: str) -> Callable[[], list]:
+        return lambda: made.append(name) or []
+
+    listings.listed("d", "a", "b", 1000, listing("old"))
+    now[0] = object_store._LISTINGS_KEPT_S + 1
+    listings.listed("d", "c", "d", 1000, listing("other keys"))  # the old listing goes now
+    listings.listed("d", "a", "b", 1000, listing("again"))
+    assert made == ["old", "other keys", "again"]
+
+
+def _probe_beside_one_under_way(
+    moto: servers.Server, url: str, first_keys: list[str], second_keys: list[str]
+) -> tuple[dict, dict, int, int]:
+    """Each probe's answer (taking listings 60 s old) of a fresh client, the second made while the
+    first's listing is held; the most requests held at once, and the listings made."""
+    with InFlightProxy(moto.port, gather=2, hold_s=2) as proxy, ThreadPoolExecutor(1) as pool:
         s = open_metadata_store(url, timeout_s=30, options={"aws_endpoint_url": proxy.url})
         since = len(moto.log.read_text())
-        with ThreadPoolExecutor(1) as pool:
-            first = pool.submit(s.probe_many, keys, 60)
-            proxy.wait_in_flight(1)
-            second = s.probe_many(keys, 60)
-        assert second == first.result() and all(second.values())
+        first = pool.submit(s.probe_many, first_keys, 60)
+        proxy.wait_in_flight(1)
+        second = s.probe_many(second_keys, 60)
+        answers = first.result(), second, proxy.most_in_flight
     listings = [r for r in servers.requests_since(moto, since, '"GET ') if "list-type=2" in r]
-    assert len(listings) == 1, listings
+    return *answers, len(listings)
 
 
 def _large_managed_ledger(ledgers: int) -> dict:

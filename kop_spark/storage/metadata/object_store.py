@@ -13,11 +13,13 @@ replaced whole.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import obstore
@@ -145,6 +147,11 @@ class ObjectMetadataStore(MetadataStore):
         return f"ObjectMetadataStore({self.location.display!r})"
 
 
+# Listings older than this go when their directory is listed again: a server's consumers move
+# between topics, and the listings of the keys they no longer look at would stay.
+_LISTINGS_KEPT_S = 300.0
+
+
 class _Listing(NamedTuple):
     taken_at: float  # time.monotonic()
     first: str
@@ -156,19 +163,20 @@ class _Listing(NamedTuple):
 
 
 class _RecentListings:
-    """Each directory's last listing, kept for probes that may take one a little old: a consumer's
-    parked fetch looks at its partitions every 50 ms, a LIST request each on an object store (and
-    billed), and each idle consumer of a topic listed its partitions apart. Such probes of a
-    directory list in turn, so that one waits for a listing under way rather than make its own
-    beside it: the members of a group look at about the same moments. A write through this store
-    drops its directory's listing, and one under way when the write ends is not kept: a fetch
-    this server wakes for its own append lists again."""
+    """Recent listings of each directory, kept for probes that may take one a little old: a
+    consumer's parked fetch looks at its partitions every 50 ms, a LIST request each on an object
+    store (and billed), and each idle consumer of a topic listed its partitions apart. Such probes
+    of the same keys list in turn, so that one waits for a listing under way rather than make its
+    own beside it: the members of a group look at about the same moments. A write through this
+    store drops its directory's listings, and one under way when the write ends is not kept: a
+    fetch this server wakes for its own append lists again."""
 
-    def __init__(self) -> None:
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
         self._lock = threading.Lock()
-        self._kept: dict[str, _Listing] = {}
+        self._kept: dict[str, dict[tuple[str, str], _Listing]] = {}  # by directory, by first and last
         self._writes: dict[str, int] = {}  # writes made here, by directory
-        self._in_turn: dict[str, threading.Lock] = {}  # held by a listing that others may take
+        self._turns: dict[tuple[str, str, str], _Turn] = {}  # of probes of the same keys, while any waits
 
     def listed(
         self, directory: str, first: str, last: str, within_s: float, listing: Callable[[], list[ObjectMeta]]
@@ -177,29 +185,51 @@ class _RecentListings:
         taken within ``within_s``, or of ``listing()`` now."""
         if within_s <= 0:
             return self._list(directory, first, last, listing)
-        with self._lock:
-            in_turn = self._in_turn.setdefault(directory, threading.Lock())
-        with in_turn:
+        with self._turn(directory, first, last):
+            now = self._monotonic()
             with self._lock:
-                kept = self._kept.get(directory)
-            if kept is not None and kept.covers(first, last, within_s, time.monotonic()):
-                return kept.objects
-            return self._list(directory, first, last, listing)
+                kept = list(self._kept.get(directory, {}).values())
+            found = next((k for k in kept if k.covers(first, last, within_s, now)), None)
+            return found.objects if found is not None else self._list(directory, first, last, listing)
+
+    @contextlib.contextmanager
+    def _turn(self, directory: str, first: str, last: str) -> Iterator[None]:
+        key = (directory, first, last)
+        with self._lock:
+            turn = self._turns.setdefault(key, _Turn(threading.Lock()))
+            turn.users += 1
+        try:
+            with turn.lock:
+                yield
+        finally:
+            with self._lock:
+                turn.users -= 1
+                if not turn.users:
+                    del self._turns[key]
 
     def _list(self, directory: str, first: str, last: str, listing: Callable[[], list[ObjectMeta]]) -> list[ObjectMeta]:
-        now = time.monotonic()
+        now = self._monotonic()
         with self._lock:
             writes = self._writes.get(directory, 0)
         objects = listing()
         with self._lock:
             if self._writes.get(directory, 0) == writes:
-                self._kept[directory] = _Listing(now, first, last, objects)
+                kept = self._kept.setdefault(directory, {})
+                for stale in [r for r, k in kept.items() if now - k.taken_at > _LISTINGS_KEPT_S]:
+                    del kept[stale]
+                kept[(first, last)] = _Listing(now, first, last, objects)
         return objects
 
     def wrote(self, directory: str) -> None:
         with self._lock:
             self._writes[directory] = self._writes.get(directory, 0) + 1
             self._kept.pop(directory, None)
+
+
+@dataclass(slots=True)
+class _Turn:
+    lock: threading.Lock
+    users: int = 0  # probes holding or waiting for the lock
 
 
 def _listed(store: Any, directory: str, first: str, last: str) -> list[ObjectMeta]:
