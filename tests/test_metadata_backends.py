@@ -199,8 +199,9 @@ def test_recent_probes_stand_in_for_a_parked_look_but_never_past_a_write_through
 def test_probes_that_may_take_a_recent_listing_wait_for_one_under_way(running: dict[str, servers.Server]) -> None:
     """The members of a group look at their partitions at about the same moments: each listed,
     though any one listing could have stood in for all. A second such probe of the same keys waits
-    for the listing under way (held here until a second request comes, or 2 s) and takes it; one
-    of other keys of the directory (another topic's) lists beside it."""
+    for the listing under way (held here until a second request comes, or 3 s, longer than the 1.5 s
+    it takes listings within) and takes it; one of other keys of the directory (another topic's)
+    lists beside it."""
     moto, url = running["s3"], f"s3://{BUCKET}/t{uuid.uuid4().hex[:12]}/_metadata"
     keys = [f"ml/p{i}" for i in range(4)]
     direct = open_metadata_store(url, timeout_s=TIMEOUT_S)
@@ -231,14 +232,14 @@ def test_listings_of_keys_no_longer_probed_are_dropped_in_time() -> None:
 def _probe_beside_one_under_way(
     moto: servers.Server, url: str, first_keys: list[str], second_keys: list[str]
 ) -> tuple[dict, dict, int, int]:
-    """Each probe's answer (taking listings 60 s old) of a fresh client, the second made while the
+    """Each probe's answer (taking listings 1.5 s old) of a fresh client, the second made while the
     first's listing is held; the most requests held at once, and the listings made."""
-    with InFlightProxy(moto.port, gather=2, hold_s=2) as proxy, ThreadPoolExecutor(1) as pool:
+    with InFlightProxy(moto.port, gather=2, hold_s=3) as proxy, ThreadPoolExecutor(1) as pool:
         s = open_metadata_store(url, timeout_s=30, options={"aws_endpoint_url": proxy.url})
         since = len(moto.log.read_text())
-        first = pool.submit(s.probe_many, first_keys, 60)
+        first = pool.submit(s.probe_many, first_keys, 1.5)
         proxy.wait_in_flight(1)
-        second = s.probe_many(second_keys, 60)
+        second = s.probe_many(second_keys, 1.5)
         answers = first.result(), second, proxy.most_in_flight
     listings = [r for r in servers.requests_since(moto, since, '"GET ') if "list-type=2" in r]
     return *answers, len(listings)

@@ -185,11 +185,11 @@ class _RecentListings:
         taken within ``within_s``, or of ``listing()`` now."""
         if within_s <= 0:
             return self._list(directory, first, last, listing)
+        asked_at = self._monotonic()  # a listing begun within_s before this serves, however long it takes
         with self._turn(directory, first, last):
-            now = self._monotonic()
             with self._lock:
                 kept = list(self._kept.get(directory, {}).values())
-            found = next((k for k in kept if k.covers(first, last, within_s, now)), None)
+            found = next((k for k in kept if k.covers(first, last, within_s, asked_at)), None)
             return found.objects if found is not None else self._list(directory, first, last, listing)
 
     @contextlib.contextmanager
