@@ -19,9 +19,10 @@ S3 server, Azurite, etcd, ZooKeeper), each ratio against a peer measured in the 
 - a Spark task's write of records to 100 partitions, and a transactional produce to 100 partitions,
   behind the same proxy: the partitions' ledgers written at once, against the same code writing them
   in turn;
-- idle consumers of a topic, their FETCH requests parked 500 ms and looking again as the server's
-  do: the LIST requests a second when looks again share a listing taken within their wait, against
-  each taking its own.
+- idle consumers of a topic, and idle members of a group each fetching its own partitions, their
+  FETCH requests parked 500 ms and looking again as the server's do: the LIST requests a second when
+  looks share a listing taken within their wait (or ``kafkaMinFetchPeriodMs``), against each taking
+  its own.
 
     python bench/object_store.py [--ops 200] [--produces 200]
 """
@@ -193,34 +194,46 @@ def changed_reads(s3_port: int, rounds: int = 3) -> list[tuple[str, float, float
     ]
 
 
-def idle_looks(s3: servers.Server, consumers: int = 8, seconds: float = 5.0) -> list[tuple[str, float, float]]:
-    """LIST requests a second of ``consumers`` idle consumers of a topic of 100 partitions, each
-    sending FETCH requests parked up to 500 ms (librdkafka's ``fetch.wait.max.ms``) that look again
-    as the server's do, through a proxy holding each request 20 ms: looks again that share a
-    listing taken within their wait, against each taking its own. A request's first look lists."""
+def idle_looks(s3: servers.Server, seconds: float = 5.0) -> list[tuple[str, float, float]]:
+    """LIST requests a second of idle consumers of a topic of 100 partitions, each sending FETCH
+    requests parked up to 500 ms (librdkafka's ``fetch.wait.max.ms``) that look again as the
+    server's do, through a proxy holding each request 20 ms: looks that share a listing taken
+    within their wait, against each taking its own. A request's first look lists, unless
+    ``kafkaMinFetchPeriodMs`` lets it take one that recent. Consumers of the whole topic, then the
+    members of a group, each fetching its own quarter of the partitions."""
     root = f"s3://{servers.BUCKET}/bench-{uuid.uuid4().hex[:8]}"
     Broker(root).create_topic("t", FETCHED_PARTITIONS)
-    wanted = [PartitionFetch("t", p, 0, 1 << 20) for p in range(FETCHED_PARTITIONS)]
-    rates = {}
+    everything = [PartitionFetch("t", p, 0, 1 << 20) for p in range(FETCHED_PARTITIONS)]
+    quarter = FETCHED_PARTITIONS // 4
+    quarters = [everything[i * quarter : (i + 1) * quarter] for i in range(4)]  # as the range assignor gives
+    each = f"{FETCHED_PARTITIONS} partitions"
+    kinds = [
+        (f"8 idle consumers of {each}", [everything] * 8, 0.0),
+        (f"4 idle members of a group of {each}, a quarter each", quarters, 0.0),
+        ("the same, kafkaMinFetchPeriodMs=1000", quarters, 1.0),
+    ]
+    rows = []
     with InFlightProxy(s3.port, latency_s=LATENCY_S) as proxy:
-        for share in (True, False):
-            with Broker(root, {"aws_endpoint_url": proxy.url}) as b:
-                b.fetch_partitions(wanted, 50 << 20)  # the partitions' logs opened
-                since, until = len(s3.log.read_text()), time.monotonic() + seconds
-                with ThreadPoolExecutor(consumers) as pool:
-                    looking = [pool.submit(_idle_consumer, b, wanted, share, until) for _ in range(consumers)]
-                    for f in looking:
-                        f.result()
-                listings = [r for r in servers.requests_since(s3, since, '"GET ') if "list-type=2" in r]
-                rates[share] = len(listings) / seconds
-    what = f"LIST requests a second of {consumers} idle consumers of {FETCHED_PARTITIONS} partitions"
-    return [(what, rates[True], rates[False])]
+        for what, wanted, period_s in kinds:
+            rates = {}
+            for share in (True, False):
+                with Broker(root, {"aws_endpoint_url": proxy.url}) as b:
+                    b.fetch_partitions(everything, 50 << 20)  # the partitions' logs opened
+                    since, until = len(s3.log.read_text()), time.monotonic() + seconds
+                    with ThreadPoolExecutor(len(wanted)) as pool:
+                        looking = [pool.submit(_idle_consumer, b, w, share, period_s, until) for w in wanted]
+                        for f in looking:
+                            f.result()
+                    listings = [r for r in servers.requests_since(s3, since, '"GET ') if "list-type=2" in r]
+                    rates[share] = len(listings) / seconds
+            rows.append((f"LIST requests a second of {what}", rates[True], rates[False]))
+    return rows
 
 
-def _idle_consumer(b: Broker, wanted: list[PartitionFetch], share: bool, until: float) -> None:
+def _idle_consumer(b: Broker, wanted: list[PartitionFetch], share: bool, period_s: float, until: float) -> None:
     """FETCH requests parked 500 ms each until ``until``, looking as the FETCH handler does."""
     while time.monotonic() < until:
-        deadline, within_s = min(until, time.monotonic() + 0.5), 0.0
+        deadline, within_s = min(until, time.monotonic() + 0.5), period_s if share else 0.0
         while True:
             started = time.monotonic()
             b.fetch_partitions(wanted, 50 << 20, within_s)
