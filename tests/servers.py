@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.request
 import warnings
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 
 from kop_spark.storage.metadata.zookeeper import close_sessions
@@ -35,17 +35,18 @@ BUCKET = "kop-test"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
-def _ports_below_the_ephemeral_range() -> Iterator[int]:
-    """Ports the kernel never picks for a bind to port 0 or a connection's own end, in a cycle from
-    a random start: processes of one run seldom meet, and none soon takes again a port it freed."""
+def _ports_below_the_ephemeral_range() -> list[int]:
+    """Ports the kernel never picks for a bind to port 0 or a connection's own end, from a random
+    start: processes of one run seldom meet. None where the range starts too low to leave any."""
     with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
         ephemeral = int(f.read().split()[0])
-    ports = range(min(10_000, ephemeral // 2), ephemeral)
-    start = random.Random().randrange(len(ports))
-    return itertools.cycle([*ports[start:], *ports[:start]])  # next() of a C iterator: thread-safe
+    ports = range(10_000, ephemeral)
+    start = random.Random().randrange(len(ports)) if ports else 0
+    return [*ports[start:], *ports[:start]]
 
 
-_PORTS = _ports_below_the_ephemeral_range()
+_BELOW_EPHEMERAL = _ports_below_the_ephemeral_range()
+_PORTS = itertools.cycle(_BELOW_EPHEMERAL)  # none soon taken again; next() of a C iterator: thread-safe
 
 
 def free_port() -> int:
@@ -53,7 +54,12 @@ def free_port() -> int:
     keeps dialling its port; were that port ephemeral, Spark could later listen there for a Python
     worker to connect back, take the client for its worker and fail the query ("Python worker
     failed to connect back ... Authentication failed": a CI run's notebook on PySpark 4.2)."""
-    return next(port for port in _PORTS if _unused(port))
+    for port in itertools.islice(_PORTS, len(_BELOW_EPHEMERAL)):
+        if _unused(port):
+            return port
+    with socket.socket() as s:  # none left below the range: an ephemeral one, as before
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _unused(port: int) -> bool:
