@@ -30,6 +30,33 @@ def build(struct: Any, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def fetch_request(
+    topic: str,
+    partition: int = 0,
+    offset: int = 0,
+    *,
+    max_wait_ms: int = 0,
+    min_bytes: int = 0,
+    max_bytes: int = 1 << 20,
+) -> Any:
+    """A FETCH (v11) of one partition, ``max_bytes`` from it and in all, with no fetch session."""
+    wanted = {"partition": partition, "fetch_offset": offset, "partition_max_bytes": max_bytes}
+    return wire_request(
+        consumer.FetchRequest,
+        11,
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[{"topic": topic, "partitions": [wanted]}],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+
+
 def connect(server: KopServer) -> socket.socket:
     host, port = server.bootstrap.split(":")
     return socket.create_connection((host, int(port)), timeout=30)

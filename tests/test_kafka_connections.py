@@ -9,14 +9,13 @@ import struct
 import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import ApiVersionsRequest
 from kafka.protocol.producer import ProduceRequest
 
 from kop_spark import Broker, Record
 from kop_spark.record import build_record_batch
 
-from .kafka_wire import call, connect, read_exactly, response_class, wire_request
+from .kafka_wire import call, connect, fetch_request, read_exactly, response_class, wire_request
 from .kop_server import KopServer
 
 IDLE = 300
@@ -29,20 +28,7 @@ def _api_versions_ok(sock: socket.socket) -> bool:
 
 
 def _fetch_frame(correlation_id: int) -> bytes:
-    request = wire_request(
-        FetchRequest,
-        11,
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=64 * MB,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[{"topic": "big", "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 64 * MB}]}],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
+    request = fetch_request("big", max_bytes=64 * MB)
     request.with_header(correlation_id, "stalled")
     frame = bytes(request.encode(header=True))
     return struct.pack(">i", len(frame)) + frame
@@ -107,20 +93,8 @@ def test_a_connection_idle_for_connections_max_idle_ms_is_closed_and_only_such_a
         start = time.monotonic()
         assert _api_versions_ok(silent)
         partial.sendall(struct.pack(">i", 64) + b"\x00\x12")  # a request of 64 bytes, 2 sent
-        fetch = wire_request(
-            FetchRequest,
-            11,
-            replica_id=-1,
-            max_wait_ms=int(2.5 * idle_s * 1000),  # nothing comes: answered, empty, when it ends
-            min_bytes=1,
-            max_bytes=MB,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=[{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": MB}]}],
-            forgotten_topics_data=[],
-            rack_id="",
-        )
+        # nothing comes: answered, empty, when its wait ends
+        fetch = fetch_request("t", max_wait_ms=int(2.5 * idle_s * 1000), min_bytes=1)
         fetch.with_header(7, "kop-test")
         frame = bytes(fetch.encode(header=True))
         waiting.sendall(struct.pack(">i", len(frame)) + frame)  # answered once the wait ends

@@ -16,26 +16,16 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from kafka.protocol.consumer import FetchRequest
 
 from kop_spark import Broker, Record, layout
 from kop_spark.kafka.server import KafkaServer
 
-from .kafka_wire import call, connect, wire_request
+from .kafka_wire import call, connect, fetch_request
 from .kop_server import KopServer
 
 
 def _fetch(max_wait_ms: int):
-    return wire_request(
-        FetchRequest,
-        11,
-        replica_id=-1,
-        max_wait_ms=max_wait_ms,
-        min_bytes=1,
-        max_bytes=1 << 20,
-        topics=[{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}],
-        forgotten_topics_data=[],
-    )
+    return fetch_request("t", max_wait_ms=max_wait_ms, min_bytes=1)
 
 
 @contextlib.contextmanager

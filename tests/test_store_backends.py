@@ -23,7 +23,6 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka.protocol.consumer import FetchRequest
 
 from kop_spark import AlterConfigOp, Broker, Record, layout
 from kop_spark.broker import SINK_LEASE_MS, FetchedBatches, OffsetSpec, PartitionFetch, StagedLedger
@@ -44,7 +43,7 @@ from kop_spark.storage.orphans import remove_orphans
 from . import servers
 from .conftest import PYTHON, python_subprocess_env
 from .in_flight_proxy import InFlightProxy
-from .kafka_wire import call, connect, wire_request
+from .kafka_wire import call, connect, fetch_request
 from .kop_server import KopServer
 from .test_crash_and_concurrency import check_log, confirmed_lines, finish_writers, go, start_writer
 
@@ -567,22 +566,7 @@ def test_fetches_of_a_topics_partitions_on_one_server_share_a_listing(running: d
 
 def _high_watermark(sock: Any, offset: int, partition: int = 0) -> int:
     """What a FETCH from a partition of ``t`` at ``offset`` that waits for nothing says its end is."""
-    wanted = {"partition": partition, "fetch_offset": offset, "partition_max_bytes": 1 << 20}
-    fetch = wire_request(
-        FetchRequest,
-        11,
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[{"topic": "t", "partitions": [wanted]}],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
-    (answer,) = call(sock, fetch).to_dict()["responses"][0]["partitions"]
+    (answer,) = call(sock, fetch_request("t", partition, offset)).to_dict()["responses"][0]["partitions"]
     assert answer["error_code"] == 0, answer
     return int(answer["high_watermark"])
 
