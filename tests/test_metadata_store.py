@@ -144,3 +144,28 @@ def test_what_a_probed_cache_keeps_goes_once_no_look_could_take_it(tmp_path):
     assert loads == ["t/a", "t/b"] and len(cache) == 2  # the second look at t/a took what was kept
     now[0] = PROBED_MAX_AGE_S
     assert look("t/c") == {"k": "t/c"} and len(cache) == 1
+
+
+def test_an_unprobed_value_stands_in_only_for_callers_that_may_take_it_that_old(tmp_path):
+    """Where the store cannot probe a key (here one just written; on an object store, any single
+    key), a caller may take what was loaded within ``unprobed_within_s``: a produce acts on its
+    topic's metadata a second old, where reading it each time was a billed GET. Others read."""
+    store = FileMetadataStore(str(tmp_path), clock=ManualClock())
+    store.put("t/a", {"n": 1}, 0)
+    assert store.probe("t/a") is None
+    now = [0.0]
+    cache = ProbedCache(store, monotonic=lambda: now[0])
+    loads: list[float] = []
+
+    def look(within_s: float) -> dict:
+        return cache.get("t/a", lambda: loads.append(now[0]) or store.get("t/a").value, unprobed_within_s=within_s)
+
+    assert look(1.0) == {"n": 1}
+    now[0] = 0.9
+    assert look(1.0) == {"n": 1} and loads == [0.0], "taken within its age"
+    assert look(0.0) == {"n": 1} and loads == [0.0, 0.9], "a caller that may not take it reads"
+    assert look(1.0) == {"n": 1} and loads == [0.0, 0.9, 0.9], "and what it read is not kept"
+    now[0] = 2.0
+    assert look(1.0) == {"n": 1} and loads == [0.0, 0.9, 0.9, 2.0], "past its age: read again"
+    cache.forget("t/a")
+    assert look(1.0) == {"n": 1} and len(loads) == 5, "forgotten: read again"

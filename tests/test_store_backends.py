@@ -26,9 +26,17 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kop_spark import AlterConfigOp, Broker, Record, layout
 from kop_spark.broker import SINK_LEASE_MS, FetchedBatches, OffsetSpec, PartitionFetch, StagedLedger
+from kop_spark.broker.admin import PRODUCED_TOPIC_AGE_S
 from kop_spark.broker.partition_views import PartitionViews
 from kop_spark.clock import ManualClock
-from kop_spark.errors import ConfigError, CorruptRecordError, OrphanRemovedError, StorageError, WriteAbortedError
+from kop_spark.errors import (
+    ConfigError,
+    CorruptRecordError,
+    OrphanRemovedError,
+    RecordTooLargeError,
+    StorageError,
+    WriteAbortedError,
+)
 from kop_spark.faults import CRASH_POINTS_ENV
 from kop_spark.kafka.store_metrics import store_samples
 from kop_spark.kafka.transaction_coordinator import TransactionCoordinator
@@ -305,21 +313,32 @@ def test_a_servers_first_fetch_of_many_partitions_reads_their_topic_once(running
     assert [f.high_watermark for f in fetched if isinstance(f, FetchedBatches)] == [int(p == 5) for p in range(12)]
 
 
-def test_a_produce_on_an_object_store_is_a_read_of_its_topic_an_upload_and_a_cas(
+def test_a_produce_on_an_object_store_is_an_upload_and_a_cas_and_reads_its_topic_once_a_second(
     running: dict[str, servers.Server],
 ) -> None:
     """Before its CAS, a produce looked that the ledger it had just uploaded was not removed as an
-    orphan meanwhile: a fourth request, which the CAS going through makes needless."""
+    orphan meanwhile: a request the CAS going through makes needless. And each produce read its
+    topic, a GET as slow as the upload: it now takes what it read within ``PRODUCED_TOPIC_AGE_S``,
+    but a partition another process added, and a change made here, at once."""
     root, moto = f"s3://{servers.BUCKET}/s{uuid.uuid4().hex[:12]}", running["s3"]
-    with Broker(root) as b:
+    with Broker(root) as b, Broker(root) as other:
         b.create_topic("t", 1)
         b.produce("t", [Record(b"a")], partition=0)
-        since = len(moto.log.read_text())
-        b.produce("t", [Record(b"b")], partition=0)
-        requests = servers.requests_since(moto, since, "")
-    assert [r.split('"')[1].split()[0] for r in requests] == ["GET", "PUT", "PUT"], requests
-    assert ("/topics/" in requests[0], ".ledger " in requests[1], "/managed-ledgers/" in requests[2]) == (True,) * 3
-    assert [r.value for r in Broker(root).fetch("t", 0, 0)] == [b"a", b"b"]
+        since, began = len(moto.log.read_text()), time.monotonic()
+        for value in (b"b", b"c", b"d", b"e"):
+            b.produce("t", [Record(value)], partition=0)
+        took_s, requests = time.monotonic() - began, servers.requests_since(moto, since, "")
+        topic_reads = [r for r in requests if "/topics/" in r]
+        assert len(topic_reads) <= took_s // PRODUCED_TOPIC_AGE_S, (took_s, topic_reads)
+        writes = [r for r in requests if "/topics/" not in r]
+        assert [r.split('"')[1].split()[0] for r in writes] == ["PUT", "PUT"] * 4, writes
+        assert [(".ledger " in r, "/managed-ledgers/" in r) for r in writes[:2]] == [(True, False), (False, True)]
+        other.create_partitions("t", 2)
+        b.produce("t", [Record(b"f")], partition=1)
+        b.alter_topic_config("t", [AlterConfigOp("max.message.bytes", "set", 100)])
+        with pytest.raises(RecordTooLargeError):
+            b.produce("t", [Record(b"x" * 200)], partition=0)
+    assert [r.value for p in (0, 1) for r in Broker(root).fetch("t", p, 0)] == [b"a", b"b", b"c", b"d", b"e", b"f"]
 
 
 @pytest.mark.parametrize("meanwhile", ["another writer appends", "orphan removal takes the upload"])
@@ -366,7 +385,8 @@ def test_a_transaction_on_an_object_store_reads_its_topic_once_a_request_and_sta
 ) -> None:
     """AddPartitionsToTxn checks its partitions against their topic, and a PRODUCE's partitions
     are checked and staged: on an object store each read is a round trip and each staging a
-    write, which a transaction of many partitions made in turn."""
+    write, which a transaction of many partitions made in turn. A PRODUCE may take the topic as
+    read within ``PRODUCED_TOPIC_AGE_S``."""
     root, moto, topic_json = f"s3://{servers.BUCKET}/s{uuid.uuid4().hex[:12]}", running["s3"], "/public/default/t.json"
     Broker(root).create_topic("t", 12)
     with InFlightProxy(moto.port, gather=4) as proxy, Broker(root, {"aws_endpoint_url": proxy.url}) as b:
@@ -375,6 +395,7 @@ def test_a_transaction_on_an_object_store_reads_its_topic_once_a_request_and_sta
         since = len(moto.log.read_text())
         c.add_partitions("tx", pid, epoch, [("t", p) for p in range(11)])
         added, since = servers.requests_since(moto, since, topic_json), len(moto.log.read_text())
+        began = time.monotonic()
         proxy.most_in_flight = 0
         batches = [
             build_record_batch(
@@ -384,14 +405,15 @@ def test_a_transaction_on_an_object_store_reads_its_topic_once_a_request_and_sta
         ]
         answers = c.produce_each("tx", [("t", p, batch) for p, batch in enumerate(batches)])
         assert proxy.most_in_flight >= 4, "the partitions were staged in turn"
-        produced = servers.requests_since(moto, since, topic_json)
+        produced, took_s = servers.requests_since(moto, since, topic_json), time.monotonic() - began
         again = build_record_batch(
             [Record(b"again")], producer_id=pid, producer_epoch=epoch, base_sequence=1, is_transactional=True
         )
         # A partition named twice in a request, then a retry there and in another partition.
         twice = c.produce_each("tx", [("t", 1, again), ("t", 1, batches[1]), ("t", 2, batches[2])])
         c.end("tx", pid, epoch, commit=True)
-    assert (len(added), len(produced)) == (1, 1), "the topic was read more than once a request"
+    assert len(added) == 1, "the topic was read more than once a request"
+    assert len(produced) <= 1 + took_s // PRODUCED_TOPIC_AGE_S, "the topic was read more than once a request"
     assert answers[:11] == [None] * 11 and "partition was not added" in str(answers[11]) and twice == [None] * 3
     expected = [[b"%d" % p, *([b"again"] if p == 1 else [])] for p in range(11)] + [[]]
     assert [[r.value for r in Broker(root).fetch("t", p, 0)] for p in range(12)] == expected
@@ -943,7 +965,7 @@ def test_cli_commands(store: Store, tmp_path: Path) -> None:
 
 def test_disk_space_is_the_local_filesystems_and_unknown_on_an_object_store(store: Store) -> None:
     with store.broker() as b:
-        usage = b.admin.disk_usage()  # what DescribeLogDirs tells (KIP-827)
+        usage = b.fileio.disk_usage()  # what DescribeLogDirs tells (KIP-827)
     if store.name == "local":
         assert (
             usage is not None

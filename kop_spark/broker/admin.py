@@ -14,8 +14,6 @@ Kafka's random ids do.
 from __future__ import annotations
 
 import functools
-import os
-import shutil
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,9 +35,9 @@ from ..errors import (
     TopicNotFoundError,
 )
 from ..storage.at_once import all_at_once
-from ..storage.fileio import FileIO, optional_local_dir
+from ..storage.fileio import FileIO
 from ..storage.managed_ledger import ManagedLedger
-from ..storage.metadata_store import UNPROBED, MetadataStore, ProbedCache, Unchanged, Unprobed, update
+from ..storage.metadata_store import UNPROBED, MetadataStore, ProbedCache, Unchanged, Unprobed, Versioned, update
 from ..storage.producer_state import ProducerEntry
 from ..storage.read_plan import PartitionView
 from ..topic_name import OFFSETS_TOPIC, TopicName, TopicPartition
@@ -47,6 +45,13 @@ from . import metric_names
 from .log_manager import LogManager
 
 TopicMeta = dict[str, Any]
+
+# How old a topic's metadata a produce may act on where the store cannot tell cheaply that it is
+# unchanged: on an object store each produce read it, a billed GET of 30-60 ms beside its two PUTs,
+# and on etcd with no watch a request beside its one. Another process's change of the topic's
+# settings reaches this one's produces within it, as a Kafka broker applies a config change once
+# its metadata log comes round to it; this process's own changes at once.
+PRODUCED_TOPIC_AGE_S = 1.0
 
 _TOPIC_IDS = uuid.UUID("6b6f702d-7370-6172-6b2d-746f70696373")  # the namespace of the uuid5 ids
 
@@ -152,9 +157,18 @@ class TopicAdmin:
                 f"cannot {action} internal topic {topic!r} ({name.full_name}): kop keeps its own records there"
             )
 
-    def metadata(self, topic: str) -> tuple[TopicName, TopicMeta]:
+    def metadata(
+        self, topic: str, *, within_s: float = 0.0, partition: int | None = None
+    ) -> tuple[TopicName, TopicMeta]:
+        """``within_s``: where the store has no cheap probe, metadata read that recently stands in,
+        if the topic stood and had ``partition`` then (else it is read again: a topic made or
+        grown by another process is seen at once)."""
         name = self.name(topic)
-        meta = self._topic_meta(layout.topic_key(name))
+
+        def has_partition(meta: TopicMeta | None) -> bool:
+            return meta is not None and standing(meta) and (partition or 0) < meta["partitions"]
+
+        meta = self._topic_meta(layout.topic_key(name), within_s=within_s, usable=has_partition)
         if meta is None or not standing(meta):
             raise TopicNotFoundError(f"topic {topic!r} does not exist (as {name.full_name}) in {self._fileio.uri}")
         return name, meta
@@ -178,16 +192,6 @@ class TopicAdmin:
             meta = self.metadata(topic)[1]
         self.check_partition(topic, partition, meta)
         return self.logs.get(name, partition, meta)
-
-    def disk_usage(self) -> tuple[int, int] | None:
-        """The total and usable bytes of the filesystem the root is on; None on an object store."""
-        local = optional_local_dir(self._fileio.uri)
-        if local is None:
-            return None
-        while not os.path.exists(local):  # a root nothing was written to yet: the disk it will be on
-            local = os.path.dirname(local)
-        usage = shutil.disk_usage(local)
-        return usage.total, usage.free
 
     def describe(self, topic: str, views: ViewsOf) -> TopicDescription:
         """``views``: the partitions' views, or why not, read together (``PartitionViews.each``)."""
@@ -314,7 +318,7 @@ class TopicAdmin:
             self._create_logs(name, range(old, total))
             return {**meta, "partitions": total}
 
-        update(self._store, layout.topic_key(name), grow)
+        self._update_topic(name, grow)
 
     def alter_config(
         self, topic: str, ops: Sequence[AlterConfigOp], *, replace: bool = False, validate_only: bool = False
@@ -340,7 +344,7 @@ class TopicAdmin:
                 raise Unchanged
             return {**meta, "config": overrides}
 
-        update(self._store, layout.topic_key(name), alter)
+        self._update_topic(name, alter)
         return result
 
     def delete_topic(self, topic: str) -> None:
@@ -353,7 +357,7 @@ class TopicAdmin:
                 raise TopicNotFoundError(f"topic {topic!r} does not exist (as {name.full_name}) in {self._fileio.uri}")
             return {**meta, "deleting": True}
 
-        marked = update(self._store, layout.topic_key(name), mark)
+        marked = self._update_topic(name, mark)
         assert marked.value is not None
         self.finish_deletion(name, marked.value)
 
@@ -368,10 +372,23 @@ class TopicAdmin:
             return None
 
         metric_names.release(self._store, name)
-        update(self._store, layout.topic_key(name), remove)
+        self._update_topic(name, remove)
 
-    def _topic_meta(self, key: str, token: Hashable | Unprobed | None = UNPROBED) -> TopicMeta | None:
-        return self._topics.get(key, lambda: self._store.get(key).value, token)
+    def _update_topic(self, name: TopicName, change: Callable[[TopicMeta | None], TopicMeta | None]) -> Versioned:
+        key = layout.topic_key(name)
+        try:
+            return update(self._store, key, change)
+        finally:
+            self._topics.forget(key)  # a produce here that may take older metadata takes this change at once
+
+    def _topic_meta(
+        self,
+        key: str,
+        token: Hashable | Unprobed | None = UNPROBED,
+        within_s: float = 0.0,
+        usable: Callable[[TopicMeta | None], bool] = lambda _: True,
+    ) -> TopicMeta | None:
+        return self._topics.get(key, lambda: self._store.get(key).value, token, within_s, usable)
 
     def info(self, topic: str) -> TopicInfo:
         return self._info(*self.metadata(topic))

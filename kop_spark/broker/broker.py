@@ -39,7 +39,7 @@ from ..storage.read_plan import LedgerRecord, PartitionView
 from ..storage.staging import StagedLedger
 from ..topic_name import TopicName, TopicPartition
 from .acls import Acls
-from .admin import TopicAdmin, TopicDescription, TopicInfo
+from .admin import PRODUCED_TOPIC_AGE_S, TopicAdmin, TopicDescription, TopicInfo
 from .credentials import Users
 from .fetch import FetchedBatches, Fetcher, OffsetLookup, OffsetSpec, PartitionFetch
 from .group_offsets import GroupOffsets
@@ -172,7 +172,7 @@ class Broker:
         ``partition=None`` a keyed record goes where Kafka's partitioner puts it (murmur2 of the key),
         keyless ones share one partition per call, round robin. Records are batched as a Kafka
         producer does (``batch_size``); each partition's batches are one atomic append."""
-        _, meta = self.admin.metadata(topic)
+        _, meta = self.admin.metadata(topic, within_s=PRODUCED_TOPIC_AGE_S, partition=partition)
         if partition is not None:
             self.admin.check_partition(topic, partition, meta)
         with self._lock:

@@ -359,7 +359,7 @@ class Transactions:
         read once; on an object store each is a write, and each read a round trip, which a produce
         of a hundred partitions made in turn."""
         staging = [a for a in appends if isinstance(a, StagedAppend)]
-        metas = topic_metadata(self._broker, [a.partition.topic for a in staging])
+        metas = topic_metadata(self._broker, [(a.partition.topic, a.partition.partition) for a in staging])
         calls: list[Callable[[], None] | Exception] = []
         for a in appends:
             if isinstance(a, Exception):

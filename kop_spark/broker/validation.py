@@ -22,7 +22,9 @@ from ..record.arrow import RecordsSummary, summarize
 from ..record.default_record_batch import with_log_append_time, with_timestamps
 from ..storage.at_once import each_at_once
 from ..storage.staging import LedgerStager, StagedLedger
+from ..topic_name import TopicPartition
 from ..topic_settings import LONG_MAX
+from .admin import PRODUCED_TOPIC_AGE_S
 
 if TYPE_CHECKING:
     from ..storage.managed_ledger import ManagedLedger
@@ -159,7 +161,8 @@ def checked_batches(
     topic takes only the group coordinator's (``internal_topics_allowed``), as in Kafka."""
     if not internal_topics_allowed:
         broker.admin.refuse_internal(topic, "produce to")
-    meta = broker.admin.metadata(topic)[1] if meta is None else meta
+    if meta is None:
+        meta = broker.admin.metadata(topic, within_s=PRODUCED_TOPIC_AGE_S, partition=partition)[1]
     broker.admin.check_partition(topic, partition, meta)
     cfg = broker.config.topic_config(meta.get("config"))
     flat = [b for item in batches for b in split_batches(item)]
@@ -179,7 +182,7 @@ def queued_produces(
     through ``on_log(topic, wait)``; or why it was refused. Each topic's metadata is read once: on
     an object store that read is a round trip, which a request of a hundred partitions of a topic
     made a hundred times, in turn."""
-    metas = topic_metadata(broker, [topic for topic, _, _ in wanted])
+    metas = topic_metadata(broker, [(topic, partition) for topic, partition, _ in wanted])
     out: list[Callable[[], Produced] | Exception] = []
     for topic, partition, batches in wanted:
         try:
@@ -193,12 +196,21 @@ def queued_produces(
     return out
 
 
-def topic_metadata(broker: Broker, topics: Iterable[str]) -> dict[str, TopicMeta | Exception]:
-    """Each topic's metadata, read once (at once), or why it cannot be had: every partition of a
-    request to it answers with that."""
-    wanted = list(dict.fromkeys(topics))
-    read = each_at_once([functools.partial(broker.admin.metadata, t) for t in wanted], broker.store.read_parallelism)
-    return {t: r if isinstance(r, Exception) else r[1] for t, r in zip(wanted, read, strict=True)}
+def topic_metadata(broker: Broker, partitions: Iterable[TopicPartition]) -> dict[str, TopicMeta | Exception]:
+    """The metadata of each topic of ``partitions``, read once (at once) unless read lately
+    (``PRODUCED_TOPIC_AGE_S``), or why it cannot be had: every partition of a request to it
+    answers with that."""
+    highest: dict[str, int] = {}
+    for topic, partition in partitions:
+        highest[topic] = max(partition, highest.get(topic, partition))
+    read = each_at_once(
+        [
+            functools.partial(broker.admin.metadata, t, within_s=PRODUCED_TOPIC_AGE_S, partition=p)
+            for t, p in highest.items()
+        ],
+        broker.store.read_parallelism,
+    )
+    return {t: r if isinstance(r, Exception) else r[1] for t, r in zip(highest, read, strict=True)}
 
 
 def queued_produce(checked: CheckedProduce) -> Callable[[], Produced]:

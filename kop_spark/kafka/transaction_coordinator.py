@@ -27,6 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..broker import Broker, OffsetAndMetadata
+from ..broker.admin import TopicMeta
 from ..broker.transactions import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
@@ -36,6 +37,7 @@ from ..broker.transactions import (
     TransactionPartition,
     TransactionState,
 )
+from ..broker.validation import topic_metadata
 from ..errors import (
     CorruptRecordError,
     InvalidProducerIdMappingError,
@@ -180,10 +182,13 @@ class TransactionCoordinator:
         with self._holding(held):
             self._owned(held, producer_id, epoch)
             wanted = [tp for tp in dict.fromkeys(partitions) if tp not in held.staging]
-            admin = self._broker.admin
-            metas = {topic: admin.metadata(topic)[1] for topic in dict.fromkeys(t for t, _ in wanted)}
+            metas: dict[str, TopicMeta] = {}
+            for topic, meta in topic_metadata(self._broker, wanted).items():
+                if isinstance(meta, Exception):
+                    raise meta
+                metas[topic] = meta
             for topic, p in wanted:
-                admin.check_partition(topic, p, metas[topic])
+                self._broker.admin.check_partition(topic, p, metas[topic])
             self._add(held, partitions=wanted)
             # An internal topic is refused here, once the transaction has begun, as Kafka refuses
             # its produce: the client can abort it and go on.

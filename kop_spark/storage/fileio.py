@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 import errno
 import os
+import shutil
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -156,6 +157,17 @@ class FileIO(abc.ABC):
     def write_whole(self, path: str, data: bytes) -> None:
         """Store a new file's whole content in one go: how files are written without appends."""
         raise StorageError(f"cannot write {self.full_path(path)} whole on {self.uri}")
+
+    def disk_usage(self) -> tuple[int, int] | None:
+        """The total and usable bytes of the filesystem the root is on (what DescribeLogDirs
+        tells, KIP-827); None on an object store."""
+        local = optional_local_dir(self.uri)
+        if local is None:
+            return None
+        while not os.path.exists(local):  # a root nothing was written to yet: the disk it will be on
+            local = os.path.dirname(local)
+        usage = shutil.disk_usage(local)
+        return usage.total, usage.free
 
 
 class WholeFile:

@@ -130,23 +130,37 @@ class ProbedCache:
         self._monotonic = monotonic
         self._swept_at = monotonic()
 
-    def get(self, key: str, load: Callable[[], T], token: Hashable | Unprobed | None = UNPROBED) -> T:
-        """The value ``load`` gives for ``key``, or the one kept while the key is unchanged;
-        ``token``: the key's probe, taken by the caller (``probe_many``) before this call."""
+    def get(
+        self,
+        key: str,
+        load: Callable[[], T],
+        token: Hashable | Unprobed | None = UNPROBED,
+        unprobed_within_s: float = 0.0,
+        usable: Callable[[T], bool] = lambda _: True,
+    ) -> T:
+        """The value ``load`` gives for ``key``, or the one kept while the key is unchanged, if
+        ``usable``; ``token``: the key's probe, taken by the caller (``probe_many``) before this
+        call. ``unprobed_within_s``: where there is no probe (None), a value loaded that recently,
+        with none either, stands in: a caller that may act on a second-old value need not read."""
         if isinstance(token, Unprobed):
             token = self._store.probe(key)  # probed before the load: a write after it changes it
         kept, now = self._kept.get(key), self._monotonic()
         if now - self._swept_at >= PROBED_MAX_AGE_S:
             self._sweep(now)
-        if token is not None and kept is not None and kept.token == token and now - kept.loaded_at < self._max_age_s:
+        max_age_s = self._max_age_s if token is not None else unprobed_within_s
+        if kept is not None and kept.token == token and now - kept.loaded_at < max_age_s and usable(kept.value):
             kept.used_at = now
             return kept.value  # what the load gave when the key was as it is
         value = load()
-        if token is None:
-            self._kept.pop(key, None)
+        if token is None and unprobed_within_s <= 0:
+            self._kept.pop(key, None)  # kept only for callers that may take it
         else:
             self._kept[key] = _Kept(token, now, now, value)
         return value
+
+    def forget(self, key: str) -> None:
+        """Drop what is kept of ``key``: written here, with no probe to tell."""
+        self._kept.pop(key, None)
 
     def _sweep(self, now: float) -> None:
         """Drop what is kept past its age, which no look would take, and what no look took for

@@ -26,7 +26,7 @@ async def describe_log_dirs(ctx: ServerContext, header: RequestHeader, request: 
         return make(m.DescribeLogDirsResponse, throttle_time=NO_TIME, error_code=refused, results=())
     wanted = None if request.topics is None else {t.topic: set(t.partitions) for t in request.topics}
     sizes = await ctx.call(_sizes, ctx.broker, wanted)
-    usage = await ctx.call(ctx.broker.admin.disk_usage)
+    usage = await ctx.call(ctx.broker.fileio.disk_usage)
     total, usable = usage if usage is not None else (UNKNOWN, UNKNOWN)
     topics = tuple(
         make(
