@@ -617,6 +617,38 @@ def test_a_housekeeping_pass_on_an_object_store_lists_the_topics_and_reads_none_
     assert len(requests) == 3, requests
 
 
+def test_a_retention_pass_on_an_object_store_reads_only_the_partitions_changed_since_it_last_read_them(
+    running: dict[str, servers.Server],
+) -> None:
+    """A retention pass (every 5 minutes) read each partition's log before applying retention: a
+    GET each on an object store, 1,000 partitions 1,000 GETs a pass, though most were as the last
+    pass left them. They are probed together now, and only those changed since are read, once."""
+    space = f"s{uuid.uuid4().hex[:12]}"
+    root, moto, clock = f"s3://{servers.BUCKET}/{space}", running["s3"], ManualClock()
+    with Broker(root, clock=clock) as b, Broker(root) as other:
+        b.create_topic("t", 6, {"retention.ms": 3_600_000, "file.delete.delay.ms": 0})
+        for p in range(6):
+            other.produce("t", [Record(b"old")], partition=p)
+        b.enforce_retention()
+        other.produce("t", [Record(b"new")], partition=2)
+
+        def retention_pass() -> list[str]:
+            since = len(moto.log.read_text())
+            b.enforce_retention()
+            return servers.requests_since(moto, since, f"{space}/_metadata/{layout.MANAGED_LEDGERS}/")
+
+        def read(requests: list[str]) -> list[str]:
+            paths = [r.split('"')[1].split()[1] for r in requests if '"GET ' in r and "list-type" not in r]
+            return [path.rsplit("/", 1)[-1] for path in paths]
+
+        assert read(retention_pass()) == ["t-partition-2.json"], "an unchanged partition was read"
+        clock.advance(2 * 3_600_000)
+        requests = retention_pass()
+        assert read(requests) == [], "a partition nothing changed since the last pass was read"
+        assert len([r for r in requests if '"PUT ' in r]) == 2 * 6, requests  # retention, then the files' purge
+        assert [b.list_offsets("t", p, "earliest") for p in range(6)] == [1, 1, 2, 1, 1, 1]
+
+
 def test_retention_drops_old_ledgers_and_their_files(store: Store) -> None:
     clock = ManualClock(1_800_000_000_000)
     conf = {**store.conf, "managedLedgerMaxEntriesPerLedger": 1, "managedLedgerMergeInPassing": 0}

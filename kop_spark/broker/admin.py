@@ -36,7 +36,7 @@ from ..errors import (
 )
 from ..storage.at_once import all_at_once
 from ..storage.fileio import FileIO
-from ..storage.managed_ledger import ManagedLedger
+from ..storage.managed_ledger import ManagedLedger, create_managed_ledger
 from ..storage.metadata_store import UNPROBED, MetadataStore, ProbedCache, Unchanged, Unprobed, Versioned, update
 from ..storage.producer_state import ProducerEntry
 from ..storage.read_plan import PartitionView
@@ -63,7 +63,7 @@ def standing(meta: TopicMeta | None) -> bool:
 
 def _create_log(store: MetadataStore, key: str) -> None:
     try:
-        ManagedLedger.create(store, key)
+        create_managed_ledger(store, key)
     except BadVersionError:
         pass  # left by an earlier create that crashed half way, or made by a racing one: reuse it
 

@@ -142,27 +142,28 @@ class Housekeeper:
         report = MaintenanceReport()
         b = self._broker
         most, finished = b.config["maxExactlyOnceWritersPerPartition"], FinishedBatches(b.sink_commits)
-        for t, _, p, ml in _partition_logs(b, topic, stop):
+        logs = list(b.admin.partition_logs(topic))
+        views = self._views_of(logs)
+        for t, _, p, ml in _until_stopped(logs, stop):
             with report.item(f"{t}-{p}"):
-                ml.enforce_retention()
+                ml.enforce_retention(views.get((t, p)))
                 forget_finished(ml, most, finished, b.clock.now_ms())
         report.raise_first()
 
     def clean_logs(self, topic: str | None, stop: threading.Event | None = None) -> MaintenanceReport:
         report = MaintenanceReport()
         logs = list(self._broker.admin.partition_logs(topic))
-        views = self._compacted_views(logs)
+        views = self._views_of([log for log in logs if log[3].config.compact_policy])
         for t, _, p, ml in _until_stopped(logs, stop):
             with report.item(f"{t}-{p}"):
                 self._clean(ml, f"{t}-{p}", report, stop, views.get((t, p)))
         return report
 
-    def _compacted_views(
-        self, logs: list[tuple[str, TopicName, int, ManagedLedger]]
-    ) -> dict[TopicPartition, PartitionView]:
-        """The compacted partitions' views, probed together: a partition read alone is a GET on an
-        object store, and the log cleaner's pass every 15 s read each of the offsets topic's 50."""
-        wanted = [(t, p) for t, _, p, ml in logs if ml.config.compact_policy]
+    def _views_of(self, logs: list[tuple[str, TopicName, int, ManagedLedger]]) -> dict[TopicPartition, PartitionView]:
+        """The partitions' views, probed together: a partition read alone is a GET on an object
+        store, and the log cleaner's pass every 15 s read each of the offsets topic's 50, and a
+        retention pass each partition of the store."""
+        wanted = [(t, p) for t, _, p, _ in logs]
         views = zip(wanted, self._views.each(wanted), strict=True)
         return {tp: view for tp, view in views if isinstance(view, PartitionView)}
 

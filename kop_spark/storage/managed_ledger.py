@@ -144,6 +144,18 @@ def _in_place(fileio: FileIO, file: str, meta: LogMetadata) -> bool:
     return file not in meta.condemned and fileio.exists(file)
 
 
+def create_managed_ledger(store: MetadataStore, key: str) -> None:
+    """Create an empty managed ledger, carrying over the trash of a deleted one of that name."""
+    current = store.get(key)
+    meta = LogMetadata()
+    if current.value is not None:
+        old = LogMetadata.from_json(current.value)
+        if not old.deleted:
+            raise BadVersionError(f"managed ledger {key} already exists")
+        meta.trash, meta.condemned = old.trash, old.condemned
+    store.put(key, meta.to_json(), current.version)
+
+
 class ManagedLedger:
     """One partition's log. Safe to use from several processes at once, and from several threads
     through one instance; one instance per writer."""
@@ -174,23 +186,12 @@ class ManagedLedger:
         # The metadata as our own last CAS left it. None whenever that is unknown (a CAS that
         # raised, or anything raised while one was being prepared): the next write reads afresh.
         self._state: _Committed | None = None
+        self._read: _Committed | None = None  # as the last view read it
         self._own = OwnLedger(self)
         self._appends = GroupCommit(self._commit_appends)
         self._views = ProbedCache(store)
 
     # -- lifecycle -------------------------------------------------------------------------
-
-    @staticmethod
-    def create(store: MetadataStore, key: str) -> None:
-        """Create an empty managed ledger, carrying over the trash of a deleted one of that name."""
-        current = store.get(key)
-        meta = LogMetadata()
-        if current.value is not None:
-            old = LogMetadata.from_json(current.value)
-            if not old.deleted:
-                raise BadVersionError(f"managed ledger {key} already exists")
-            meta.trash, meta.condemned = old.trash, old.condemned
-        store.put(key, meta.to_json(), current.version)
 
     def delete(self) -> None:
         """Drop every ledger; files go to the trash and are deleted after the grace period."""
@@ -223,10 +224,15 @@ class ManagedLedger:
             meta = self._state.meta if self._state else None
             return bool(meta and meta.deleted and not meta.trash and not meta.condemned)
 
-    def enforce_retention(self) -> None:
-        """Apply retention and delete trashed files past their grace, now; a second pass for what the first trashed."""
+    def enforce_retention(self, view: PartitionView | None = None) -> None:
+        """Apply retention and delete trashed files past their grace, now; a second pass for what
+        the first trashed. ``view``: the log as a probe just found it (``PartitionViews``), so
+        that what this instance read or wrote at its version stands in for a read."""
         with self.lock:
-            self._state = None  # on the log as it stands, with what other writers did since our last CAS
+            # On the log as it stands, with what other writers did since our last CAS: a pass read
+            # each partition, a GET each on an object store, where most were as the last pass left them.
+            at = -1 if view is None else view.version
+            self._state = next((s for s in (self._state, self._read) if s is not None and s.version == at), None)
             self.apply(lambda m, now: self.close_tail(m, now) if tail_expired(m, self.config.retention, now) else m)
             self.apply(lambda meta, now: meta)
 
@@ -287,7 +293,11 @@ class ManagedLedger:
     def view(self, token: Hashable | Unprobed | None = UNPROBED) -> PartitionView:
         """The log as it stands: read fresh from the metadata store, unless the store tells
         cheaply that it has not changed since the last view (``token``: its probe, if taken)."""
-        return self._views.get(self.key, lambda: PartitionView.of(*self._load()), token)
+        return self._views.get(self.key, self._load_view, token)
+
+    def _load_view(self) -> PartitionView:
+        self._read = self._load()  # kept for a retention pass whose probe finds the log at this version
+        return PartitionView.of(*self._read)
 
     # -- writes ----------------------------------------------------------------------------
 
