@@ -31,7 +31,7 @@ from kop_spark.errors import (
 )
 from kop_spark.record import RecordBatch
 from kop_spark.storage.ledger_metadata import LedgerRecord, LogMetadata
-from kop_spark.storage.metadata import etcd_watch, object_store, open_metadata_store, zookeeper
+from kop_spark.storage.metadata import etcd_watch, listings, open_metadata_store, zookeeper
 from kop_spark.storage.metadata.etcd import EtcdMetadataStore
 from kop_spark.storage.metadata.watches import Watches
 from kop_spark.storage.metadata.zookeeper import Children, close_sessions
@@ -174,7 +174,9 @@ def test_recent_probes_stand_in_for_a_parked_look_but_never_past_a_write_through
     """A parked fetch looks again every 50 ms for other processes' writes; on an object store each
     look was a LIST, billed, one for each idle consumer of a topic. A probe taken that recently may
     stand in, but never past a write through the same store: a fetch that its server wakes for its
-    own append must see it. Another process's write is seen by the next look that takes none."""
+    own append must see it. Another process's write is seen by the next look that takes none. A
+    look after a write here takes the listing patched with the object written, as a new listing
+    shows it: the server's own appends each made the next look list again."""
     s, other = backend.open(), backend.open()
     keys = [f"ml/p{i}" for i in range(5)]
     for key in keys:
@@ -191,9 +193,11 @@ def test_recent_probes_stand_in_for_a_parked_look_but_never_past_a_write_through
     changed = [k for k in keys if fresh[k] is None or fresh[k] != before[k]]
     assert changed == (keys if backend.name == "file" else ["ml/p1"])  # files written moments ago probe None
     assert after_own["ml/p3"] is None or after_own["ml/p3"] != fresh["ml/p3"]
+    if kept:
+        assert after_own == s.probe_many(keys), "the listing patched with the write is not as a new one"
     if backend.name == "s3" and backend.server:
         listings = [r for r in servers.requests_since(backend.server, since, '"GET ') if "list-type=2" in r]
-        assert len(listings) == 3, "the second look listed again, or the look after a write here did not"
+        assert len(listings) == 3, "the second look, or the look after a write here, listed again"
 
 
 def test_probes_that_may_take_a_recent_listing_wait_for_one_under_way(running: dict[str, servers.Server]) -> None:
@@ -217,16 +221,51 @@ def test_listings_of_keys_no_longer_probed_are_dropped_in_time() -> None:
     """A directory's listings are kept by the keys they cover: a server's consumers move between
     topics, and a listing of keys no one probes any more would stay as long as the server ran."""
     now, made = [0.0], []
-    listings = object_store._RecentListings(monotonic=lambda: now[0])
+    kept = listings.RecentListings(monotonic=lambda: now[0])
 
     def listing(name: str) -> Callable[[], list]:
         return lambda: made.append(name) or []
 
-    listings.listed("d", "a", "b", 1000, listing("old"))
-    now[0] = object_store._LISTINGS_KEPT_S + 1
-    listings.listed("d", "c", "d", 1000, listing("other keys"))  # the old listing goes now
-    listings.listed("d", "a", "b", 1000, listing("again"))
+    kept.listed("d", "a", "b", 1000, listing("old"))
+    now[0] = listings.LISTINGS_KEPT_S + 1
+    kept.listed("d", "c", "d", 1000, listing("other keys"))  # the old listing goes now
+    kept.listed("d", "a", "b", 1000, listing("again"))
     assert made == ["old", "other keys", "again"]
+
+
+def test_a_listing_under_way_during_a_write_here_is_kept_with_the_object_written() -> None:
+    """A write here patches the listings kept with the object it wrote, and one under way as it
+    ends too, which may show the object before it; a write whose object is not known (no e-tag)
+    cannot be patched in, and the directory is listed again."""
+    kept = listings.RecentListings()
+
+    def listing_beside(path: str, written: dict | None) -> Callable[[], list]:
+        def listing() -> list:
+            kept.wrote(path, written)  # lands while the listing is under way, after it passed the object
+            return [{"path": "d/a", "e_tag": "1"}, {"path": "d/b", "e_tag": "1"}]
+
+        return listing
+
+    def unlisted() -> list:
+        raise AssertionError("listed again")
+
+    def tags(objects: list) -> dict:
+        return {o["path"]: o["e_tag"] for o in objects}
+
+    assert tags(kept.listed("d", "d/a", "d/b", 60, listing_beside("d/b", {"path": "d/b", "e_tag": "2"}))) == {
+        "d/a": "1",
+        "d/b": "2",
+    }
+    assert tags(kept.listed("d", "d/a", "d/b", 60, unlisted)) == {"d/a": "1", "d/b": "2"}
+    kept.wrote("d/a", {"path": "d/a", "e_tag": "3"})
+    kept.wrote("d/c", {"path": "d/c", "e_tag": "1"})  # beyond the listing's keys: not in it
+    assert tags(kept.listed("d", "d/a", "d/b", 60, unlisted)) == {"d/a": "3", "d/b": "2"}
+    kept.wrote("d/a", None)
+    made: list[list] = []
+    kept.listed("d", "d/a", "d/b", 60, lambda: made.append([]) or [])
+    kept.listed("d", "d/a", "d/b", 0, listing_beside("d/b", None))
+    kept.listed("d", "d/a", "d/b", 60, lambda: made.append([]) or [])
+    assert len(made) == 2, "a listing taken beside a write not known was kept"
 
 
 def _probe_beside_one_under_way(

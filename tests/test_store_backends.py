@@ -570,6 +570,41 @@ def test_kafka_min_fetch_period_lets_a_fetch_answer_from_an_earlier_look(
         assert _high_watermark(sock, 1) == 3
 
 
+@pytest.mark.parametrize("period_ms", [0, 60_000])
+def test_a_fetch_after_the_servers_own_append_on_an_object_store_reads_no_metadata_it_wrote(
+    running: dict[str, servers.Server], period_ms: int
+) -> None:
+    """On the way of each record to a consumer of the server that took it, a look at its partition
+    made a LIST and read the metadata the append had just written, a GET: the append now patches
+    the listings the server keeps with the object it wrote, as a new listing shows it, and keeps
+    the view it wrote. A FETCH then lists only where its first look must (period 0), and reads none
+    of it; another process's append is read as before."""
+    space = f"s{uuid.uuid4().hex[:12]}"
+    root, moto = f"s3://{servers.BUCKET}/{space}", running["s3"]
+    with Broker(root) as b:
+        b.create_topic("t", 1)
+    with KopServer(root, [f"kafkaMinFetchPeriodMs={period_ms}"]) as server, connect(server) as sock:
+        assert _high_watermark(sock, 0) == 0
+        producer = Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 0})
+        looks: list[list[str]] = []
+        for end in (1, 2):
+            producer.produce("t", b"x", partition=0)
+            assert producer.flush(30) == 0
+            since = len(moto.log.read_text())
+            assert _high_watermark(sock, end - 1) == end
+            looks.append(servers.requests_since(moto, since, f"{space}/_metadata/{layout.MANAGED_LEDGERS}/"))
+        with Broker(root) as other:
+            other.produce("t", [Record(b"y")], 0)
+        since = len(moto.log.read_text())
+        seen = _high_watermark(sock, 2)
+        after_other = servers.requests_since(moto, since, f"{space}/_metadata/{layout.MANAGED_LEDGERS}/")
+    listings = [len([r for r in look if "list-type=2" in r]) for look in looks]
+    assert listings == ([1, 1] if period_ms == 0 else [0, 0]), looks
+    assert all("list-type=2" in r for look in looks for r in look), "a fetch read metadata the server wrote"
+    if period_ms == 0:
+        assert seen == 3 and len([r for r in after_other if "list-type=2" not in r]) == 1, after_other
+
+
 def test_fetches_of_a_topics_partitions_on_one_server_share_a_listing(running: dict[str, servers.Server]) -> None:
     """A listing of a topic's partitions runs from the first key probed to the last: the members
     of a group each fetch their own partitions, and one member's listing covered no other's, so

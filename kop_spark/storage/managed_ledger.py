@@ -277,6 +277,10 @@ class ManagedLedger:
             _check_added_files(self.name, self.fileio, state.meta, new)
         version = self.store.put(self.key, new.to_json(), state.version)
         self._state = _Committed(new, version)
+        if not new.deleted:  # a look after it need not read what this instance wrote (a GET on an object store)
+            self._views.seed(
+                self.key, self.store.written_probe(self.key, version), lambda: PartitionView.of(new, version)
+            )
 
     def _load(self, allow_deleted: bool = False) -> _Committed:
         state = self.store.get(self.key)

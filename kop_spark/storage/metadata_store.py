@@ -98,6 +98,11 @@ class MetadataStore(abc.ABC):
         object store, whose probe is a billed listing); never past a write through this store."""
         return {key: self.probe(key) for key in keys}
 
+    def written_probe(self, key: str, version: int) -> Hashable | None:
+        """What ``probe`` of ``key`` will give while it stays at ``version``, where this store
+        wrote that version and can tell; None otherwise."""
+        return None
+
     def check_writable(self) -> None:
         """Raise if no write can succeed here, before a caller writes anything elsewhere."""
         return None
@@ -157,6 +162,13 @@ class ProbedCache:
         else:
             self._kept[key] = _Kept(token, now, now, value)
         return value
+
+    def seed(self, key: str, token: Hashable | None, make: Callable[[], Any]) -> None:
+        """Keep ``make()`` for ``key`` while its probe gives ``token`` (None: nothing is kept):
+        the value of a version written here, which a look need not read."""
+        if token is not None:
+            now = self._monotonic()
+            self._kept[key] = _Kept(token, now, now, make())
 
     def forget(self, key: str) -> None:
         """Drop what is kept of ``key``: written here, with no probe to tell."""

@@ -13,23 +13,21 @@ replaced whole.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import threading
-import time
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import obstore
 
 from ...errors import BadVersionError, MetadataStoreUnavailableError, StorageError
 from ..metadata_store import MetadataStore, Versioned, check_key, decode_value, encode_value
 from ..object_store import CONDITION_FAILED, MISSING, ObjectLocation, open_store, refused
+from .listings import Listed, RecentListings
 
 if TYPE_CHECKING:
-    from obstore import ObjectMeta, UpdateVersion
+    from obstore import UpdateVersion
 
 
 class ObjectMetadataStore(MetadataStore):
@@ -45,7 +43,7 @@ class ObjectMetadataStore(MetadataStore):
         # re-reading for it would double every write's cost.
         self._objects: dict[str, tuple[int, UpdateVersion]] = {}
         self._lock = threading.Lock()
-        self._listings = _RecentListings()
+        self._listings = RecentListings()
 
     def _call(self, action: str, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -96,14 +94,19 @@ class ObjectMetadataStore(MetadataStore):
             raise StorageError(f"cannot write metadata {key}: {self.location.display} does not exist") from None
         except CONDITION_FAILED:
             raise BadVersionError(f"metadata {key} is past version {expected_version}") from None
-        self._listings.wrote(self._path(key).rpartition("/")[0])
         written = _identity(result)
+        self._listings.wrote(self._path(key), None if written is None else {"path": self._path(key), **written})
         with self._lock:
             if written is not None:
                 self._objects[key] = (new_version, written)
             else:
                 self._objects.pop(key, None)
         return new_version
+
+    def written_probe(self, key: str, version: int) -> Hashable | None:
+        with self._lock:
+            known = self._objects.get(key)
+        return _probe(known[1]) if known is not None and known[0] == version else None
 
     def _object_at(self, key: str, version: int) -> UpdateVersion:
         with self._lock:
@@ -132,8 +135,7 @@ class ObjectMetadataStore(MetadataStore):
             listing = functools.partial(self._call, "probe", wanted[first], _listed, directory, first, last)
             for meta in self._listings.listed(directory, first, last, within_s, listing):
                 if meta["path"] in wanted:
-                    identity = _identity(meta)
-                    out[wanted[meta["path"]]] = None if identity is None else tuple(sorted(identity.items()))
+                    out[wanted[meta["path"]]] = _probe(meta)
         return out
 
     def list_keys(self, prefix: str) -> list[str]:
@@ -147,100 +149,23 @@ class ObjectMetadataStore(MetadataStore):
         return f"ObjectMetadataStore({self.location.display!r})"
 
 
-# Listings older than this go when their directory is listed again: a server's consumers move
-# between topics, and the listings of the keys they no longer look at would stay.
-_LISTINGS_KEPT_S = 300.0
-
-
-class _Listing(NamedTuple):
-    taken_at: float  # time.monotonic()
-    first: str
-    last: str
-    objects: list[ObjectMeta]
-
-    def covers(self, first: str, last: str, within_s: float, now: float) -> bool:
-        return now - self.taken_at <= within_s and self.first <= first and last <= self.last
-
-
-class _RecentListings:
-    """Recent listings of each directory, kept for probes that may take one a little old: a
-    consumer's parked fetch looks at its partitions every 50 ms, a LIST request each on an object
-    store (and billed), and each idle consumer of a topic listed its partitions apart. Such probes
-    of the same keys list in turn, so that one waits for a listing under way rather than make its
-    own beside it: the members of a group look at about the same moments. A write through this
-    store drops its directory's listings, and one under way when the write ends is not kept: a
-    fetch this server wakes for its own append lists again."""
-
-    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
-        self._monotonic = monotonic
-        self._lock = threading.Lock()
-        self._kept: dict[str, dict[tuple[str, str], _Listing]] = {}  # by directory, by first and last
-        self._writes: dict[str, int] = {}  # writes made here, by directory
-        self._turns: dict[tuple[str, str, str], _Turn] = {}  # of probes of the same keys, while any waits
-
-    def listed(
-        self, directory: str, first: str, last: str, within_s: float, listing: Callable[[], list[ObjectMeta]]
-    ) -> list[ObjectMeta]:
-        """The objects of ``directory`` from ``first`` to ``last``: those of a listing of them
-        taken within ``within_s``, or of ``listing()`` now."""
-        if within_s <= 0:
-            return self._list(directory, first, last, listing)
-        asked_at = self._monotonic()  # a listing begun within_s before this serves, however long it takes
-        with self._turn(directory, first, last):
-            with self._lock:
-                kept = list(self._kept.get(directory, {}).values())
-            found = next((k for k in kept if k.covers(first, last, within_s, asked_at)), None)
-            return found.objects if found is not None else self._list(directory, first, last, listing)
-
-    @contextlib.contextmanager
-    def _turn(self, directory: str, first: str, last: str) -> Iterator[None]:
-        key = (directory, first, last)
-        with self._lock:
-            turn = self._turns.setdefault(key, _Turn(threading.Lock()))
-            turn.users += 1
-        try:
-            with turn.lock:
-                yield
-        finally:
-            with self._lock:
-                turn.users -= 1
-                if not turn.users:
-                    del self._turns[key]
-
-    def _list(self, directory: str, first: str, last: str, listing: Callable[[], list[ObjectMeta]]) -> list[ObjectMeta]:
-        now = self._monotonic()
-        with self._lock:
-            writes = self._writes.get(directory, 0)
-        objects = listing()
-        with self._lock:
-            if self._writes.get(directory, 0) == writes:
-                kept = self._kept.setdefault(directory, {})
-                for stale in [r for r, k in kept.items() if now - k.taken_at > _LISTINGS_KEPT_S]:
-                    del kept[stale]
-                kept[(first, last)] = _Listing(now, first, last, objects)
-        return objects
-
-    def wrote(self, directory: str) -> None:
-        with self._lock:
-            self._writes[directory] = self._writes.get(directory, 0) + 1
-            self._kept.pop(directory, None)
-
-
-@dataclass(slots=True)
-class _Turn:
-    lock: threading.Lock
-    users: int = 0  # probes holding or waiting for the lock
-
-
-def _listed(store: Any, directory: str, first: str, last: str) -> list[ObjectMeta]:
+def _listed(store: Any, directory: str, first: str, last: str) -> list[Listed]:
     """The objects of ``directory`` from path ``first`` to ``last``; no page after it is asked for.
     A listing starts after its offset: ``first`` less its last character comes before it."""
-    out: list[ObjectMeta] = []
+    out: list[Listed] = []
     for chunk in obstore.list(store, directory or None, offset=first[:-1], chunk_size=1000):
         out.extend(m for m in chunk if m["path"] <= last)
         if chunk and chunk[-1]["path"] >= last:
             break
     return out
+
+
+def _probe(meta: Mapping[str, Any]) -> Hashable | None:
+    """An object's e-tag, or its version where it has none, as a listing and a put's answer give
+    it alike, so that a listing patched with a write here probes as a new one would: a put's answer
+    has the generation too where a listing may not, and Azure quotes its e-tag there, not here."""
+    e_tag = meta.get("e_tag")
+    return e_tag.strip('"') if e_tag else meta.get("version") or None
 
 
 def _identity(meta: Mapping[str, Any]) -> UpdateVersion | None:
