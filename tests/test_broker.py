@@ -183,6 +183,21 @@ def test_retention_by_time_and_size_with_grace_period(root):
     assert [r.value for r in b.fetch("big", 0, 3)] == [b"v3"]
 
 
+def test_a_retention_pass_never_seals_this_writers_ledger_on_a_view_older_than_its_append(root):
+    """A retention pass probes the partitions first, then takes each log in turn: an append of this
+    writer may come between. On what a view read, older than that append, the expired tail it
+    showed would have been sealed at the length it had then, cutting the append off the ledger."""
+    b = Broker(root, clock=ManualClock(NOW))
+    b.create_topic("t", 1, config={"retention.ms": 60_000})
+    b.produce("t", recs(1, ts=NOW - 120_000), partition=0)  # the open tail, expired
+    ml = b.admin.log("t", 0)
+    view = ml.view()
+    b.produce("t", recs(1, start=1, ts=NOW), partition=0)  # no longer expired
+    ml.enforce_retention(view)
+    assert [r.value for r in b.fetch("t", 0, 0)] == [b"v0", b"v1"]
+    assert b.verify() == {}
+
+
 def test_everything_expired_keeps_next_offset(root):
     b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1})
     b.create_topic("t", 1, config={"retention.ms": 1000})

@@ -144,6 +144,20 @@ def _in_place(fileio: FileIO, file: str, meta: LogMetadata) -> bool:
     return file not in meta.condemned and fileio.exists(file)
 
 
+def _move_staged(fileio: FileIO, log: str, moves: list[tuple[str, str]]) -> None:
+    """Move staged ledgers in; one moved already (by another applier of the batch) is skipped."""
+    todo = []
+    for staged, path in moves:
+        if fileio.exists(staged):
+            todo.append((staged, path))
+        elif not fileio.exists(path):
+            raise StorageError(
+                f"{log}: staged ledger {fileio.full_path(staged)} is gone, and was not moved to {fileio.full_path(path)}"
+            )
+    if todo:
+        fileio.rename(todo)
+
+
 def create_managed_ledger(store: MetadataStore, key: str) -> None:
     """Create an empty managed ledger, carrying over the trash of a deleted one of that name."""
     current = store.get(key)
@@ -230,9 +244,12 @@ class ManagedLedger:
         that what this instance read or wrote at its version stands in for a read."""
         with self.lock:
             # On the log as it stands, with what other writers did since our last CAS: a pass read
-            # each partition, a GET each on an object store, where most were as the last pass left them.
-            at = -1 if view is None else view.version
-            self._state = next((s for s in (self._state, self._read) if s is not None and s.version == at), None)
+            # each partition, a GET each on an object store, where most were as the last pass left
+            # them. A view's read may be older than our own last append: sealing our ledger on it
+            # would cut the ledger back to that read's length, so only a log with none takes it.
+            at, known = -1 if view is None else view.version, [self._state]
+            known += [] if self._own.active else [self._read]
+            self._state = next((s for s in known if s is not None and s.version == at), None)
             self.apply(lambda m, now: self.close_tail(m, now) if tail_expired(m, self.config.retention, now) else m)
             self.apply(lambda meta, now: meta)
 
@@ -414,27 +431,13 @@ class ManagedLedger:
             self._state = self._load()  # what the CAS below starts from, unless the log moves first
             if already(self._state.meta):
                 return result[-1]
-            self._move_staged([(s.file, path) for s, path in moved if s.file != path])
+            _move_staged(self.fileio, self.name, [(s.file, path) for s, path in moved if s.file != path])
             # Should the CAS fail, the moved files stay unreferenced until maintenance removes them:
             # deleting them here could race another applier of the same batch whose CAS went through.
             self.apply(change)
             if not result[-1].duplicate:
                 self.cleaner.merge_in_passing()
         return result[-1]
-
-    def _move_staged(self, moves: list[tuple[str, str]]) -> None:
-        """Move staged ledgers in; one moved already (by another applier of the batch) is skipped."""
-        todo = []
-        for staged, path in moves:
-            if self.fileio.exists(staged):
-                todo.append((staged, path))
-            elif not self.fileio.exists(path):
-                raise StorageError(
-                    f"{self.name}: staged ledger {self.fileio.full_path(staged)} is gone, and was not moved "
-                    f"to {self.fileio.full_path(path)}"
-                )
-        if todo:
-            self.fileio.rename(todo)
 
     def delete_before(self, offset: int | None) -> int:
         """Kafka's DeleteRecords: the log starts at ``offset`` (None: the log end) unless it starts
