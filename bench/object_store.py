@@ -22,7 +22,9 @@ S3 server, Azurite, etcd, ZooKeeper), each ratio against a peer measured in the 
 - idle consumers of a topic, and idle members of a group each fetching its own partitions, their
   FETCH requests parked 500 ms and looking again as the server's do: the LIST requests a second when
   looks share a listing taken within their wait (or ``kafkaMinFetchPeriodMs``), against each taking
-  its own.
+  its own;
+- the requests a record costs a producer and a group member consuming through ``kop serve``,
+  against the 3 each record needs (its upload, its CAS, its read).
 
     python bench/object_store.py [--ops 200] [--produces 200]
 """
@@ -36,6 +38,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -44,10 +47,11 @@ from pathlib import Path
 
 import obstore
 import pyarrow as pa
+from confluent_kafka import Consumer, Producer
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from kop_spark import Broker, Record
+from kop_spark import Broker, Record, layout
 from kop_spark.broker import PartitionFetch
 from kop_spark.broker.partition_views import PartitionViews
 from kop_spark.kafka.handlers.fetch import next_look_in
@@ -62,6 +66,7 @@ from kop_spark.storage.object_fileio import ObjectFileIO
 from kop_spark.storage.object_store import open_store, parse_location
 from tests import servers
 from tests.in_flight_proxy import InFlightProxy
+from tests.kop_server import KopServer
 
 THREADS = 8
 FETCHED_PARTITIONS = 100
@@ -230,6 +235,54 @@ def idle_looks(s3: servers.Server, seconds: float = 5.0) -> list[tuple[str, floa
     return rows
 
 
+def records_flowing(s3: servers.Server, seconds: float = 15.0) -> list[tuple[str, float, float, float]]:
+    """Requests a record of a producer sending 10 records a second to a topic of 4 partitions
+    through ``kop serve`` on the S3 root, and a member of a group consuming them there, against
+    the 3 each record needs (its upload, its CAS, its read), with ``kafkaMinFetchPeriodMs`` 0 and
+    1000; and of those, the LISTs and the reads of partitions' metadata."""
+    rows = []
+    for period_ms in (0, 1000):
+        root = f"s3://{servers.BUCKET}/bench-{uuid.uuid4().hex[:8]}"
+        Broker(root).create_topic("t", 4)
+        with KopServer(root, [f"kafkaMinFetchPeriodMs={period_ms}"]) as server:
+            consumer = Consumer(
+                {"bootstrap.servers": server.bootstrap, "group.id": "g", "auto.offset.reset": "earliest"}
+            )
+            consumer.subscribe(["t"])
+            producer = Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 0})
+            consumed = [0]
+            stop = threading.Event()
+            flowing = threading.Thread(target=_flow, args=(producer, consumer, consumed, stop))
+            flowing.start()
+            time.sleep(16)  # the group formed, the consumer caught up, the log cleaner's first pass made
+            since, before = len(s3.log.read_text()), consumed[0]
+            time.sleep(seconds)
+            requests, records = servers.requests_since(s3, since, root.rsplit("/", 1)[-1]), consumed[0] - before
+            stop.set()
+            flowing.join()
+            consumer.close()
+        listed = [r for r in requests if "list-type=2" in r]
+        metadata = [r for r in requests if '"GET ' in r and f"/{layout.MANAGED_LEDGERS}/" in r and r not in listed]
+        what = f"a record produced and consumed, kafkaMinFetchPeriodMs={period_ms}"
+        rows.append((what, len(requests) / records, len(listed) / records, len(metadata) / records))
+    return rows
+
+
+def _flow(producer: Producer, consumer: Consumer, consumed: list[int], stop: threading.Event) -> None:
+    """Produce a keyed record every 100 ms and consume what comes, until ``stop``."""
+    i = 0
+    while not stop.is_set():
+        producer.produce("t", key=b"k%d" % i, value=b"x" * 100)
+        producer.poll(0)
+        i += 1
+        end = time.monotonic() + 0.1
+        while (left := end - time.monotonic()) > 0:
+            m = consumer.poll(left)
+            if m is not None and m.error() is None:
+                consumed[0] += 1
+    producer.flush(30)
+
+
 def _idle_consumer(b: Broker, wanted: list[PartitionFetch], share: bool, period_s: float, until: float) -> None:
     """FETCH requests parked 500 ms each until ``until``, looking as the FETCH handler does."""
     while time.monotonic() < until:
@@ -307,7 +360,7 @@ def _task_read(root: str, url: str, starts: dict[tuple[str, int], int]) -> Calla
     return lambda: sum(batch.num_rows for batch in reader.read(task))
 
 
-def run(ops: int = 200, produces: int = 200) -> tuple[list, list, list, list, list]:
+def run(ops: int = 200, produces: int = 200) -> tuple[list, list, list, list, list, list]:
     with tempfile.TemporaryDirectory() as tmp:
         started = servers.start_all(Path(tmp) / "servers")
         running = next(started)
@@ -319,6 +372,7 @@ def run(ops: int = 200, produces: int = 200) -> tuple[list, list, list, list, li
                 changed_reads(port),
                 changed_writes(port),
                 idle_looks(running["s3"]),
+                records_flowing(running["s3"]),
             )
         finally:
             started.close()
@@ -329,7 +383,7 @@ def main() -> None:
     ap.add_argument("--ops", type=int, default=200)
     ap.add_argument("--produces", type=int, default=200)
     args = ap.parse_args()
-    cas, produce, changed, written, idle = run(args.ops, args.produces)
+    cas, produce, changed, written, idle, flowing = run(args.ops, args.produces)
     print(
         f"| metadata backend | CAS/s | speed vs files on the local disk | looks/s of a fetch of "
         f"{FETCHED_PARTITIONS} partitions, nothing new | speed vs files |"
@@ -348,6 +402,11 @@ def main() -> None:
     print(f"| S3 root, {LATENCY_S * 1000:.0f} ms a request | looks sharing a listing | each its own | fewer |")
     for name, shared, own in idle:
         print(f"| {name} | {shared:,.1f} | {own:,.1f} | {own / shared:.2f}x |")
+    print(
+        "| S3 root, through kop serve | requests a record | of them LISTs | reads of partition metadata | times the 3 a record needs |"
+    )
+    for name, per_record, lists, reads in flowing:
+        print(f"| {name} | {per_record:.2f} | {lists:.2f} | {reads:.2f} | {per_record / 3:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -92,7 +92,7 @@ def main() -> None:
     group_rows = groups.run(history=args.history) + consumer_protocol.run()
     scale_rows = offsets_scale.run()
     compactions = compaction.run(args.compaction_records)
-    cas_rows, s3_rows, changed_rows, written_rows, look_rows = object_store.run()
+    cas_rows, s3_rows, changed_rows, written_rows, look_rows, flow_rows = object_store.run()
     s3_reads = run_apart("spark_s3_read.py", "--records", str(args.s3_records), "--repeat", str(args.rounds))
 
     lines = [
@@ -247,6 +247,17 @@ def main() -> None:
                 "fewer",
             ],
             [(name, f"{a:,.1f}", f"{b:,.1f}", f"{b / a:.2f}x") for name, a, b in look_rows],
+        ),
+        "",
+        *table(
+            [
+                "on an S3 root, through kop serve",
+                "requests a record",
+                "of them LISTs",
+                "reads of partition metadata",
+                "times the 3 a record needs",
+            ],
+            [(name, f"{a:.2f}", f"{b:.2f}", f"{c:.2f}", f"{a / 3:.2f}x") for name, a, b, c in flow_rows],
         ),
         "",
         f"## 8. Spark read from S3: {args.s3_records:,} records into the noop sink (best of {args.rounds} rounds, after an untimed one)",
