@@ -124,7 +124,7 @@ class ObjectMetadataStore(MetadataStore):
         of a hundred partitions a hundred requests. A directory is listed from its first key asked
         to its last, as a topic's partitions lie together. An identity never comes back once
         replaced: the version is inside the value (see the module). A listing taken here within
-        ``within_s``, with no write here since, stands in for a new one."""
+        ``within_s`` stands in for a new one, with the writes made here since in it."""
         out: dict[str, Hashable | None] = dict.fromkeys(keys)
         by_dir: dict[str, dict[str, str]] = {}
         for key in keys:
