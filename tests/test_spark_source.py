@@ -675,6 +675,15 @@ def test_an_installed_kop_spark_is_found_by_spark_from_anywhere(root, broker, tm
     assert "rows 4" in out.stdout, out.stderr[-2000:]
 
 
+def test_a_sink_keeps_none_of_what_it_uploads_unless_told(tmp_path):
+    """A sink's tasks and commits never read back the ledgers they upload: kept in each Python
+    worker (``managedLedgerCacheSizeMB``), they would only take its memory."""
+    root = str(tmp_path)
+    assert SinkOptions.parse({"kop.root": root, "topic": "t"}).conf["managedLedgerCacheSizeMB"] == "0"
+    told = SinkOptions.parse({"kop.root": root, "topic": "t", "kop.managedLedgerCacheSizeMB": "8"})
+    assert told.conf["managedLedgerCacheSizeMB"] == "8"
+
+
 def test_kafka_client_options_and_a_missing_root_are_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"'kafka\.bootstrap\.servers'.*kop\.root"):
         SourceOptions.parse(

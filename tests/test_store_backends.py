@@ -32,6 +32,7 @@ from kop_spark.clock import ManualClock
 from kop_spark.errors import (
     ConfigError,
     CorruptRecordError,
+    FileMissingError,
     OrphanRemovedError,
     RecordTooLargeError,
     StorageError,
@@ -193,6 +194,33 @@ def test_a_ledger_on_an_object_store_is_read_in_as_few_requests_as_its_size_allo
     assert [r.value for r in got] == [r.value for r in wanted]
     requests = servers.requests_since(running["s3"], since, ledger.file.rsplit("/", 1)[-1])
     assert len(requests) == gets, requests
+
+
+@pytest.mark.parametrize("cache_mb", [64, 0])
+def test_ledgers_a_process_uploaded_are_read_back_from_memory_until_deleted(
+    running: dict[str, servers.Server], cache_mb: int
+) -> None:
+    """A consumer tailing a partition reads each ledger moments after its server uploaded it, and
+    a writer merging small ledgers in passing reads them back: a GET each, of bytes that were in
+    memory a moment before. A process keeps what it uploaded lately (``managedLedgerCacheSizeMB``),
+    until it deletes it."""
+    space = f"s{uuid.uuid4().hex[:12]}"
+    root, moto = f"s3://{servers.BUCKET}/{space}", running["s3"]
+    conf = {"managedLedgerMergeInPassing": 4, "managedLedgerCacheSizeMB": cache_mb}
+    with Broker(root, conf) as b:
+        b.create_topic("t", 1)
+        since = len(moto.log.read_text())
+        for i in range(6):
+            b.produce("t", [Record(b"%d" % i)], partition=0)
+        got = [r.value for r in b.fetch("t", 0, 0, max_records=100)]
+        reads = [r for r in servers.requests_since(moto, since, f"{space}/ledgers/") if "GET " in r]
+        b.fileio.write_whole("gone", b"abc")
+        assert b.fileio.read_at("gone", 1, 2) == b"bc"
+        b.fileio.delete("gone")
+        with pytest.raises(FileMissingError):
+            b.fileio.read_at("gone", 1, 2)
+    assert got == [b"%d" % i for i in range(6)] and len(b.view("t", 0).ledgers) < 6, "not merged in passing"
+    assert (reads == []) == (cache_mb > 0), reads
 
 
 def _in_turn(b: Broker) -> Broker:

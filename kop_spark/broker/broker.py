@@ -357,7 +357,8 @@ def _open_storage(config: Config, root: str) -> tuple[FileIO, MetadataStore]:
     timeout_s = config["metadataStoreOperationTimeoutSeconds"]
     cloud, sync = config.cloud_options, config["journalSyncData"]
     whole = takes_whole_files_only(root, config["wholeFileWrites"])
-    fileio = open_fileio(root, sync=sync, options=cloud, timeout_s=timeout_s, whole_files=whole)
+    cache = config["managedLedgerCacheSizeMB"] << 20
+    fileio = open_fileio(root, sync=sync, options=cloud, timeout_s=timeout_s, whole_files=whole, cache_bytes=cache)
     _check_root(root)
     url = _metadata_url(config, root)
     if whole and not url.startswith(NETWORK_SCHEMES):

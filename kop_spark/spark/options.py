@@ -451,4 +451,5 @@ class SinkOptions:
             raise ConfigError("option 'topic' is empty")
         auto_create = opts.boolean("auto.create.topics.enable", False)
         buffer_memory = opts.positive("buffer.memory") or opts.positive("kafka.buffer.memory") or DEFAULT_BUFFER_MEMORY
+        conf = {"managedLedgerCacheSizeMB": "0", **conf}  # its tasks and commits never read back what they upload
         return cls(root, conf, topic, codec, batch_size, auto_create, opts.positive("num.partitions"), buffer_memory)

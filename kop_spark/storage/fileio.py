@@ -230,15 +230,17 @@ def open_fileio(
     options: Mapping[str, str] | None = None,
     timeout_s: float = 30.0,
     whole_files: bool = False,
+    cache_bytes: int = 0,
 ) -> FileIO:
     """The files under ``uri``: an object store for its schemes, else a local or pyarrow filesystem,
     written whole under ``WHOLE_FILE_MOUNTS`` or with ``whole_files``. ``options`` are object-store
-    settings (credentials, endpoints) over the environment's."""
+    settings (credentials, endpoints) over the environment's; ``cache_bytes``: how much of the
+    objects uploaded lately an object store keeps for reads (``WrittenObjects``)."""
     if is_object_store_uri(uri):
         from .object_fileio import ObjectFileIO
         from .object_store import parse_location
 
-        return ObjectFileIO(uri, parse_location(uri), options or {}, timeout_s=timeout_s)
+        return ObjectFileIO(uri, parse_location(uri), options or {}, timeout_s=timeout_s, cache_bytes=cache_bytes)
     from .local_fileio import LocalFileIO, WholeFileIO
 
     return (WholeFileIO if takes_whole_files_only(uri, whole_files) else LocalFileIO)(uri, sync=sync)

@@ -17,6 +17,7 @@ import obstore
 from ..errors import FileMissingError, StorageError
 from .fileio import FileIO, NewFile, RandomAccess, WholeFile
 from .object_store import CONDITION_FAILED, MISSING, ObjectLocation, open_store, refused
+from .written_objects import WrittenObjects
 
 
 class ObjectFileIO(FileIO):
@@ -27,11 +28,20 @@ class ObjectFileIO(FileIO):
     read_parallelism = 16  # each read waits on a round trip, which others can overlap
     write_parallelism = 16  # as each write does
 
-    def __init__(self, uri: str, location: ObjectLocation, options: Mapping[str, str], *, timeout_s: float):
+    def __init__(
+        self,
+        uri: str,
+        location: ObjectLocation,
+        options: Mapping[str, str],
+        *,
+        timeout_s: float,
+        cache_bytes: int = 0,
+    ):
         super().__init__(uri, uri)
         self.location = location
         self._timeout = timeout_s
         self.store = open_store(location, options, timeout_s)
+        self._written = WrittenObjects(cache_bytes)  # managedLedgerCacheSizeMB
 
     def call(self, action: str, path: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """``fn(store, ...)``; obstore's errors as a ``StorageError`` naming the object."""
@@ -54,6 +64,9 @@ class ObjectFileIO(FileIO):
     def read_at(self, path: str, offset: int, length: int) -> bytes:
         if length <= 0:
             return b""
+        kept = self._written.read(path, offset, length)
+        if kept is not None:
+            return kept
         return bytes(self.call("read", path, obstore.get_range, path, start=offset, length=length))
 
     def size(self, path: str) -> int:
@@ -82,6 +95,7 @@ class ObjectFileIO(FileIO):
         return WholeFile(self, path)
 
     def delete(self, path: str) -> None:
+        self._written.deleted([path])
         try:
             self.call("delete", path, obstore.delete, path)
         except FileMissingError:
@@ -89,6 +103,7 @@ class ObjectFileIO(FileIO):
 
     def delete_tree(self, path: str) -> None:
         files = [p for p, _ in self.walk_files(path)]
+        self._written.deleted(files)
         if files:
             self.call("delete", path, obstore.delete, files)
 
@@ -110,6 +125,7 @@ class ObjectFileIO(FileIO):
             self.call("upload", path, obstore.put, path, data, mode="create")
         except CONDITION_FAILED:
             raise StorageError(f"cannot upload {self.full_path(path)}: the object exists already") from None
+        self._written.wrote(path, data)
 
 
 class _ObjectInput:
