@@ -121,8 +121,8 @@ _SETTINGS = [
         "managedLedgerCacheSizeMB",
         64,
         int_at_least(0),
-        "On an object store, keep this much of the ledgers this process uploaded lately, for its own "
-        "reads of them: a consumer tailing a partition, merges in passing (0: read each from the store)",
+        "On an object store, keep this much of the small ledgers (up to 256 KiB) this process uploaded lately, "
+        "for its own reads of them: a consumer tailing a partition, merges in passing (0: read each from the store)",
         kafka_type="INT",
     ),
     Setting(

@@ -5,7 +5,7 @@ from kop_spark.storage.written_objects import WrittenObjects
 
 
 def test_the_oldest_objects_go_first_and_one_too_large_is_not_kept() -> None:
-    kept = WrittenObjects(capacity=160)
+    kept = WrittenObjects(capacity=160, largest=1 << 20)
     for name in "abcd":
         kept.wrote(name, name.encode() * 10)
     assert kept.read("d", 0, 10) == b"d" * 10
@@ -16,8 +16,15 @@ def test_the_oldest_objects_go_first_and_one_too_large_is_not_kept() -> None:
     assert [n for n in "abcdefghijklmnopq" if kept.read(n, 0, 10) is not None] == list("bcdefghijklmnopq")
 
 
+def test_an_object_larger_than_the_largest_kept_is_not_kept() -> None:
+    kept = WrittenObjects(capacity=1 << 20, largest=4)
+    kept.wrote("small", b"1234")
+    kept.wrote("large", b"12345")
+    assert kept.read("small", 0, 4) == b"1234" and kept.read("large", 0, 5) is None
+
+
 def test_a_read_past_what_is_kept_is_left_to_the_store() -> None:
-    kept = WrittenObjects(capacity=1 << 20)
+    kept = WrittenObjects(capacity=1 << 20, largest=1 << 20)
     kept.wrote("a", b"0123456789")
     assert kept.read("a", 2, 3) == b"234"
     assert kept.read("a", 8, 3) is None and kept.read("a", -1, 2) is None

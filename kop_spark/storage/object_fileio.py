@@ -41,7 +41,7 @@ class ObjectFileIO(FileIO):
         self.location = location
         self._timeout = timeout_s
         self.store = open_store(location, options, timeout_s)
-        self._written = WrittenObjects(cache_bytes)  # managedLedgerCacheSizeMB
+        self._written = WrittenObjects(cache_bytes, self.small_read_bytes)  # managedLedgerCacheSizeMB
 
     def call(self, action: str, path: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """``fn(store, ...)``; obstore's errors as a ``StorageError`` naming the object."""

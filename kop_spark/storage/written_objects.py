@@ -12,16 +12,19 @@ from collections import OrderedDict
 
 class WrittenObjects:
     """Up to ``capacity`` bytes of uploaded objects, the oldest dropped first; an object larger
-    than a sixteenth of it is not kept (a Spark task's ledger, which no one here reads back)."""
+    than ``largest``, or than a sixteenth of the capacity, is not kept: a produce's ledger is small,
+    where the ledgers a compaction or a Spark task writes are large and read by others, later, if
+    at all (a compaction kept its output, and a process compacting held it all)."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, largest: int):
         self._capacity = capacity
+        self._largest = min(largest, capacity // 16)
         self._kept: OrderedDict[str, bytes] = OrderedDict()
         self._size = 0
         self._lock = threading.Lock()
 
     def wrote(self, path: str, data: bytes) -> None:
-        if not data or len(data) > self._capacity // 16:
+        if not data or len(data) > self._largest:
             return
         with self._lock:
             self._drop(path)
