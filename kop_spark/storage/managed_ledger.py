@@ -247,8 +247,8 @@ class ManagedLedger:
             # each partition, a GET each on an object store, where most were as the last pass left
             # them. A view's read may be older than our own last append: sealing our ledger on it
             # would cut the ledger back to that read's length, so only a log with none takes it.
-            at, known = -1 if view is None else view.version, [self._state]
-            known += [] if self._own.active else [self._read]
+            known = [self._state] if self._own.active else [self._state, self._read]
+            at = -1 if view is None else view.version
             self._state = next((s for s in known if s is not None and s.version == at), None)
             self.apply(lambda m, now: self.close_tail(m, now) if tail_expired(m, self.config.retention, now) else m)
             self.apply(lambda meta, now: meta)

@@ -104,15 +104,19 @@ class ObjectMetadataStore(MetadataStore):
         return new_version
 
     def written_probe(self, key: str, version: int) -> Hashable | None:
+        known = self._known(key, version)
+        return None if known is None else _probe(known)
+
+    def _known(self, key: str, version: int) -> UpdateVersion | None:
+        """The object of ``key`` at ``version``, if this store last read or wrote that version."""
         with self._lock:
             known = self._objects.get(key)
-        return _probe(known[1]) if known is not None and known[0] == version else None
+        return known[1] if known is not None and known[0] == version else None
 
     def _object_at(self, key: str, version: int) -> UpdateVersion:
-        with self._lock:
-            known = self._objects.get(key)
-        if known is not None and known[0] == version:
-            return known[1]
+        known = self._known(key, version)
+        if known is not None:
+            return known
         current, obj = self._read(key)
         if current.version != version or obj is None:
             raise BadVersionError(f"metadata {key} is past version {version}")
