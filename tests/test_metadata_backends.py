@@ -377,7 +377,10 @@ def test_a_holder_killed_mid_operation_leaves_the_store_whole(backend: Backend) 
         p.wait()
         printed += p.stdout.read().split()
         acknowledged = int(printed[-1])
-        n = s.get("counter").value["n"]
+        # The killed process's last write may still be on its way to the server (Azurite once
+        # took it after this read). A write of our own fences it: a compare-and-set the dead
+        # process sent against an older version can no longer land, so the count read is final.
+        n = update(s, "counter", lambda v, r=round_: {**v, "fenced": r}).value["n"]
         # Every acknowledged increment is there; one more may have landed unacknowledged.
         assert before + acknowledged <= n <= before + acknowledged + 1
         before = n
