@@ -338,10 +338,10 @@ def start_on_a_free_port(make: Callable[[Path], Server], workdir: Path, attempts
     return server
 
 
-def make_bucket(port: int) -> None:
+def make_bucket(port: int, name: str = BUCKET) -> None:
     import boto3
 
-    boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1").create_bucket(Bucket=BUCKET)
+    boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1").create_bucket(Bucket=name)
 
 
 def _make_container(port: int) -> None:

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
 
 from kop_spark import AlterConfigOp, Broker, Record, layout
 from kop_spark.broker import SINK_LEASE_MS, FetchedBatches, OffsetSpec, PartitionFetch, StagedLedger
@@ -631,6 +632,27 @@ def test_a_fetch_after_the_servers_own_append_on_an_object_store_reads_no_metada
     assert all("list-type=2" in r for look in looks for r in look), "a fetch read metadata the server wrote"
     if period_ms == 0:
         assert seen == 3 and len([r for r in after_other if "list-type=2" not in r]) == 1, after_other
+
+
+def test_a_fetch_on_a_listing_kept_never_refuses_an_offset_another_process_appended(
+    running: dict[str, servers.Server],
+) -> None:
+    """Under ``kafkaMinFetchPeriodMs`` a FETCH's first look may take a listing a minute old, and
+    an offset past the end it showed was refused with OFFSET_OUT_OF_RANGE: a consumer given the
+    offset by a fresh ListOffsets, or by a group member on another server, then reset its
+    position (to the start, reading it all again, or to the end, skipping records). Such an
+    offset is now looked for in the metadata as it stands; one the log has not is still refused."""
+    root = f"s3://{servers.BUCKET}/s{uuid.uuid4().hex[:12]}"
+    with Broker(root) as b:
+        b.create_topic("t", 1)
+    with KopServer(root, ["kafkaMinFetchPeriodMs=60000"]) as server, connect(server) as sock:
+        assert _high_watermark(sock, 0) == 0  # the listing the next FETCH may take
+        with Broker(root) as other:
+            other.produce("t", [Record(b"y")], 0)
+            assert _high_watermark(sock, 0) == 0, "the listing kept stood in"
+            assert _high_watermark(sock, 1) == 1
+            (answer,) = call(sock, fetch_request("t", 0, 2)).to_dict()["responses"][0]["partitions"]
+            assert answer["error_code"] == ErrorCode.offset_out_of_range, answer
 
 
 def test_fetches_of_a_topics_partitions_on_one_server_share_a_listing(running: dict[str, servers.Server]) -> None:

@@ -100,8 +100,12 @@ class Fetcher:
         bounds_only: bool = False,
     ) -> tuple[PartitionView, list[ReadEntry]]:
         """Entries from ``offset`` on, planned from ``view`` (else the metadata now); none with
-        ``bounds_only``, once the offset is found in range."""
+        ``bounds_only``, once the offset is found in range. An offset past the end of a ``view``
+        given is looked for in the metadata now before it is refused: the view may be one probed
+        a while ago, and a consumer refused an offset the log has resets its position."""
         for attempt in range(_READ_ATTEMPTS):
+            if view is not None and isinstance(offset, int) and offset > view.log_end_offset:
+                view = None
             if view is None:
                 view = self._admin.view(topic, partition)[1]
             if not isinstance(offset, int) or not view.log_start_offset <= offset <= view.log_end_offset:
