@@ -42,7 +42,7 @@ from kop_spark.errors import (
 from kop_spark.faults import CRASH_POINTS_ENV
 from kop_spark.kafka.store_metrics import store_samples
 from kop_spark.kafka.transaction_coordinator import TransactionCoordinator
-from kop_spark.record import build_record_batch
+from kop_spark.record import RecordBatch, build_record_batch
 from kop_spark.spark.options import SinkOptions
 from kop_spark.spark.sink import KopBatchWriter
 from kop_spark.storage import managed_ledger
@@ -653,6 +653,31 @@ def test_a_fetch_on_a_listing_kept_never_refuses_an_offset_another_process_appen
             assert _high_watermark(sock, 1) == 1
             (answer,) = call(sock, fetch_request("t", 0, 2)).to_dict()["responses"][0]["partitions"]
             assert answer["error_code"] == ErrorCode.offset_out_of_range, answer
+
+
+def test_a_fetch_on_a_listing_kept_never_refuses_an_offset_below_a_topic_made_again(
+    running: dict[str, servers.Server],
+) -> None:
+    """A listing kept from before another process deleted a topic and made it again shows the old
+    topic's log start: an offset the new topic has, below it, was refused."""
+    root = f"s3://{servers.BUCKET}/s{uuid.uuid4().hex[:12]}"
+    with Broker(root) as b, Broker(root) as other:
+        other.create_topic("t", 1)
+        other.produce("t", [Record(b"old"), Record(b"old")], 0)
+        other.delete_records("t", 0, 2)
+        assert _bounds(b.fetch_partitions([PartitionFetch("t", 0, 2, 1 << 20)], 1 << 20)) == (2, 2)
+        other.delete_topic("t")
+        other.create_topic("t", 1)
+        other.produce("t", [Record(b"new")], 0)
+        [got] = b.fetch_partitions([PartitionFetch("t", 0, 0, 1 << 20)], 1 << 20, probes_within_s=60)
+        assert _bounds([got]) == (0, 1), got
+        assert isinstance(got, FetchedBatches) and [r.value for r in RecordBatch(got.batches[0]).records()] == [b"new"]
+
+
+def _bounds(answer: list[FetchedBatches | Exception]) -> tuple[int, int]:
+    [got] = answer
+    assert isinstance(got, FetchedBatches), got
+    return got.log_start_offset, got.high_watermark
 
 
 def test_fetches_of_a_topics_partitions_on_one_server_share_a_listing(running: dict[str, servers.Server]) -> None:

@@ -1,6 +1,6 @@
 """Two Brokers in one process share a store, each with its own caches (views, listings, topic
 metadata, uploaded ledgers), and take turns at a topic in an order hypothesis picks: produce,
-fetch, delete records, retention, more partitions, the topic deleted and made again. A model
+fetch, delete records, retention, maintenance, more partitions, the topic deleted and made again. A model
 holds what every acknowledged produce put where; each fetch, on either Broker, must return exactly
 the model's records from its offset on, and a new Broker at the end must find the same."""
 
@@ -122,6 +122,12 @@ class TwoBrokers(RuleBasedStateMachine):
         self.brokers[who].enforce_retention(self.topic)
         for p in range(len(self.logs)):
             self._learn_log_start(p)
+
+    @rule(who=WHO)
+    def clean_logs(self, who: int) -> None:
+        """kop maintenance's pass: merges small ledgers, removes orphans, where the other Broker
+        may plan reads on ledgers it merged away."""
+        self.brokers[who].clean_logs(self.topic)
 
     def _learn_log_start(self, p: int) -> None:
         """Retention by size drops whole ledgers from the front, in a pass or as writers roll

@@ -82,6 +82,10 @@ def _within(batches: list[bytes], budget: int) -> list[bytes]:
     return batches[:n]
 
 
+def _in_range(view: PartitionView, offset: int) -> bool:
+    return isinstance(offset, int) and view.log_start_offset <= offset <= view.log_end_offset
+
+
 class Fetcher:
     def __init__(self, admin: TopicAdmin, store: MetadataStore, fileio: FileIO, stats: IOStats):
         self._admin = admin
@@ -100,15 +104,13 @@ class Fetcher:
         bounds_only: bool = False,
     ) -> tuple[PartitionView, list[ReadEntry]]:
         """Entries from ``offset`` on, planned from ``view`` (else the metadata now); none with
-        ``bounds_only``, once the offset is found in range. An offset past the end of a ``view``
-        given is looked for in the metadata now before it is refused: the view may be one probed
-        a while ago, and a consumer refused an offset the log has resets its position."""
+        ``bounds_only``, once the offset is found in range. An offset out of a ``view`` given is
+        looked for in the metadata now before it is refused: the view may be one probed a while
+        ago, and a consumer refused an offset the log has resets its position."""
         for attempt in range(_READ_ATTEMPTS):
-            if view is not None and isinstance(offset, int) and offset > view.log_end_offset:
-                view = None
-            if view is None:
+            if view is None or not _in_range(view, offset):
                 view = self._admin.view(topic, partition)[1]
-            if not isinstance(offset, int) or not view.log_start_offset <= offset <= view.log_end_offset:
+            if not _in_range(view, offset):
                 raise OffsetOutOfRangeError(topic, partition, offset, view.log_start_offset, view.log_end_offset)
             if offset == view.log_end_offset or bounds_only:
                 return view, []
