@@ -183,6 +183,29 @@ def test_retention_by_time_and_size_with_grace_period(root):
     assert [r.value for r in b.fetch("big", 0, 3)] == [b"v3"]
 
 
+def test_a_produce_on_a_local_root_applies_the_settings_another_process_gave_a_moment_ago(tmp_path):
+    """A produce may take topic settings read within a second where the store has no cheap probe;
+    on a local root that stood in too while a probe could not tell a change from a moment ago
+    (file times), and a produce applied retention by the settings before another process's
+    change, or before it made the topic again: records the new settings keep were deleted."""
+    root, conf = str(tmp_path / "store"), {"managedLedgerMaxEntriesPerLedger": 1}
+    with Broker(root, conf) as a, Broker(root, conf) as b:
+        a.create_topic("t", 1, {"retention.bytes": 1})
+        b.produce("t", [Record(b"x")], 0)  # b reads the settings: keep one byte
+        a.alter_topic_config("t", [AlterConfigOp("retention.bytes", "delete")])
+        for _ in range(3):
+            b.produce("t", [Record(b"y")], 0)
+        assert b.list_offsets("t", 0, "earliest") == 0
+        a.delete_topic("t")
+        a.create_topic("t", 1, {"retention.bytes": 1})
+        b.produce("t", [Record(b"x")], 0)
+        a.delete_topic("t")
+        a.create_topic("t", 1)
+        for _ in range(3):
+            b.produce("t", [Record(b"y")], 0)
+        assert b.list_offsets("t", 0, "earliest") == 0
+
+
 def test_a_retention_pass_never_seals_this_writers_ledger_on_a_view_older_than_its_append(root):
     """A retention pass probes the partitions first, then takes each log in turn: an append of this
     writer may come between. On what a view read, older than that append, the expired tail it

@@ -146,11 +146,26 @@ def test_what_a_probed_cache_keeps_goes_once_no_look_could_take_it(tmp_path):
     assert look("t/c") == {"k": "t/c"} and len(cache) == 1
 
 
+class _SingleKeysUnprobed(FileMetadataStore):
+    """Files whose probe of None is taken as an object store's is: no cheap probe of one key,
+    rather than a key changed a moment ago."""
+
+    unprobed_when_changed = False
+
+
 def test_an_unprobed_value_stands_in_only_for_callers_that_may_take_it_that_old(tmp_path):
-    """Where the store cannot probe a key (here one just written; on an object store, any single
-    key), a caller may take what was loaded within ``unprobed_within_s``: a produce acts on its
-    topic's metadata a second old, where reading it each time was a billed GET. Others read."""
-    store = FileMetadataStore(str(tmp_path), clock=ManualClock())
+    """Where the store cannot probe a key (on an object store, any single key), a caller may take
+    what was loaded within ``unprobed_within_s``: a produce acts on its topic's metadata a second
+    old, where reading it each time was a billed GET. Others read. On files, a probe of None says
+    the key changed a moment ago (another process's new settings): nothing stands in there."""
+    files = FileMetadataStore(str(tmp_path / "files"), clock=ManualClock())
+    files.put("t/a", {"n": 1}, 0)
+    assert files.probe("t/a") is None
+    on_files = ProbedCache(files)
+    assert on_files.get("t/a", lambda: files.get("t/a").value, unprobed_within_s=1.0) == {"n": 1}
+    files.put("t/a", {"n": 2}, 1)  # as another process changes it, a moment later
+    assert on_files.get("t/a", lambda: files.get("t/a").value, unprobed_within_s=1.0) == {"n": 2}
+    store = _SingleKeysUnprobed(str(tmp_path), clock=ManualClock())
     store.put("t/a", {"n": 1}, 0)
     assert store.probe("t/a") is None
     now = [0.0]

@@ -1,6 +1,7 @@
 """Two Brokers in one process share a store, each with its own caches (views, listings, topic
 metadata, uploaded ledgers), and take turns at a topic in an order hypothesis picks: produce,
-fetch, delete records, retention, maintenance, more partitions, the topic deleted and made again. A model
+fetch, delete records, retention, compaction, maintenance, more partitions, the topic deleted and
+made again. A model
 holds what every acknowledged produce put where; each fetch, on either Broker, must return exactly
 the model's records from its offset on, and a new Broker at the end must find the same."""
 
@@ -17,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_sta
 
 from kop_spark import Broker, Record
 from kop_spark.broker import FetchedBatches, PartitionFetch
-from kop_spark.errors import UnknownTopicOrPartitionError
+from kop_spark.errors import ConfigError, UnknownTopicOrPartitionError
 from kop_spark.record import RecordBatch
 
 from . import servers
@@ -27,6 +28,24 @@ CONF = {"managedLedgerMaxEntriesPerLedger": 2, "managedLedgerMergeInPassing": 3}
 WHO = st.integers(0, 1)
 # Retention by size: none, or about a ledger or a few (a record's value is a few bytes).
 KEPT = st.sampled_from([-1, 150, 600])
+
+
+def _key(value: bytes) -> bytes:
+    """Three keys, taken in turn, so compaction has records to drop."""
+    return b"k%d" % (int(value[1:]) % 3)
+
+
+def _agrees(got: list[tuple[int, bytes]], log: list[bytes], offset: int, compacted: bool, whole: bool) -> bool:
+    """Whether records read from ``offset`` are the log's from there (all of them: ``whole``). Of
+    a compacted log, any of its records in order, with the latest of each key among them."""
+    expected = list(enumerate(log))[offset:]
+    if not compacted:
+        return got == (expected if whole else expected[: len(got)])
+    offsets = [o for o, _ in got]
+    if offsets != sorted(set(offsets)) or not set(got) <= set(expected):
+        return False
+    latest = {_key(v): o for o, v in expected}
+    return not whole or set(latest.values()) <= set(offsets)
 
 
 def _root(kind: str, tmp: str, running: dict[str, servers.Server]) -> tuple[str, dict[str, Any]]:
@@ -58,13 +77,22 @@ class TwoBrokers(RuleBasedStateMachine):
         self.seen: list[list[int]] = []
         self.deleted: defaultdict[int, list[list[bytes]]] = defaultdict(list)  # each partition's logs before
         self.kept = -1
+        self.compacted = False
         self.written = 0
         self.last_writer = 0
 
-    @initialize(partitions=st.integers(1, 3), kept=KEPT)
-    def create(self, partitions: int, kept: int) -> None:
-        self.brokers[0].create_topic(self.topic, partitions, {"retention.bytes": kept})
-        self.logs, self.starts, self.kept = [[] for _ in range(partitions)], [0] * partitions, kept
+    @initialize(partitions=st.integers(1, 3), kept=KEPT, compacted=st.booleans())
+    def create(self, partitions: int, kept: int, compacted: bool) -> None:
+        self._made(self.brokers[0], partitions, kept, compacted)
+
+    def _made(self, b: Broker, partitions: int, kept: int, compacted: bool) -> None:
+        """A compacted topic keeps the latest record of each key; the others keep what retention
+        by size leaves."""
+        b.create_topic(
+            self.topic, partitions, {"cleanup.policy": "compact"} if compacted else {"retention.bytes": kept}
+        )
+        self.logs, self.starts, self.compacted = [[] for _ in range(partitions)], [0] * partitions, compacted
+        self.kept = -1 if compacted else kept
         self.seen = [[0] * partitions for _ in self.brokers]  # the log end each Broker last saw
 
     @rule(who=WHO, partition=st.integers(0, 5), count=st.integers(1, 4))
@@ -72,7 +100,9 @@ class TwoBrokers(RuleBasedStateMachine):
         p = partition % len(self.logs)
         values = [f"v{self.written + i}".encode() for i in range(count)]
         self.written += count
-        [(written_to, base, n)] = self.brokers[who].produce(self.topic, [Record(value=v) for v in values], partition=p)
+        [(written_to, base, n)] = self.brokers[who].produce(
+            self.topic, [Record(value=v, key=_key(v)) for v in values], partition=p
+        )
         assert (written_to, base, n) == (p, len(self.logs[p]), count), f"broker {who} appended out of place"
         self.logs[p].extend(values)
         self.seen[who][p] = len(self.logs[p])
@@ -84,8 +114,8 @@ class TwoBrokers(RuleBasedStateMachine):
         self._learn_log_start(p)
         offset = self.starts[p] + int(at * (len(self.logs[p]) - self.starts[p]))
         got = self.brokers[who].fetch(self.topic, p, offset, max_records=100_000)
-        expected = list(enumerate(self.logs[p]))[offset:]
-        assert [(r.offset, r.value) for r in got] == expected, f"broker {who} fetched partition {p} from {offset}"
+        records = [(r.offset, r.value) for r in got]
+        assert _agrees(records, self.logs[p], offset, self.compacted, whole=True), f"broker {who}, {p} from {offset}"
         self.seen[who][p] = len(self.logs[p])
 
     @rule(other=st.booleans(), partition=st.integers(0, 5), at=st.floats(0, 1) | st.just(1.0))
@@ -102,10 +132,10 @@ class TwoBrokers(RuleBasedStateMachine):
         [got] = self.brokers[who].fetch_partitions([PartitionFetch(self.topic, p, offset, 1 << 20)], 1 << 20, 60.0)
         assert isinstance(got, FetchedBatches), f"broker {who} refused offset {offset} of partition {p}: {got!r}"
         records = [(r.offset, r.value) for b in got.batches for r in RecordBatch(b).records() if r.offset >= offset]
-        if records != list(enumerate(self.logs[p]))[offset : offset + len(records)]:
+        if not _agrees(records, self.logs[p], offset, self.compacted, whole=False):
             # The topic as it stood at that look: made again since by the other Broker, which
             # this one learns at its next fresh look, as a Kafka consumer learns it from metadata.
-            assert any(records == list(enumerate(log))[offset : offset + len(records)] for log in self.deleted[p]), p
+            assert any(_agrees(records, log, offset, True, whole=False) for log in self.deleted[p]), p
             return
         assert got.high_watermark >= self.seen[who][p], f"broker {who} lost sight of records it had seen in {p}"
 
@@ -122,6 +152,14 @@ class TwoBrokers(RuleBasedStateMachine):
         self.brokers[who].enforce_retention(self.topic)
         for p in range(len(self.logs)):
             self._learn_log_start(p)
+
+    @rule(who=WHO)
+    def compact(self, who: int) -> None:
+        if self.compacted:
+            self.brokers[who].compact(self.topic)
+        else:
+            with pytest.raises(ConfigError, match=r"cleanup\.policy"):
+                self.brokers[who].compact(self.topic)
 
     @rule(who=WHO)
     def clean_logs(self, who: int) -> None:
@@ -146,22 +184,25 @@ class TwoBrokers(RuleBasedStateMachine):
         self.starts += [0] * more
         self.seen = [s + [0] * more for s in self.seen]
 
-    @rule(who=WHO, partitions=st.integers(1, 3), kept=KEPT)
-    def recreate(self, who: int, partitions: int, kept: int) -> None:
+    @rule(who=WHO, partitions=st.integers(1, 3), kept=KEPT, compacted=st.booleans())
+    def recreate(self, who: int, partitions: int, kept: int, compacted: bool) -> None:
+        """With new settings on a local root, where every produce reads them as they stand; on
+        the others a produce may take settings read within a second (PRODUCED_TOPIC_AGE_S),
+        even those of the topic as it was before, so the topic is made again as it was."""
+        if self.kind != "local":
+            kept, compacted = self.kept, self.compacted
         b = self.brokers[who]
         b.delete_topic(self.topic)
-        b.create_topic(self.topic, partitions, {"retention.bytes": kept})
         for p, log in enumerate(self.logs):
             self.deleted[p].append(log)
-        self.logs, self.starts, self.kept = [[] for _ in range(partitions)], [0] * partitions, kept
-        self.seen = [[0] * partitions for _ in self.brokers]  # the log end each Broker last saw
+        self._made(b, partitions, kept, compacted)
 
     @rule(who=WHO)
     def produce_to_a_partition_past_the_end(self, who: int) -> None:
         """The other Broker may have made the topic again with fewer partitions a moment ago:
         a produce to a partition the topic no longer has is refused, never kept somewhere."""
         with pytest.raises(UnknownTopicOrPartitionError):
-            self.brokers[who].produce(self.topic, [Record(value=b"lost")], partition=len(self.logs))
+            self.brokers[who].produce(self.topic, [Record(value=b"lost", key=b"k0")], partition=len(self.logs))
 
     def teardown(self) -> None:
         try:
@@ -169,8 +210,10 @@ class TwoBrokers(RuleBasedStateMachine):
                 assert fresh.partitions_for(self.topic) == len(self.logs)
                 for p, log in enumerate(self.logs):
                     self._learn_log_start(p)
-                    got = fresh.fetch(self.topic, p, self.starts[p], max_records=100_000)
-                    assert [r.value for r in got] == log[self.starts[p] :], f"partition {p} as a new Broker reads it"
+                    got = [(r.offset, r.value) for r in fresh.fetch(self.topic, p, self.starts[p], max_records=100_000)]
+                    assert _agrees(got, log, self.starts[p], self.compacted, whole=True), (
+                        f"{p} as a new Broker reads it"
+                    )
                 assert fresh.verify(self.topic) == {}
         finally:
             for b in [*self.brokers, self.observer]:

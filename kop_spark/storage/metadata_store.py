@@ -60,6 +60,9 @@ class MetadataStore(abc.ABC):
     # object's e-tag, from a listing made at the probe) stand until the key changes; a file's
     # modification time, and what a watch last told, only ``PROBED_MAX_AGE_S``.
     probe_max_age_s = PROBED_MAX_AGE_S
+    # Whether a probe of None says the key changed a moment ago (a file's times, too coarse to
+    # tell changes apart), rather than that there is no cheap probe: then nothing stands in.
+    unprobed_when_changed = False
 
     @abc.abstractmethod
     def get(self, key: str) -> Versioned: ...
@@ -152,7 +155,10 @@ class ProbedCache:
         kept, now = self._kept.get(key), self._monotonic()
         if now - self._swept_at >= PROBED_MAX_AGE_S:
             self._sweep(now)
-        max_age_s = self._max_age_s if token is not None else unprobed_within_s
+        if token is not None:
+            max_age_s = self._max_age_s
+        else:  # a key another process just changed (a topic's settings, the topic made again) is read
+            max_age_s = 0.0 if self._store.unprobed_when_changed else unprobed_within_s
         if kept is not None and kept.token == token and now - kept.loaded_at < max_age_s and usable(kept.value):
             kept.used_at = now
             return kept.value  # what the load gave when the key was as it is

@@ -38,6 +38,7 @@ class FileMetadataStore(MetadataStore):
     # a 32- or 128-partition sink commit ran no faster and spent more CPU.
     update_parallelism = 4
     read_parallelism = 1  # a read of a local file waits on no one
+    unprobed_when_changed = True  # see probe: a directory changed within _SETTLED_MS
 
     def __init__(self, directory: str, *, sync: bool = True, clock: Clock = SYSTEM_CLOCK):
         self.directory = os.path.abspath(directory)
