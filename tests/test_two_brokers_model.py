@@ -122,9 +122,10 @@ class TwoBrokers(RuleBasedStateMachine):
     def fetch_on_recent_looks(self, other: bool, partition: int, at: float) -> None:
         """A FETCH under ``kafkaMinFetchPeriodMs`` (or a parked one looking again) may take what it
         looked at lately for the log's end: it may miss the other Broker's latest appends, never
-        what it saw or wrote itself, and an offset the log has is never refused (a consumer handed one by a fresh
-        ListOffsets, or by a group member on another server, would reset its position). Half
-        the time it is the Broker that did not write last: the one that may have missed a write."""
+        what it saw or wrote itself, and an offset the log has is never refused (a consumer handed
+        one by a fresh ListOffsets, or by a group member on another server, would reset its
+        position). Half the time it is the Broker that did not write last: the one that may have
+        missed a write."""
         who = 1 - self.last_writer if other else self.last_writer
         p = partition % len(self.logs)
         self._learn_log_start(p)

@@ -152,13 +152,12 @@ class ProbedCache:
         with none either, stands in: a caller that may act on a second-old value need not read."""
         if isinstance(token, Unprobed):
             token = self._store.probe(key)  # probed before the load: a write after it changes it
+        if self._store.unprobed_when_changed:
+            unprobed_within_s = 0.0  # a key another process just changed (a topic's settings) is read
         kept, now = self._kept.get(key), self._monotonic()
         if now - self._swept_at >= PROBED_MAX_AGE_S:
             self._sweep(now)
-        if token is not None:
-            max_age_s = self._max_age_s
-        else:  # a key another process just changed (a topic's settings, the topic made again) is read
-            max_age_s = 0.0 if self._store.unprobed_when_changed else unprobed_within_s
+        max_age_s = self._max_age_s if token is not None else unprobed_within_s
         if kept is not None and kept.token == token and now - kept.loaded_at < max_age_s and usable(kept.value):
             kept.used_at = now
             return kept.value  # what the load gave when the key was as it is
