@@ -22,6 +22,7 @@ from .authorization import REFUSALS, Authorization
 from .classic_members import PROTOCOL_TYPE, ClassicMembers
 from .consumer_group import ConsumerGroup
 from .consumer_group_coordinator import ConsumerGroupCoordinator
+from .event_wait import wait_set
 from .group import Group, GroupState
 from .group_membership import GroupMembership
 from .group_publisher import GroupPublisher, snapshot
@@ -50,10 +51,7 @@ class Appends:
         self._event = asyncio.Event()
 
     async def wait(self, timeout_s: float) -> None:
-        try:
-            await asyncio.wait_for(self._event.wait(), timeout_s)
-        except TimeoutError:
-            pass
+        await wait_set(self._event, timeout_s)
 
 
 def _listed_names(broker: Broker) -> Callable[[str], str]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..broker import LiveGroup, LiveMember
 from .consumer_protocol import assigned_partitions
+from .event_wait import wait_set
 from .group import Group
 
 log = logging.getLogger(__name__)
@@ -46,10 +47,7 @@ class GroupPublisher:
 
     async def run(self) -> None:
         while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), REFRESH_S)
-            except TimeoutError:
-                pass
+            await wait_set(self._wake, REFRESH_S)
             self._wake.clear()
             changed, self._dirty = self._dirty, set()
             for group_id in sorted(changed | set(self._active())):
