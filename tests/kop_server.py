@@ -97,7 +97,11 @@ class KopServer:
         """SIGTERM, as a service manager stops it; returns its exit code."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            tail = "".join(self.log[-40:])
+            raise AssertionError(f"kop serve did not stop within {timeout} s of SIGTERM; its log ends:\n{tail}") from None
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
