@@ -101,7 +101,9 @@ class KopServer:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             tail = "".join(self.log[-40:])
-            raise AssertionError(f"kop serve did not stop within {timeout} s of SIGTERM; its log ends:\n{tail}") from None
+            raise AssertionError(
+                f"kop serve did not stop within {timeout} s of SIGTERM; its log ends:\n{tail}"
+            ) from None
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
