@@ -31,7 +31,7 @@ def _name(**parts: str) -> x509.Name:
 
 
 def _certificate(subject: x509.Name, key: ec.EllipticCurvePrivateKey, issuer: x509.Name, signer, ca: bool, sans=()):
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     builder = (
         x509.CertificateBuilder()
         .subject_name(subject)

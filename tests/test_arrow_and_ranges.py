@@ -13,7 +13,7 @@ from kop_spark.record import CompressionType, Record, RecordBatch, TimestampType
 from kop_spark.record.arrow import ArrowRecordBuilder
 from kop_spark.spark.offset_range import OffsetRange, pack_ranges, rate_limit, split_ranges
 
-EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 maybe_bytes = st.one_of(st.none(), st.binary(max_size=200))
 records = st.lists(
     st.builds(

@@ -220,7 +220,7 @@ def test_groups_tools(root):
     }  # clamped to the start
     assert reset("--topic", "orders:0", "--to-offset", "99") == {("orders", 0): 10}
     assert reset("--topic", "orders:0", "--to-current") == {("orders", 0): 4}
-    third = datetime.datetime.fromtimestamp((t0 + 3) / 1000, datetime.timezone.utc)
+    third = datetime.datetime.fromtimestamp((t0 + 3) / 1000, datetime.UTC)
     third_text = third.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     assert reset("--topic", "orders:0", "--to-datetime", third_text) == {("orders", 0): 3}
     assert reset("--topic", "orders:0", "--by-duration", "PT1H") == {

@@ -4,11 +4,16 @@ the compiled codec and builds without deprecation warnings."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 
 from .conftest import PYTHON, python_subprocess_env
 
@@ -21,6 +26,18 @@ def run_python(code: str, *, path: Path | None = None) -> subprocess.CompletedPr
     if path is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(path), env.get("PYTHONPATH", "")])
     return subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_it_asks_for_a_python_every_dependency_installs_on() -> None:
+    """So pip refuses kop-spark by name on an older Python, rather than failing to find a dependency
+    (kio installs on 3.11 and later only, and 3.10 was claimed)."""
+    project = tomllib.loads((PROJECT / "pyproject.toml").read_text())["project"]
+    ours = SpecifierSet(project["requires-python"])
+    oldest = next(v for v in (f"3.{minor}" for minor in range(30)) if v in ours)
+    for requirement in [*project["dependencies"], *project["optional-dependencies"]["spark"]]:
+        name = Requirement(requirement).name
+        theirs = SpecifierSet(importlib.metadata.metadata(name).get("Requires-Python") or "")
+        assert oldest in theirs, f"requires-python {ours} admits Python {oldest}; {name} needs {theirs}"
 
 
 def test_the_spark_layer_says_which_pyspark_it_needs() -> None:

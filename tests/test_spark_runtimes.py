@@ -76,5 +76,5 @@ def test_rows_become_arrow_batches_with_utc_instants() -> None:
     assert table.schema.field("timestamp").type == pa.timestamp("us", tz="UTC")
     assert table.column("key").to_pylist() == [b"k", None, b"k2"]
     assert table.column("headers").to_pylist() == [[{"key": "h", "value": b"1"}], None, []]
-    instant = local.astimezone(datetime.timezone.utc)
+    instant = local.astimezone(datetime.UTC)
     assert table.column("timestamp").to_pylist() == [instant, None, instant]

@@ -77,7 +77,7 @@ NOW = int(time.time() * 1000)
 
 
 def ts(ms):
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
 
 
 @pytest.fixture
@@ -241,7 +241,7 @@ def test_bad_input_is_refused_before_anything_is_written(spark, root, broker, dd
 def test_rows_stamped_beyond_the_topics_bounds_fail_the_write_and_write_nothing(spark, root, broker):
     """A broker refuses them from a Kafka producer (message.timestamp.after.max.ms); so does the sink."""
     broker.create_topic("t", partitions=1)
-    ahead = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=2)
+    ahead = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=2)
     df = spark.createDataFrame([("v", ahead)], "value string, timestamp timestamp")
     with pytest.raises(Exception, match=r"t-0: timestamp \d+ is out of range.*message\.timestamp\.after\.max\.ms"):
         write(df, root, topic="t")

@@ -76,7 +76,7 @@ def expected_df(spark, b, topic, partitions, include_headers=False):
 
 
 def _ts(ms):
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
 
 
 @pytest.fixture

@@ -165,7 +165,7 @@ class MetricsEndpoint:
                 + data
             )
             await writer.drain()
-        except (asyncio.LimitOverrunError, asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError) as e:
+        except (asyncio.LimitOverrunError, asyncio.IncompleteReadError, TimeoutError, ConnectionError) as e:
             log.warning("metrics endpoint: dropped a malformed or unfinished request: %s", type(e).__name__)
         finally:
             writer.close()

@@ -180,7 +180,7 @@ class KafkaServer:
         for c in self._connections:
             c.stopping = True
         busy = [c.idle.wait() for c in self._connections]
-        with contextlib.suppress(asyncio.TimeoutError):  # Python 3.10 has its own
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*busy), STOP_GRACE_S)
         for task in list(self._tasks):
             task.cancel()

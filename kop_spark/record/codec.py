@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 # Anything with the buffer protocol: bytes, bytearray, memoryview, a pyarrow Buffer. (Python
-# 3.12's collections.abc.Buffer names it; the codec runs on 3.10 too.)
+# 3.12's collections.abc.Buffer names it; the codec runs on 3.11 too.)
 Buffer = Any
 # A binary column: (validity or None, int32 end offsets, data, offset of the first row)
 BinaryColumn = tuple[Buffer | None, Buffer, Buffer, int]

@@ -62,5 +62,5 @@ def _arrow_type(t: DataType) -> pa.DataType:
 def _utc(value: Any) -> Any:
     """PySpark gives timestamps as naive datetimes in the local time zone; Arrow needs the instant."""
     if isinstance(value, datetime.datetime) and value.tzinfo is None:
-        return value.astimezone(datetime.timezone.utc)
+        return value.astimezone(datetime.UTC)
     return value

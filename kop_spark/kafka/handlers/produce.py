@@ -136,4 +136,4 @@ async def _written(ctx: ServerContext, m: Any, tp: tuple[str, int], wait: Callab
 
 
 def _time(ms: int) -> datetime.datetime:
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)

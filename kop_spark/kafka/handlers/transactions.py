@@ -220,4 +220,4 @@ async def list_transactions(ctx: ServerContext, header: RequestHeader, request: 
 
 
 def _time(ms: int) -> datetime.datetime:
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
