@@ -18,8 +18,10 @@ from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, OffsetCo
 from kio.schema.errors import ErrorCode
 from kio.schema.sync_group.v5.request import SyncGroupRequestAssignment
 
-from kop_spark import Broker
-from kop_spark.broker import GroupSnapshots
+from kop_spark import Broker, layout
+from kop_spark.broker import GroupServer, GroupSnapshots, LiveGroup, LiveMember
+from kop_spark.broker.live_groups import LiveGroups
+from kop_spark.clock import ManualClock
 from kop_spark.kafka.context import ServerContext
 from kop_spark.kafka.group import GroupState, JoinRequest
 from kop_spark.kafka.handlers.consumer_groups import consumer_group_heartbeat
@@ -39,6 +41,7 @@ from .kafka_wire import call, connect, wire_request
 from .kop_server import KopServer
 
 CONF = ["group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000"]
+NOW = 1_700_000_000_000
 ANY_CHARACTERS = "orders:v2 ñ/x@-."  # a group id Kafka takes and a metadata key does not
 
 
@@ -62,6 +65,63 @@ def _consumer(server: KopServer, name: str, **extra: Any) -> Consumer:
         "heartbeat.interval.ms": 300,
     }
     return Consumer({**conf, **extra})
+
+
+def test_a_group_is_served_by_one_of_two_servers_over_a_store_at_a_time(server: KopServer) -> None:
+    """Each kop serve coordinates groups of its own: a member that came to a second server over the
+    store while the group had members on the first was a group of its own, given every partition,
+    and consumed every record the first did. It is refused until the group is free, then takes
+    over from the group's commits."""
+    with KopServer(server.root, CONF) as other:
+        first, second = _consumer(server, "first"), _consumer(other, "second")
+        first.subscribe(["t"])
+        produce(server, 40)
+        got = poll_until([first], lambda got: len(got) >= 40)
+        second.subscribe(["t"])
+        refused = f"group 'g' has members on the kop serve at PLAINTEXT://{server.bootstrap}"
+        poll_until([second], lambda _: any(refused in line for line in other.log))
+        produce(server, 40)
+        got += poll_until([first, second], lambda got: len(got) >= 40)
+        assert {member for member, _, _ in got} == {first.memberid()} and not second.assignment()
+        first.commit(asynchronous=False)
+        first.close()  # the group is free: the second server takes it up
+        produce(server, 40)
+        then = poll_until([second], lambda then: len(then) >= 40)
+        assert assigned(second) == {0, 1, 2, 3}
+        assert len(got) == 80 and len(then) == 40 and len({(p, o) for _, p, o in got + then}) == 120
+
+
+def test_a_group_entry_is_not_taken_from_another_servers_members_while_it_holds(tmp_path) -> None:
+    one, two = GroupServer("host-a :9092", "PLAINTEXT://a:9092"), GroupServer("host-b :9092", "PLAINTEXT://b:9092")
+    member = LiveMember("m", "client", "10.0.0.1", (("t", 0),))
+    clock = ManualClock(NOW)
+    live = LiveGroups(Broker(str(tmp_path)).store, clock)
+    assert live.publish("g", LiveGroup("Stable", (member,), one), 30_000) is None
+    assert live.publish("g", LiveGroup("Stable", (member,), two), 30_000) == one
+    assert live.publish("g", LiveGroup("Empty", (), two), 30_000) == one  # a stop's withdrawal leaves it be
+    assert live.publish("g", LiveGroup("Stable", (member,), one), 30_000) is None  # its own, again
+    assert getattr(live.get("g"), "server", None) == one
+    clock.advance(30_001)  # lapsed: its server was killed
+    assert live.publish("g", LiveGroup("Stable", (member,), two), 30_000) is None
+    assert live.publish("g", LiveGroup("Empty", (), two), 30_000) is None
+    assert live.get("g") is None  # no members: free for any server
+    assert live.publish("g", LiveGroup("Stable", (member,), one), 30_000) is None
+
+
+def test_members_a_server_took_in_while_another_served_the_group_are_put_out(server: KopServer) -> None:
+    """Two servers may take members in at once, each before the other published the group: the
+    one that finds the group held by the other's members when it publishes gives its own up."""
+    c = _consumer(server, "c")
+    c.subscribe(["t"])
+    poll_until([c], lambda _: len(assigned(c)) == 4)
+    with Broker(server.root) as b:  # as a second server that published first would have
+        other = GroupServer("elsewhere :9092", "PLAINTEXT://elsewhere:9092")
+        member = LiveMember("there", "client", "10.0.0.1", (("t", 0),))
+        key = layout.live_group_key("g")  # written by hand: a publish would not take it from the server
+        entry = {"state": "Stable", "expires_ms": b.clock.now_ms() + 60_000, "members": [member._asdict()]}
+        b.store.put(key, {**entry, "server": other._asdict()}, b.store.get(key).version)
+    poll_until([c], lambda _: not c.assignment())  # at the server's next refresh of the group
+    assert "group 'g' has members on the kop serve at PLAINTEXT://elsewhere:9092" in "".join(server.log)
 
 
 def test_two_members_share_the_partitions_and_consume_everything_once(server: KopServer) -> None:

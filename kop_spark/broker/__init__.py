@@ -16,7 +16,7 @@ from .fetch import (
 from .group_configs import GroupConfigs
 from .group_offsets import SPARK_COMMIT
 from .group_snapshots import GroupSnapshots, Snapshot
-from .live_groups import LiveGroup, LiveMember
+from .live_groups import GroupServer, LiveGroup, LiveMember
 from .maintenance import MaintenanceReport, RepairReport
 from .partition_views import PartitionViews
 from .share_states import SHARE_DONE, ShareRecordState, ShareStates
@@ -34,6 +34,7 @@ __all__ = [
     "Broker",
     "FetchedBatches",
     "GroupConfigs",
+    "GroupServer",
     "GroupSnapshots",
     "LiveGroup",
     "LiveMember",

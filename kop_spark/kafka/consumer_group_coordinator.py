@@ -250,6 +250,14 @@ class ConsumerGroupCoordinator:
         """A member gone (a classic member's LeaveGroup): its partitions go to others."""
         self._leave(g, member, static=False)
 
+    def give_up(self, group_id: str) -> None:
+        """Every member out, fenced (another server serves the group)."""
+        g = self.groups.pop(group_id, None)
+        if g is not None:
+            for member in list(g.members.values()):
+                self._remove(g, member)
+            self._on_change(group_id)
+
     def install(self, g: ConsumerGroup) -> None:
         """Takes over a group converted from the classic protocol, or as a server kept it before a
         restart, each member's session (and rebalance timeout) starting anew."""

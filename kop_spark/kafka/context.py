@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import socket
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +16,7 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from .. import layout
-from ..broker import Broker, GroupConfigs, GroupSnapshots, LiveGroup, ShareStates, Snapshot
+from ..broker import Broker, GroupConfigs, GroupServer, GroupSnapshots, LiveGroup, ShareStates, Snapshot
 from ..broker.acls import CLUSTER
 from ..errors import InvalidTopicError
 from .authorization import REFUSALS, Authorization
@@ -26,6 +27,7 @@ from .event_wait import wait_set
 from .group import Group, GroupState
 from .group_membership import GroupMembership
 from .group_publisher import GroupPublisher, snapshot
+from .group_servers import GroupServers
 from .listeners import Listener
 from .messages import RequestHeader
 from .metrics import ServerMetrics
@@ -74,8 +76,11 @@ class ServerContext:
         advertised: dict[str, Listener],
         tokens: Validate | None = None,
         workers: int = 32,
+        bound: Sequence[Listener] = (),
     ):
-        """``tokens``: checks OAUTHBEARER logins' tokens, where that mechanism is enabled."""
+        """``tokens``: checks OAUTHBEARER logins' tokens, where that mechanism is enabled;
+        ``bound``: the listeners, which with the host name tell this server from others on the
+        store, and from none it was before a restart (``group_servers``)."""
         self.broker = broker
         self.tokens = tokens
         self._advertised = advertised
@@ -102,11 +107,20 @@ class ServerContext:
         self.snapshots = GroupSnapshots(broker.store)
         self._kept: dict[str, Snapshot] = {}  # what the store holds of each group, as last saved
         self._saving = asyncio.Lock()
+        addresses = ", ".join(str(listener) for listener in advertised.values())
+        self.group_servers = GroupServers(
+            GroupServer(" ".join([socket.gethostname(), *map(str, bound)]), addresses),
+            lambda group: self.call(broker.live_groups.get, group),
+            self._give_up_group,
+        )
         self.publisher = GroupPublisher(
-            lambda group, live, valid_ms: self.call(broker.live_groups.publish, group, live, valid_ms),
+            lambda group, live, valid_ms: self.call(
+                broker.live_groups.publish, group, live._replace(server=self.group_servers.me), valid_ms
+            ),
             self.live_group,
             self.active_groups,
             self.save_group,
+            self.group_servers.lost,
         )
         self.transactions = TransactionCoordinator(broker)
         self.group_configs = GroupConfigs(broker.store, config)
@@ -200,6 +214,11 @@ class ServerContext:
         if g is not None and g.members:
             return snapshot(g)
         return self.consumer_groups.live(group_id) or self.share_groups.live(group_id)
+
+    def _give_up_group(self, group_id: str) -> None:
+        self.consumer_groups.give_up(group_id)
+        self.membership.give_up(group_id)
+        self.share_groups.give_up(group_id)
 
     def active_groups(self) -> list[str]:
         classic = [gid for gid, g in self.membership.groups.items() if g.members]

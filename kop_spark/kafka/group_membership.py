@@ -50,14 +50,8 @@ class GroupMembership:
                 g.pending.add(new_id)
                 return JoinResult(ErrorCode.member_id_required, new_id)
             g.pending.discard(member_id)
-            new = Member(
-                member_id or f"{instance_id or client[0]}-{uuid.uuid4()}",
-                instance_id,
-                *client,
-                *timeouts_ms,
-                protocols,
-            )
-            return await self._add(g, new, protocol_type)
+            new_id = member_id or f"{instance_id or client[0]}-{uuid.uuid4()}"
+            return await self._add(g, Member(new_id, instance_id, *client, *timeouts_ms, protocols), protocol_type)
         existing = g.members.get(member_id)
         if existing is None:
             return JoinResult(ErrorCode.unknown_member_id, member_id)
@@ -230,6 +224,11 @@ class GroupMembership:
             return found
         self._remove(*found, rebalance=True)
         return ErrorCode.none
+
+    def give_up(self, group_id: str) -> None:
+        """Every member out, as if it left (another server serves the group)."""
+        for member_id in list(getattr(self.groups.get(group_id), "members", ())):
+            self.leave(group_id, member_id, None)
 
     # -- members' lives --------------------------------------------------------------------
 

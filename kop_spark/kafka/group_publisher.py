@@ -13,7 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from ..broker import LiveGroup, LiveMember
+from ..broker import GroupServer, LiveGroup, LiveMember
 from .consumer_protocol import assigned_partitions
 from .event_wait import wait_set
 from .group import Group
@@ -27,17 +27,21 @@ VALID_MS = 30_000
 class GroupPublisher:
     def __init__(
         self,
-        publish: Callable[[str, LiveGroup, int], Awaitable[Any]],
+        publish: Callable[[str, LiveGroup, int], Awaitable[GroupServer | None]],
         live: Callable[[str], LiveGroup | None],
         active: Callable[[], Iterable[str]],
         save: Callable[[str], Awaitable[Any]],
+        lost: Callable[[str, GroupServer], None],
     ):
-        """``live``: a group's members now (None: none); ``active``: the groups with members;
-        ``save``: keeps a changed group's snapshot (``broker.group_snapshots``)."""
+        """``publish``: None, or the other server whose members hold the group (``LiveGroups``);
+        ``live``: a group's members now (None: none); ``active``: the groups with members;
+        ``save``: keeps a changed group's snapshot (``broker.group_snapshots``); ``lost``: gives up
+        a group whose members came here while it was served by another server."""
         self._publish = publish
         self._live = live
         self._active = active
         self._save = save
+        self._lost = lost
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
 
@@ -66,9 +70,12 @@ class GroupPublisher:
         if live is None:
             live = LiveGroup("Empty", ())
         try:
-            await self._publish(group_id, live, VALID_MS)
+            holder = await self._publish(group_id, live, VALID_MS)
         except Exception as e:  # the view is advisory: serving goes on
             log.warning("could not publish the members of group %r: %s", group_id, e)
+            return
+        if holder is not None and live.members:
+            self._lost(group_id, holder)
 
     async def withdraw(self) -> None:
         """A stopping server's groups have no members any more."""

@@ -70,7 +70,8 @@ class KafkaServer:
             self.bound.append(Listener(listener.protocol, host, port))
             self._servers.append(server)
         told = {a.protocol: a for a in reversed(self._advertised or [])}
-        ctx = ServerContext(self.broker, {b.protocol: told.get(b.protocol, b) for b in reversed(self.bound)}, tokens)
+        advertised = {b.protocol: told.get(b.protocol, b) for b in reversed(self.bound)}
+        ctx = ServerContext(self.broker, advertised, tokens, bound=self.bound)
         ctx.restore_groups()  # before any request is served: members find their groups
         self.ctx = ctx
         authorization = ctx.authorization

@@ -196,6 +196,13 @@ class ShareGroupCoordinator:
         if g.members.get(member.member_id) is member:
             self._remove(g, member)
 
+    def give_up(self, group_id: str) -> None:
+        """Every member out, what each holds going back (another server serves the group)."""
+        g = self.groups.get(group_id)
+        if g is not None:
+            for member in list(g.members.values()):
+                self._remove(g, member)
+
     def _remove(self, g: ShareGroup, member: ShareMember) -> None:
         """A member gone: what it holds goes back to the others."""
         del g.members[member.member_id]

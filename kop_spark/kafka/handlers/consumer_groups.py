@@ -46,6 +46,8 @@ async def consumer_group_heartbeat(ctx: ServerContext, header: RequestHeader, re
     denied = [t for t in request.subscribed_topic_names or () if not ctx.allowed(header, "Describe", "Topic", t)]
     if denied:
         return refused(ErrorCode.topic_authorization_failed, f"may not describe topics {', '.join(denied)}")
+    if request.member_epoch == 0 and (elsewhere := await ctx.group_servers.refusal(request.group_id)):
+        return refused(ErrorCode.not_coordinator, elsewhere)
     answer = await ctx.consumer_groups.heartbeat(
         Heartbeat(
             group_id=request.group_id,

@@ -33,6 +33,8 @@ async def join_group(ctx: ServerContext, header: RequestHeader, request: Any) ->
         result_error, result = ErrorCode.invalid_session_timeout, None
     elif ctx.share_groups.is_active(request.group_id):  # as Kafka: a share group takes share consumers only
         result_error, result = ErrorCode.inconsistent_group_protocol, None
+    elif await ctx.group_servers.refusal(request.group_id):
+        result_error, result = ErrorCode.not_coordinator, None
     else:
         joining = JoinRequest(
             request.group_id,

@@ -1,4 +1,5 @@
-"""FIND_COORDINATOR (this node, for every group and transactional id), OFFSET_COMMIT and OFFSET_FETCH: offsets go to the
+"""FIND_COORDINATOR (this node, for every transactional id, and every group not served by another
+server over the store: ``group_servers``), OFFSET_COMMIT and OFFSET_FETCH: offsets go to the
 same offsets topic through the Broker's coordinator, so wire consumers, Spark queries and CLI
 resets share one view (``kop groups``)."""
 
@@ -22,23 +23,27 @@ async def find_coordinator(ctx: ServerContext, header: RequestHeader, request: A
     m = response_module(header.api_key, header.api_version)
     here = {"node_id": NODE_ID, "host": ctx.advertised(header).host, "port": ctx.advertised(header).port}
 
-    def code(key: str) -> ErrorCode:
+    async def answer(key: str) -> tuple[ErrorCode, str | None]:
         if getattr(request, "key_type", 0) == TRANSACTION:
             allowed = ctx.allowed(header, "Describe", "TransactionalId", key)
-            return ErrorCode.none if allowed else ErrorCode.transactional_id_authorization_failed
-        allowed = ctx.allowed(header, "Describe", "Group", key)
-        return ErrorCode.none if allowed else ErrorCode.group_authorization_failed
+            return (ErrorCode.none if allowed else ErrorCode.transactional_id_authorization_failed), None
+        if not ctx.allowed(header, "Describe", "Group", key):
+            return ErrorCode.group_authorization_failed, None
+        refusal = await ctx.group_servers.refusal(key)
+        return (ErrorCode.none, None) if refusal is None else (ErrorCode.coordinator_not_available, refusal)
 
     if header.api_version >= 4:
-        found = tuple(
-            make(m.Coordinator, key=k, error_code=code(k), error_message=None, **here) for k in request.coordinator_keys
-        )
-        return make(m.FindCoordinatorResponse, throttle_time=datetime.timedelta(0), coordinators=found)
+        found = []
+        for k in request.coordinator_keys:
+            code, message = await answer(k)
+            found.append(make(m.Coordinator, key=k, error_code=code, error_message=message, **here))
+        return make(m.FindCoordinatorResponse, throttle_time=datetime.timedelta(0), coordinators=tuple(found))
+    code, message = await answer(request.key)
     return make(
         m.FindCoordinatorResponse,
         throttle_time=datetime.timedelta(0),
-        error_code=code(request.key),
-        error_message=None,
+        error_code=code,
+        error_message=message if header.api_version >= 1 else None,
         **here,
     )
 

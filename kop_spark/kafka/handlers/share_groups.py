@@ -52,6 +52,8 @@ async def share_group_heartbeat(ctx: ServerContext, header: RequestHeader, reque
     denied = [t for t in request.subscribed_topic_names or () if not ctx.allowed(header, "Describe", "Topic", t)]
     if denied:
         return answer(ErrorCode.topic_authorization_failed, f"may not describe topics {', '.join(denied)}")
+    if request.member_epoch == JOIN and (elsewhere := await ctx.group_servers.refusal(request.group_id)):
+        return answer(ErrorCode.not_coordinator, elsewhere)
     client = (header.client_id or "", header.client_host)
     names = request.subscribed_topic_names
     listed = None if names is None else tuple(map(ctx.listed_topic, names))  # as consumer groups match them
