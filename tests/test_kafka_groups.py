@@ -67,13 +67,21 @@ def _consumer(server: KopServer, name: str, **extra: Any) -> Consumer:
     return Consumer({**conf, **extra})
 
 
-def test_a_group_is_served_by_one_of_two_servers_over_a_store_at_a_time(server: KopServer) -> None:
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_group_is_served_by_one_of_two_servers_over_a_store_at_a_time(server: KopServer, protocol: str) -> None:
     """Each kop serve coordinates groups of its own: a member that came to a second server over the
     store while the group had members on the first was a group of its own, given every partition,
     and consumed every record the first did. It is refused until the group is free, then takes
     over from the group's commits."""
+
+    def consumer(server: KopServer, name: str) -> Consumer:
+        if protocol == "classic":
+            return _consumer(server, name)
+        conf = {"group.id": "g", "client.id": name, "auto.offset.reset": "earliest", "enable.auto.commit": False}
+        return Consumer({**conf, "bootstrap.servers": server.bootstrap, "group.protocol": "consumer"})
+
     with KopServer(server.root, CONF) as other:
-        first, second = _consumer(server, "first"), _consumer(other, "second")
+        first, second = consumer(server, "first"), consumer(other, "second")
         first.subscribe(["t"])
         produce(server, 40)
         got = poll_until([first], lambda got: len(got) >= 40)

@@ -288,6 +288,24 @@ def test_members_go_on_through_a_restart_at_the_epochs_they_were_told(server: Ko
             assert (steady.error_code, steady.member_epoch) == (ErrorCode.none, told.member_epoch)
 
 
+def test_a_share_group_is_served_by_one_of_two_servers_over_a_store_at_a_time(server: KopServer) -> None:
+    """As consumer groups: a member that comes to a second server while the group has members on
+    the first is refused there, naming the first, and is taken in once the group is free."""
+    heartbeat = request_class(76, 1)
+    with KopServer(server.root, CONF) as other, connect(server) as here, connect(other) as there:
+        kio_call(here, heartbeat(group_id="s", member_id="a", member_epoch=0, subscribed_topic_names=("t",)))
+        until_live(server, 1, "s")
+        joining = heartbeat(group_id="s", member_id="b", member_epoch=0, subscribed_topic_names=("t",))
+        refused = kio_call(there, joining)
+        assert refused.error_code == ErrorCode.not_coordinator
+        assert refused.error_message == f"group 's' is served by the kop serve at PLAINTEXT://{server.bootstrap}"
+        found = kio_call(there, request_class(10, 3)(key="s", key_type=0))
+        assert (found.error_code, found.error_message) == (ErrorCode.coordinator_not_available, refused.error_message)
+        kio_call(here, heartbeat(group_id="s", member_id="a", member_epoch=-1))  # leaves: the group is free
+        until_live(server, 0, "s")
+        assert kio_call(there, joining).error_code == ErrorCode.none
+
+
 def test_a_member_kept_through_a_restart_that_never_comes_back_leaves_after_its_session_timeout(
     tmp_path: Path,
 ) -> None:
