@@ -22,8 +22,10 @@ from kop_spark import Broker, layout
 from kop_spark.broker import GroupServer, GroupSnapshots, LiveGroup, LiveMember
 from kop_spark.broker.live_groups import LiveGroups
 from kop_spark.clock import ManualClock
+from kop_spark.errors import MetadataStoreUnavailableError
 from kop_spark.kafka.context import ServerContext
 from kop_spark.kafka.group import GroupState, JoinRequest
+from kop_spark.kafka.group_servers import GroupServers
 from kop_spark.kafka.handlers.consumer_groups import consumer_group_heartbeat
 from kop_spark.kafka.handlers.groups import sync_group
 from kop_spark.kafka.messages import RequestHeader, request_class
@@ -114,6 +116,30 @@ def test_a_group_entry_is_not_taken_from_another_servers_members_while_it_holds(
     assert live.publish("g", LiveGroup("Empty", (), two), 30_000) is None
     assert live.get("g") is None  # no members: free for any server
     assert live.publish("g", LiveGroup("Stable", (member,), one), 30_000) is None
+
+
+def test_a_server_that_cannot_read_which_server_serves_a_group_refuses_it_for_now() -> None:
+    """A store that cannot be read: the group's clients are answered as while a coordinator loads
+    (they ask again), not dropped by a connection closed on an unexpected error."""
+    me = GroupServer("host-a :9092", "PLAINTEXT://a:9092")
+    entries: dict[str, LiveGroup] = {
+        "there": LiveGroup("Stable", (), GroupServer("host-b :9092", "b")),
+        "here": LiveGroup("Stable", (), me),
+    }
+
+    async def published(group_id: str) -> LiveGroup | None:
+        if group_id == "unreadable":
+            raise MetadataStoreUnavailableError("etcd at 127.0.0.1:1 did not answer within 5 s")
+        return entries.get(group_id)
+
+    servers = GroupServers(me, published, lambda group_id: None)
+    refusals = {g: asyncio.run(servers.refusal(g)) for g in ("there", "here", "free", "unreadable")}
+    assert refusals == {
+        "there": "group 'there' is served by the kop serve at b",
+        "here": None,
+        "free": None,
+        "unreadable": "cannot tell which server serves group 'unreadable': etcd at 127.0.0.1:1 did not answer within 5 s",
+    }
 
 
 def test_members_a_server_took_in_while_another_served_the_group_are_put_out(server: KopServer) -> None:

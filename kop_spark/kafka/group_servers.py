@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from ..broker import GroupServer, LiveGroup
+from .error_codes import error_code
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,13 @@ class GroupServers:
         self._warned: dict[str, float] = {}
 
     async def refusal(self, group_id: str) -> str | None:
-        """Why the group is not served here: the other server its members are on (None: none)."""
-        live = await self._published(group_id)
+        """Why the group is not served here: the other server its members are on, or that the
+        store cannot tell (the clients ask again, as while a Kafka coordinator loads); None: none."""
+        try:
+            live = await self._published(group_id)
+        except Exception as e:
+            error_code(e, f"reading which server serves group {group_id!r}")  # logged as any answer's error
+            return f"cannot tell which server serves group {group_id!r}: {e}"
         if live is None or live.server is None or live.server.id == self.me.id:
             return None
         self._warn(group_id, live.server)
