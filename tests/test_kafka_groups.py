@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from kop_spark.clock import ManualClock
 from kop_spark.errors import MetadataStoreUnavailableError
 from kop_spark.kafka.context import ServerContext
 from kop_spark.kafka.group import GroupState, JoinRequest
+from kop_spark.kafka.group_publisher import GroupPublisher
 from kop_spark.kafka.group_servers import GroupServers
 from kop_spark.kafka.handlers.consumer_groups import consumer_group_heartbeat
 from kop_spark.kafka.handlers.groups import sync_group
@@ -99,6 +101,65 @@ def test_a_group_is_served_by_one_of_two_servers_over_a_store_at_a_time(server: 
         then = poll_until([second], lambda then: len(then) >= 40)
         assert assigned(second) == {0, 1, 2, 3}
         assert len(got) == 80 and len(then) == 40 and len({(p, o) for _, p, o in got + then}) == 120
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_second_server_started_over_a_store_leaves_the_first_servers_groups_as_kept(
+    server: KopServer, protocol: str
+) -> None:
+    """A server starting takes up the groups kept in the store, as after its own restart: one that
+    another server serves is put out again, and what that server kept of it stays for its restart.
+    (That it is never deleted, whenever the check comes, is the publisher test's.)"""
+    extra = {} if protocol == "classic" else {"group.protocol": "consumer"}
+    conf = {"group.id": "g", "client.id": "c", "auto.offset.reset": "earliest", **extra}
+    c = Consumer({**conf, "bootstrap.servers": server.bootstrap})
+    c.subscribe(["t"])
+    poll_until([c], lambda _: len(assigned(c)) == 4)
+    (kept,) = [v for g, v in GroupSnapshots(Broker(server.root).store).load().items() if g == "g"]
+    with KopServer(server.root, CONF) as other:
+        other.wait_for("group 'g' has members on the kop serve at")  # it took the group up, then put it out
+        assert GroupSnapshots(Broker(server.root).store).load().get("g") == kept
+        poll_until([c], lambda _: True)
+        assert assigned(c) == {0, 1, 2, 3}
+    assert c.memberid() in json.dumps(kept)
+    c.close()
+
+
+def test_a_group_another_server_holds_is_put_out_and_not_kept() -> None:
+    """What a server publishes of a group decides whether it keeps it: a group whose members it
+    took in (or restored) while another server held it is put out, and neither it nor its going
+    is kept, which would overwrite what the other server keeps for its own restart."""
+    there = GroupServer("host-b :9092", "PLAINTEXT://b:9092")
+    members: dict[str, tuple[LiveMember, ...]] = {"held": (LiveMember("m", "c", "h", ()),), "ours": ()}
+    lost: list[str] = []
+    saved: list[str] = []
+    published: list[str] = []
+
+    async def publish(group_id: str, live: LiveGroup, valid_ms: int) -> GroupServer | None:
+        published.append(group_id)
+        return there if group_id == "held" else None
+
+    async def save(group_id: str) -> None:
+        saved.append(group_id)
+
+    def give_up(group_id: str, holder: GroupServer) -> None:
+        lost.append(group_id)
+        members[group_id] = ()  # as the coordinators do, which tell the publisher of the change
+        publisher.changed(group_id)
+
+    async def run() -> None:
+        task = asyncio.ensure_future(publisher.run())
+        publisher.changed("held")
+        publisher.changed("ours")
+        while published.count("held") < 2:  # published, put out, and its going published
+            await asyncio.sleep(0)
+        task.cancel()
+
+    publisher = GroupPublisher(
+        publish, lambda g: LiveGroup("Stable", members[g]) if members[g] else None, lambda: (), save, give_up
+    )
+    asyncio.run(run())
+    assert (lost, saved) == (["held"], ["ours"])
 
 
 def test_a_group_entry_is_not_taken_from_another_servers_members_while_it_holds(tmp_path) -> None:

@@ -55,8 +55,9 @@ class GroupPublisher:
             self._wake.clear()
             changed, self._dirty = self._dirty, set()
             for group_id in sorted(changed | set(self._active())):
-                await self.publish(group_id)
-                if group_id in changed:
+                # A group another server serves is that server's to keep: members this one took
+                # in, or restored from what that server kept, are put out unkept.
+                if await self.publish(group_id) and group_id in changed:
                     await self.save(group_id)
 
     async def save(self, group_id: str) -> None:
@@ -65,7 +66,8 @@ class GroupPublisher:
         except Exception as e:  # a restart will rebalance the group instead: serving goes on
             log.warning("could not keep the membership of group %r: %s", group_id, e)
 
-    async def publish(self, group_id: str, gone: bool = False) -> None:
+    async def publish(self, group_id: str, gone: bool = False) -> bool:
+        """Whether the group is this server's (published, or not published for an error)."""
         live = None if gone else self._live(group_id)
         if live is None:
             live = LiveGroup("Empty", ())
@@ -73,9 +75,12 @@ class GroupPublisher:
             holder = await self._publish(group_id, live, VALID_MS)
         except Exception as e:  # the view is advisory: serving goes on
             log.warning("could not publish the members of group %r: %s", group_id, e)
-            return
-        if holder is not None and live.members:
+            return True
+        if holder is None:
+            return True
+        if live.members:
             self._lost(group_id, holder)
+        return False
 
     async def withdraw(self) -> None:
         """A stopping server's groups have no members any more."""
