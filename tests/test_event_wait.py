@@ -59,7 +59,7 @@ def test_a_stop_ends_the_group_publisher_even_as_a_change_wakes_it() -> None:
         pass
 
     async def run() -> asyncio.Future[object]:
-        publisher = GroupPublisher(publish, lambda g: None, lambda: (), save)
+        publisher = GroupPublisher(publish, lambda g: None, lambda: (), save, lambda g, there: None)
         return await _cancelled_as_woken(asyncio.ensure_future(publisher.run()), lambda: publisher.changed("g"))
 
     assert asyncio.run(run()).cancelled()
