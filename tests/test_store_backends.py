@@ -40,6 +40,7 @@ from kop_spark.errors import (
     WriteAbortedError,
 )
 from kop_spark.faults import CRASH_POINTS_ENV
+from kop_spark.kafka.messages import request_class
 from kop_spark.kafka.store_metrics import store_samples
 from kop_spark.kafka.transaction_coordinator import TransactionCoordinator
 from kop_spark.record import RecordBatch, build_record_batch
@@ -53,7 +54,7 @@ from kop_spark.storage.orphans import remove_orphans
 from . import servers
 from .conftest import PYTHON, python_subprocess_env
 from .in_flight_proxy import InFlightProxy
-from .kafka_wire import call, connect, fetch_request
+from .kafka_wire import call, connect, fetch_request, kio_call
 from .kop_server import KopServer
 from .test_crash_and_concurrency import check_log, confirmed_lines, finish_writers, go, start_writer
 
@@ -1006,6 +1007,30 @@ def test_a_kafka_transaction_goes_on_through_a_server_restart(store: Store) -> N
     restarted.end("tx", pid, epoch, commit=True)
     assert [r.value for r in b.fetch("out", 0, 0, max_records=10)] == [b"a", b"b", b"c", b"d"]
     assert b.fileio.walk_files(layout.STAGING_DIR) == [] and b.verify() == {}
+
+
+def test_two_kop_serve_over_the_store_serve_a_group_from_one_of_them(store: Store) -> None:
+    """The group's live entry, written by CAS on every backend, decides which server has it: the
+    other refuses its clients, naming the first, until it is free."""
+    conf = [f"{k}={v}" for k, v in store.conf.items()]
+    with Broker(store.root, store.conf) as b:
+        b.create_topic("grouped", 1)
+    with KopServer(store.root, conf) as first, KopServer(store.root, conf) as second:
+        consumer = Consumer({"bootstrap.servers": first.bootstrap, "group.id": "g", "client.id": "c"})
+        consumer.subscribe(["grouped"])
+        deadline = time.monotonic() + 60
+        while not consumer.assignment():
+            assert time.monotonic() < deadline, "the consumer was never assigned its partition"
+            consumer.poll(0.1)
+        with connect(second) as sock:
+            found = kio_call(sock, request_class(10, 3)(key="g", key_type=0))
+        assert found.error_code == ErrorCode.coordinator_not_available
+        assert found.error_message == f"group 'g' is served by the kop serve at PLAINTEXT://{first.bootstrap}"
+        consumer.close()  # leaves: the group is free once the first has published so
+        deadline = time.monotonic() + 60
+        with connect(second) as sock:
+            while kio_call(sock, request_class(10, 3)(key="g", key_type=0)).error_code != ErrorCode.none:
+                assert time.monotonic() < deadline, "the group was never free for the second server"
 
 
 def test_kafka_clients_produce_transact_consume_and_commit_through_kop_serve(store: Store) -> None:
