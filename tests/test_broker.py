@@ -206,6 +206,29 @@ def test_a_produce_on_a_local_root_applies_the_settings_another_process_gave_a_m
         assert b.list_offsets("t", 0, "earliest") == 0
 
 
+def test_a_produce_on_settings_read_before_the_topic_was_made_again_applies_none_of_their_retention(tmp_path):
+    """Settings read before another process deleted the topic and made it again are the old
+    topic's. A produce may act on such a read: on an object store for up to a second, and on any
+    store when the topic is made again between its read and its append. It applied the old
+    topic's retention to the new topic's log, deleting records the new settings keep."""
+    root, conf = str(tmp_path / "store"), {"managedLedgerMaxEntriesPerLedger": 1}
+    clock_a, clock_b = ManualClock(NOW - 1000), ManualClock(NOW)
+    with Broker(root, conf, clock=clock_a) as a, Broker(root, conf, clock=clock_b) as b:
+        a.create_topic("t", 1, {"retention.bytes": 1})
+        b.produce("t", [Record(b"x")], 0)
+        _, old = b.admin.metadata("t")  # read at NOW: keep one byte
+        clock_a.advance(2000)
+        a.delete_topic("t")
+        a.create_topic("t", 1)  # at NOW + 1000, keeping everything
+        for i in range(3):
+            b.produce_batches("t", 0, [build_record_batch(recs(1, start=i))], _meta=old)
+        assert b.list_offsets("t", 0, "earliest") == 0
+        clock_b.advance(2000)  # settings read from now on are the new topic's
+        b.produce("t", [Record(b"y")], 0)
+        assert b.list_offsets("t", 0, "earliest") == 0 and b.list_offsets("t", 0, "latest") == 4
+        assert b.verify() == {}
+
+
 def test_a_retention_pass_never_seals_this_writers_ledger_on_a_view_older_than_its_append(root):
     """A retention pass probes the partitions first, then takes each log in turn: an append of this
     writer may come between. On what a view read, older than that append, the expired tail it

@@ -187,11 +187,9 @@ class TwoBrokers(RuleBasedStateMachine):
 
     @rule(who=WHO, partitions=st.integers(1, 3), kept=KEPT, compacted=st.booleans())
     def recreate(self, who: int, partitions: int, kept: int, compacted: bool) -> None:
-        """With new settings on a local root, where every produce reads them as they stand; on
-        the others a produce may take settings read within a second (PRODUCED_TOPIC_AGE_S),
-        even those of the topic as it was before, so the topic is made again as it was."""
-        if self.kind != "local":
-            kept, compacted = self.kept, self.compacted
+        """With new settings. On an object store a produce may take settings read within a
+        second (PRODUCED_TOPIC_AGE_S), even those of the topic as it was before, but applies no
+        retention by them to the log made again (``settings_read_ms``)."""
         b = self.brokers[who]
         b.delete_topic(self.topic)
         for p, log in enumerate(self.logs):

@@ -42,7 +42,7 @@ from ..storage.producer_state import ProducerEntry
 from ..storage.read_plan import PartitionView
 from ..topic_name import OFFSETS_TOPIC, TopicName, TopicPartition
 from . import metric_names
-from .log_manager import LogManager
+from .log_manager import SETTINGS_READ_MS, LogManager
 
 TopicMeta = dict[str, Any]
 
@@ -61,11 +61,17 @@ def standing(meta: TopicMeta | None) -> bool:
     return meta is not None and not meta.get("deleting")
 
 
-def _create_log(store: MetadataStore, key: str) -> None:
+def _create_log(store: MetadataStore, key: str, now_ms: int) -> None:
     try:
-        create_managed_ledger(store, key)
+        create_managed_ledger(store, key, now_ms)
     except BadVersionError:
         pass  # left by an earlier create that crashed half way, or made by a racing one: reuse it
+
+
+def _read_topic_meta(store: MetadataStore, clock: Clock, key: str) -> TopicMeta | None:
+    read_ms = clock.now_ms()  # first: a log made after it may be of the topic made again since
+    value = store.get(key).value
+    return None if value is None else {**value, SETTINGS_READ_MS: read_ms}
 
 
 def _delete_log(ml: ManagedLedger) -> None:
@@ -129,28 +135,24 @@ class TopicAdmin:
         return TopicName.parse(topic, c["kafkaTenant"], c["kafkaNamespace"])
 
     def kafka_name(self, name: TopicName) -> str:
-        """The name a topic is listed under: the offsets topic by Kafka's name, as Kafka's tools
-        (``kafka-topics --list``, kcat -L, lag monitors) find it in Metadata."""
+        """The name a topic is listed under: the offsets topic by Kafka's, as Kafka's tools find it."""
         if name.local_name == OFFSETS_TOPIC and self.is_internal(name):
             return OFFSETS_TOPIC
         return name.kafka_name(self._config["kafkaTenant"], self._config["kafkaNamespace"])
 
     def listed_name(self, topic: str) -> str:
-        """The Kafka name a topic is listed under, however ``topic`` spells it (``t``,
-        ``public/default/t``, ``persistent://public/default/t``)."""
+        """The Kafka name a topic is listed under, however ``topic`` spells it (``persistent://...``)."""
         return self.kafka_name(self.name(topic))
 
     def is_internal(self, name: TopicName) -> bool:
-        """One of kop's own topics (the offsets topic), kept as KoP keeps them: named ``__...`` in
-        the metadata namespace (``kafkaMetadataTenant``/``kafkaMetadataNamespace``)."""
+        """One of kop's own topics, named ``__...`` in the metadata namespace, as KoP keeps them."""
         c = self._config
         own = (name.tenant, name.namespace) == (c["kafkaMetadataTenant"], c["kafkaMetadataNamespace"])
         return own and name.local_name.startswith("__")
 
     def refuse_internal(self, topic: str, action: str) -> None:
         """Kafka's refusal of a client's write to an internal topic (INVALID_TOPIC_EXCEPTION): the
-        records there are the coordinator's, and one it cannot read would break every group of its
-        partition."""
+        coordinator's records are there, and one it cannot read would break its partition's groups."""
         name = self.name(topic)
         if self.is_internal(name):
             raise InvalidTopicError(
@@ -301,7 +303,10 @@ class TopicAdmin:
         """At once: on an object store or etcd each is a round trip, and a topic of a hundred
         partitions took a hundred in turn."""
         keys = [layout.managed_ledger_key(name, p) for p in partitions]
-        all_at_once([functools.partial(_create_log, self._store, key) for key in keys], self._store.update_parallelism)
+        now = self._clock.now_ms()
+        all_at_once(
+            [functools.partial(_create_log, self._store, key, now) for key in keys], self._store.update_parallelism
+        )
 
     def create_partitions(self, topic: str, total: int) -> None:
         self.refuse_internal(topic, "add partitions to")  # its groups would move to other partitions
@@ -388,7 +393,8 @@ class TopicAdmin:
         within_s: float = 0.0,
         usable: Callable[[TopicMeta | None], bool] = lambda _: True,
     ) -> TopicMeta | None:
-        return self._topics.get(key, lambda: self._store.get(key).value, token, within_s, usable)
+        read = functools.partial(_read_topic_meta, self._store, self._clock, key)
+        return self._topics.get(key, read, token, within_s, usable)
 
     def info(self, topic: str) -> TopicInfo:
         return self._info(*self.metadata(topic))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Collection
 from typing import Any
@@ -15,6 +16,9 @@ from ..storage.ledger import IOStats
 from ..storage.managed_ledger import ManagedLedger, ManagedLedgerConfig
 from ..storage.metadata_store import MetadataStore
 from ..topic_name import TopicName
+
+# Set by TopicAdmin in the topic metadata it reads, never stored: when it was read (``ManagedLedgerConfig.settings_read_ms``).
+SETTINGS_READ_MS = "_read_ms"
 
 
 class LogManager:
@@ -48,6 +52,8 @@ class LogManager:
             # read afresh by every use: a retention pass, a merge, a compaction
             ml.config = self._ledger_config(topic_meta)
             self._overrides[key] = overrides
+        elif ml.config.settings_read_ms != topic_meta.get(SETTINGS_READ_MS):
+            ml.config = dataclasses.replace(ml.config, settings_read_ms=topic_meta.get(SETTINGS_READ_MS))
         return ml
 
     def cached(self, name: TopicName, partition: int) -> ManagedLedger | None:
@@ -95,6 +101,7 @@ class LogManager:
             target_ledger_bytes=c["maintenanceTargetLedgerMbytes"] << 20,
             merge_in_passing=c["managedLedgerMergeInPassing"],
             sink_expiration_ms=c["transactional.id.expiration.ms"],
+            settings_read_ms=topic_meta.get(SETTINGS_READ_MS),
         )
 
     def forget(self, name: TopicName) -> None:

@@ -179,6 +179,7 @@ class LogMetadata:
     kafka_producers: dict[int, ProducerEntry] = field(default_factory=dict)  # see ``producer_state``
     cleaned_offset: int = 0  # where the last compaction reached (Kafka's cleaner checkpoint)
     cleaning: CleaningMark | None = None
+    created_ms: int = 0  # when the log was made (0: by a kop that did not say), see ManagedLedgerConfig
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> LogMetadata:
@@ -197,6 +198,7 @@ class LogMetadata:
             kafka_producers={int(p): ProducerEntry.from_json(e) for p, e in value.get("kafka_producers", {}).items()},
             cleaned_offset=value.get("cleaned_offset", 0),
             cleaning=CleaningMark(**value["cleaning"]) if "cleaning" in value else None,
+            created_ms=value.get("created_ms", 0),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -218,6 +220,8 @@ class LogMetadata:
                 out["cleaned_offset"] = self.cleaned_offset
             if self.cleaning is not None:
                 out["cleaning"] = self.cleaning._asdict()
+            if self.created_ms:
+                out["created_ms"] = self.created_ms
         out["trash"] = self.trash
         if self.condemned:
             out["condemned"] = self.condemned
@@ -237,6 +241,7 @@ class LogMetadata:
             dict(self.kafka_producers),
             self.cleaned_offset,
             self.cleaning,
+            self.created_ms,
         )
 
     # -- what it says ------------------------------------------------------------------------

@@ -80,6 +80,14 @@ class ManagedLedgerConfig:
     target_ledger_bytes: int = 64 << 20  # a compaction writes ledgers of about this size
     merge_in_passing: int = 16  # merge a run of this many small ledgers as part of writing; 0: never
     sink_expiration_ms: int = 604_800_000  # forget an exactly-once writer's last batch this long after it
+    # When the topic settings above were read (None: not known). Retention by them is applied only
+    # to a log made before: one made since is of a topic deleted and made again, whose settings
+    # may differ, and a writer that took settings read a moment before (a produce, on a store
+    # that cannot probe one key) deleted records by the old topic's retention.
+    settings_read_ms: int | None = None
+
+    def settings_cover(self, meta: LogMetadata) -> bool:
+        return self.settings_read_ms is None or meta.created_ms <= self.settings_read_ms
 
     @cached_property
     def retention(self) -> RetentionPolicy:
@@ -158,10 +166,11 @@ def _move_staged(fileio: FileIO, log: str, moves: list[tuple[str, str]]) -> None
         fileio.rename(todo)
 
 
-def create_managed_ledger(store: MetadataStore, key: str) -> None:
-    """Create an empty managed ledger, carrying over the trash of a deleted one of that name."""
+def create_managed_ledger(store: MetadataStore, key: str, now_ms: int = 0) -> None:
+    """Create an empty managed ledger, carrying over the trash of a deleted one of that name;
+    ``now_ms``: when, as the log says (``ManagedLedgerConfig.settings_read_ms``)."""
     current = store.get(key)
-    meta = LogMetadata()
+    meta = LogMetadata(created_ms=now_ms)
     if current.value is not None:
         old = LogMetadata.from_json(current.value)
         if not old.deleted:
@@ -284,7 +293,8 @@ class ManagedLedger:
             self._state = state
             return
         if not new.deleted:
-            apply_retention(new, self.config.retention, now)
+            if self.config.settings_cover(state.meta):
+                apply_retention(new, self.config.retention, now)
             expire_writers(new, self.config.retention, now)
         purge_trash(self.fileio, state.meta, new, now)
         if new == state.meta:
