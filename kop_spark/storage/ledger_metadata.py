@@ -10,6 +10,7 @@ The metadata store holds it as JSON under the partition's key (``layout.managed_
      "trash":     [{"file", "delete_after_ms"}, ...],          files no longer referred to
      "condemned": [file, ...],                                 orphans being removed
      "cleaning":  {"cleaner", "end_offset", "renewed_ms"},     a compaction under way
+     "created_ms": int,                                        when the log was made (a topic made again)
      "deleted":   true}                                        only once the log is deleted
 
 Every change is made to a ``LogMetadata`` read from one version and written back by
