@@ -31,6 +31,7 @@ from kop_spark.kafka.group_servers import GroupServers
 from kop_spark.kafka.handlers.consumer_groups import consumer_group_heartbeat
 from kop_spark.kafka.handlers.groups import sync_group
 from kop_spark.kafka.messages import RequestHeader, request_class
+from kop_spark.storage.metadata_store import update
 
 from .group_clients import (
     assigned,
@@ -214,9 +215,9 @@ def test_members_a_server_took_in_while_another_served_the_group_are_put_out(ser
     with Broker(server.root) as b:  # as a second server that published first would have
         other = GroupServer("elsewhere :9092", "PLAINTEXT://elsewhere:9092")
         member = LiveMember("there", "client", "10.0.0.1", (("t", 0),))
-        key = layout.live_group_key("g")  # written by hand: a publish would not take it from the server
         entry = {"state": "Stable", "expires_ms": b.clock.now_ms() + 60_000, "members": [member._asdict()]}
-        b.store.put(key, {**entry, "server": other._asdict()}, b.store.get(key).version)
+        # By hand (a publish would not take it from the server), by CAS again if the server's refresh comes between
+        update(b.store, layout.live_group_key("g"), lambda _: {**entry, "server": other._asdict()})
     poll_until([c], lambda _: not c.assignment())  # at the server's next refresh of the group
     assert "group 'g' has members on the kop serve at PLAINTEXT://elsewhere:9092" in "".join(server.log)
 
