@@ -360,6 +360,29 @@ def test_a_compacted_topics_open_ledger_is_closed_and_compacted_at_max_compactio
     assert OPEN not in [l.state for l in b.view("c", 0).ledgers]
 
 
+def test_a_topic_made_again_is_not_compacted_by_the_settings_of_the_one_before(tmp_path):
+    """A housekeeping pass reads every topic's settings at its start and may take minutes over the
+    partitions; another process may delete a topic and make it again meanwhile, without
+    compaction. The pass compacted the new topic's log by the old topic's cleanup.policy,
+    dropping every record but each key's last."""
+    conf = {"managedLedgerMaxEntriesPerLedger": 1}
+    clock_a, clock_b = ManualClock(NOW - 1000), ManualClock(NOW)
+    with Broker(str(tmp_path), conf, clock=clock_a) as a, Broker(str(tmp_path), conf, clock=clock_b) as b:
+        a.create_topic("c", 1, config={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01})
+        _, old = b.admin.metadata("c")  # read at NOW: compact
+        clock_a.advance(2000)
+        a.delete_topic("c")
+        a.create_topic("c", 1)  # at NOW + 1000: cleanup.policy=delete
+        for value in (b"v0", b"v1", b"v2"):
+            a.produce("c", [Record(value, key=b"k", timestamp_ms=NOW)], partition=0)
+        a.produce("c", [Record(b"x", key=b"y", timestamp_ms=NOW)], partition=0)  # v2's ledger sealed
+        stale = b.admin.log("c", 0, old)
+        assert stale.config.compact_policy
+        assert stale.cleaner.clean() is None and stale.cleaner.compact() is None
+        assert [r.value for r in a.fetch("c", 0, 0)] == [b"v0", b"v1", b"v2", b"x"]
+        assert a.verify() == {}
+
+
 def test_max_compaction_lag_counts_from_when_records_came_though_merges_rewrote_them(tmp_path):
     """A merge in passing rewrites a run of small ledgers as one, dated as the oldest of them: the
     records are overdue when they would have been unmerged. Merges keep compacted and new records

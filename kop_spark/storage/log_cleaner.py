@@ -60,13 +60,16 @@ class LogCleaner:
         When more keys came since the last compaction than the offset map holds, it takes several
         passes, as ``clean`` does. The open tail is sealed (or
         fenced) first so that it is compacted too. Returns the records kept, or None when the log
-        changed under the compaction (another compaction or retention won; nothing is lost).
+        changed under the compaction (another compaction or retention won, or the topic was made
+        again since its settings were read; nothing is lost).
         ``stop`` set meanwhile raises ``HousekeepingStoppedError``, the log left as it was.
         """
         ml = self._log
         with ml.lock:
             ml.apply(ml.close_tail)
             view = ml.view()
+            if not ml.config.settings_cover(view.created_ms):
+                return None
             return self._compact(list(view.ledgers), view.cleaned_offset, stop) if view.ledgers else 0
 
     def clean(self, stop: threading.Event | None = None, view: PartitionView | None = None) -> int | None:
@@ -81,6 +84,8 @@ class LogCleaner:
         if the caller has it."""
         ml = self._log
         config, now, view = ml.config, ml.clock.now_ms(), view if view is not None else ml.view()
+        if not config.settings_cover(view.created_ms):
+            return None  # the settings are an older topic's: this one was made again since
         if _overdue_tail(view, config.max_compaction_lag_ms, now):
             ml.apply(
                 lambda meta, at: (

@@ -80,14 +80,16 @@ class ManagedLedgerConfig:
     target_ledger_bytes: int = 64 << 20  # a compaction writes ledgers of about this size
     merge_in_passing: int = 16  # merge a run of this many small ledgers as part of writing; 0: never
     sink_expiration_ms: int = 604_800_000  # forget an exactly-once writer's last batch this long after it
-    # When the topic settings above were read (None: not known). Retention by them is applied only
-    # to a log made before: one made since is of a topic deleted and made again, whose settings
-    # may differ, and a writer that took settings read a moment before (a produce, on a store
-    # that cannot probe one key) deleted records by the old topic's retention.
+    # When the topic settings above were read (None: not known). Retention and compaction by them
+    # apply only to a log made before: one made since is of a topic deleted and made again, whose
+    # settings may differ, and a writer that took settings read a moment before (a produce, on a
+    # store that cannot probe one key; a housekeeping pass, read at its start) deleted records by
+    # the old topic's retention, or compacted a topic made again with cleanup.policy=delete.
     settings_read_ms: int | None = None
 
-    def settings_cover(self, meta: LogMetadata) -> bool:
-        return self.settings_read_ms is None or meta.created_ms <= self.settings_read_ms
+    def settings_cover(self, created_ms: int) -> bool:
+        """Whether these settings are those of a log made at ``created_ms``."""
+        return self.settings_read_ms is None or created_ms <= self.settings_read_ms
 
     @cached_property
     def retention(self) -> RetentionPolicy:
@@ -293,7 +295,7 @@ class ManagedLedger:
             self._state = state
             return
         if not new.deleted:
-            if self.config.settings_cover(state.meta):
+            if self.config.settings_cover(state.meta.created_ms):
                 apply_retention(new, self.config.retention, now)
             expire_writers(new, self.config.retention, now)
         purge_trash(self.fileio, state.meta, new, now)

@@ -117,6 +117,7 @@ class PartitionView:
     producers: Mapping[int, ProducerEntry] = field(repr=False, compare=False, default_factory=dict)  # idempotent ones
     cleaned_offset: int = 0  # where the last compaction reached
     cleaning: CleaningMark | None = None  # a compaction under way
+    created_ms: int = 0  # when the log was made
 
     @classmethod
     def of(cls, meta: LogMetadata, version: int) -> PartitionView:
@@ -126,7 +127,7 @@ class PartitionView:
         bases = tuple(map(attrgetter("base_offset"), ledgers))
         return cls(
             version, meta.log_start_offset, meta.next_offset, ledgers, bases, running, meta.kafka_producers,
-            meta.cleaned_offset, meta.cleaning,
+            meta.cleaned_offset, meta.cleaning, meta.created_ms,
         )  # fmt: skip
 
     def ledger_for_offset(self, offset: int) -> int:
