@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import datetime
+import json
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -283,6 +284,8 @@ def test_the_group_shows_in_kop_groups_the_admin_client_and_list_groups(
     shown = kop_groups(server, "describe", "g")
     rows = {line.split()[2]: line.split()[-1] for line in shown.stdout.splitlines() if line.startswith("g ")}
     assert rows == {str(p): "one" if p in assigned(one) else "two" for p in range(4)}, shown.stdout
+    state = json.loads(kop_groups(server, "describe", "g", "--state", "--output", "json").stdout)
+    assert [(s["strategy"], s["state"], s["members"]) for s in state] == [("range", "Stable", 2)]
     assert kop_groups(server, "delete", "g").returncode == 1  # an active group
     (refused,) = admin.delete_consumer_groups(["g"]).values()
     with pytest.raises(KafkaException, match="NON_EMPTY_GROUP"):

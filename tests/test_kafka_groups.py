@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -390,13 +391,24 @@ def test_kop_groups_shows_wire_members_and_refuses_to_reset_an_active_group(serv
     one.subscribe(["t"])
     two.subscribe(["t"])
     poll_until([one, two], lambda _: len(assigned(one)) == len(assigned(two)) == 2)
-    one.commit(offsets=[TopicPartition("t", p, 0) for p in range(4)], asynchronous=False)
     until_live(server, 2)
+    uncommitted = json.loads(kop_groups(server, "describe", "g", "--output", "json").stdout)
+    assert [(r["partition"], r["current_offset"], r["lag"]) for r in uncommitted] == [(p, "-", "-") for p in range(4)]
+    one.commit(offsets=[TopicPartition("t", p, 0) for p in range(4)], asynchronous=False)
     described = kop_groups(server, "describe", "g")
     assert described.returncode == 0, described.stderr
     rows = {line.split()[2]: line.split()[6:] for line in described.stdout.splitlines() if line.startswith("g ")}
     assert {p: (who[2], who[1]) for p, who in rows.items()} == {
         str(p): ("one" if p in assigned(one) else "two", "/127.0.0.1") for p in range(4)
+    }
+    header, state = kop_groups(server, "describe", "g", "--state").stdout.strip().split("\n")
+    assert header.split() == ["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]
+    assert re.match(rf"g +PLAINTEXT://{server.bootstrap} \(", state), state
+    assert state.split()[-3:] == ["range", "Stable", "2"]
+    members = json.loads(kop_groups(server, "describe", "g", "--members", "--verbose", "--output", "json").stdout)
+    assert {m["client_id"]: (m["partitions"], m["assignment"]) for m in members} == {
+        name: (len(c_assigned), f"t({','.join(map(str, sorted(c_assigned)))})")
+        for name, c_assigned in (("one", assigned(one)), ("two", assigned(two)))
     }
     refused = kop_groups(server, "reset-offsets", "g", "--all-topics", "--to-latest", "--execute")
     assert refused.returncode == 1 and "can only be reset if the group 'g' is inactive" in refused.stderr
@@ -405,6 +417,13 @@ def test_kop_groups_shows_wire_members_and_refuses_to_reset_an_active_group(serv
     two.close()  # each leaves the group
     until_live(server, 0)
     assert "has no active members" in kop_groups(server, "describe", "g").stdout
+    assert "has no active members" in kop_groups(server, "describe", "g", "--members").stdout
+    assert kop_groups(server, "describe", "g", "--state").stdout.strip().split("\n")[1].split() == [
+        "g",
+        "-",
+        "Empty",
+        "0",
+    ]
     assert kop_groups(server, "reset-offsets", "g", "--all-topics", "--to-latest", "--execute").returncode == 0
 
 

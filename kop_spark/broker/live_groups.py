@@ -34,6 +34,7 @@ class LiveGroup(NamedTuple):
     state: str
     members: tuple[LiveMember, ...]
     server: GroupServer | None = None  # None: published by a kop that did not name it
+    strategy: str = ""  # the assignor (classic: the protocol its members chose), as Kafka's ASSIGNMENT-STRATEGY
 
     def owner(self, topic: str, partition: int) -> LiveMember | None:
         return next((m for m in self.members if (topic, partition) in m.partitions), None)
@@ -54,6 +55,8 @@ class LiveGroups:
         }
         if live.server is not None:
             value["server"] = live.server._asdict()
+        if live.strategy:
+            value["strategy"] = live.strategy
         holder: list[GroupServer] = []
 
         def change(current: dict[str, Any] | None) -> dict[str, Any]:
@@ -78,4 +81,4 @@ class LiveGroups:
             for m in value["members"]
         )
         server = GroupServer(**value["server"]) if "server" in value else None
-        return LiveGroup(value["state"], members, server)
+        return LiveGroup(value["state"], members, server, value.get("strategy", ""))

@@ -62,11 +62,12 @@ def _groups(args: argparse.Namespace) -> int:
         if not args.group:
             raise KopError(f"kop groups {args.action}: a group id is required")
         group = args.group
-        if args.action in ("describe", "delete-offsets") and not b.fetch_offsets(group):
-            raise KopError(f"Consumer group '{group}' does not exist.")
         live = b.live_groups.get(group)
+        if args.action in ("describe", "delete-offsets") and not b.fetch_offsets(group) and not live:
+            raise KopError(f"Consumer group '{group}' does not exist.")
         if args.action == "describe":
-            _describe(b, args, group, live)
+            describe = _describe_state if args.state else _describe_members if args.members else _describe
+            describe(b, args, group, live)
         elif args.action == "reset-offsets":
             if live and args.execute:
                 raise KopError(
@@ -103,9 +104,66 @@ def _groups(args: argparse.Namespace) -> int:
     return 0
 
 
+def _describe_state(b: Broker, args: argparse.Namespace, group: str, live: LiveGroup | None) -> None:
+    """``--describe --state``, as kafka-consumer-groups prints it; the coordinator is the ``kop
+    serve`` the group's members are on (none while it has no members: any server takes it up)."""
+    server = live.server if live else None
+    row = {
+        "group": group,
+        "coordinator": f"{server.address} ({server.id})" if server else "-",
+        "strategy": live.strategy if live else "",
+        "state": live.state if live else "Empty",
+        "members": len(live.members) if live else 0,
+    }
+    columns = [
+        ("GROUP", "group", 15),
+        ("COORDINATOR (ID)", "coordinator", 25),
+        ("ASSIGNMENT-STRATEGY", "strategy", 20),
+        ("STATE", "state", 15),
+        ("#MEMBERS", "members", 0),
+    ]
+    emit(args, [row], columns)
+
+
+def _describe_members(b: Broker, args: argparse.Namespace, group: str, live: LiveGroup | None) -> None:
+    """``--describe --members`` (``--verbose``: with each member's partitions)."""
+    rows = [
+        {
+            "group": group,
+            "consumer_id": m.member_id,
+            "host": f"/{m.host}",
+            "client_id": m.client_id,
+            "partitions": len(m.partitions),
+            "assignment": _assignment(m.partitions),
+        }
+        for m in (live.members if live else ())
+    ]
+    columns = [
+        ("GROUP", "group", 15),
+        ("CONSUMER-ID", "consumer_id", 15),
+        ("HOST", "host", 15),
+        ("CLIENT-ID", "client_id", 15),
+        ("#PARTITIONS", "partitions", 0),
+    ]
+    columns += [("ASSIGNMENT", "assignment", 0)] if args.verbose else []
+    emit(args, rows, columns, preface="" if live else f"\nConsumer group '{group}' has no active members.")
+
+
+def _assignment(partitions: tuple[tuple[str, int], ...]) -> str:
+    """As Kafka prints a member's partitions: ``t1(0,1),t2(0)``, or ``-`` for none."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, p in sorted(partitions):
+        by_topic.setdefault(topic, []).append(p)
+    return ",".join(f"{t}({','.join(map(str, ps))})" for t, ps in by_topic.items()) or "-"
+
+
 def _describe(b: Broker, args: argparse.Namespace, group: str, live: LiveGroup | None) -> None:
+    """Each partition the group has an offset for or a member consumes, with its lag."""
     rows = []
-    for (topic, p), o in sorted(b.fetch_offsets(group).items()):
+    offsets: dict[tuple[str, int], int | str] = {tp: o.offset for tp, o in b.fetch_offsets(group).items()}
+    for m in live.members if live else ():
+        offsets.update({tp: "-" for tp in m.partitions if tp not in offsets})
+    for (topic, p), o in sorted(offsets.items()):
         owner = live.owner(topic, p) if live else None
         try:
             end = b.list_offsets(topic, p, "latest")
@@ -116,9 +174,9 @@ def _describe(b: Broker, args: argparse.Namespace, group: str, live: LiveGroup |
                 "group": group,
                 "topic": topic,
                 "partition": p,
-                "current_offset": o.offset,
+                "current_offset": o,
                 "log_end_offset": "-" if end is None else end,
-                "lag": "-" if end is None else max(end - o.offset, 0),
+                "lag": "-" if end is None or isinstance(o, str) else max(end - o, 0),
                 "consumer_id": owner.member_id if owner else "-",
                 "host": f"/{owner.host}" if owner else "-",
                 "client_id": owner.client_id if owner else "-",
@@ -235,5 +293,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     g.add_argument("--by-duration", metavar="PnDTnHnMnS")
     g.add_argument("--dry-run", action="store_true", help="show the new offsets only (the default)")
     g.add_argument("--execute", action="store_true", help="commit the new offsets")
+    view = g.add_mutually_exclusive_group()
+    view.add_argument("--state", action="store_true", help="describe: the group's coordinator, state and members")
+    view.add_argument("--members", action="store_true", help="describe: the group's members")
+    view.add_argument("--offsets", action="store_true", help="describe: each partition's offset and lag (the default)")
+    g.add_argument("--verbose", action="store_true", help="describe --members: with each member's partitions")
     g.add_argument("--output", choices=["text", "json"], default="text")
     g.set_defaults(run=_groups)

@@ -291,7 +291,7 @@ class ShareGroupCoordinator:
         members = tuple(
             LiveMember(m.member_id, m.client[0], m.client[1], tuple(sorted(m.sent or ()))) for m in g.members.values()
         )
-        return LiveGroup("Stable" if members else "Empty", members)
+        return LiveGroup("Stable" if members else "Empty", members, strategy="simple")
 
     def is_active(self, group_id: str) -> bool:
         g = self.groups.get(group_id)
