@@ -412,10 +412,20 @@ def test_kop_share_groups_describes_resets_and_deletes_an_inactive_group(
     described = _kop_share_groups(server, "describe", "sg", "--output", "json")
     assert json.loads(described.stdout) == [{"group": "sg", "topic": "t", "partition": 0, "start_offset": 10, "lag": 5}]
     until_live(server, 1, "sg")
+    (state,) = json.loads(_kop_share_groups(server, "describe", "sg", "--state", "--output", "json").stdout)
+    assert (state["coordinator"].split()[0], state["strategy"], state["state"], state["members"]) == (
+        f"PLAINTEXT://{server.bootstrap}",
+        "simple",
+        "Stable",
+        1,
+    )
+    (member,) = json.loads(_kop_share_groups(server, "describe", "sg", "--members", "--output", "json").stdout)
+    assert (member["partitions"], member["assignment"]) == (1, "t(0)")
     refused = _kop_share_groups(server, "reset-offsets", "sg", "--all-topics", "--to-earliest", "--execute")
     assert refused.returncode != 0 and "is not empty" in refused.stderr
     c.close()
     until_live(server, 0, "sg")
+    assert "Share group 'sg' has no active members." in _kop_share_groups(server, "describe", "sg", "--members").stdout
     reset = _kop_share_groups(server, "reset-offsets", "sg", "--all-topics", "--to-earliest", "--execute")
     assert reset.returncode == 0, reset.stderr
     again = share_consumer()

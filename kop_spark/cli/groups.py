@@ -66,7 +66,7 @@ def _groups(args: argparse.Namespace) -> int:
         if args.action in ("describe", "delete-offsets") and not b.fetch_offsets(group) and not live:
             raise KopError(f"Consumer group '{group}' does not exist.")
         if args.action == "describe":
-            describe = _describe_state if args.state else _describe_members if args.members else _describe
+            describe = describe_state if args.state else describe_members if args.members else _describe
             describe(b, args, group, live)
         elif args.action == "reset-offsets":
             if live and args.execute:
@@ -104,7 +104,7 @@ def _groups(args: argparse.Namespace) -> int:
     return 0
 
 
-def _describe_state(b: Broker, args: argparse.Namespace, group: str, live: LiveGroup | None) -> None:
+def describe_state(b: Broker, args: argparse.Namespace, group: str, live: LiveGroup | None) -> None:
     """``--describe --state``, as kafka-consumer-groups prints it; the coordinator is the ``kop
     serve`` the group's members are on (none while it has no members: any server takes it up)."""
     server = live.server if live else None
@@ -125,7 +125,9 @@ def _describe_state(b: Broker, args: argparse.Namespace, group: str, live: LiveG
     emit(args, [row], columns)
 
 
-def _describe_members(b: Broker, args: argparse.Namespace, group: str, live: LiveGroup | None) -> None:
+def describe_members(
+    b: Broker, args: argparse.Namespace, group: str, live: LiveGroup | None, kind: str = "Consumer"
+) -> None:
     """``--describe --members`` (``--verbose``: with each member's partitions)."""
     rows = [
         {
@@ -146,7 +148,7 @@ def _describe_members(b: Broker, args: argparse.Namespace, group: str, live: Liv
         ("#PARTITIONS", "partitions", 0),
     ]
     columns += [("ASSIGNMENT", "assignment", 0)] if args.verbose else []
-    emit(args, rows, columns, preface="" if live else f"\nConsumer group '{group}' has no active members.")
+    emit(args, rows, columns, preface="" if live else f"\n{kind} group '{group}' has no active members.")
 
 
 def _assignment(partitions: tuple[tuple[str, int], ...]) -> str:
@@ -277,6 +279,15 @@ def _reset_offsets(b: Broker, args: argparse.Namespace, group: str) -> None:
         print("\n(dry run: nothing changed; add --execute to commit these offsets)", file=sys.stderr)
 
 
+def add_describe_views(g: argparse.ArgumentParser) -> None:
+    """kafka-consumer-groups' and kafka-share-groups' views of ``--describe``."""
+    view = g.add_mutually_exclusive_group()
+    view.add_argument("--state", action="store_true", help="describe: the group's coordinator, state and members")
+    view.add_argument("--members", action="store_true", help="describe: the group's members")
+    view.add_argument("--offsets", action="store_true", help="describe: each partition's offsets and lag (the default)")
+    g.add_argument("--verbose", action="store_true", help="describe --members: with each member's partitions")
+
+
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     g = sub.add_parser("groups", help="consumer groups: list, describe, reset-offsets, delete, delete-offsets")
     g.add_argument("action", choices=["list", "describe", "reset-offsets", "delete", "delete-offsets"])
@@ -293,10 +304,6 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     g.add_argument("--by-duration", metavar="PnDTnHnMnS")
     g.add_argument("--dry-run", action="store_true", help="show the new offsets only (the default)")
     g.add_argument("--execute", action="store_true", help="commit the new offsets")
-    view = g.add_mutually_exclusive_group()
-    view.add_argument("--state", action="store_true", help="describe: the group's coordinator, state and members")
-    view.add_argument("--members", action="store_true", help="describe: the group's members")
-    view.add_argument("--offsets", action="store_true", help="describe: each partition's offset and lag (the default)")
-    g.add_argument("--verbose", action="store_true", help="describe --members: with each member's partitions")
+    add_describe_views(g)
     g.add_argument("--output", choices=["text", "json"], default="text")
     g.set_defaults(run=_groups)

@@ -9,7 +9,7 @@ import json
 from ..broker import Broker, ShareStates
 from ..errors import KopError
 from .common import emit, open_broker
-from .groups import clamped, group_partitions
+from .groups import add_describe_views, clamped, describe_members, describe_state, group_partitions
 
 
 def _share_groups(args: argparse.Namespace) -> int:
@@ -22,12 +22,16 @@ def _share_groups(args: argparse.Namespace) -> int:
         group = args.group
         if not group:
             raise KopError(f"kop share-groups {args.action}: a group id is required")
-        partitions = states.partitions(group)
-        if not partitions:
+        partitions, live = states.partitions(group), b.live_groups.get(group)
+        if not partitions and not live:
             raise KopError(f"Share group '{group}' does not exist.")
-        live = b.live_groups.get(group)
         if args.action == "describe":
-            _describe(b, args, group, partitions, live is not None)
+            if args.state:
+                describe_state(b, args, group, live)
+            elif args.members:
+                describe_members(b, args, group, live, "Share")
+            else:
+                _describe(b, args, group, partitions, live is not None)
             return 0
         if live and (args.execute or args.action == "delete"):
             raise KopError(f"Share group '{group}' is not empty: it has {len(live.members)} active members.")
@@ -85,5 +89,6 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     g.add_argument("--to-offset", type=int)
     g.add_argument("--dry-run", action="store_true", help="show the new start offsets only (the default)")
     g.add_argument("--execute", action="store_true", help="set the new start offsets (the group must be inactive)")
+    add_describe_views(g)
     g.add_argument("--output", choices=["text", "json"], default="text")
     g.set_defaults(run=_share_groups)
