@@ -114,9 +114,12 @@ def share_partition_key(group: str, topic: str, partition: int) -> str:
     return f"{share_group_prefix(group)}/{name_segment(topic)}/{partition}"
 
 
+LIVE_GROUPS = f"{KAFKA}/groups"
+
+
 def live_group_key(group: str) -> str:
     """Where ``kop serve`` publishes a consumer group's live members (``broker.live_groups``)."""
-    return f"{KAFKA}/groups/{name_segment(group)}"
+    return f"{LIVE_GROUPS}/{name_segment(group)}"
 
 
 USERS = f"{KAFKA}/users"

@@ -15,6 +15,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 
 from kop_spark import Broker
+from kop_spark.broker import LiveGroup
 
 from .conftest import PYTHON, python_subprocess_env
 from .kop_server import KopServer
@@ -68,12 +69,18 @@ def kop_groups(server: KopServer, *args: str) -> subprocess.CompletedProcess[str
     return subprocess.run(command, capture_output=True, text=True, env=python_subprocess_env(), timeout=120)
 
 
-def until_live(server: KopServer, members: int, group: str = "g") -> None:
-    """Until the server has published ``members`` live members of the group."""
+def until_live(server: KopServer, members: int, group: str = "g", partitions: int | None = None) -> None:
+    """Until the server has published ``members`` live members of the group (holding
+    ``partitions`` between them, if given)."""
     deadline = time.monotonic() + 30
+
+    def shown(live: LiveGroup | None) -> tuple[int, int | None]:
+        held = live.members if live else ()
+        return len(held), None if partitions is None else sum(len(m.partitions) for m in held)
+
     with Broker(server.root) as b:
-        while len(getattr(b.live_groups.get(group), "members", ())) != members:
-            assert time.monotonic() < deadline, f"the group never showed {members} live members"
+        while shown(b.live_groups.get(group)) != (members, partitions):
+            assert time.monotonic() < deadline, f"the group never showed {members} live members ({partitions=})"
 
 
 _MEMBER = textwrap.dedent(

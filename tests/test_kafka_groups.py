@@ -183,6 +183,24 @@ def test_a_group_entry_is_not_taken_from_another_servers_members_while_it_holds(
         assert live.publish("g", LiveGroup("Stable", (member,), one), 30_000) is None
 
 
+def test_every_group_with_live_members_is_found_with_its_type_and_assignor(tmp_path) -> None:
+    """What ``kop groups list`` adds to the groups with offsets: those whose members have
+    committed nothing yet. A lapsed entry, or one with no members, counts for none."""
+    server, member = GroupServer("host-a :9092", "PLAINTEXT://a:9092"), LiveMember("m", "c", "10.0.0.1", ())
+    clock = ManualClock(NOW)
+    with Broker(str(tmp_path)) as b:
+        live = LiveGroups(b.store, clock)
+        live.publish("lapses", LiveGroup("Stable", (member,), server), 1_000)
+        clock.advance(1_001)
+        live.publish("app:orders", LiveGroup("Stable", (member,), server, "range", "classic"), 30_000)
+        live.publish("queue", LiveGroup("Stable", (member,), server, "simple", "share"), 30_000)
+        live.publish("left", LiveGroup("Empty", (), server, "uniform", "consumer"), 30_000)
+        assert {g: (x.type, x.strategy, x.state) for g, x in live.all().items()} == {
+            "app:orders": ("classic", "range", "Stable"),
+            "queue": ("share", "simple", "Stable"),
+        }
+
+
 def test_a_server_that_cannot_read_which_server_serves_a_group_refuses_it_for_now() -> None:
     """A store that cannot be read: the group's clients are answered as while a coordinator loads
     (they ask again), not dropped by a connection closed on an unexpected error."""
@@ -394,6 +412,10 @@ def test_kop_groups_shows_wire_members_and_refuses_to_reset_an_active_group(serv
     until_live(server, 2)
     uncommitted = json.loads(kop_groups(server, "describe", "g", "--output", "json").stdout)
     assert [(r["partition"], r["current_offset"], r["lag"]) for r in uncommitted] == [(p, "-", "-") for p in range(4)]
+    assert kop_groups(server, "list").stdout.split() == ["g"]  # members, no offsets yet
+    assert json.loads(kop_groups(server, "list", "--state", "--output", "json").stdout) == [
+        {"group": "g", "state": "Stable"}
+    ]
     one.commit(offsets=[TopicPartition("t", p, 0) for p in range(4)], asynchronous=False)
     described = kop_groups(server, "describe", "g")
     assert described.returncode == 0, described.stderr
@@ -418,12 +440,10 @@ def test_kop_groups_shows_wire_members_and_refuses_to_reset_an_active_group(serv
     until_live(server, 0)
     assert "has no active members" in kop_groups(server, "describe", "g").stdout
     assert "has no active members" in kop_groups(server, "describe", "g", "--members").stdout
-    assert kop_groups(server, "describe", "g", "--state").stdout.strip().split("\n")[1].split() == [
-        "g",
-        "-",
-        "Empty",
-        "0",
-    ]
+    _, empty = kop_groups(server, "describe", "g", "--state").stdout.strip().split("\n")
+    assert empty.split() == ["g", "-", "Empty", "0"]
+    assert kop_groups(server, "list", "--state", "stable").stdout.split() == ["GROUP", "STATE"]
+    assert kop_groups(server, "list", "--state", "Stable,Empty").stdout.split() == ["GROUP", "STATE", "g", "Empty"]
     assert kop_groups(server, "reset-offsets", "g", "--all-topics", "--to-latest", "--execute").returncode == 0
 
 

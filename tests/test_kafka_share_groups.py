@@ -5,6 +5,7 @@ a restart of the server, and records held then are delivered again."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import json
@@ -31,7 +32,9 @@ from kio.schema.share_acknowledge.v1 import request as sa
 from kio.schema.share_fetch.v1 import request as sf
 
 from kop_spark import Broker, layout
+from kop_spark.config import Config
 from kop_spark.kafka.messages import request_class
+from kop_spark.kafka.share_groups import ShareGroupCoordinator
 
 from .conftest import PYTHON, python_subprocess_env
 from .group_clients import until_live
@@ -411,7 +414,7 @@ def test_kop_share_groups_describes_resets_and_deletes_an_inactive_group(
     assert _kop_share_groups(server, "list").stdout.split() == ["sg"]
     described = _kop_share_groups(server, "describe", "sg", "--output", "json")
     assert json.loads(described.stdout) == [{"group": "sg", "topic": "t", "partition": 0, "start_offset": 10, "lag": 5}]
-    until_live(server, 1, "sg")
+    until_live(server, 1, "sg", partitions=1)
     (state,) = json.loads(_kop_share_groups(server, "describe", "sg", "--state", "--output", "json").stdout)
     assert (state["coordinator"].split()[0], state["strategy"], state["state"], state["members"]) == (
         f"PLAINTEXT://{server.bootstrap}",
@@ -421,6 +424,8 @@ def test_kop_share_groups_describes_resets_and_deletes_an_inactive_group(
     )
     (member,) = json.loads(_kop_share_groups(server, "describe", "sg", "--members", "--output", "json").stdout)
     assert (member["partitions"], member["assignment"]) == (1, "t(0)")
+    assert _kop_share_groups(server, "list", "--state").stdout.split() == ["GROUP", "STATE", "sg", "Stable"]
+    assert _kop_share_groups(server, "describe", "--state", "sg").returncode == 0  # the group after --state
     refused = _kop_share_groups(server, "reset-offsets", "sg", "--all-topics", "--to-earliest", "--execute")
     assert refused.returncode != 0 and "is not empty" in refused.stderr
     c.close()
@@ -678,3 +683,26 @@ def test_leaving_a_group_one_was_never_in_leaves_no_group_behind(server: KopServ
         assert left.error_code == ErrorCode.none
         described = kio_call(sock, request_class(77, 1)(group_ids=("ghost",), include_authorized_operations=False))
         assert described.groups[0].error_code == ErrorCode.group_id_not_found
+
+
+def test_what_a_share_member_is_told_is_published_as_it_is_told() -> None:
+    """``kop groups`` shows each member's partitions from the group's published entry. A member
+    is told them after its heartbeat is taken (the topics are read between), so an entry published
+    on the heartbeat alone showed it with none until the next refresh, 10 s later."""
+    changed: list[str] = []
+
+    async def nothing(*_: Any) -> None:
+        return None
+
+    async def session() -> None:
+        coordinator = ShareGroupCoordinator(Config(), nothing, nothing, nothing, lambda: 0, changed.append)
+        member = coordinator.heartbeat("sg", "m", 0, ["t"], ("client", "127.0.0.1"))
+        assert changed == ["sg"]
+        assigned = coordinator.assignment("sg", member, lambda topic: 2)
+        coordinator.told("sg", member, assigned)
+        assert changed == ["sg", "sg"] and coordinator.live("sg").members[0].partitions == (("t", 0), ("t", 1))
+        coordinator.told("sg", member, assigned)  # told again the same: nothing new to show
+        assert changed == ["sg", "sg"]
+        coordinator.give_up("sg")
+
+    asyncio.run(session())

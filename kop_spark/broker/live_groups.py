@@ -35,6 +35,7 @@ class LiveGroup(NamedTuple):
     members: tuple[LiveMember, ...]
     server: GroupServer | None = None  # None: published by a kop that did not name it
     strategy: str = ""  # the assignor (classic: the protocol its members chose), as Kafka's ASSIGNMENT-STRATEGY
+    type: str = ""  # Kafka's group type: classic, consumer or share ("": published by a kop that did not say)
 
     def owner(self, topic: str, partition: int) -> LiveMember | None:
         return next((m for m in self.members if (topic, partition) in m.partitions), None)
@@ -55,8 +56,7 @@ class LiveGroups:
         }
         if live.server is not None:
             value["server"] = live.server._asdict()
-        if live.strategy:
-            value["strategy"] = live.strategy
+        value.update({name: getattr(live, name) for name in ("strategy", "type") if getattr(live, name)})
         holder: list[GroupServer] = []
 
         def change(current: dict[str, Any] | None) -> dict[str, Any]:
@@ -68,6 +68,14 @@ class LiveGroups:
 
         update(self._store, layout.live_group_key(group), change)
         return holder[-1] if holder else None
+
+    def all(self) -> dict[str, LiveGroup]:
+        """Every group with live members, by id: a read of each group a server ever published."""
+        found = {
+            layout.name_of_segment(key.rsplit("/", 1)[1]): key for key in self._store.list_keys(layout.LIVE_GROUPS)
+        }
+        live = {group: self._live(self._store.get(key).value) for group, key in found.items()}
+        return {group: g for group, g in live.items() if g is not None}
 
     def get(self, group: str) -> LiveGroup | None:
         """The group's live members, if a server has published them and they still hold."""
@@ -81,4 +89,4 @@ class LiveGroups:
             for m in value["members"]
         )
         server = GroupServer(**value["server"]) if "server" in value else None
-        return LiveGroup(value["state"], members, server, value.get("strategy", ""))
+        return LiveGroup(value["state"], members, server, value.get("strategy", ""), value.get("type", ""))

@@ -7,7 +7,7 @@ import datetime
 import json
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from ..broker import SPARK_COMMIT, Broker, LiveGroup
 from ..clock import now_ms
@@ -56,17 +56,14 @@ def _parse_duration(text: str) -> int:
 def _groups(args: argparse.Namespace) -> int:
     with open_broker(args) as b:
         if args.action == "list":
-            groups = b.list_groups()
-            print(json.dumps(groups) if args.output == "json" else "\n".join(groups))
+            list_groups(b, args, b.list_groups(), share=False)
             return 0
-        if not args.group:
-            raise KopError(f"kop groups {args.action}: a group id is required")
-        group = args.group
+        group = group_asked(args, "groups")
         live = b.live_groups.get(group)
         if args.action in ("describe", "delete-offsets") and not b.fetch_offsets(group) and not live:
             raise KopError(f"Consumer group '{group}' does not exist.")
         if args.action == "describe":
-            describe = describe_state if args.state else describe_members if args.members else _describe
+            describe = describe_state if args.state is not None else describe_members if args.members else _describe
             describe(b, args, group, live)
         elif args.action == "reset-offsets":
             if live and args.execute:
@@ -102,6 +99,29 @@ def _groups(args: argparse.Namespace) -> int:
                 preface=f"Request succeed for deleting offsets with topic {','.join(args.topic)} group {group}",
             )
     return 0
+
+
+def group_asked(args: argparse.Namespace, tool: str) -> str:
+    if not args.group and args.state:  # ``describe --state g``: --state takes a value only for list
+        args.group, args.state = args.state, ""
+    if not args.group:
+        raise KopError(f"kop {tool} {args.action}: a group id is required")
+    return str(args.group)
+
+
+def list_groups(b: Broker, args: argparse.Namespace, kept: Iterable[str], share: bool) -> None:
+    """Every group kept (``kept``) or with live members, of share groups or of the others; with
+    ``--state``, each one's state, and only those in the states it names (as kafka-consumer-groups
+    --list --state Stable,Empty)."""
+    live = {group: g for group, g in b.live_groups.all().items() if (g.type == "share") == share}
+    states = {group: live[group].state if group in live else "Empty" for group in {*kept, *live}}
+    if args.state is None:
+        groups = sorted(states)
+        print(json.dumps(groups) if args.output == "json" else "\n".join(groups))
+        return
+    wanted = {state.strip().lower() for state in args.state.split(",") if state.strip()}
+    rows = [{"group": g, "state": st} for g, st in sorted(states.items()) if not wanted or st.lower() in wanted]
+    emit(args, rows, [("GROUP", "group", 15), ("STATE", "state", 0)])
 
 
 def describe_state(b: Broker, args: argparse.Namespace, group: str, live: LiveGroup | None) -> None:
@@ -282,7 +302,13 @@ def _reset_offsets(b: Broker, args: argparse.Namespace, group: str) -> None:
 def add_describe_views(g: argparse.ArgumentParser) -> None:
     """kafka-consumer-groups' and kafka-share-groups' views of ``--describe``."""
     view = g.add_mutually_exclusive_group()
-    view.add_argument("--state", action="store_true", help="describe: the group's coordinator, state and members")
+    view.add_argument(
+        "--state",
+        nargs="?",
+        const="",
+        metavar="STATE,...",
+        help="describe: the group's coordinator, state and members; list: each group's state, only those named",
+    )
     view.add_argument("--members", action="store_true", help="describe: the group's members")
     view.add_argument("--offsets", action="store_true", help="describe: each partition's offsets and lag (the default)")
     g.add_argument("--verbose", action="store_true", help="describe --members: with each member's partitions")

@@ -4,29 +4,33 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from ..broker import Broker, ShareStates
 from ..errors import KopError
 from .common import emit, open_broker
-from .groups import add_describe_views, clamped, describe_members, describe_state, group_partitions
+from .groups import (
+    add_describe_views,
+    clamped,
+    describe_members,
+    describe_state,
+    group_asked,
+    group_partitions,
+    list_groups,
+)
 
 
 def _share_groups(args: argparse.Namespace) -> int:
     with open_broker(args) as b:
         states = ShareStates(b.store)
         if args.action == "list":
-            groups = states.groups()
-            print(json.dumps(groups) if args.output == "json" else "\n".join(groups))
+            list_groups(b, args, states.groups(), share=True)
             return 0
-        group = args.group
-        if not group:
-            raise KopError(f"kop share-groups {args.action}: a group id is required")
+        group = group_asked(args, "share-groups")
         partitions, live = states.partitions(group), b.live_groups.get(group)
         if not partitions and not live:
             raise KopError(f"Share group '{group}' does not exist.")
         if args.action == "describe":
-            if args.state:
+            if args.state is not None:
                 describe_state(b, args, group, live)
             elif args.members:
                 describe_members(b, args, group, live, "Share")

@@ -329,7 +329,7 @@ class ConsumerGroupCoordinator:
             LiveMember(m.member_id, m.client_id, m.client_host, tuple(sorted(m.assigned | m.revoking)))
             for m in g.members.values()
         )
-        return LiveGroup(g.state.value, members, strategy=g.assignor)
+        return LiveGroup(g.state.value, members, strategy=g.assignor, type="consumer")
 
     def close(self) -> None:
         for g in self.groups.values():

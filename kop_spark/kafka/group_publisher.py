@@ -94,4 +94,4 @@ def snapshot(g: Group) -> LiveGroup:
         LiveMember(m.member_id, m.client_id, m.client_host, assigned_partitions(m.assignment) if consumer else ())
         for m in g.members.values()
     )
-    return LiveGroup(g.state.value, members, strategy=g.protocol or "")
+    return LiveGroup(g.state.value, members, strategy=g.protocol or "", type="classic")

@@ -187,6 +187,12 @@ class ShareGroupCoordinator:
             g.target_of = of
         return g.target.get(member.member_id, frozenset())
 
+    def told(self, group_id: str, member: ShareMember, assigned: frozenset[TopicPartition]) -> None:
+        """The member is told ``assigned``: what ``kop groups`` shows of it, so published anew."""
+        if member.sent != assigned:
+            member.sent = assigned
+            self._on_change(group_id)
+
     def _keep_alive(self, g: ShareGroup, member: ShareMember) -> None:
         if member.expiry is not None:
             member.expiry.cancel()
@@ -291,7 +297,7 @@ class ShareGroupCoordinator:
         members = tuple(
             LiveMember(m.member_id, m.client[0], m.client[1], tuple(sorted(m.sent or ()))) for m in g.members.values()
         )
-        return LiveGroup("Stable" if members else "Empty", members, strategy="simple")
+        return LiveGroup("Stable" if members else "Empty", members, strategy="simple", type="share")
 
     def is_active(self, group_id: str) -> bool:
         g = self.groups.get(group_id)

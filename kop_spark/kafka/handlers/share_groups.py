@@ -72,7 +72,7 @@ async def share_group_heartbeat(ctx: ServerContext, header: RequestHeader, reque
     assigned = ctx.share_groups.assignment(request.group_id, member, partitions)
     repeated = assigned == member.sent and request.member_epoch != JOIN  # one joining (again) is always told
     if not repeated or member.epoch != request.member_epoch:
-        member.sent = assigned
+        ctx.share_groups.told(request.group_id, member, assigned)
         await ctx.publisher.save(request.group_id)  # before the member is told: a restart keeps what it was told
     if repeated:
         return answer(ErrorCode.none, epoch=member.epoch)
