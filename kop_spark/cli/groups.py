@@ -63,8 +63,12 @@ def _groups(args: argparse.Namespace) -> int:
         if args.action in ("describe", "delete-offsets") and not b.fetch_offsets(group) and not live:
             raise KopError(f"Consumer group '{group}' does not exist.")
         if args.action == "describe":
-            describe = describe_state if args.state is not None else describe_members if args.members else _describe
-            describe(b, args, group, live)
+            if args.state is not None:
+                describe_state(args, group, live)
+            elif args.members:
+                describe_members(args, group, live)
+            else:
+                _describe(b, args, group, live)
         elif args.action == "reset-offsets":
             if live and args.execute:
                 raise KopError(
@@ -124,7 +128,7 @@ def list_groups(b: Broker, args: argparse.Namespace, kept: Iterable[str], share:
     emit(args, rows, [("GROUP", "group", 15), ("STATE", "state", 0)])
 
 
-def describe_state(b: Broker, args: argparse.Namespace, group: str, live: LiveGroup | None) -> None:
+def describe_state(args: argparse.Namespace, group: str, live: LiveGroup | None) -> None:
     """``--describe --state``, as kafka-consumer-groups prints it; the coordinator is the ``kop
     serve`` the group's members are on (none while it has no members: any server takes it up)."""
     server = live.server if live else None
@@ -145,9 +149,7 @@ def describe_state(b: Broker, args: argparse.Namespace, group: str, live: LiveGr
     emit(args, [row], columns)
 
 
-def describe_members(
-    b: Broker, args: argparse.Namespace, group: str, live: LiveGroup | None, kind: str = "Consumer"
-) -> None:
+def describe_members(args: argparse.Namespace, group: str, live: LiveGroup | None, kind: str = "Consumer") -> None:
     """``--describe --members`` (``--verbose``: with each member's partitions)."""
     rows = [
         {

@@ -31,9 +31,9 @@ def _share_groups(args: argparse.Namespace) -> int:
             raise KopError(f"Share group '{group}' does not exist.")
         if args.action == "describe":
             if args.state is not None:
-                describe_state(b, args, group, live)
+                describe_state(args, group, live)
             elif args.members:
-                describe_members(b, args, group, live, "Share")
+                describe_members(args, group, live, "Share")
             else:
                 _describe(b, args, group, partitions, live is not None)
             return 0
