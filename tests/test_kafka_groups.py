@@ -199,6 +199,10 @@ def test_every_group_with_live_members_is_found_with_its_type_and_assignor(tmp_p
             "app:orders": ("classic", "range", "Stable"),
             "queue": ("share", "simple", "Stable"),
         }
+        live.publish("app:orders", LiveGroup("Empty", (), server, "range", "classic"), 30_000)
+        assert list(live.all()) == ["queue"]
+        entries = [b.store.get(layout.live_group_key(g)).value for g in ("app:orders", "left")]
+        assert entries == [None, None], "a group with no members left its entry, to be read at every listing"
 
 
 def test_a_server_that_cannot_read_which_server_serves_a_group_refuses_it_for_now() -> None:

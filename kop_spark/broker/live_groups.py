@@ -2,8 +2,9 @@
 that every process on the store (``kop groups``, another server) sees who consumes what.
 
 A server rewrites a group's entry when its membership changes and refreshes it while the group
-has members; the entry says until when it holds (``expires_ms``), so one left by a server that
-was killed stops counting once that time has passed, as its members' sessions would have. It
+has members, and deletes it once it has none; the entry says until when it holds (``expires_ms``),
+so one left by a server that was killed stops counting once that time has passed, as its members'
+sessions would have. It
 names the server (``server``: an id, and the address it tells clients), so that another server
 over the same store can tell that the group is served there."""
 
@@ -59,12 +60,16 @@ class LiveGroups:
         value.update({name: getattr(live, name) for name in ("strategy", "type") if getattr(live, name)})
         holder: list[GroupServer] = []
 
-        def change(current: dict[str, Any] | None) -> dict[str, Any]:
+        def change(current: dict[str, Any] | None) -> dict[str, Any] | None:
             held = self._live(current)
             if held is not None and held.server is not None and held.server.id != getattr(live.server, "id", None):
                 holder.append(held.server)
                 raise Unchanged
-            return value
+            if not live.members and current is None:
+                raise Unchanged
+            # A group with no members leaves no entry: every group a server ever saw (consumers
+            # with a random group id each) would otherwise be read at each ``all``.
+            return value if live.members else None
 
         update(self._store, layout.live_group_key(group), change)
         return holder[-1] if holder else None
