@@ -3,6 +3,7 @@
 import os
 import random
 import time
+import uuid
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatch as KBatch
@@ -20,6 +21,7 @@ from kop_spark.errors import (
     InvalidTimestampError,
     InvalidTopicError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
     PartitionNotFoundError,
     RecordTooLargeError,
     StorageError,
@@ -31,6 +33,8 @@ from kop_spark.record import CompressionType, RecordBatch, TimestampType, build_
 from kop_spark.storage.metadata.file import FileMetadataStore
 from kop_spark.storage.read_plan import PartitionView
 from kop_spark.storage.retention import FORGETTABLE_AFTER_MS
+
+from . import servers
 
 NOW = int(time.time() * 1000)
 
@@ -242,6 +246,52 @@ def test_a_retention_pass_never_seals_this_writers_ledger_on_a_view_older_than_i
     ml.enforce_retention(view)
     assert [r.value for r in b.fetch("t", 0, 0)] == [b"v0", b"v1"]
     assert b.verify() == {}
+
+
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_a_retention_pass_on_a_view_older_than_this_writers_append_refuses_no_producer(root, kind, request):
+    """A retention pass takes the log at the version its probe found, as this instance last read
+    it there, to spare a read. Where this instance had appended since (and held no open ledger,
+    as on an object store), it went back to that older state, and the next batch of the producer
+    was refused as out of sequence against it, a fatal error for a Kafka producer (found by the
+    soak of kop serve on S3)."""
+
+    def batch(seq: int) -> bytes:
+        return build_record_batch(recs(1, start=seq), producer_id=7, producer_epoch=0, base_sequence=seq)
+
+    if kind == "s3":
+        request.getfixturevalue("running")
+        root = f"s3://{servers.BUCKET}/older-view-{uuid.uuid4().hex[:8]}"
+    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1}, clock=ManualClock(NOW))
+    b.create_topic("t", 1, config={"retention.ms": 3_600_000})
+    b.produce_batches("t", 0, [batch(0)])
+    ml = b.admin.log("t", 0)
+    view = ml.view()
+    b.produce_batches("t", 0, [batch(1)])
+    ml.enforce_retention(view)
+    assert getattr(ml.last_known, "next_offset", None) == 2, "the log as this instance knows it went back"
+    b.produce_batches("t", 0, [batch(2)])
+    assert [r.value for r in b.fetch("t", 0, 0)] == [b"v0", b"v1", b"v2"]
+    assert b.verify() == {}
+
+
+def test_a_producer_that_went_through_another_process_is_not_refused_on_what_this_one_last_knew(root):
+    """A Kafka producer's connection may move between two kop serve over one store (a load
+    balancer, a reconnect). The first server decided its next batch on the log as its own last
+    write left it, where the batch the other server took was missing, and refused it as out of
+    sequence, a fatal error to the producer; a refusal is decided on the log as it stands."""
+
+    def batch(seq: int) -> bytes:
+        return build_record_batch(recs(1, start=seq), producer_id=7, producer_epoch=0, base_sequence=seq)
+
+    with Broker(root) as a, Broker(root) as b:
+        a.create_topic("t", 1)
+        a.produce_batches("t", 0, [batch(0)])
+        b.produce_batches("t", 0, [batch(1)])
+        a.produce_batches("t", 0, [batch(2)])
+        with pytest.raises(OutOfOrderSequenceError, match="sent sequence 4, expected 3"):
+            a.produce_batches("t", 0, [batch(4)])  # a refusal still stands on the log as it is
+        assert [r.value for r in a.fetch("t", 0, 0)] == [b"v0", b"v1", b"v2"]
 
 
 def test_everything_expired_keeps_next_offset(root):

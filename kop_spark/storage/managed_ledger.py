@@ -211,7 +211,8 @@ class ManagedLedger:
         # The metadata as our own last CAS left it. None whenever that is unknown (a CAS that
         # raised, or anything raised while one was being prepared): the next write reads afresh.
         self._state: _Committed | None = None
-        self._read: _Committed | None = None  # as the last view read it
+        self._read: tuple[_Committed, int] | None = None  # the last view's read, and _writes as it began
+        self._writes = 0  # CASes this instance made
         self._own = OwnLedger(self)
         self._appends = GroupCommit(self._commit_appends)
         self._views = ProbedCache(store)
@@ -256,9 +257,11 @@ class ManagedLedger:
         with self.lock:
             # On the log as it stands, with what other writers did since our last CAS: a pass read
             # each partition, a GET each on an object store, where most were as the last pass left
-            # them. A view's read may be older than our own last append: sealing our ledger on it
-            # would cut the ledger back to that read's length, so only a log with none takes it.
-            known = [self._state] if self._own.active else [self._state, self._read]
+            # them. A view's read may be older than our own last append (sealing our ledger on it
+            # would cut the ledger back to that read's length; a producer's next batch was refused
+            # on it): only a log with none takes it, and only a read begun after our last CAS.
+            read, writes = self._read or (None, -1)
+            known = [self._state] if self._own.active or writes != self._writes else [self._state, read]
             at = -1 if view is None else view.version
             self._state = next((s for s in known if s is not None and s.version == at), None)
             self.apply(lambda m, now: self.close_tail(m, now) if tail_expired(m, self.config.retention, now) else m)
@@ -305,7 +308,7 @@ class ManagedLedger:
         if not new_files:
             _check_added_files(self.name, self.fileio, state.meta, new)
         version = self.store.put(self.key, new.to_json(), state.version)
-        self._state = _Committed(new, version)
+        self._state, self._writes = _Committed(new, version), self._writes + 1
         if not new.deleted:  # a look after it need not read what this instance wrote (a GET on an object store)
             self._views.seed(
                 self.key, self.store.written_probe(self.key, version), lambda: PartitionView.of(new, version)
@@ -329,8 +332,10 @@ class ManagedLedger:
         return self._views.get(self.key, self._load_view, token)
 
     def _load_view(self) -> PartitionView:
-        self._read = self._load()  # kept for a retention pass whose probe finds the log at this version
-        return PartitionView.of(*self._read)
+        writes = self._writes
+        read = self._load()
+        self._read = (read, writes)  # kept for a retention pass whose probe finds the log at this version
+        return PartitionView.of(*read)
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -374,6 +379,7 @@ class ManagedLedger:
         """Write ``requests`` together (one sync or upload) and confirm them in one CAS."""
         # Object stores: the sealed ledger of the appends to write, uploaded once for each set of them.
         sealed: dict[tuple[int, ...], StagedLedger] = {}
+        fresh = [False]  # whether a refusal was decided on the log as read for it
 
         def change(meta: LogMetadata, now: int) -> LogMetadata | None:
             if expected_next_offset is not None and meta.next_offset != expected_next_offset:
@@ -381,6 +387,11 @@ class ManagedLedger:
                     f"{self.name}: the log end moved from {expected_next_offset} to {meta.next_offset}"
                 )
             base, writes = meta.next_offset, place(meta, requests, now, self.name)
+            if any(r.error for r in requests) and not fresh[0]:
+                # A producer refused (out of sequence, fenced) is a fatal error to it: decided on
+                # the log as it stands, not on what this instance last knew, which no CAS checks.
+                fresh[0] = True
+                raise BadVersionError(f"{self.name}: a batch refused on the log as last known; reading it again")
             if not writes:
                 return None
             appends = [(r.batches, r.broker_timestamp if r.broker_timestamp is not None else now) for r in writes]
