@@ -143,19 +143,20 @@ def _wrongs(acked: Acked, read: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("soak_s", SOAKS)
-@pytest.mark.parametrize("root", ["local", "s3+zookeeper", "s3+etcd"])
+@pytest.mark.parametrize("root", ["local", "s3", "s3+zookeeper", "s3+etcd"])
 def test_a_compacted_topic_under_load_keeps_every_keys_latest_value(tmp_path, request, root: str, soak_s: int) -> None:
-    """On an object store with its metadata in ZooKeeper or etcd too: ledgers are uploaded whole,
-    and the partitions' keys are watched."""
+    """On an object store too, its metadata in the bucket or in ZooKeeper or etcd: ledgers are
+    uploaded whole, and the partitions' keys are listed or watched."""
     store, conf = str(tmp_path / "store"), _CONF
-    if root.startswith("s3+"):
+    if root.startswith("s3"):
         running, space = request.getfixturevalue("running"), uuid.uuid4().hex[:12]
         store = f"s3://{servers.BUCKET}/{space}"
         metadata = {
+            "s3": None,  # in the bucket
             "s3+zookeeper": f"zk:127.0.0.1:{running['zookeeper'].port}/{space}",
             "s3+etcd": f"etcd:http://127.0.0.1:{running['etcd'].port}/{space}",
         }[root]
-        conf = [*_CONF, f"metadataStoreUrl={metadata}"]
+        conf = [*_CONF, f"metadataStoreUrl={metadata}"] if metadata else _CONF
     with KopServer(store, conf) as server:
         admin = AdminClient({"bootstrap.servers": server.bootstrap})
         for f in admin.create_topics([NewTopic("soak", PARTITIONS, 1, config=_TOPIC)]).values():
