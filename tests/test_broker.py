@@ -248,6 +248,11 @@ def test_a_retention_pass_never_seals_this_writers_ledger_on_a_view_older_than_i
     assert b.verify() == {}
 
 
+def _idempotent(seq: int) -> bytes:
+    """A Kafka producer's batch of one record, its sequence ``seq``."""
+    return build_record_batch(recs(1, start=seq), producer_id=7, producer_epoch=0, base_sequence=seq)
+
+
 @pytest.mark.parametrize("kind", ["local", "s3"])
 def test_a_retention_pass_on_a_view_older_than_this_writers_append_refuses_no_producer(root, kind, request):
     """A retention pass takes the log at the version its probe found, as this instance last read
@@ -256,23 +261,20 @@ def test_a_retention_pass_on_a_view_older_than_this_writers_append_refuses_no_pr
     was refused as out of sequence against it, a fatal error for a Kafka producer (found by the
     soak of kop serve on S3)."""
 
-    def batch(seq: int) -> bytes:
-        return build_record_batch(recs(1, start=seq), producer_id=7, producer_epoch=0, base_sequence=seq)
-
     if kind == "s3":
         request.getfixturevalue("running")
         root = f"s3://{servers.BUCKET}/older-view-{uuid.uuid4().hex[:8]}"
-    b = Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1}, clock=ManualClock(NOW))
-    b.create_topic("t", 1, config={"retention.ms": 3_600_000})
-    b.produce_batches("t", 0, [batch(0)])
-    ml = b.admin.log("t", 0)
-    view = ml.view()
-    b.produce_batches("t", 0, [batch(1)])
-    ml.enforce_retention(view)
-    assert getattr(ml.last_known, "next_offset", None) == 2, "the log as this instance knows it went back"
-    b.produce_batches("t", 0, [batch(2)])
-    assert [r.value for r in b.fetch("t", 0, 0)] == [b"v0", b"v1", b"v2"]
-    assert b.verify() == {}
+    with Broker(root, conf={"managedLedgerMaxEntriesPerLedger": 1}, clock=ManualClock(NOW)) as b:
+        b.create_topic("t", 1, config={"retention.ms": 3_600_000})
+        b.produce_batches("t", 0, [_idempotent(0)])
+        ml = b.admin.log("t", 0)
+        view = ml.view()
+        b.produce_batches("t", 0, [_idempotent(1)])
+        ml.enforce_retention(view)
+        assert getattr(ml.last_known, "next_offset", None) == 2, "the log as this instance knows it went back"
+        b.produce_batches("t", 0, [_idempotent(2)])
+        assert [r.value for r in b.fetch("t", 0, 0)] == [b"v0", b"v1", b"v2"]
+        assert b.verify() == {}
 
 
 def test_a_producer_that_went_through_another_process_is_not_refused_on_what_this_one_last_knew(root):
@@ -281,16 +283,13 @@ def test_a_producer_that_went_through_another_process_is_not_refused_on_what_thi
     write left it, where the batch the other server took was missing, and refused it as out of
     sequence, a fatal error to the producer; a refusal is decided on the log as it stands."""
 
-    def batch(seq: int) -> bytes:
-        return build_record_batch(recs(1, start=seq), producer_id=7, producer_epoch=0, base_sequence=seq)
-
     with Broker(root) as a, Broker(root) as b:
         a.create_topic("t", 1)
-        a.produce_batches("t", 0, [batch(0)])
-        b.produce_batches("t", 0, [batch(1)])
-        a.produce_batches("t", 0, [batch(2)])
+        a.produce_batches("t", 0, [_idempotent(0)])
+        b.produce_batches("t", 0, [_idempotent(1)])
+        a.produce_batches("t", 0, [_idempotent(2)])
         with pytest.raises(OutOfOrderSequenceError, match="sent sequence 4, expected 3"):
-            a.produce_batches("t", 0, [batch(4)])  # a refusal still stands on the log as it is
+            a.produce_batches("t", 0, [_idempotent(4)])  # a refusal still stands on the log as it is
         assert [r.value for r in a.fetch("t", 0, 0)] == [b"v0", b"v1", b"v2"]
 
 
